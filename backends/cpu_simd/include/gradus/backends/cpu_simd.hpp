@@ -1,0 +1,419 @@
+#pragma once
+// gradus::cpu_simd — the CPU compute policy: xsimd for fused elementwise passes,
+// reductions and softmax; OpenBLAS (CBLAS) for GEMM; OpenMP for threads; xtensor for
+// interop. The interface every backend implements (a CUDA one follows the same shape):
+//
+//   memory   allocate(bytes) / deallocate(p)         64-byte aligned device buffers
+//            copy_to_device(dst, src, bytes) / copy_to_host(dst, src, bytes)
+//   fused    assign(out, loop_shape, plan)            one pass of an elementwise plan
+//   reduce   reduce(kind, in, outer, n, inner, out)   over the middle of [outer, n, inner]
+//            argmax(in, outer, n, inner, out_i32)
+//   gemm     gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch)
+//   rows     softmax(in, rows, cols, out, log), softmax_xent(logits, labels, rows, cols, loss)
+//   index    one_hot(idx, n, depth, out), gather(table, rows, row_len, idx, n, out)
+//   layout   permute(in, in_dims, perm, out)
+#include <cblas.h>
+#include <omp.h>
+
+// g++ 12 reports its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized
+// once inlined; the warning's location is the compiler's header, so silencing it before
+// that header is first included keeps user code under -Werror clean.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <xsimd/xsimd.hpp>
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xtensor.hpp>
+
+#include "gradus/gradus.hpp"
+
+namespace gradus {
+
+struct cpu_simd {
+  static constexpr const char* name = "cpu_simd";
+  static constexpr std::size_t alignment = 64;
+  // Below this many elements a pass runs on the calling thread: a parallel region
+  // costs more than it saves.
+  static constexpr index_t parallel_threshold = 1 << 15;
+  static constexpr index_t chunk = 1 << 14;  // elements of one row piece handed to a thread
+
+  // ---- threads -------------------------------------------------------------------------
+  static int threads() { return omp_get_max_threads(); }
+  // Sets the threads of fused passes (OpenMP) and of GEMM (OpenBLAS).
+  static void set_threads(int n) {
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+  }
+
+  // ---- memory --------------------------------------------------------------------------
+  static void* allocate(std::size_t bytes) {
+    const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    return ::operator new(rounded, std::align_val_t{alignment});
+  }
+  static void deallocate(void* p) noexcept { ::operator delete(p, std::align_val_t{alignment}); }
+  static void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+  static void copy_to_host(void* dst, const void* src, std::size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
+  }
+
+  // ---- fused elementwise pass ------------------------------------------------------------
+  template <class T, class Plan>
+  static void assign(T* out, const loop_shape& ls, const Plan& plan) {
+    const index_t rows = ls.rows(), inner = ls.inner();
+    const index_t pieces = (inner + chunk - 1) / chunk;
+    const index_t tasks = rows * pieces;
+    const std::size_t nlead = ls.rank - 1;
+    const bool par = rows * inner >= parallel_threshold && tasks > 1;
+#pragma omp parallel if (par)
+    {
+      Plan p = plan;
+      index_t idx[max_rank] = {};
+      index_t cur_row = -1;
+#pragma omp for schedule(static)
+      for (index_t t = 0; t < tasks; ++t) {
+        const index_t row = t / pieces, piece = t % pieces;
+        if (row != cur_row) {
+          ls.row_index(row, idx);
+          p.set_row(idx, nlead);
+          cur_row = row;
+        }
+        const index_t j0 = piece * chunk, j1 = std::min(inner, j0 + chunk);
+        span(out + row * inner, p, j0, j1);
+      }
+    }
+  }
+
+  // ---- reductions ----------------------------------------------------------------------
+  template <class T>
+  static void reduce(reduce_kind k, const T* in, index_t outer, index_t n, index_t inner, T* out) {
+    switch (k) {
+      case reduce_kind::sum: reduce_impl<T>(in, outer, n, inner, out, add_op{}); break;
+      case reduce_kind::mean: {
+        reduce_impl<T>(in, outer, n, inner, out, add_op{});
+        const T s = T(1) / static_cast<T>(n);  // n == 0: NaN, as NumPy
+        for (index_t i = 0; i < outer * inner; ++i) out[i] = n ? out[i] * s : std::numeric_limits<T>::quiet_NaN();
+        break;
+      }
+      case reduce_kind::max: reduce_impl<T>(in, outer, n, inner, out, max_op{}); break;
+      case reduce_kind::min: reduce_impl<T>(in, outer, n, inner, out, min_op{}); break;
+    }
+  }
+
+  template <class T>
+  static void argmax(const T* in, index_t outer, index_t n, index_t inner, std::int32_t* out) {
+    const bool par = outer * n * inner >= parallel_threshold && outer * inner > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t oi = 0; oi < outer * inner; ++oi) {
+      const index_t o = oi / inner, i = oi % inner;
+      const T* p = in + o * n * inner + i;
+      index_t best = 0;
+      T bv = p[0];
+      for (index_t k = 1; k < n; ++k) {
+        const T v = p[k * inner];
+        if (v > bv || (bv != bv && v == v)) {  // NaN never wins over a number
+          bv = v;
+          best = k;
+        }
+      }
+      out[oi] = static_cast<std::int32_t>(best);
+    }
+  }
+
+  // ---- GEMM (row-major; transposes are flags, never copies) ------------------------------
+  template <class T>
+  static void gemm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
+                   index_t stride_a, const T* b, index_t ldb, index_t stride_b, T beta, T* c, index_t ldc,
+                   index_t stride_c, index_t batch) {
+    if (m == 0 || n == 0) return;
+    for (index_t i = 0; i < batch; ++i) {
+      T* ci = c + i * stride_c;
+      if (k == 0) {
+        for (index_t r = 0; r < m; ++r)
+          for (index_t q = 0; q < n; ++q) ci[r * ldc + q] = beta == T(0) ? T(0) : beta * ci[r * ldc + q];
+        continue;
+      }
+      const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+      const auto ib = [](index_t v) { return static_cast<blasint>(v); };
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, tra, trb, ib(m), ib(n), ib(k), alpha, a + i * stride_a, ib(lda), b + i * stride_b,
+                    ib(ldb), beta, ci, ib(ldc));
+      else
+        cblas_dgemm(CblasRowMajor, tra, trb, ib(m), ib(n), ib(k), alpha, a + i * stride_a, ib(lda), b + i * stride_b,
+                    ib(ldb), beta, ci, ib(ldc));
+    }
+  }
+
+  // ---- row-wise softmax family -----------------------------------------------------------
+  template <class T>
+  static void softmax(const T* in, index_t rows, index_t cols, T* out, bool log) {
+    const bool par = rows * cols >= parallel_threshold && rows > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t r = 0; r < rows; ++r) {
+      const T* x = in + r * cols;
+      T* y = out + r * cols;
+      const T mx = row_max(x, cols);
+      if (log) {
+        const T lse = mx + std::log(row_sum_exp(x, cols, mx));
+        map_row(x, y, cols, [lse](auto v) { return v - decltype(v)(lse); });
+      } else {
+        map_row(x, y, cols, [mx](auto v) {
+          using std::exp;
+          return exp(v - decltype(v)(mx));
+        });
+        const T inv = T(1) / row_sum(y, cols);
+        map_row(y, y, cols, [inv](auto v) { return v * decltype(v)(inv); });
+      }
+    }
+  }
+
+  template <class T>
+  static void softmax_xent(const T* logits, const std::int32_t* labels, index_t rows, index_t cols, T* loss) {
+    check_indices("softmax_cross_entropy", "label", labels, rows, cols);
+    const bool par = rows * cols >= parallel_threshold && rows > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t r = 0; r < rows; ++r) {
+      const T* x = logits + r * cols;
+      const T mx = row_max(x, cols);
+      // -log softmax[label] = logsumexp(x) - x[label], with the max taken out first
+      loss[r] = std::log(row_sum_exp(x, cols, mx)) - (x[labels[r]] - mx);
+    }
+  }
+
+  // ---- index ops -------------------------------------------------------------------------
+  template <class T>
+  static void one_hot(const std::int32_t* idx, index_t n, index_t depth, T* out) {
+    check_indices("one_hot", "index", idx, n, depth);
+    std::fill(out, out + n * depth, T(0));
+    for (index_t i = 0; i < n; ++i) out[i * depth + idx[i]] = T(1);
+  }
+  template <class T>
+  static void gather(const T* table, index_t rows, index_t row_len, const std::int32_t* idx, index_t n, T* out) {
+    check_indices("gather", "index", idx, n, rows);
+    const bool par = n * row_len >= parallel_threshold && n > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t i = 0; i < n; ++i)
+      std::memcpy(out + i * row_len, table + idx[i] * row_len, static_cast<std::size_t>(row_len) * sizeof(T));
+  }
+
+  // ---- layout --------------------------------------------------------------------------
+  template <class T>
+  static void permute(const T* in, const dims& in_dims, const std::array<std::size_t, max_rank>& perm, T* out) {
+    const std::size_t r = in_dims.rank;
+    std::array<index_t, max_rank> in_strides{}, out_dims{}, src_stride{};
+    index_t s = 1;
+    for (std::size_t i = r; i-- > 0;) {
+      in_strides[i] = s;
+      s *= in_dims.d[i];
+    }
+    for (std::size_t i = 0; i < r; ++i) {
+      out_dims[i] = in_dims.d[perm[i]];
+      src_stride[i] = in_strides[perm[i]];
+    }
+    const index_t total = in_dims.numel();
+    if (r == 0) {
+      if (total) out[0] = in[0];
+      return;
+    }
+    const index_t inner = out_dims[r - 1], rows = inner ? total / inner : 0;
+    const bool par = total >= parallel_threshold && rows > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t row = 0; row < rows; ++row) {
+      index_t rem = row, off = 0;
+      for (std::size_t k = r - 1; k-- > 0;) {
+        off += (rem % out_dims[k]) * src_stride[k];
+        rem /= out_dims[k];
+      }
+      T* o = out + row * inner;
+      const index_t st = src_stride[r - 1];
+      for (index_t j = 0; j < inner; ++j) o[j] = in[off + j * st];
+    }
+  }
+
+ private:
+  template <class T, class Plan>
+  static void span(T* o, const Plan& p, index_t j0, index_t j1) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    index_t j = j0;
+    for (; j + W <= j1; j += W) p.template load<B>(j).store_unaligned(o + j);
+    for (; j < j1; ++j) o[j] = p.eval(j);
+  }
+
+  struct add_op {
+    template <class X>
+    X operator()(const X& a, const X& b) const { return a + b; }
+    template <class T>
+    static constexpr T identity() { return T(0); }
+  };
+  struct max_op {
+    template <class X>
+    X operator()(const X& a, const X& b) const { using std::max; return max(a, b); }
+    template <class T>
+    static constexpr T identity() { return -std::numeric_limits<T>::infinity(); }
+  };
+  struct min_op {
+    template <class X>
+    X operator()(const X& a, const X& b) const { using std::min; return min(a, b); }
+    template <class T>
+    static constexpr T identity() { return std::numeric_limits<T>::infinity(); }
+  };
+
+  // Reduce a contiguous run with SIMD: four independent accumulators, then a fixed
+  // tree, so the order (and the result) depends only on n.
+  template <class T, class Op>
+  static T reduce_run(const T* x, index_t n, Op op) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    index_t j = 0;
+    T r = Op::template identity<T>();
+    if (n >= 4 * W) {
+      B a0 = B::load_unaligned(x), a1 = B::load_unaligned(x + W), a2 = B::load_unaligned(x + 2 * W),
+        a3 = B::load_unaligned(x + 3 * W);
+      for (j = 4 * W; j + 4 * W <= n; j += 4 * W) {
+        a0 = op(a0, B::load_unaligned(x + j));
+        a1 = op(a1, B::load_unaligned(x + j + W));
+        a2 = op(a2, B::load_unaligned(x + j + 2 * W));
+        a3 = op(a3, B::load_unaligned(x + j + 3 * W));
+      }
+      const B acc = op(op(a0, a1), op(a2, a3));
+      alignas(alignment) T lanes[W];
+      acc.store_aligned(lanes);
+      r = lanes[0];
+      for (index_t l = 1; l < W; ++l) r = op(r, lanes[l]);
+    }
+    for (; j < n; ++j) r = op(r, x[j]);
+    return r;
+  }
+
+  template <class T, class Op>
+  static void reduce_impl(const T* in, index_t outer, index_t n, index_t inner, T* out, Op op) {
+    if (inner == 1) {
+      if (outer == 1 && n >= 2 * parallel_threshold) {
+        // One long run: fixed blocks (independent of the thread count) reduced in
+        // parallel, then combined in block order — deterministic across runs and threads.
+        constexpr index_t max_blocks = 64;
+        const index_t blocks = std::min<index_t>(max_blocks, n / parallel_threshold);
+        const index_t bs = (n + blocks - 1) / blocks;
+        T partial[max_blocks];
+#pragma omp parallel for schedule(static)
+        for (index_t b = 0; b < blocks; ++b) {
+          const index_t lo = b * bs, hi = std::min(n, lo + bs);
+          partial[b] = reduce_run(in + lo, hi - lo, op);
+        }
+        T r = partial[0];
+        for (index_t b = 1; b < blocks; ++b) r = op(r, partial[b]);
+        out[0] = r;
+        return;
+      }
+      const bool par = outer * n >= parallel_threshold && outer > 1;
+#pragma omp parallel for schedule(static) if (par)
+      for (index_t o = 0; o < outer; ++o) out[o] = reduce_run(in + o * n, n, op);
+      return;
+    }
+    // Reduce across rows of length `inner`: vectorised along the row.
+    const index_t pieces = (inner + chunk - 1) / chunk;
+    const bool par = outer * n * inner >= parallel_threshold && outer * pieces > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t t = 0; t < outer * pieces; ++t) {
+      const index_t o = t / pieces, j0 = (t % pieces) * chunk, j1 = std::min(inner, j0 + chunk);
+      T* y = out + o * inner;
+      const T* base = in + o * n * inner;
+      if (n == 0) {
+        std::fill(y + j0, y + j1, Op::template identity<T>());
+        continue;
+      }
+      std::copy(base + j0, base + j1, y + j0);
+      for (index_t k = 1; k < n; ++k) zip_row(base + k * inner, y, j0, j1, op);
+    }
+  }
+
+  template <class T, class Op>
+  static void zip_row(const T* x, T* y, index_t j0, index_t j1, Op op) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    index_t j = j0;
+    for (; j + W <= j1; j += W) op(B::load_unaligned(y + j), B::load_unaligned(x + j)).store_unaligned(y + j);
+    for (; j < j1; ++j) y[j] = op(y[j], x[j]);
+  }
+
+  template <class T>
+  static T row_max(const T* x, index_t n) {
+    return reduce_run(x, n, max_op{});
+  }
+  template <class T>
+  static T row_sum(const T* x, index_t n) {
+    return reduce_run(x, n, add_op{});
+  }
+  template <class T>
+  static T row_sum_exp(const T* x, index_t n, T mx) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    B acc(T(0));
+    index_t j = 0;
+    for (; j + W <= n; j += W) acc += xsimd::exp(B::load_unaligned(x + j) - B(mx));
+    T s = xsimd::hadd(acc);
+    for (; j < n; ++j) s += std::exp(x[j] - mx);
+    return s;
+  }
+  template <class T, class F>
+  static void map_row(const T* x, T* y, index_t n, F f) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    index_t j = 0;
+    for (; j + W <= n; j += W) f(B::load_unaligned(x + j)).store_unaligned(y + j);
+    for (; j < n; ++j) y[j] = f(x[j]);
+  }
+
+  static void check_indices(const char* op, const char* what, const std::int32_t* idx, index_t n, index_t bound) {
+    for (index_t i = 0; i < n; ++i)
+      if (idx[i] < 0 || idx[i] >= bound)
+        throw index_error(std::string("gradus: ") + op + ": " + what + " " + std::to_string(idx[i]) + " at position " +
+                          std::to_string(i) + " is outside [0, " + std::to_string(bound) + ")");
+  }
+};
+
+// ---- xtensor interop ---------------------------------------------------------------------
+
+// A copy of a result as an xt::xarray.
+template <class T>
+xt::xarray<std::remove_const_t<T>> to_xarray(const tensor_view<T>& v) {
+  std::vector<std::size_t> shape(v.shape.d.begin(), v.shape.d.begin() + static_cast<std::ptrdiff_t>(v.shape.rank));
+  xt::xarray<std::remove_const_t<T>> r(shape);
+  std::copy(v.begin(), v.end(), r.begin());
+  return r;
+}
+
+// A copy of a result as an xt::xtensor of rank R (the rank must match).
+template <std::size_t R, class T>
+xt::xtensor<std::remove_const_t<T>, R> to_xtensor(const tensor_view<T>& v) {
+  if (v.shape.rank != R)
+    throw shape_error("gradus: to_xtensor<" + std::to_string(R) + ">: the result has shape " + to_string(v.shape));
+  std::array<std::size_t, R> shape{};
+  for (std::size_t i = 0; i < R; ++i) shape[i] = static_cast<std::size_t>(v.shape.d[i]);
+  xt::xtensor<std::remove_const_t<T>, R> r(shape);
+  std::copy(v.begin(), v.end(), r.begin());
+  return r;
+}
+
+// A zero-copy xtensor view of a result (valid until the buffer's next run).
+template <class T>
+auto adapt(const tensor_view<T>& v) {
+  std::vector<std::size_t> shape(v.shape.d.begin(), v.shape.d.begin() + static_cast<std::ptrdiff_t>(v.shape.rank));
+  return xt::adapt(v.data(), static_cast<std::size_t>(v.size()), xt::no_ownership(), shape);
+}
+
+}  // namespace gradus

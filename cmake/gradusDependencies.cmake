@@ -1,0 +1,16 @@
+# Finds what gradus::cpu_simd needs. Used by the build tree and by the installed package
+# config (gradusConfig.cmake), so a consumer resolves the same dependencies.
+include(CMakeFindDependencyMacro)
+find_dependency(xtl CONFIG)
+find_dependency(xsimd CONFIG)
+find_dependency(xtensor CONFIG)
+find_dependency(xtensor-blas CONFIG)
+find_dependency(OpenMP)
+# OpenBLAS ships a config that sets variables only; wrap them in a target.
+find_dependency(OpenBLAS CONFIG)
+if(NOT TARGET gradus_openblas)
+  add_library(gradus_openblas INTERFACE IMPORTED)
+  set_target_properties(gradus_openblas PROPERTIES
+    INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
+    INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
+endif()

@@ -1,0 +1,18 @@
+# cmake --install: headers, targets and a package config, so that a user project does
+#   find_package(gradus CONFIG REQUIRED)
+#   target_link_libraries(app PRIVATE gradus::cpu_simd)
+include(CMakePackageConfigHelpers)
+install(DIRECTORY include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY backends/cpu_simd/include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS gradus gradus_cpu_simd EXPORT gradusTargets)
+set(GRADUS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gradus)
+install(EXPORT gradusTargets NAMESPACE gradus:: DESTINATION ${GRADUS_CMAKE_DIR})
+configure_package_config_file(cmake/gradusConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/gradusConfig.cmake INSTALL_DESTINATION ${GRADUS_CMAKE_DIR})
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/gradusConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion ARCH_INDEPENDENT)
+install(FILES
+  ${CMAKE_CURRENT_BINARY_DIR}/gradusConfig.cmake
+  ${CMAKE_CURRENT_BINARY_DIR}/gradusConfigVersion.cmake
+  cmake/gradusDependencies.cmake
+  DESTINATION ${GRADUS_CMAKE_DIR})

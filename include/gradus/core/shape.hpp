@@ -1,0 +1,190 @@
+#pragma once
+// Extents: static sizes mixed with `dyn` (known when a feed binds it), in the spirit of
+// std::extents, plus the run-time dims that flow through an evaluation.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "gradus/core/error.hpp"
+
+namespace gradus {
+
+using index_t = std::int64_t;
+inline constexpr index_t dyn = -1;     // an extent known only at run time
+inline constexpr std::size_t max_rank = 6;
+
+// The static shape of an expression; `dyn` marks an extent bound at run time.
+template <index_t... E>
+struct shape {
+  static constexpr std::size_t rank = sizeof...(E);
+  static constexpr std::array<index_t, rank> extents{E...};
+  static constexpr bool is_static = ((E != dyn) && ...);
+};
+
+namespace detail {
+template <class Holder, std::size_t... I>
+auto shape_from_array(std::index_sequence<I...>) -> shape<Holder::value[I]...>;
+}  // namespace detail
+
+// shape_of_array<H>: the shape whose extents are the constexpr array H::value.
+template <class Holder>
+using shape_of_array = decltype(detail::shape_from_array<Holder>(
+    std::make_index_sequence<Holder::value.size()>{}));
+
+namespace detail {
+template <std::size_t R>
+struct all_dyn {
+  static constexpr std::array<index_t, R> value = [] {
+    std::array<index_t, R> a{};
+    a.fill(dyn);
+    return a;
+  }();
+};
+}  // namespace detail
+
+// A shape of rank R whose extents are all bound at run time.
+template <std::size_t R>
+using dyn_shape_t = shape_of_array<detail::all_dyn<R>>;
+
+// Run-time dims of one tensor (rank erased so buffers can be planned uniformly).
+struct dims {
+  std::size_t rank = 0;
+  std::array<index_t, max_rank> d{};
+
+  constexpr dims() = default;
+  template <std::size_t R>
+  constexpr explicit dims(const std::array<index_t, R>& a) : rank(R) {
+    static_assert(R <= max_rank, "gradus: rank above max_rank");
+    for (std::size_t i = 0; i < R; ++i) d[i] = a[i];
+  }
+  constexpr dims(std::initializer_list<index_t> l) : rank(l.size()) {
+    std::size_t i = 0;
+    for (auto v : l) d[i++] = v;
+  }
+  constexpr index_t operator[](std::size_t i) const { return d[i]; }
+  constexpr index_t& operator[](std::size_t i) { return d[i]; }
+  constexpr index_t numel() const {
+    index_t n = 1;
+    for (std::size_t i = 0; i < rank; ++i) n *= d[i];
+    return n;
+  }
+  constexpr bool operator==(const dims& o) const {
+    if (rank != o.rank) return false;
+    for (std::size_t i = 0; i < rank; ++i)
+      if (d[i] != o.d[i]) return false;
+    return true;
+  }
+};
+
+inline std::string to_string(const dims& s) {
+  std::string r = "(";
+  for (std::size_t i = 0; i < s.rank; ++i) {
+    if (i) r += ", ";
+    r += s.d[i] == dyn ? std::string("?") : std::to_string(s.d[i]);
+  }
+  if (s.rank == 1) r += ",";
+  return r + ")";
+}
+
+template <class S>
+constexpr dims static_dims() {
+  return dims(S::extents);
+}
+
+// Does a run-time dims fit a static shape (same rank, equal wherever static)?
+template <class S>
+constexpr bool fits(const dims& s) {
+  if (s.rank != S::rank) return false;
+  for (std::size_t i = 0; i < S::rank; ++i)
+    if (S::extents[i] != dyn && S::extents[i] != s.d[i]) return false;
+  return true;
+}
+
+// ---- NumPy broadcasting on trailing dimensions --------------------------------------
+
+// Static: combine extents, returning -2 on a certain mismatch.
+constexpr index_t broadcast_extent(index_t a, index_t b) {
+  if (a == b) return a;
+  if (a == 1) return b;
+  if (b == 1) return a;
+  if (a == dyn) return b;  // a must be 1 or b at run time
+  if (b == dyn) return a;
+  return -2;
+}
+
+template <class SA, class SB>
+struct broadcast_result {
+  static constexpr std::size_t rank = SA::rank > SB::rank ? SA::rank : SB::rank;
+  static constexpr std::array<index_t, rank> compute(bool& ok) {
+    std::array<index_t, rank> r{};
+    ok = true;
+    for (std::size_t i = 0; i < rank; ++i) {
+      // i counts from the trailing end
+      const index_t a = i < SA::rank ? SA::extents[SA::rank - 1 - i] : 1;
+      const index_t b = i < SB::rank ? SB::extents[SB::rank - 1 - i] : 1;
+      const index_t e = broadcast_extent(a, b);
+      if (e == -2) {
+        ok = false;
+        r[rank - 1 - i] = 1;
+      } else {
+        r[rank - 1 - i] = e;
+      }
+    }
+    return r;
+  }
+  static constexpr bool ok = [] {
+    bool o = true;
+    compute(o);
+    return o;
+  }();
+  static constexpr std::array<index_t, rank> value = [] {
+    bool o = true;
+    return compute(o);
+  }();
+};
+
+template <class SA, class SB>
+using broadcast_shape_t = shape_of_array<broadcast_result<SA, SB>>;
+
+// Run time: the broadcast of two dims, or a shape_error naming the op and both shapes.
+inline dims broadcast_dims(const char* op, const dims& a, const dims& b) {
+  dims r;
+  r.rank = a.rank > b.rank ? a.rank : b.rank;
+  for (std::size_t i = 0; i < r.rank; ++i) {
+    const index_t x = i < a.rank ? a.d[a.rank - 1 - i] : 1;
+    const index_t y = i < b.rank ? b.d[b.rank - 1 - i] : 1;
+    index_t e;
+    if (x == y || y == 1) e = x;
+    else if (x == 1) e = y;
+    else
+      throw shape_error(std::string("gradus: ") + op + ": cannot broadcast shapes " + to_string(a) +
+                        " and " + to_string(b));
+    r.d[r.rank - 1 - i] = e;
+  }
+  return r;
+}
+
+// Row-major strides of `s` seen from an output of dims `out` (rank right-aligned):
+// a broadcast axis gets stride 0.
+inline std::array<index_t, max_rank> broadcast_strides(const dims& s, const dims& out) {
+  std::array<index_t, max_rank> st{};
+  index_t stride = 1;
+  for (std::size_t i = 0; i < s.rank; ++i) {
+    const std::size_t si = s.rank - 1 - i, oi = out.rank - 1 - i;
+    st[oi] = s.d[si] == 1 && out.d[oi] != 1 ? 0 : stride;
+    stride *= s.d[si];
+  }
+  return st;
+}
+
+// Normalise a possibly negative axis against a rank, at compile time.
+template <int Axis, std::size_t Rank>
+constexpr std::size_t normalize_axis() {
+  constexpr int r = static_cast<int>(Rank);
+  static_assert(Axis >= -r && Axis < r, "gradus: axis out of range for the operand's rank");
+  return static_cast<std::size_t>(Axis < 0 ? Axis + r : Axis);
+}
+
+}  // namespace gradus

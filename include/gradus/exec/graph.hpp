@@ -1,0 +1,338 @@
+#pragma once
+// The compiled form of a set of outputs: what a session runs.
+//
+// Planning happens once, on the first run of an output set. A walk over the expression
+// finds every node that needs a buffer (leaves, kernels such as matmul or reductions,
+// views, and the root of each fused elementwise subtree) and gives it a slot, in
+// topological order; structurally equal nodes (same type, equal parameters) share one
+// slot, so a repeated subexpression is computed once. Each materialised node becomes a
+// step: a function pointer instantiated for its type, the node, its slot, and the slots
+// it reads, listed in the order the typed code will ask for them.
+//
+// Each run: bind feeds, infer dims (a `dyn` mismatch throws here, naming op and shapes),
+// grow buffers that are too small (so the same shapes allocate nothing), run the steps.
+#include <algorithm>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <typeindex>
+#include <utility>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/exec/plan.hpp"
+#include "gradus/graph/leaves.hpp"
+#include "gradus/graph/node.hpp"
+
+namespace gradus {
+
+// Storage the session owns for one variable.
+struct variable_storage {
+  void* data = nullptr;
+  dims d;
+  std::string_view dtype;
+};
+
+// Where a graph finds variables by name (implemented by the session).
+struct variable_source {
+  virtual const variable_storage* find_variable(std::string_view name) const = 0;
+
+ protected:
+  ~variable_source() = default;
+};
+
+struct graph_base {
+  virtual ~graph_base() = default;
+};
+
+template <class Backend, class... Outs>
+class compiled_graph final : public graph_base {
+ public:
+  explicit compiled_graph(const std::tuple<Outs...>& outs) : outs_(outs) {
+    std::apply([&](const auto&... o) { std::size_t i = 0; ((out_slots_[i++] = plan_root(o)), ...); }, outs_);
+  }
+  compiled_graph(const compiled_graph&) = delete;
+  compiled_graph& operator=(const compiled_graph&) = delete;
+  ~compiled_graph() override {
+    for (auto& s : slots_)
+      if (s.owned && s.data) Backend::deallocate(s.data);
+  }
+
+  bool same_outputs(const std::tuple<Outs...>& o) const { return outs_ == o; }
+
+  template <class... Feeds>
+  auto run(const variable_source& vars, const Feeds&... feeds) {
+    for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
+    (bind(feeds), ...);
+    for (auto& p : placeholders_)
+      if (!slots_[p.slot].data)
+        throw feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) +
+                         " " + std::string(p.dtype) + " was not fed");
+    for (auto& v : variables_) {
+      if (slots_[v.slot].data) continue;
+      const variable_storage* st = vars.find_variable(v.name);
+      if (!st || !st->data)
+        throw feed_error("gradus: variable '" + std::string(v.name) + "' of shape " + to_string(v.expected) +
+                         " has no value in this session; assign or initialise it first");
+      if (!(st->d == v.expected) || st->dtype != v.dtype)
+        throw feed_error("gradus: variable '" + std::string(v.name) + "' is " + to_string(v.expected) + " " +
+                         std::string(v.dtype) + " in this graph but " + to_string(st->d) + " " +
+                         std::string(st->dtype) + " in the session");
+      slots_[v.slot].data = st->data;
+      slots_[v.slot].d = st->d;
+    }
+    for (const auto& s : steps_) s.fn(*this, s);
+    return results(std::index_sequence_for<Outs...>{});
+  }
+
+  std::size_t slot_count() const { return slots_.size(); }
+  std::size_t step_count() const { return steps_.size(); }
+
+ private:
+  struct slot {
+    void* data = nullptr;
+    std::size_t capacity = 0;  // bytes owned (0: external or alias)
+    bool owned = false;
+    dims d;
+  };
+  struct step {
+    void (*fn)(compiled_graph&, const step&);
+    const void* node;
+    int slot;
+    std::size_t first;  // first entry of `inputs_` this step reads
+  };
+  struct record {
+    std::type_index type;
+    const void* node;
+    bool (*equal)(const void*, const void*);
+    int slot;
+  };
+  struct named_leaf {
+    std::string_view name;
+    std::string_view dtype;
+    dims expected;  // static dims, `dyn` where bound by the feed
+    int slot;
+    std::type_index type;
+  };
+
+  std::tuple<Outs...> outs_;
+  std::array<int, sizeof...(Outs)> out_slots_{};
+  std::vector<slot> slots_;
+  std::vector<step> steps_;
+  std::vector<int> inputs_;
+  std::vector<record> records_;
+  std::vector<named_leaf> placeholders_, variables_;
+
+  // ---- planning -----------------------------------------------------------------------
+
+  template <class N>
+  int find_record(const N& n) const {
+    for (const auto& r : records_)
+      if (r.type == typeid(N) && r.equal(r.node, &n)) return r.slot;
+    return -1;
+  }
+  template <class N>
+  int new_slot(const N& n) {
+    slots_.push_back({});
+    const int s = static_cast<int>(slots_.size()) - 1;
+    records_.push_back({typeid(N), &n, [](const void* a, const void* b) {
+                          return *static_cast<const N*>(a) == *static_cast<const N*>(b);
+                        },
+                        s});
+    return s;
+  }
+  template <class N>
+  int named(std::vector<named_leaf>& list, const N& n, const char* what) {
+    for (const auto& l : list) {
+      if (l.name != N::name.view()) continue;
+      if (l.type != typeid(N))
+        throw error(std::string("gradus: two different ") + what + "s are named '" + std::string(l.name) +
+                    "' in one graph: " + to_string(l.expected) + " " + std::string(l.dtype) + " and " +
+                    to_string(static_dims<shape_t<N>>()) + " " + std::string(dtype_name<value_t<N>>()));
+      return l.slot;
+    }
+    const int s = new_slot(n);
+    list.push_back({N::name.view(), dtype_name<value_t<N>>(), static_dims<shape_t<N>>(), s, typeid(N)});
+    return s;
+  }
+
+  // A node whose value must be in a buffer: give it a slot (or find its twin's).
+  template <class N>
+  int plan_root(const N& n) {
+    constexpr node_kind k = N::kind;
+    if constexpr (k == node_kind::placeholder) {
+      return named(placeholders_, n, "placeholder");
+    } else if constexpr (k == node_kind::variable) {
+      return named(variables_, n, "variable");
+    } else {
+      if (int s = find_record(n); s >= 0) return s;
+      std::vector<int> reads;
+      if constexpr (k == node_kind::constant) {
+        const int s = new_slot(n);
+        slots_[s].data = const_cast<typename N::value_type*>(n.values->data());
+        slots_[s].d = n.d;
+        return s;
+      } else if constexpr (k == node_kind::scalar || k == node_kind::elementwise) {
+        plan_fused(n, reads);
+        return add_step(n, reads, &run_elementwise<N>);
+      } else {
+        std::apply([&](const auto&... op) { (reads.push_back(plan_root(op)), ...); }, n.operands());
+        if constexpr (k == node_kind::view) return add_step(n, reads, &run_view<N>);
+        else return add_step(n, reads, &run_kernel<N>);
+      }
+    }
+  }
+  template <class N>
+  int add_step(const N& n, const std::vector<int>& reads, void (*fn)(compiled_graph&, const step&)) {
+    const int s = new_slot(n);
+    steps_.push_back({fn, &n, s, inputs_.size()});
+    inputs_.insert(inputs_.end(), reads.begin(), reads.end());
+    return s;
+  }
+  // Walk a fused subtree; every node with storage under it is read through a slot.
+  template <class N>
+  void plan_fused(const N& n, std::vector<int>& reads) {
+    if constexpr (N::kind == node_kind::scalar) {
+    } else if constexpr (N::kind == node_kind::elementwise) {
+      std::apply([&](const auto&... c) { (plan_fused(c, reads), ...); }, n.children());
+    } else {
+      reads.push_back(plan_root(n));
+    }
+  }
+
+  // ---- running ------------------------------------------------------------------------
+
+  template <class F>
+  void bind(const F& f) {
+    for (auto& p : placeholders_) {
+      if (p.name != F::name.view()) continue;
+      if (p.dtype != dtype_name<typename F::value_type>() || !(p.expected == static_dims<typename F::shape_type>()))
+        throw feed_error("gradus: feed '" + std::string(p.name) + "' was made for a placeholder of " +
+                         to_string(static_dims<typename F::shape_type>()) + " " +
+                         std::string(dtype_name<typename F::value_type>()) + " but the graph's is " +
+                         to_string(p.expected) + " " + std::string(p.dtype));
+      if (!fits<typename F::shape_type>(f.d))
+        throw feed_error("gradus: feed '" + std::string(p.name) + "': expected shape " + to_string(p.expected) +
+                         ", got " + to_string(f.d));
+      if (slots_[p.slot].data)
+        throw feed_error("gradus: placeholder '" + std::string(p.name) + "' is fed twice");
+      // A zero-size feed may have a null data(); any non-null address marks it bound.
+      slots_[p.slot].data = const_cast<typename F::value_type*>(f.data ? f.data : &zero_size_sentinel<typename F::value_type>);
+      slots_[p.slot].d = f.d;
+      return;
+    }
+    throw feed_error("gradus: feed '" + std::string(F::name.view()) + "' names no placeholder of this graph");
+  }
+  template <class T>
+  static inline T zero_size_sentinel{};
+
+  template <class T>
+  T* ensure(int s, const dims& d) {
+    slot& sl = slots_[static_cast<std::size_t>(s)];
+    sl.d = d;
+    const std::size_t bytes = static_cast<std::size_t>(d.numel()) * sizeof(T);
+    if (bytes > sl.capacity || !sl.data) {
+      if (sl.data) Backend::deallocate(sl.data);
+      sl.data = nullptr;
+      sl.data = Backend::allocate(std::max<std::size_t>(bytes, sizeof(T)));
+      sl.capacity = std::max<std::size_t>(bytes, sizeof(T));
+      sl.owned = true;
+    }
+    return static_cast<T*>(sl.data);
+  }
+  template <class T>
+  tensor_view<const T> view_of(int s) const {
+    const slot& sl = slots_[static_cast<std::size_t>(s)];
+    return {static_cast<const T*>(sl.data), sl.d};
+  }
+
+  template <class N>
+  static void run_kernel(compiled_graph& g, const step& st) {
+    const N& n = *static_cast<const N*>(st.node);
+    using T = value_t<N>;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      using ops = decltype(n.operands());
+      const dims d = n.infer(g.slots_[static_cast<std::size_t>(g.inputs_[st.first + I])].d...);
+      T* out = g.template ensure<T>(st.slot, d);
+      if (d.numel() == 0) return;
+      n.template compute<Backend>(
+          out, d, g.template view_of<value_t<std::tuple_element_t<I, ops>>>(g.inputs_[st.first + I])...);
+    }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
+  }
+
+  template <class N>
+  static void run_view(compiled_graph& g, const step& st) {
+    const N& n = *static_cast<const N*>(st.node);
+    const slot& in = g.slots_[static_cast<std::size_t>(g.inputs_[st.first])];
+    slot& out = g.slots_[static_cast<std::size_t>(st.slot)];
+    out.d = n.infer(in.d);
+    out.data = in.data;
+  }
+
+  template <class N>
+  dims fused_dims(const N& n, std::size_t& cursor) const {
+    if constexpr (N::kind == node_kind::scalar) {
+      return dims{};
+    } else if constexpr (N::kind == node_kind::elementwise) {
+      return std::apply(
+          [&](const auto&... c) {
+            dims r{};
+            bool first = true;
+            auto combine = [&](const dims& d) {
+              r = first ? d : broadcast_dims(N::op_name, r, d);
+              first = false;
+            };
+            (combine(fused_dims(c, cursor)), ...);
+            return r;
+          },
+          n.children());
+    } else {
+      return slots_[static_cast<std::size_t>(inputs_[cursor++])].d;
+    }
+  }
+
+  template <class N>
+  auto make_plan(const N& n, std::size_t& cursor, const dims& out) const {
+    using T = value_t<N>;
+    if constexpr (N::kind == node_kind::scalar) {
+      return scalar_plan<T>{n.value};
+    } else if constexpr (N::kind == node_kind::elementwise) {
+      return std::apply(
+          [&](const auto&... c) {
+            using F = std::remove_cvref_t<decltype(n.f)>;
+            // braced init: children are planned left to right, as they were walked
+            if constexpr (sizeof...(c) == 1) return unary_plan<F, decltype(make_plan(c, cursor, out))...>{n.f, make_plan(c, cursor, out)...};
+            else if constexpr (sizeof...(c) == 2) return binary_plan<F, decltype(make_plan(c, cursor, out))...>{n.f, make_plan(c, cursor, out)...};
+            else return ternary_plan<F, decltype(make_plan(c, cursor, out))...>{n.f, make_plan(c, cursor, out)...};
+          },
+          n.children());
+    } else {
+      const slot& sl = slots_[static_cast<std::size_t>(inputs_[cursor++])];
+      return leaf_plan<T>{static_cast<const T*>(sl.data), broadcast_strides(sl.d, out), nullptr, 0};
+    }
+  }
+
+  template <class N>
+  static void run_elementwise(compiled_graph& g, const step& st) {
+    const N& n = *static_cast<const N*>(st.node);
+    using T = value_t<N>;
+    std::size_t cursor = st.first;
+    const dims d = g.fused_dims(n, cursor);
+    T* out = g.template ensure<T>(st.slot, d);
+    if (d.numel() == 0) return;
+    cursor = st.first;
+    auto plan = g.make_plan(n, cursor, d);
+    const loop_shape ls = collapse_loop(plan, d);
+    Backend::assign(out, ls, plan);
+  }
+
+  template <std::size_t... I>
+  auto results(std::index_sequence<I...>) const {
+    if constexpr (sizeof...(I) == 1)
+      return view_of<value_t<std::tuple_element_t<0, std::tuple<Outs...>>>>(out_slots_[0]);
+    else
+      return std::tuple{view_of<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>>(out_slots_[I])...};
+  }
+};
+
+}  // namespace gradus

@@ -1,0 +1,165 @@
+#pragma once
+// Elementwise plans: what a fused elementwise subtree becomes at run time. A plan is a
+// plain struct of pointers, strides and scalars (no allocation, no virtuals), so a
+// backend can copy it into each thread, or by value into a GPU kernel. It is evaluated
+// row by row: set_row(idx) positions every leaf on a row of the loop shape, then
+// eval(j) gives element j of that row as a scalar and load<B>(j) as a SIMD batch B.
+#include <array>
+#include <cstddef>
+
+#include "gradus/core/shape.hpp"
+
+namespace gradus {
+
+// Iteration space of a fused pass after merging dims: rows of the last extent.
+struct loop_shape {
+  std::size_t rank = 1;  // >= 1
+  std::array<index_t, max_rank> d{};
+  index_t inner() const { return d[rank - 1]; }
+  index_t rows() const {
+    index_t r = 1;
+    for (std::size_t i = 0; i + 1 < rank; ++i) r *= d[i];
+    return r;
+  }
+  // Unravel a row number into the leading indices.
+  void row_index(index_t row, index_t* idx) const {
+    for (std::size_t k = rank - 1; k-- > 0;) {
+      idx[k] = row % d[k];
+      row /= d[k];
+    }
+  }
+};
+
+template <class T>
+struct leaf_plan {
+  const T* base;
+  std::array<index_t, max_rank> strides;  // in elements, 0 on broadcast axes
+  const T* cur;
+  index_t inner;  // stride of the last loop axis: 1, or 0 when broadcast
+  void set_row(const index_t* idx, std::size_t nlead) {
+    cur = base;
+    for (std::size_t k = 0; k < nlead; ++k) cur += idx[k] * strides[k];
+    inner = strides[nlead];
+  }
+  T eval(index_t j) const { return cur[j * inner]; }
+  template <class B>
+  B load(index_t j) const {
+    return inner ? B::load_unaligned(cur + j) : B(*cur);
+  }
+  template <class F>
+  void for_each_leaf(F&& f) {
+    f(strides);
+  }
+};
+
+template <class T>
+struct scalar_plan {
+  T v;
+  void set_row(const index_t*, std::size_t) {}
+  T eval(index_t) const { return v; }
+  template <class B>
+  B load(index_t) const {
+    return B(v);
+  }
+  template <class F>
+  void for_each_leaf(F&&) {}
+};
+
+template <class F, class P>
+struct unary_plan {
+  F f;
+  P p;
+  void set_row(const index_t* idx, std::size_t n) { p.set_row(idx, n); }
+  auto eval(index_t j) const { return f(p.eval(j)); }
+  template <class B>
+  B load(index_t j) const {
+    return f(p.template load<B>(j));
+  }
+  template <class G>
+  void for_each_leaf(G&& g) {
+    p.for_each_leaf(g);
+  }
+};
+
+template <class F, class PA, class PB>
+struct binary_plan {
+  F f;
+  PA a;
+  PB b;
+  void set_row(const index_t* idx, std::size_t n) {
+    a.set_row(idx, n);
+    b.set_row(idx, n);
+  }
+  auto eval(index_t j) const { return f(a.eval(j), b.eval(j)); }
+  template <class B>
+  B load(index_t j) const {
+    return f(a.template load<B>(j), b.template load<B>(j));
+  }
+  template <class G>
+  void for_each_leaf(G&& g) {
+    a.for_each_leaf(g);
+    b.for_each_leaf(g);
+  }
+};
+
+template <class F, class PA, class PB, class PC>
+struct ternary_plan {
+  F f;
+  PA a;
+  PB b;
+  PC c;
+  void set_row(const index_t* idx, std::size_t n) {
+    a.set_row(idx, n);
+    b.set_row(idx, n);
+    c.set_row(idx, n);
+  }
+  auto eval(index_t j) const { return f(a.eval(j), b.eval(j), c.eval(j)); }
+  template <class B>
+  B load(index_t j) const {
+    return f(a.template load<B>(j), b.template load<B>(j), c.template load<B>(j));
+  }
+  template <class G>
+  void for_each_leaf(G&& g) {
+    a.for_each_leaf(g);
+    b.for_each_leaf(g);
+    c.for_each_leaf(g);
+  }
+};
+
+// Merge adjacent loop axes wherever every leaf walks them as one (stride[k-1] ==
+// stride[k] * d[k]); a pass over same-shaped operands becomes one flat loop, a bias add
+// becomes rows of the last axis.
+template <class Plan>
+loop_shape collapse_loop(Plan& plan, const dims& out) {
+  loop_shape ls;
+  ls.rank = out.rank;
+  for (std::size_t i = 0; i < out.rank; ++i) ls.d[i] = out.d[i];
+  auto remove_axis = [&](std::size_t k) {
+    plan.for_each_leaf([&](std::array<index_t, max_rank>& s) {
+      for (std::size_t i = k; i + 1 < ls.rank; ++i) s[i] = s[i + 1];
+    });
+    for (std::size_t i = k; i + 1 < ls.rank; ++i) ls.d[i] = ls.d[i + 1];
+    --ls.rank;
+  };
+  // Axes of extent 1 carry no iteration.
+  for (std::size_t k = ls.rank; k-- > 0;)
+    if (ls.d[k] == 1) remove_axis(k);
+  if (ls.rank == 0) {
+    ls.rank = 1;
+    ls.d[0] = 1;
+    plan.for_each_leaf([](std::array<index_t, max_rank>& s) { s[0] = 0; });
+    return ls;
+  }
+  for (std::size_t k = ls.rank - 1; k >= 1; --k) {
+    bool ok = true;
+    plan.for_each_leaf([&](const std::array<index_t, max_rank>& s) {
+      if (s[k - 1] != s[k] * ls.d[k]) ok = false;
+    });
+    if (!ok) continue;
+    ls.d[k] *= ls.d[k - 1];
+    remove_axis(k - 1);
+  }
+  return ls;
+}
+
+}  // namespace gradus

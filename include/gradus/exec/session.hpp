@@ -1,0 +1,133 @@
+#pragma once
+// session<Backend>: owns variable storage (keyed by name) and the compiled graphs of the
+// output sets it has run. run(outputs..., feeds...) plans an output set on its first run
+// and reuses the plan (and every buffer) afterwards.
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <typeindex>
+#include <unordered_map>
+#include <vector>
+
+#include "gradus/exec/graph.hpp"
+
+namespace gradus {
+
+template <class X>
+inline constexpr bool is_feed_v = false;
+template <fixed_string N, class T, class S>
+inline constexpr bool is_feed_v<feed<N, T, S>> = true;
+
+template <class Backend>
+class session final : private variable_source {
+ public:
+  using backend_type = Backend;
+  session() = default;
+  session(const session&) = delete;
+  session& operator=(const session&) = delete;
+  ~session() {
+    graphs_.clear();
+    for (auto& [name, v] : variables_) Backend::deallocate(v.data);
+  }
+
+  // run(outputs..., feeds...): evaluates the outputs; returns a tensor_view of each
+  // (one view, or a tuple of views), valid until the next run of the same outputs.
+  template <class... Args>
+  auto run(const Args&... args) {
+    constexpr std::size_t n_out = count_outputs<Args...>();
+    static_assert(n_out > 0, "gradus: session::run needs at least one output expression");
+    static_assert(((is_feed_v<Args> || expression<Args>) && ...),
+                  "gradus: session::run takes expressions, then feeds (placeholder = tensor)");
+    auto all = std::forward_as_tuple(args...);
+    return [&]<std::size_t... O, std::size_t... F>(std::index_sequence<O...>, std::index_sequence<F...>) {
+      static_assert((is_feed_v<std::remove_cvref_t<std::tuple_element_t<n_out + F, decltype(all)>>> && ...),
+                    "gradus: session::run: every feed must come after the outputs");
+      using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
+      auto& g = graph_for<outs>(std::get<O>(all)...);
+      return g.run(static_cast<const variable_source&>(*this), std::get<n_out + F>(all)...);
+    }(std::make_index_sequence<n_out>{}, std::make_index_sequence<sizeof...(Args) - n_out>{});
+  }
+
+  // assign(v, tensor): set a variable's value (allocated on first assignment).
+  template <fixed_string Name, class T, index_t... E, tensor_like X>
+  void assign(const variable<Name, T, E...>&, const X& x) {
+    static_assert(std::is_same_v<tensor_elem_t<X>, T>, "gradus: assign: the tensor's dtype differs from the variable's");
+    const dims want = static_dims<shape<E...>>();
+    const dims got = dims_of(x, std::string("assign to variable '") + std::string(Name.view()) + "'");
+    if (!(want == got))
+      throw feed_error("gradus: assign to variable '" + std::string(Name.view()) + "': expected shape " +
+                       to_string(want) + ", got " + to_string(got));
+    auto& st = storage<T>(Name.view(), want);
+    Backend::copy_to_device(st.data, x.data(), static_cast<std::size_t>(want.numel()) * sizeof(T));
+  }
+
+  // value(v): a view of a variable's current value (host-visible on CPU backends).
+  template <fixed_string Name, class T, index_t... E>
+  tensor_view<const T> value(const variable<Name, T, E...>&) const {
+    auto it = variables_.find(Name.view());
+    if (it == variables_.end())
+      throw feed_error("gradus: variable '" + std::string(Name.view()) + "' has no value in this session");
+    return {static_cast<const T*>(it->second.data), it->second.d};
+  }
+
+  std::size_t graph_count() const {
+    std::size_t n = 0;
+    for (const auto& [t, v] : graphs_) n += v.size();
+    return n;
+  }
+
+ private:
+  template <class Outs>
+  struct graph_of;
+  template <class... O>
+  struct graph_of<std::tuple<O...>> {
+    using type = compiled_graph<Backend, O...>;
+  };
+
+  template <class... Args>
+  static constexpr std::size_t count_outputs() {
+    std::size_t n = 0;
+    bool done = false;
+    ((done = done || is_feed_v<Args>, n += done ? 0 : 1), ...);
+    return n;
+  }
+
+  template <class Outs, class... O>
+  auto& graph_for(const O&... outs) {
+    using graph_t = typename graph_of<Outs>::type;
+    auto& list = graphs_[typeid(Outs)];
+    const Outs key{outs...};
+    for (auto& g : list)
+      if (static_cast<graph_t*>(g.get())->same_outputs(key)) return *static_cast<graph_t*>(g.get());
+    list.push_back(std::make_unique<graph_t>(key));
+    return *static_cast<graph_t*>(list.back().get());
+  }
+
+  template <class T>
+  variable_storage& storage(std::string_view name, const dims& d) {
+    auto it = variables_.find(name);
+    if (it != variables_.end()) {
+      if (!(it->second.d == d) || it->second.dtype != dtype_name<T>())
+        throw feed_error("gradus: variable '" + std::string(name) + "' already holds " + to_string(it->second.d) +
+                         " " + std::string(it->second.dtype) + ", not " + to_string(d) + " " +
+                         std::string(dtype_name<T>()));
+      return it->second;
+    }
+    variable_storage st;
+    st.d = d;
+    st.dtype = dtype_name<T>();
+    st.data = Backend::allocate(std::max<std::size_t>(static_cast<std::size_t>(d.numel()) * sizeof(T), sizeof(T)));
+    return variables_.emplace(std::string(name), st).first->second;
+  }
+
+  const variable_storage* find_variable(std::string_view name) const override {
+    auto it = variables_.find(name);
+    return it == variables_.end() ? nullptr : &it->second;
+  }
+
+  std::map<std::string, variable_storage, std::less<>> variables_;
+  std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
+};
+
+}  // namespace gradus

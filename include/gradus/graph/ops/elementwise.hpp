@@ -1,0 +1,305 @@
+#pragma once
+// Elementwise ops: one node type per arity (unary/binary/ternary) over a functor, as in
+// xtensor's xfunction. A functor has one generic call operator that works on a scalar
+// and on a SIMD batch alike (math functions are called unqualified so a batch type's own
+// overloads are found by ADL), which keeps this header free of any SIMD library.
+#include <cmath>
+#include <type_traits>
+
+#include "gradus/graph/leaves.hpp"
+#include "gradus/graph/node.hpp"
+
+namespace gradus {
+
+namespace fn {
+
+// select for scalars; SIMD batches bring their own (found by ADL).
+template <class T>
+constexpr T select(bool c, T a, T b) {
+  return c ? a : b;
+}
+
+#define GRADUS_UNARY_FN(NAME, EXPR)                      \
+  struct NAME {                                          \
+    static constexpr const char* name = #NAME;           \
+    template <class X>                                   \
+    X operator()(const X& x) const {                     \
+      using std::exp, std::log, std::log1p, std::sqrt, std::abs, std::tanh, std::max, std::expm1; \
+      return EXPR;                                       \
+    }                                                    \
+    bool operator==(const NAME&) const = default;        \
+  };
+
+GRADUS_UNARY_FN(neg, -x)
+GRADUS_UNARY_FN(exp_fn, exp(x))
+GRADUS_UNARY_FN(log_fn, log(x))
+GRADUS_UNARY_FN(log1p_fn, log1p(x))
+GRADUS_UNARY_FN(sqrt_fn, sqrt(x))
+GRADUS_UNARY_FN(rsqrt_fn, X(1) / sqrt(x))
+GRADUS_UNARY_FN(abs_fn, abs(x))
+GRADUS_UNARY_FN(square_fn, x* x)
+GRADUS_UNARY_FN(tanh_fn, tanh(x))
+// 1/(1+e^-x): for x -> -inf e^-x -> inf and the result -> 0, never NaN.
+GRADUS_UNARY_FN(sigmoid_fn, X(1) / (X(1) + exp(-x)))
+GRADUS_UNARY_FN(relu_fn, max(x, X(0)))
+// softplus(x) = max(x,0) + log1p(e^-|x|): no overflow for large |x|.
+GRADUS_UNARY_FN(softplus_fn, max(x, X(0)) + log1p(exp(-abs(x))))
+#undef GRADUS_UNARY_FN
+
+template <class T>
+struct leaky_relu_fn {
+  static constexpr const char* name = "leaky_relu";
+  T alpha;
+  template <class X>
+  X operator()(const X& x) const {
+    return select(x > X(0), x, X(alpha) * x);
+  }
+  bool operator==(const leaky_relu_fn&) const = default;
+};
+
+template <class T>
+struct elu_fn {
+  static constexpr const char* name = "elu";
+  T alpha;
+  template <class X>
+  X operator()(const X& x) const {
+    using std::expm1, std::min;
+    // expm1 of min(x,0): the unused branch stays finite
+    return select(x > X(0), x, X(alpha) * expm1(min(x, X(0))));
+  }
+  bool operator==(const elu_fn&) const = default;
+};
+
+template <class T>
+struct clamp_fn {
+  static constexpr const char* name = "clamp";
+  T lo, hi;
+  template <class X>
+  X operator()(const X& x) const {
+    using std::max, std::min;
+    return min(max(x, X(lo)), X(hi));
+  }
+  bool operator==(const clamp_fn&) const = default;
+};
+
+#define GRADUS_BINARY_FN(NAME, EXPR)                     \
+  struct NAME {                                          \
+    static constexpr const char* name = #NAME;           \
+    template <class X>                                   \
+    X operator()(const X& a, const X& b) const {         \
+      using std::max, std::min, std::pow;                \
+      return EXPR;                                       \
+    }                                                    \
+    bool operator==(const NAME&) const = default;        \
+  };
+
+GRADUS_BINARY_FN(add, a + b)
+GRADUS_BINARY_FN(sub, a - b)
+GRADUS_BINARY_FN(mul, a* b)
+GRADUS_BINARY_FN(div, a / b)
+GRADUS_BINARY_FN(maximum, max(a, b))
+GRADUS_BINARY_FN(minimum, min(a, b))
+GRADUS_BINARY_FN(pow_fn, pow(a, b))
+// Comparisons give 1 or 0 in the operands' dtype, so a mask multiplies like any value.
+GRADUS_BINARY_FN(less, select(a < b, X(1), X(0)))
+GRADUS_BINARY_FN(less_equal, select(a <= b, X(1), X(0)))
+GRADUS_BINARY_FN(greater, select(a > b, X(1), X(0)))
+GRADUS_BINARY_FN(greater_equal, select(a >= b, X(1), X(0)))
+GRADUS_BINARY_FN(equal, select(a == b, X(1), X(0)))
+GRADUS_BINARY_FN(not_equal, select(a != b, X(1), X(0)))
+#undef GRADUS_BINARY_FN
+
+struct where_fn {
+  static constexpr const char* name = "where";
+  template <class X>
+  X operator()(const X& c, const X& a, const X& b) const {
+    return select(c != X(0), a, b);
+  }
+  bool operator==(const where_fn&) const = default;
+};
+
+}  // namespace fn
+
+// Shape rule of every elementwise op: NumPy broadcasting on trailing dimensions.
+template <class F>
+struct broadcast_op {
+  static constexpr const char* name = F::name;
+  template <class SA, class SB>
+  static constexpr bool fits = broadcast_result<SA, SB>::ok;
+};
+
+template <class F, class A>
+struct unary : expr_base {
+  using value_type = value_t<A>;
+  using shape_type = shape_t<A>;
+  static constexpr node_kind kind = node_kind::elementwise;
+  static constexpr const char* op_name = F::name;
+  F f;
+  A a;
+  auto children() const { return std::tie(a); }
+  bool operator==(const unary&) const = default;
+};
+
+template <class F, class A, class B>
+struct binary : expr_base {
+  static_assert(check_dtypes<broadcast_op<F>, value_t<A>, value_t<B>>::value);
+  static_assert(check_shapes<broadcast_op<F>, shape_t<A>, shape_t<B>>::value);
+  using value_type = value_t<A>;
+  using shape_type = broadcast_shape_t<shape_t<A>, shape_t<B>>;
+  static constexpr node_kind kind = node_kind::elementwise;
+  static constexpr const char* op_name = F::name;
+  F f;
+  A a;
+  B b;
+  auto children() const { return std::tie(a, b); }
+  bool operator==(const binary&) const = default;
+};
+
+template <class F, class A, class B, class C>
+struct ternary : expr_base {
+  static_assert(check_dtypes<broadcast_op<F>, value_t<A>, value_t<B>>::value);
+  static_assert(check_dtypes<broadcast_op<F>, value_t<B>, value_t<C>>::value);
+  static_assert(check_shapes<broadcast_op<F>, shape_t<A>, shape_t<B>>::value);
+  static_assert(check_shapes<broadcast_op<F>, broadcast_shape_t<shape_t<A>, shape_t<B>>, shape_t<C>>::value);
+  using value_type = value_t<B>;
+  using shape_type = broadcast_shape_t<broadcast_shape_t<shape_t<A>, shape_t<B>>, shape_t<C>>;
+  static constexpr node_kind kind = node_kind::elementwise;
+  static constexpr const char* op_name = F::name;
+  F f;
+  A a;
+  B b;
+  C c;
+  auto children() const { return std::tie(a, b, c); }
+  bool operator==(const ternary&) const = default;
+};
+
+// ---- builders --------------------------------------------------------------------------
+
+template <class X>
+concept scalar_like = std::is_arithmetic_v<std::remove_cvref_t<X>>;
+
+template <class X>
+concept operand = expression<X> || scalar_like<X>;
+
+namespace detail {
+// A plain number next to an expression becomes a scalar leaf of the expression's dtype.
+template <class T, class X>
+auto as_expr(const X& x) {
+  if constexpr (expression<X>) return x;
+  else return scalar<T>{{}, static_cast<T>(x)};
+}
+// The dtype of the first expression among the operands (plain numbers adopt it).
+template <class A, class... R>
+struct first_dtype {
+  using type = typename first_dtype<R...>::type;
+};
+template <class A, class... R>
+  requires expression<A>
+struct first_dtype<A, R...> {
+  using type = value_t<A>;
+};
+template <class A, class B>
+using common_dtype_t = typename first_dtype<A, B>::type;
+template <class F, class A, class B>
+auto make_binary(const A& a, const B& b, F f = {}) {
+  using T = common_dtype_t<A, B>;
+  auto ea = as_expr<T>(a);
+  auto eb = as_expr<T>(b);
+  return binary<F, decltype(ea), decltype(eb)>{{}, f, ea, eb};
+}
+}  // namespace detail
+
+template <class F, expression A>
+auto map(const A& a, F f = {}) {
+  return unary<F, A>{{}, f, a};
+}
+
+#define GRADUS_UNARY_BUILDER(NAME, FN) \
+  template <expression A>               \
+  auto NAME(const A& a) {               \
+    return map<fn::FN>(a);              \
+  }
+GRADUS_UNARY_BUILDER(neg, neg)
+GRADUS_UNARY_BUILDER(exp, exp_fn)
+GRADUS_UNARY_BUILDER(log, log_fn)
+GRADUS_UNARY_BUILDER(log1p, log1p_fn)
+GRADUS_UNARY_BUILDER(sqrt, sqrt_fn)
+GRADUS_UNARY_BUILDER(rsqrt, rsqrt_fn)
+GRADUS_UNARY_BUILDER(abs, abs_fn)
+GRADUS_UNARY_BUILDER(square, square_fn)
+GRADUS_UNARY_BUILDER(tanh, tanh_fn)
+GRADUS_UNARY_BUILDER(sigmoid, sigmoid_fn)
+GRADUS_UNARY_BUILDER(relu, relu_fn)
+GRADUS_UNARY_BUILDER(softplus, softplus_fn)
+#undef GRADUS_UNARY_BUILDER
+
+template <expression A>
+auto leaky_relu(const A& a, double alpha = 0.01) {
+  return map(a, fn::leaky_relu_fn<value_t<A>>{static_cast<value_t<A>>(alpha)});
+}
+template <expression A>
+auto elu(const A& a, double alpha = 1.0) {
+  return map(a, fn::elu_fn<value_t<A>>{static_cast<value_t<A>>(alpha)});
+}
+template <expression A>
+auto clamp(const A& a, double lo, double hi) {
+  return map(a, fn::clamp_fn<value_t<A>>{static_cast<value_t<A>>(lo), static_cast<value_t<A>>(hi)});
+}
+
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto operator+(const A& a, const B& b) { return detail::make_binary<fn::add>(a, b); }
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto operator-(const A& a, const B& b) { return detail::make_binary<fn::sub>(a, b); }
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto operator*(const A& a, const B& b) { return detail::make_binary<fn::mul>(a, b); }
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto operator/(const A& a, const B& b) { return detail::make_binary<fn::div>(a, b); }
+template <expression A>
+auto operator-(const A& a) { return neg(a); }
+
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto maximum(const A& a, const B& b) { return detail::make_binary<fn::maximum>(a, b); }
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto minimum(const A& a, const B& b) { return detail::make_binary<fn::minimum>(a, b); }
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto pow(const A& a, const B& b) { return detail::make_binary<fn::pow_fn>(a, b); }
+
+#define GRADUS_COMPARISON(NAME, FN, OP)                                              \
+  template <operand A, operand B>                                                     \
+    requires(expression<A> || expression<B>)                                          \
+  auto NAME(const A& a, const B& b) { return detail::make_binary<fn::FN>(a, b); }     \
+  template <operand A, operand B>                                                     \
+    requires(expression<A> || expression<B>)                                          \
+  auto operator OP(const A& a, const B& b) { return detail::make_binary<fn::FN>(a, b); }
+GRADUS_COMPARISON(less, less, <)
+GRADUS_COMPARISON(less_equal, less_equal, <=)
+GRADUS_COMPARISON(greater, greater, >)
+GRADUS_COMPARISON(greater_equal, greater_equal, >=)
+#undef GRADUS_COMPARISON
+// == and != stay the structural equality of expressions; these are the elementwise ones.
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto equal(const A& a, const B& b) { return detail::make_binary<fn::equal>(a, b); }
+template <operand A, operand B>
+  requires(expression<A> || expression<B>)
+auto not_equal(const A& a, const B& b) { return detail::make_binary<fn::not_equal>(a, b); }
+
+// where(cond, a, b): a where cond != 0, else b (cond is a mask of 1/0, e.g. a comparison).
+template <operand C, operand A, operand B>
+  requires(expression<C> || expression<A> || expression<B>)
+auto where(const C& c, const A& a, const B& b) {
+  using T = typename detail::first_dtype<A, B, C>::type;
+  auto ec = detail::as_expr<T>(c);
+  auto ea = detail::as_expr<T>(a);
+  auto eb = detail::as_expr<T>(b);
+  return ternary<fn::where_fn, decltype(ec), decltype(ea), decltype(eb)>{{}, {}, ec, ea, eb};
+}
+
+}  // namespace gradus

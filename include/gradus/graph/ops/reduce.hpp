@@ -1,0 +1,112 @@
+#pragma once
+// Reductions: sum / mean / max / min / argmax over one axis (keepdims optional) or over
+// all axes. Materialised; the backend sees them as [outer, n, inner] with n reduced.
+#include <cstdint>
+#include <string>
+
+#include "gradus/graph/node.hpp"
+
+namespace gradus {
+
+enum class reduce_kind { sum, mean, max, min };
+
+inline constexpr int all_axes = 1000;  // the Axis of a reduction over every axis
+
+namespace detail {
+template <class S, int Axis, bool Keep>
+struct reduced_extents {
+  static constexpr std::size_t ax = [] {
+    if constexpr (Axis == all_axes) return std::size_t(0);
+    else return normalize_axis<Axis, S::rank>();
+  }();
+  static constexpr std::size_t out_rank = Axis == all_axes ? (Keep ? S::rank : 0) : (Keep ? S::rank : S::rank - 1);
+  static constexpr std::array<index_t, out_rank> value = [] {
+    std::array<index_t, out_rank> r{};
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < S::rank; ++i) {
+      const bool reduced = Axis == all_axes || i == ax;
+      if (!reduced) r[j++] = S::extents[i];
+      else if (Keep) r[j++] = 1;
+    }
+    return r;
+  }();
+};
+
+// [outer, n, inner] view of a reduction over `axis` (or everything).
+struct reduce_geometry {
+  index_t outer = 1, n = 1, inner = 1;
+};
+inline reduce_geometry reduce_split(const dims& d, int axis) {
+  reduce_geometry g;
+  if (axis == all_axes) {
+    g.n = d.numel();
+    return g;
+  }
+  const auto a = static_cast<std::size_t>(axis);
+  for (std::size_t i = 0; i < a; ++i) g.outer *= d.d[i];
+  g.n = d.d[a];
+  for (std::size_t i = a + 1; i < d.rank; ++i) g.inner *= d.d[i];
+  return g;
+}
+}  // namespace detail
+
+template <reduce_kind K, bool Arg, int Axis, bool Keep, class A>
+struct reduce_node : expr_base {
+  static_assert(Arg || real_dtype<value_t<A>>, "gradus: reductions need a float or double operand");
+  static_assert(Axis == all_axes || rank_v<A> > 0, "gradus: an axis reduction needs rank >= 1");
+  using geometry = detail::reduced_extents<shape_t<A>, Axis, Keep>;
+  using value_type = std::conditional_t<Arg, std::int32_t, value_t<A>>;
+  using shape_type = shape_of_array<geometry>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = Arg ? "argmax"
+                                         : K == reduce_kind::sum  ? "sum"
+                                         : K == reduce_kind::mean ? "mean"
+                                         : K == reduce_kind::max  ? "max"
+                                                                  : "min";
+  static constexpr int axis = Axis == all_axes ? all_axes : int(geometry::ax);
+  static constexpr bool keepdims = Keep;
+  A a;
+  auto operands() const { return std::tie(a); }
+  auto children() const { return std::tie(a); }
+  dims infer(const dims& in) const {
+    dims r;
+    r.rank = geometry::out_rank;
+    std::size_t j = 0;
+    for (std::size_t i = 0; i < in.rank; ++i) {
+      const bool reduced = axis == all_axes || int(i) == axis;
+      if (!reduced) r.d[j++] = in.d[i];
+      else if (Keep) r.d[j++] = 1;
+    }
+    if ((Arg || K == reduce_kind::max || K == reduce_kind::min) && detail::reduce_split(in, axis).n == 0 &&
+        r.numel() != 0)
+      throw shape_error(std::string("gradus: ") + op_name + ": reduction of zero elements (operand " +
+                        to_string(in) + ") has no identity");
+    return r;
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims&, tensor_view<const value_t<A>> in) const {
+    const auto g = detail::reduce_split(in.shape, axis);
+    if constexpr (Arg) Backend::argmax(in.data(), g.outer, g.n, g.inner, out);
+    else Backend::reduce(K, in.data(), g.outer, g.n, g.inner, out);
+  }
+  bool operator==(const reduce_node&) const = default;
+};
+
+#define GRADUS_REDUCTION(NAME, KIND, ARG)                               \
+  template <int Axis, bool Keep = false, expression A>                  \
+  auto NAME(const A& a) {                                               \
+    return reduce_node<reduce_kind::KIND, ARG, Axis, Keep, A>{{}, a};   \
+  }                                                                     \
+  template <expression A>                                               \
+  auto NAME(const A& a) {                                               \
+    return reduce_node<reduce_kind::KIND, ARG, all_axes, false, A>{{}, a}; \
+  }
+// sum<axis, keepdims>(a) or sum(a) for all axes; likewise mean, max, min, argmax.
+GRADUS_REDUCTION(sum, sum, false)
+GRADUS_REDUCTION(mean, mean, false)
+GRADUS_REDUCTION(max, max, false)
+GRADUS_REDUCTION(min, min, false)
+GRADUS_REDUCTION(argmax, max, true)
+#undef GRADUS_REDUCTION
+
+}  // namespace gradus
