@@ -172,7 +172,7 @@ class compiled_graph final : public graph_base {
         slots_[s].data = const_cast<typename N::value_type*>(n.values->data());
         slots_[s].d = n.d;
         return s;
-      } else if constexpr (k == node_kind::scalar || k == node_kind::elementwise) {
+      } else if constexpr (k == node_kind::scalar || k == node_kind::elementwise || k == node_kind::shape_scalar) {
         plan_fused(n, reads);
         return add_step(n, reads, &run_elementwise<N>);
       } else {
@@ -193,6 +193,8 @@ class compiled_graph final : public graph_base {
   template <class N>
   void plan_fused(const N& n, std::vector<int>& reads) {
     if constexpr (N::kind == node_kind::scalar) {
+    } else if constexpr (N::kind == node_kind::shape_scalar) {
+      reads.push_back(plan_root(std::get<0>(n.operands())));
     } else if constexpr (N::kind == node_kind::elementwise) {
       std::apply([&](const auto&... c) { (plan_fused(c, reads), ...); }, n.children());
     } else {
@@ -260,18 +262,23 @@ class compiled_graph final : public graph_base {
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }
 
+  // A view's data is its first operand's; the dims come from infer (over every operand).
   template <class N>
   static void run_view(compiled_graph& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);
-    const slot& in = g.slots_[static_cast<std::size_t>(g.inputs_[st.first])];
-    slot& out = g.slots_[static_cast<std::size_t>(st.slot)];
-    out.d = n.infer(in.d);
-    out.data = in.data;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      slot& out = g.slots_[static_cast<std::size_t>(st.slot)];
+      out.d = n.infer(g.slots_[static_cast<std::size_t>(g.inputs_[st.first + I])].d...);
+      out.data = g.slots_[static_cast<std::size_t>(g.inputs_[st.first])].data;
+    }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }
 
   template <class N>
   dims fused_dims(const N& n, std::size_t& cursor) const {
     if constexpr (N::kind == node_kind::scalar) {
+      return dims{};
+    } else if constexpr (N::kind == node_kind::shape_scalar) {
+      ++cursor;
       return dims{};
     } else if constexpr (N::kind == node_kind::elementwise) {
       return std::apply(
@@ -296,6 +303,8 @@ class compiled_graph final : public graph_base {
     using T = value_t<N>;
     if constexpr (N::kind == node_kind::scalar) {
       return scalar_plan<T>{n.value};
+    } else if constexpr (N::kind == node_kind::shape_scalar) {
+      return scalar_plan<T>{n.value(slots_[static_cast<std::size_t>(inputs_[cursor++])].d)};
     } else if constexpr (N::kind == node_kind::elementwise) {
       return std::apply(
           [&](const auto&... c) {

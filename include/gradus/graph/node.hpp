@@ -7,6 +7,7 @@
 //   elementwise                        fused into its consumer's single pass
 //   kernel                             materialised into a buffer (matmul, reductions, ...)
 //   view                               a buffer seen with other dims (reshape), no copy
+//   shape_scalar                       a number derived from a buffer's dims (e.g. 1/n)
 #include <concepts>
 #include <cstdint>
 #include <type_traits>
@@ -16,7 +17,7 @@
 
 namespace gradus {
 
-enum class node_kind { placeholder, variable, constant, scalar, elementwise, kernel, view };
+enum class node_kind { placeholder, variable, constant, scalar, elementwise, kernel, view, shape_scalar };
 
 // Tag: every node derives from it, so operators find expressions only.
 struct expr_base {
@@ -40,7 +41,8 @@ inline constexpr node_kind kind_v = std::remove_cvref_t<E>::kind;
 
 // Nodes whose value lives in a buffer the planner gives them (or that they bring).
 template <class E>
-inline constexpr bool has_storage_v = kind_v<E> != node_kind::scalar && kind_v<E> != node_kind::elementwise;
+inline constexpr bool has_storage_v =
+    kind_v<E> != node_kind::scalar && kind_v<E> != node_kind::elementwise && kind_v<E> != node_kind::shape_scalar;
 
 // Static shape checks. `check_shapes<Op, SA, SB>` fails with Op and both shapes in the
 // first line of the compiler's diagnostic (g++: "In instantiation of ..."; clang++:

@@ -1,0 +1,5 @@
+#pragma once
+// grad() and every derivative rule.
+#include "gradus/autodiff/grad.hpp"
+#include "gradus/autodiff/rules/elementwise.hpp"
+#include "gradus/autodiff/rules/kernels.hpp"

@@ -1,0 +1,109 @@
+#pragma once
+// Derivative rules of the materialised ops: reductions, matmul, softmax family, layout.
+#include "gradus/autodiff/grad.hpp"
+#include "gradus/graph/ops/index.hpp"
+#include "gradus/graph/ops/matmul.hpp"
+#include "gradus/graph/ops/softmax.hpp"
+
+namespace gradus {
+
+// ---- reductions ----------------------------------------------------------------------------
+namespace ad {
+// g (the reduction's adjoint) spread back over the operand's shape.
+template <int Axis, bool Keep, class G, class A>
+auto spread(const G& g, const A& a) {
+  if constexpr (Axis == all_axes || Keep) return broadcast_like(g, a);
+  else return broadcast_like(expand_dims<static_cast<std::size_t>(Axis)>(g), a);
+}
+}  // namespace ad
+
+template <std::size_t I, int Axis, bool Keep, class A, class G>
+auto vjp(const reduce_node<reduce_kind::sum, false, Axis, Keep, A>& n, const G& g) {
+  constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
+  return ad::spread<ax, Keep>(g, n.a);
+}
+template <std::size_t I, int Axis, bool Keep, class A, class G>
+auto vjp(const reduce_node<reduce_kind::mean, false, Axis, Keep, A>& n, const G& g) {
+  constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
+  return ad::spread<ax, Keep>(g, n.a) * inv_count<value_t<A>, ax>(n.a);
+}
+// max/min: the adjoint goes to every element equal to the extreme (ties share it whole).
+template <std::size_t I, reduce_kind K, int Axis, bool Keep, class A, class G>
+  requires(K == reduce_kind::max || K == reduce_kind::min)
+auto vjp(const reduce_node<K, false, Axis, Keep, A>& n, const G& g) {
+  constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
+  return ad::spread<ax, Keep>(g, n.a) * equal(n.a, ad::spread<ax, Keep>(n, n.a));
+}
+template <std::size_t I, reduce_kind K, int Axis, bool Keep, class A, class G>
+no_grad vjp(const reduce_node<K, true, Axis, Keep, A>&, const G&) {
+  return {};
+}
+
+// ---- matmul ---------------------------------------------------------------------------------
+// C = A B: dA = G B^T, dB = A^T G. A 2-D operand broadcast over the other's batch gets
+// its adjoint summed over the batch. Transposes fold into GEMM flags (ad::mt).
+template <std::size_t I, class A, class B, class G>
+auto vjp(const matmul_node<A, B>& n, const G& g) {
+  if constexpr (I == 0) {
+    auto d = matmul(g, ad::mt(n.b));
+    if constexpr (rank_v<A> == 2 && rank_v<decltype(d)> == 3) return sum<0>(d);
+    else return d;
+  } else {
+    auto d = matmul(ad::mt(n.a), g);
+    if constexpr (rank_v<B> == 2 && rank_v<decltype(d)> == 3) return sum<0>(d);
+    else return d;
+  }
+}
+
+// ---- softmax family ---------------------------------------------------------------------------
+// y = softmax(a): da = y * (g - sum(g * y, last axis))
+template <std::size_t I, class A, class G>
+auto vjp(const softmax_node<false, A>& n, const G& g) {
+  return n * (g - sum<-1, true>(g * n));
+}
+// y = log_softmax(a): da = g - softmax(a) * sum(g, last axis)
+template <std::size_t I, class A, class G>
+auto vjp(const softmax_node<true, A>& n, const G& g) {
+  return g - exp(n) * sum<-1, true>(g);
+}
+// loss_i = -log softmax(l_i)[y_i]: dl = (softmax(l) - one_hot(y)) * g_i, one fused pass.
+template <std::size_t I, class L, class Y, class G>
+auto vjp(const softmax_xent_node<L, Y>& n, const G& g) {
+  if constexpr (I == 0) {
+    constexpr index_t classes = shape_t<L>::extents[1];
+    static_assert(classes != dyn, "gradus: grad of softmax_cross_entropy needs a static class count");
+    return (softmax(n.logits) - one_hot<classes, value_t<L>>(n.labels)) * expand_dims<1>(g);
+  } else {
+    return no_grad{};
+  }
+}
+
+// ---- layout and index ops ------------------------------------------------------------------
+template <std::size_t... P, std::size_t... I>
+constexpr auto inverse_permutation(std::index_sequence<I...>) {
+  constexpr std::array<std::size_t, sizeof...(P)> p{P...};
+  std::array<std::size_t, sizeof...(P)> inv{};
+  for (std::size_t i = 0; i < p.size(); ++i) inv[p[i]] = i;
+  return inv;
+}
+template <std::size_t I, class A, std::size_t... P, class G>
+auto vjp(const permute_node<A, P...>&, const G& g) {
+  constexpr auto inv = inverse_permutation<P...>(std::make_index_sequence<sizeof...(P)>{});
+  return [&]<std::size_t... K>(std::index_sequence<K...>) {
+    return ad::permute_folded<inv[K]...>(g);
+  }(std::make_index_sequence<sizeof...(P)>{});
+}
+template <std::size_t I, class A, index_t... E, class G>
+auto vjp(const reshape_node<A, E...>& n, const G& g) {
+  return reshape_like(g, n.a);
+}
+template <std::size_t I, std::size_t Axis, class A, class G>
+auto vjp(const expand_dims_node<Axis, A>& n, const G& g) {
+  return reshape_like(g, n.a);
+}
+template <std::size_t I, class T, index_t D, class Y, class G>
+no_grad vjp(const one_hot_node<T, D, Y>&, const G&) {
+  return {};
+}
+
+}  // namespace gradus
