@@ -1,17 +1,32 @@
-# Finds what gradus::cpu_simd needs. Used by the build tree and by the installed package
-# config (gradusConfig.cmake), so a consumer resolves the same dependencies.
+# Finds what gradus::cpu_simd needs. Used by the build tree (top level or add_subdirectory)
+# and by the installed package config (gradusConfig.cmake), so a consumer resolves the same
+# dependencies.
+#
+# find_dependency() is meant for package configs only: elsewhere a missing dependency would
+# return() silently from this file and surface later as a confusing "target not found".
+# In the build tree every dependency is therefore REQUIRED, with CMake's own message.
 include(CMakeFindDependencyMacro)
-find_dependency(xtl CONFIG)
-find_dependency(xsimd CONFIG)
-find_dependency(xtensor CONFIG)
-find_dependency(xtensor-blas CONFIG)
-find_dependency(OpenMP)
+macro(gradus_find_dependency)
+  if(CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+    find_dependency(${ARGV})
+  else()
+    find_package(${ARGV} REQUIRED)
+  endif()
+endmacro()
+
+gradus_find_dependency(xtl CONFIG)
+gradus_find_dependency(xsimd CONFIG)
+gradus_find_dependency(xtensor CONFIG)
+gradus_find_dependency(xtensor-blas CONFIG)
+gradus_find_dependency(OpenMP COMPONENTS CXX)
 # OpenBLAS ships a config that sets variables only; wrap them in a target. The OpenMP
 # build of OpenBLAS is preferred: it shares gradus' OpenMP thread pool, where the pthread
 # build's own spinning pool fights it for the cores (measured: a 50k-element fused pass
-# right after a GEMM took 8 ms instead of 25 us on 2 cores).
-find_dependency(OpenBLAS CONFIG
-  HINTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas)
+# right after a GEMM took 8 ms instead of 25 us on 2 cores). Debian installs each build's
+# config under its own directory; the HINTS win over the system-wide alternative.
+gradus_find_dependency(OpenBLAS CONFIG
+  HINTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas
+        /usr/lib64/openblas-openmp/cmake/openblas)
 if(NOT TARGET gradus_openblas)
   add_library(gradus_openblas INTERFACE IMPORTED)
   set_target_properties(gradus_openblas PROPERTIES
