@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages gradus builds and tests with. Idempotent: when every
+# package is already installed it does nothing (no apt-get update, no network).
+#   tools/install-deps.sh           install what is missing (as root, or through sudo)
+#   tools/install-deps.sh --list    print the package names, one a line
+set -euo pipefail
+
+packages=(
+  cmake make g++           # build; g++ 12 is the default compiler
+  clang-14 libomp-14-dev   # the second compiler CI builds with, and its OpenMP runtime
+  libxtensor-dev libxsimd-dev libxtensor-blas-dev   # CPU storage, SIMD, LAPACK interop
+  libopenblas-openmp-dev libopenblas-dev            # BLAS; gradus prefers the OpenMP build
+  libboost-test-dev        # unit tests
+  nlohmann-json3-dev       # cluster specs
+  libeigen3-dev
+)
+
+if [[ "${1:-}" == "--list" ]]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$'; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all ${#packages[@]} packages are installed"
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "install-deps: run as root (or install sudo)" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update
+"${sudo[@]}" apt-get install -y "${missing[@]}"
