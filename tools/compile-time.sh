@@ -35,7 +35,7 @@ for cxx in g++ clang++-14; do
   dir=build/compile-time-$cxx
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
         -DGRADUS_BUILD_TESTS=OFF -DGRADUS_BUILD_EXAMPLES=ON >/dev/null 2>&1
-  version=$("$cxx" --version | head -1)
+  version="$cxx $("$cxx" -dumpfullversion 2>/dev/null || "$cxx" -dumpversion)"
   for src in examples/*.cpp; do
     cmd=$(command_for "$dir" "$PWD/$src")
     [[ -n "$cmd" ]] || { echo "compile-time: no compile command for $src" >&2; exit 1; }
