@@ -25,8 +25,7 @@ gradus_find_dependency(OpenMP COMPONENTS CXX)
 # right after a GEMM took 8 ms instead of 25 us on 2 cores). Debian installs each build's
 # config under its own directory; the HINTS win over the system-wide alternative.
 gradus_find_dependency(OpenBLAS CONFIG
-  HINTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas
-        /usr/lib64/openblas-openmp/cmake/openblas)
+  HINTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas)
 if(NOT TARGET gradus_openblas)
   add_library(gradus_openblas INTERFACE IMPORTED)
   set_target_properties(gradus_openblas PROPERTIES
