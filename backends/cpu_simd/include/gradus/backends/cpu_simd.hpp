@@ -16,11 +16,13 @@
 #include <omp.h>
 
 // g++ 12 reports its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized
-// once inlined; the warning's location is the compiler's header, so silencing it before
-// that header is first included keeps user code under -Werror clean.
+// or uninitialized once inlined (e.g. in xsimd's exp/pow of doubles); the warning's
+// location is the compiler's header, so silencing it before that header is first
+// included keeps user code under -Werror clean.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #endif
@@ -167,8 +169,10 @@ struct cpu_simd {
       T* y = out + r * cols;
       const T mx = row_max(x, cols);
       if (log) {
-        const T lse = mx + std::log(row_sum_exp(x, cols, mx));
-        map_row(x, y, cols, [lse](auto v) { return v - decltype(v)(lse); });
+        // (v - mx) is exact near the max; adding mx to log(sum) first would round the
+        // result to mx's precision (log_softmax([1e30, 1e30]) would be 0, not -log 2).
+        const T ls = std::log(row_sum_exp(x, cols, mx));
+        map_row(x, y, cols, [mx, ls](auto v) { return (v - decltype(v)(mx)) - decltype(v)(ls); });
       } else {
         map_row(x, y, cols, [mx](auto v) {
           using std::exp;

@@ -1,0 +1,225 @@
+// matmul: 2-D, batched 3-D x 3-D, 3-D x 2-D and 2-D x 3-D, with transposed operands in
+// every combination (folded into GEMM flags: the results prove the flags right), against
+// a triple loop with wide accumulation.
+#define BOOST_TEST_MODULE graph_matmul
+#include "../support/check.hpp"
+
+namespace g = gradus;
+using namespace gradus_test;
+
+namespace {
+
+// C[b] = A[b] (m x k) * B[b] (k x n); a batch stride of 0 repeats a 2-D operand.
+struct product {
+  std::vector<double> value, scale;  // scale: sum_k |a||b|, the product's condition
+};
+template <class T>
+product matmul_ref(const std::vector<T>& a, const std::vector<T>& b, std::size_t batch, std::size_t m,
+                   std::size_t k, std::size_t n, std::size_t stride_a, std::size_t stride_b) {
+  product p;
+  p.value.assign(batch * m * n, 0.0);
+  p.scale.assign(batch * m * n, 0.0);
+  for (std::size_t q = 0; q < batch; ++q)
+    for (std::size_t i = 0; i < m; ++i)
+      for (std::size_t j = 0; j < n; ++j) {
+        long double acc = 0, abs_acc = 0;
+        for (std::size_t l = 0; l < k; ++l) {
+          const long double t = static_cast<long double>(a[q * stride_a + i * k + l]) *
+                                static_cast<long double>(b[q * stride_b + l * n + j]);
+          acc += t;
+          abs_acc += std::abs(t);
+        }
+        p.value[(q * m + i) * n + j] = static_cast<double>(acc);
+        p.scale[(q * m + i) * n + j] = static_cast<double>(abs_acc);
+      }
+  return p;
+}
+
+// The (batched) transpose of a row-major [batch, r, c] array: [batch, c, r].
+template <class T>
+std::vector<T> transposed(const std::vector<T>& x, std::size_t batch, std::size_t r, std::size_t c) {
+  std::vector<T> t(x.size());
+  for (std::size_t q = 0; q < batch; ++q)
+    for (std::size_t i = 0; i < r; ++i)
+      for (std::size_t j = 0; j < c; ++j) t[q * r * c + j * r + i] = x[q * r * c + i * c + j];
+  return t;
+}
+
+struct mkn {
+  std::size_t m, k, n;
+};
+constexpr mkn sizes2[] = {{1, 1, 1}, {7, 7, 7}, {3, 1023, 5}, {17, 33, 19}, {16, 16, 16}, {1, 7, 1}, {64, 5, 1}, {5, 1, 9}};
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(matmul_2d_with_every_transpose_combination, T, real_types) {
+  // a [M, K] and at = a^T [K, M]; b [K, N] and bt = b^T [N, K]: all four products are a*b.
+  g::placeholder<"a", T, g::dyn, g::dyn> a;
+  g::placeholder<"at", T, g::dyn, g::dyn> at;
+  g::placeholder<"b", T, g::dyn, g::dyn> b;
+  g::placeholder<"bt", T, g::dyn, g::dyn> bt;
+  g::session<g::cpu_simd> s;
+  for (const auto [m, k, n] : sizes2) {
+    const auto av = uniform<T>(m * k, -1, 1), bv = uniform<T>(k * n, -1, 1);
+    const auto atv = transposed(av, 1, m, k), btv = transposed(bv, 1, k, n);
+    const auto rs = s.run(g::matmul(a, b), g::matmul(g::transpose(at), b), g::matmul(a, g::transpose(bt)),
+                          g::matmul(g::transpose(at), g::transpose(bt)), g::matmul(g::matrix_transpose(at), b),
+                          a = tensor<T, 2>({m, k}, av), at = tensor<T, 2>({k, m}, atv), b = tensor<T, 2>({k, n}, bv),
+                          bt = tensor<T, 2>({n, k}, btv));
+    const auto want = matmul_ref(av, bv, 1, m, k, n, 0, 0);
+    const std::string label = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+    BOOST_TEST(same_shape(std::get<0>(rs), {long(m), long(n)}), label);
+    BOOST_TEST(same_shape(std::get<3>(rs), {long(m), long(n)}), label);
+    BOOST_TEST(close(std::get<0>(rs), want.value, rtol<T>(), want.scale), "a*b " << label);
+    BOOST_TEST(close(std::get<1>(rs), want.value, rtol<T>(), want.scale), "at^T*b " << label);
+    BOOST_TEST(close(std::get<2>(rs), want.value, rtol<T>(), want.scale), "a*bt^T " << label);
+    BOOST_TEST(close(std::get<3>(rs), want.value, rtol<T>(), want.scale), "at^T*bt^T " << label);
+    BOOST_TEST(close(std::get<4>(rs), want.value, rtol<T>(), want.scale), "matrix_transpose(at)*b " << label);
+  }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(transposed_computed_operands, T, real_types) {
+  // A transpose of a fused pass or of a kernel's result is folded too: its operand is
+  // materialised, then read with the transpose flag.
+  g::placeholder<"x", T, g::dyn, g::dyn> x;  // [K, M]
+  g::variable<"w", T, 6, 4> w;               // [N, K] read transposed
+  g::session<g::cpu_simd> s;
+  const std::size_t k = 4, m = 9, n = 6;
+  const auto xv = uniform<T>(k * m, -1, 1), wv = uniform<T>(n * k, -1, 1);
+  s.assign(w, tensor<T, 2>({n, k}, wv));
+  const auto [r1, r2] = s.run(g::matmul(g::transpose(x * 2), g::transpose(g::exp(w))),
+                              g::matmul(g::transpose(g::matmul(w, x)), w), x = tensor<T, 2>({k, m}, xv));
+  // r1 = (2x)^T exp(w)^T: [M, K] x [K, N]
+  std::vector<T> a(m * k), b(k * n);
+  for (std::size_t i = 0; i < m; ++i)
+    for (std::size_t l = 0; l < k; ++l) a[i * k + l] = T(2) * xv[l * m + i];
+  for (std::size_t l = 0; l < k; ++l)
+    for (std::size_t j = 0; j < n; ++j) b[l * n + j] = static_cast<T>(std::exp(double(wv[j * k + l])));
+  const auto want1 = matmul_ref(a, b, 1, m, k, n, 0, 0);
+  BOOST_TEST(same_shape(r1, {long(m), long(n)}));
+  BOOST_TEST(close(r1, want1.value, 2 * rtol<T>(), want1.scale));
+  // r2 = (w x)^T w: [M, N] x [N, K], the transposed operand being a matmul's result
+  const auto p = matmul_ref(wv, xv, 1, n, k, m, 0, 0);  // [N, M]
+  std::vector<T> pv(p.value.size());
+  for (std::size_t i = 0; i < pv.size(); ++i) pv[i] = static_cast<T>(p.value[i]);
+  const auto want2 = matmul_ref(transposed(pv, 1, n, m), wv, 1, m, n, k, 0, 0);
+  BOOST_TEST(same_shape(r2, {long(m), long(k)}));
+  BOOST_TEST(close(r2, want2.value, 8 * rtol<T>(), want2.scale));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(batched_matmul_with_every_transpose_combination, T, real_types) {
+  g::placeholder<"a", T, g::dyn, g::dyn, g::dyn> a;    // [B, M, K]
+  g::placeholder<"at", T, g::dyn, g::dyn, g::dyn> at;  // [B, K, M]
+  g::placeholder<"b", T, g::dyn, g::dyn, g::dyn> b;    // [B, K, N]
+  g::placeholder<"bt", T, g::dyn, g::dyn, g::dyn> bt;  // [B, N, K]
+  g::session<g::cpu_simd> s;
+  const std::size_t batches[] = {1, 3, 7};
+  for (std::size_t nb : batches)
+    for (const auto [m, k, n] : sizes2) {
+      if (m * k * n > 20000) continue;
+      const auto av = uniform<T>(nb * m * k, -1, 1), bv = uniform<T>(nb * k * n, -1, 1);
+      const auto atv = transposed(av, nb, m, k), btv = transposed(bv, nb, k, n);
+      const auto rs = s.run(g::matmul(a, b), g::matmul(g::matrix_transpose(at), b),
+                            g::matmul(a, g::matrix_transpose(bt)),
+                            g::matmul(g::matrix_transpose(at), g::matrix_transpose(bt)),
+                            a = tensor<T, 3>({nb, m, k}, av), at = tensor<T, 3>({nb, k, m}, atv),
+                            b = tensor<T, 3>({nb, k, n}, bv), bt = tensor<T, 3>({nb, n, k}, btv));
+      const auto want = matmul_ref(av, bv, nb, m, k, n, m * k, k * n);
+      const std::string label =
+          std::to_string(nb) + "x" + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+      BOOST_TEST(same_shape(std::get<0>(rs), {long(nb), long(m), long(n)}), label);
+      BOOST_TEST(same_shape(std::get<3>(rs), {long(nb), long(m), long(n)}), label);
+      BOOST_TEST(close(std::get<0>(rs), want.value, rtol<T>(), want.scale), "a*b " << label);
+      BOOST_TEST(close(std::get<1>(rs), want.value, rtol<T>(), want.scale), "at^T*b " << label);
+      BOOST_TEST(close(std::get<2>(rs), want.value, rtol<T>(), want.scale), "a*bt^T " << label);
+      BOOST_TEST(close(std::get<3>(rs), want.value, rtol<T>(), want.scale), "at^T*bt^T " << label);
+    }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(batched_against_a_shared_matrix, T, real_types) {
+  // [B, M, K] x [K, N] (also with the matrix transposed), and [M, K] x [B, K, N].
+  g::placeholder<"a", T, g::dyn, g::dyn, g::dyn> a;
+  g::placeholder<"w", T, g::dyn, g::dyn> w;
+  g::placeholder<"wt", T, g::dyn, g::dyn> wt;
+  g::placeholder<"b", T, g::dyn, g::dyn, g::dyn> b;
+  g::session<g::cpu_simd> s;
+  const std::size_t nb = 5, m = 7, k = 17, n = 3;
+  const auto av = uniform<T>(nb * m * k, -1, 1), wv = uniform<T>(k * n, -1, 1), bv = uniform<T>(nb * k * n, -1, 1);
+  const auto mv = uniform<T>(m * k, -1, 1);
+  const auto [r1, r2, r3, r4] =
+      s.run(g::matmul(a, w), g::matmul(a, g::transpose(wt)), g::matmul(w * 0 + g::transpose(wt), g::transpose(w)),
+            g::matmul(g::transpose(g::transpose(a * 1)), w), a = tensor<T, 3>({nb, m, k}, av),
+            w = tensor<T, 2>({k, n}, wv), wt = tensor<T, 2>({n, k}, transposed(wv, 1, k, n)));
+  const auto want = matmul_ref(av, wv, nb, m, k, n, m * k, 0);
+  BOOST_TEST(same_shape(r1, {long(nb), long(m), long(n)}));
+  BOOST_TEST(close(r1, want.value, rtol<T>(), want.scale));
+  BOOST_TEST(close(r2, want.value, rtol<T>(), want.scale));
+  // w w^T : [K, N] x [N, K]
+  const auto wwt = matmul_ref(wv, transposed(wv, 1, k, n), 1, k, n, k, 0, 0);
+  BOOST_TEST(same_shape(r3, {long(k), long(k)}));
+  BOOST_TEST(close(r3, wwt.value, rtol<T>(), wwt.scale));
+  BOOST_TEST(close(r4, want.value, rtol<T>(), want.scale));
+
+  const auto r5 = s.run(g::matmul(w * 1, b), w = tensor<T, 2>({m, k}, mv), b = tensor<T, 3>({nb, k, n}, bv));
+  const auto want5 = matmul_ref(mv, bv, nb, m, k, n, 0, k * n);
+  BOOST_TEST(same_shape(r5, {long(nb), long(m), long(n)}));
+  BOOST_TEST(close(r5, want5.value, rtol<T>(), want5.scale));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(equal_subexpressions_are_computed_once_and_right, T, real_types) {
+  g::placeholder<"x", T, g::dyn, 5> x;
+  g::variable<"w", T, 5, 3> w;
+  g::variable<"b", T, 3> b;
+  g::session<g::cpu_simd> s;
+  const auto xv = uniform<T>(4 * 5, -1, 1), wv = uniform<T>(15, -1, 1), bv = uniform<T>(3, -1, 1);
+  s.assign(w, tensor<T, 2>({5, 3}, wv));
+  s.assign(b, tensor<T, 1>({3}, bv));
+  const auto xt = tensor<T, 2>({4, 5}, xv);
+  const auto xw = matmul_ref(xv, wv, 1, 4, 5, 3, 0, 0);
+  const auto r = s.run(g::matmul(x, w) + g::matmul(x, w), x = xt);
+  std::vector<double> twice(12), scale2(12);
+  for (std::size_t i = 0; i < 12; ++i) {
+    twice[i] = 2 * xw.value[i];
+    scale2[i] = 2 * xw.scale[i];
+  }
+  BOOST_TEST(same_shape(r, {4, 3}));
+  BOOST_TEST(close(r, twice, rtol<T>(), scale2));
+  // A layer written twice over, as several outputs of one run.
+  const auto h = g::relu(g::matmul(x, w) + b);
+  const auto [r1, r2, r3] = s.run(h, h * 2, g::sum<1>(h) + g::sum<1>(h), x = xt);
+  std::vector<double> wh(12), wh2(12), ws(4, 0.0), ss(4, 0.0), sh(12);
+  for (std::size_t i = 0; i < 4; ++i)
+    for (std::size_t j = 0; j < 3; ++j) {
+      const double v = std::max(0.0, xw.value[i * 3 + j] + bv[j]);
+      wh[i * 3 + j] = v;
+      wh2[i * 3 + j] = 2 * v;
+      sh[i * 3 + j] = xw.scale[i * 3 + j] + std::abs(double(bv[j]));
+      ws[i] += 2 * v;
+      ss[i] += 2 * sh[i * 3 + j];
+    }
+  BOOST_TEST(close(r1, wh, rtol<T>(), sh));
+  BOOST_TEST(close(r2, wh2, rtol<T>(), sh));
+  BOOST_TEST(close(r3, ws, rtol<T>(), ss));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(zero_size_and_empty_inner_dimension, T, real_types) {
+  g::placeholder<"x", T, g::dyn, g::dyn> x;
+  g::placeholder<"w", T, g::dyn, g::dyn> w;
+  g::session<g::cpu_simd> s;
+  // M = 0: an empty result of the right shape.
+  const xt::xtensor<T, 2> x0(std::array<std::size_t, 2>{0, 4});
+  const auto w43 = random_tensor<T, 2>({4, 3});
+  BOOST_TEST(same_shape(s.run(g::matmul(x, w), x = x0, w = w43), {0, 3}));
+  // K = 0: the empty sum, zeros.
+  const xt::xtensor<T, 2> x30(std::array<std::size_t, 2>{3, 0});
+  const xt::xtensor<T, 2> w02(std::array<std::size_t, 2>{0, 2});
+  const auto r = s.run(g::matmul(x, w), x = x30, w = w02);
+  BOOST_TEST(same_shape(r, {3, 2}));
+  BOOST_TEST(equal(r, std::vector<double>(6, 0.0)));
+  // And the same graph then multiplies real data.
+  const auto x34 = random_tensor<T, 2>({3, 4});
+  const auto r2 = s.run(g::matmul(x, w), x = x34, w = w43);
+  const std::vector<T> xv(x34.begin(), x34.end()), wv(w43.begin(), w43.end());
+  const auto want = matmul_ref(xv, wv, 1, 3, 4, 3, 0, 0);
+  BOOST_TEST(close(r2, want.value, rtol<T>(), want.scale));
+}
