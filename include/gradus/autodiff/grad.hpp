@@ -15,6 +15,7 @@
 
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/expand.hpp"
+#include "gradus/graph/ops/matmul.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 

@@ -30,7 +30,12 @@ struct tensor_view {
 // Anything with contiguous data() and shape(): xt::xtensor, xt::xarray, xt::adapt(...),
 // std::mdspan-like wrappers. Non-contiguous strides are refused when they can be seen.
 template <class X>
-concept tensor_like = requires(const X& x) {
+inline constexpr bool is_tensor_view_v = false;
+template <class T>
+inline constexpr bool is_tensor_view_v<tensor_view<T>> = true;
+
+template <class X>
+concept tensor_like = is_tensor_view_v<std::remove_cvref_t<X>> || requires(const X& x) {
   { x.data() };
   { x.shape() };
 };
@@ -38,16 +43,20 @@ concept tensor_like = requires(const X& x) {
 template <class X>
 using tensor_elem_t = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const X&>().data())>>;
 
+// `what` and `name` describe the tensor in an error ("feed of placeholder 'x'"); the
+// message is only built when thrown, so binding a feed allocates nothing.
 template <class X>
-dims dims_of(const X& x, std::string_view who) {
-  if constexpr (std::is_same_v<std::remove_cvref_t<X>, tensor_view<std::add_const_t<tensor_elem_t<X>>>> ||
-                std::is_same_v<std::remove_cvref_t<X>, tensor_view<tensor_elem_t<X>>>) {
+dims dims_of(const X& x, std::string_view what, std::string_view name = {}) {
+  if constexpr (is_tensor_view_v<std::remove_cvref_t<X>>) {
     return x.shape;
   } else {
+    const auto who = [&] {
+      return std::string(what) + (name.empty() ? std::string() : " '" + std::string(name) + "'");
+    };
     dims d;
     const auto& sh = x.shape();
     if (std::size(sh) > max_rank)
-      throw feed_error("gradus: " + std::string(who) + ": rank " + std::to_string(std::size(sh)) +
+      throw feed_error("gradus: " + who() + ": rank " + std::to_string(std::size(sh)) +
                        " is above the supported maximum");
     d.rank = std::size(sh);
     std::size_t i = 0;
@@ -57,7 +66,7 @@ dims dims_of(const X& x, std::string_view who) {
       const auto& st = x.strides();
       for (std::size_t k = d.rank; k-- > 0;) {
         if (d.d[k] > 1 && static_cast<index_t>(st[k]) != expect)
-          throw feed_error("gradus: " + std::string(who) +
+          throw feed_error("gradus: " + who() +
                            ": the tensor is not contiguous row-major; copy it into an xt::xtensor first");
         expect *= d.d[k];
       }
@@ -101,7 +110,7 @@ struct placeholder : expr_base {
   feed<Name, T, shape_type> operator=(const X& x) const {
     static_assert(std::is_same_v<tensor_elem_t<X>, T>,
                   "gradus: a feed's dtype differs from its placeholder's (see the placeholder type above)");
-    return {x.data(), dims_of(x, std::string("feed of placeholder '") + std::string(Name.view()) + "'")};
+    return {x.data(), dims_of(x, "feed of placeholder", Name.view())};
   }
   bool operator==(const placeholder&) const = default;
 };
