@@ -41,8 +41,23 @@ struct variable_source {
   ~variable_source() = default;
 };
 
+// What one run of a compiled graph executes: its steps in order, counted by kind, and
+// the op of each (a kernel trace, e.g. for counting GEMMs).
+struct graph_stats {
+  std::size_t slots = 0;         // buffers and bound leaves
+  std::size_t fused_passes = 0;  // elementwise roots: one pass each
+  std::size_t kernels = 0;       // materialised ops (matmul, reductions, softmax, ...)
+  std::size_t views = 0;         // reshapes and other no-copy steps
+  std::vector<const char*> trace;  // op name of every step, in execution order
+
+  std::size_t count(std::string_view op) const {
+    return static_cast<std::size_t>(std::count_if(trace.begin(), trace.end(), [&](const char* o) { return op == o; }));
+  }
+};
+
 struct graph_base {
   virtual ~graph_base() = default;
+  virtual const graph_stats& stats() const = 0;
 };
 
 template <class Backend, class... Outs>
@@ -50,6 +65,7 @@ class compiled_graph final : public graph_base {
  public:
   explicit compiled_graph(const std::tuple<Outs...>& outs) : outs_(outs) {
     std::apply([&](const auto&... o) { std::size_t i = 0; ((out_slots_[i++] = plan_root(o)), ...); }, outs_);
+    stats_.slots = slots_.size();
   }
   compiled_graph(const compiled_graph&) = delete;
   compiled_graph& operator=(const compiled_graph&) = delete;
@@ -85,8 +101,7 @@ class compiled_graph final : public graph_base {
     return results(std::index_sequence_for<Outs...>{});
   }
 
-  std::size_t slot_count() const { return slots_.size(); }
-  std::size_t step_count() const { return steps_.size(); }
+  const graph_stats& stats() const override { return stats_; }
 
  private:
   struct slot {
@@ -122,6 +137,7 @@ class compiled_graph final : public graph_base {
   std::vector<int> inputs_;
   std::vector<record> records_;
   std::vector<named_leaf> placeholders_, variables_;
+  graph_stats stats_;
 
   // ---- planning -----------------------------------------------------------------------
 
@@ -186,6 +202,9 @@ class compiled_graph final : public graph_base {
   int add_step(const N& n, const std::vector<int>& reads, void (*fn)(compiled_graph&, const step&)) {
     const int s = new_slot(n);
     steps_.push_back({fn, &n, s, inputs_.size()});
+    stats_.trace.push_back(N::op_name);
+    constexpr node_kind k = N::kind;
+    ++(k == node_kind::kernel ? stats_.kernels : k == node_kind::view ? stats_.views : stats_.fused_passes);
     inputs_.insert(inputs_.end(), reads.begin(), reads.end());
     return s;
   }

@@ -45,6 +45,7 @@ class session final : private variable_source {
                     "gradus: session::run: every feed must come after the outputs");
       using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
       auto& g = graph_for<outs>(std::get<O>(all)...);
+      last_ = &g;
       return g.run(static_cast<const variable_source&>(*this), std::get<n_out + F>(all)...);
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<sizeof...(Args) - n_out>{});
   }
@@ -54,7 +55,7 @@ class session final : private variable_source {
   void assign(const variable<Name, T, E...>&, const X& x) {
     static_assert(std::is_same_v<tensor_elem_t<X>, T>, "gradus: assign: the tensor's dtype differs from the variable's");
     const dims want = static_dims<shape<E...>>();
-    const dims got = dims_of(x, std::string("assign to variable '") + std::string(Name.view()) + "'");
+    const dims got = dims_of(x, "assign to variable", Name.view());
     if (!(want == got))
       throw feed_error("gradus: assign to variable '" + std::string(Name.view()) + "': expected shape " +
                        to_string(want) + ", got " + to_string(got));
@@ -69,6 +70,12 @@ class session final : private variable_source {
     if (it == variables_.end())
       throw feed_error("gradus: variable '" + std::string(Name.view()) + "' has no value in this session");
     return {static_cast<const T*>(it->second.data), it->second.d};
+  }
+
+  // What the last run executed (steps by kind, and the kernel trace).
+  const graph_stats& stats() const {
+    if (!last_) throw error("gradus: session::stats: nothing has run yet");
+    return last_->stats();
   }
 
   std::size_t graph_count() const {
@@ -128,6 +135,7 @@ class session final : private variable_source {
 
   std::map<std::string, variable_storage, std::less<>> variables_;
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
+  const graph_base* last_ = nullptr;
 };
 
 }  // namespace gradus
