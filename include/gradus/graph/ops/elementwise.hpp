@@ -19,9 +19,10 @@ constexpr T select(bool c, T a, T b) {
   return c ? a : b;
 }
 
-#define GRADUS_UNARY_FN(NAME, EXPR)                      \
+// NAME is the functor, LABEL its op name in errors, traces and graph drawings.
+#define GRADUS_UNARY_FN(NAME, LABEL, EXPR)               \
   struct NAME {                                          \
-    static constexpr const char* name = #NAME;           \
+    static constexpr const char* name = LABEL;           \
     template <class X>                                   \
     X operator()(const X& x) const {                     \
       using std::exp, std::log, std::log1p, std::sqrt, std::abs, std::tanh, std::max, std::expm1; \
@@ -30,20 +31,20 @@ constexpr T select(bool c, T a, T b) {
     bool operator==(const NAME&) const = default;        \
   };
 
-GRADUS_UNARY_FN(neg, -x)
-GRADUS_UNARY_FN(exp_fn, exp(x))
-GRADUS_UNARY_FN(log_fn, log(x))
-GRADUS_UNARY_FN(log1p_fn, log1p(x))
-GRADUS_UNARY_FN(sqrt_fn, sqrt(x))
-GRADUS_UNARY_FN(rsqrt_fn, X(1) / sqrt(x))
-GRADUS_UNARY_FN(abs_fn, abs(x))
-GRADUS_UNARY_FN(square_fn, x* x)
-GRADUS_UNARY_FN(tanh_fn, tanh(x))
+GRADUS_UNARY_FN(neg, "neg", -x)
+GRADUS_UNARY_FN(exp_fn, "exp", exp(x))
+GRADUS_UNARY_FN(log_fn, "log", log(x))
+GRADUS_UNARY_FN(log1p_fn, "log1p", log1p(x))
+GRADUS_UNARY_FN(sqrt_fn, "sqrt", sqrt(x))
+GRADUS_UNARY_FN(rsqrt_fn, "rsqrt", X(1) / sqrt(x))
+GRADUS_UNARY_FN(abs_fn, "abs", abs(x))
+GRADUS_UNARY_FN(square_fn, "square", x* x)
+GRADUS_UNARY_FN(tanh_fn, "tanh", tanh(x))
 // 1/(1+e^-x): for x -> -inf e^-x -> inf and the result -> 0, never NaN.
-GRADUS_UNARY_FN(sigmoid_fn, X(1) / (X(1) + exp(-x)))
-GRADUS_UNARY_FN(relu_fn, max(x, X(0)))
+GRADUS_UNARY_FN(sigmoid_fn, "sigmoid", X(1) / (X(1) + exp(-x)))
+GRADUS_UNARY_FN(relu_fn, "relu", max(x, X(0)))
 // softplus(x) = max(x,0) + log1p(e^-|x|): no overflow for large |x|.
-GRADUS_UNARY_FN(softplus_fn, max(x, X(0)) + log1p(exp(-abs(x))))
+GRADUS_UNARY_FN(softplus_fn, "softplus", max(x, X(0)) + log1p(exp(-abs(x))))
 #undef GRADUS_UNARY_FN
 
 template <class T>
@@ -82,9 +83,9 @@ struct clamp_fn {
   bool operator==(const clamp_fn&) const = default;
 };
 
-#define GRADUS_BINARY_FN(NAME, EXPR)                     \
+#define GRADUS_BINARY_FN(NAME, LABEL, EXPR)              \
   struct NAME {                                          \
-    static constexpr const char* name = #NAME;           \
+    static constexpr const char* name = LABEL;           \
     template <class X>                                   \
     X operator()(const X& a, const X& b) const {         \
       using std::max, std::min, std::pow;                \
@@ -93,20 +94,20 @@ struct clamp_fn {
     bool operator==(const NAME&) const = default;        \
   };
 
-GRADUS_BINARY_FN(add, a + b)
-GRADUS_BINARY_FN(sub, a - b)
-GRADUS_BINARY_FN(mul, a* b)
-GRADUS_BINARY_FN(div, a / b)
-GRADUS_BINARY_FN(maximum, max(a, b))
-GRADUS_BINARY_FN(minimum, min(a, b))
-GRADUS_BINARY_FN(pow_fn, pow(a, b))
+GRADUS_BINARY_FN(add, "add", a + b)
+GRADUS_BINARY_FN(sub, "sub", a - b)
+GRADUS_BINARY_FN(mul, "mul", a* b)
+GRADUS_BINARY_FN(div, "div", a / b)
+GRADUS_BINARY_FN(maximum, "maximum", max(a, b))
+GRADUS_BINARY_FN(minimum, "minimum", min(a, b))
+GRADUS_BINARY_FN(pow_fn, "pow", pow(a, b))
 // Comparisons give 1 or 0 in the operands' dtype, so a mask multiplies like any value.
-GRADUS_BINARY_FN(less, select(a < b, X(1), X(0)))
-GRADUS_BINARY_FN(less_equal, select(a <= b, X(1), X(0)))
-GRADUS_BINARY_FN(greater, select(a > b, X(1), X(0)))
-GRADUS_BINARY_FN(greater_equal, select(a >= b, X(1), X(0)))
-GRADUS_BINARY_FN(equal, select(a == b, X(1), X(0)))
-GRADUS_BINARY_FN(not_equal, select(a != b, X(1), X(0)))
+GRADUS_BINARY_FN(less, "less", select(a < b, X(1), X(0)))
+GRADUS_BINARY_FN(less_equal, "less_equal", select(a <= b, X(1), X(0)))
+GRADUS_BINARY_FN(greater, "greater", select(a > b, X(1), X(0)))
+GRADUS_BINARY_FN(greater_equal, "greater_equal", select(a >= b, X(1), X(0)))
+GRADUS_BINARY_FN(equal, "equal", select(a == b, X(1), X(0)))
+GRADUS_BINARY_FN(not_equal, "not_equal", select(a != b, X(1), X(0)))
 #undef GRADUS_BINARY_FN
 
 struct where_fn {
