@@ -1,0 +1,163 @@
+// "Buffers are planned on the first run; later runs allocate nothing": every global
+// operator new / delete (plain, array, nothrow, aligned) is replaced by a counting one,
+// and runs after the first of an expression mixing a fused elementwise chain, a matmul,
+// reductions and a softmax must not allocate. The first run must allocate, which proves
+// the counter sees the backend's buffers.
+#define BOOST_TEST_MODULE exec_alloc
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/gradus.hpp>
+
+namespace {
+
+std::atomic<long> allocations{0};
+
+// Out of line: g++ would otherwise inline malloc/free into the callers of new/delete and
+// report a free of memory from operator new (-Wmismatched-new-delete).
+[[gnu::noinline]] void release(void* p) noexcept { std::free(p); }
+
+[[gnu::noinline]] void* counted(std::size_t n) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  return std::malloc(n ? n : 1);
+}
+[[gnu::noinline]] void* counted_aligned(std::size_t n, std::align_val_t al) {
+  allocations.fetch_add(1, std::memory_order_relaxed);
+  const auto a = static_cast<std::size_t>(al);
+  const std::size_t rounded = (n + a - 1) / a * a;  // aligned_alloc wants a multiple
+  return std::aligned_alloc(a, rounded ? rounded : a);
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (void* p = counted(n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted(n); }
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted(n); }
+void* operator new(std::size_t n, std::align_val_t al) {
+  if (void* p = counted_aligned(n, al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t al) {
+  if (void* p = counted_aligned(n, al)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return counted_aligned(n, al);
+}
+void* operator new[](std::size_t n, std::align_val_t al, const std::nothrow_t&) noexcept {
+  return counted_aligned(n, al);
+}
+void operator delete(void* p) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete(void* p, std::size_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t) noexcept { release(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { release(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { release(p); }
+
+namespace g = gradus;
+
+namespace {
+
+template <class T, std::size_t R>
+xt::xtensor<T, R> filled(const std::array<std::size_t, R>& shape, double scale) {
+  xt::xtensor<T, R> t(shape);
+  std::size_t i = 0;
+  for (auto& v : t) v = static_cast<T>(scale * std::sin(0.37 * static_cast<double>(++i)));
+  return t;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_counter_counts) {
+  // Direct calls: a new-expression whose memory does not escape may be elided (clang).
+  const long before = allocations.load();
+  void* p = ::operator new(16);
+  void* q = ::operator new[](40);
+  void* r = ::operator new(64, std::align_val_t{64});
+  const long after = allocations.load();
+  ::operator delete(p);
+  ::operator delete[](q);
+  ::operator delete(r, std::align_val_t{64});
+  BOOST_TEST(after - before == 3);
+}
+
+BOOST_AUTO_TEST_CASE(runs_after_the_first_allocate_nothing) {
+  g::placeholder<"x", float, g::dyn, 64> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::variable<"w", float, 64, 32> w;
+  g::variable<"b", float, 32> b;
+  g::session<g::cpu_simd> s;
+  s.assign(w, filled<float, 2>({64, 32}, 0.1));
+  s.assign(b, filled<float, 1>({32}, 0.1));
+
+  // fused chain (bias add, relu, scaling) around a matmul; reductions; a softmax and a loss
+  const auto h = g::relu(g::matmul(x, w) + b) * 0.5f - g::sigmoid(g::mean<1, true>(x));
+  const auto probs = g::softmax(h);
+  const auto loss = g::mean(g::softmax_cross_entropy(h, y));
+  const auto stats = g::sum<0>(g::square(h)) + g::max<0>(h);
+
+  const auto xv = filled<float, 2>({100, 64}, 1.0);  // 6400 elements, 3200 per matmul output
+  xt::xtensor<std::int32_t, 1> yv(std::array<std::size_t, 1>{100});
+  for (std::size_t i = 0; i < 100; ++i) yv(i) = static_cast<std::int32_t>(i % 32);
+  const auto big = filled<float, 2>({2048, 64}, 1.0);  // threaded passes (> 2^15 elements)
+  xt::xtensor<std::int32_t, 1> ybig(std::array<std::size_t, 1>{2048});
+  for (std::size_t i = 0; i < 2048; ++i) ybig(i) = static_cast<std::int32_t>((i * 7) % 32);
+
+  const long a0 = allocations.load();
+  auto first = s.run(probs, loss, stats, x = xv, y = yv);
+  const long a1 = allocations.load();
+  BOOST_TEST(a1 - a0 > 0, "the first run plans and allocates buffers");
+  const float loss_first = std::get<1>(first)[0];
+
+  long later = 0;
+  float loss_later = 0;
+  for (int i = 0; i < 5; ++i) {
+    const long c0 = allocations.load();
+    auto again = s.run(probs, loss, stats, x = xv, y = yv);
+    later += allocations.load() - c0;
+    loss_later = std::get<1>(again)[0];
+  }
+  BOOST_TEST(later == 0, later << " allocations in 5 runs after the first");
+  BOOST_TEST(loss_later == loss_first);  // and the same answer each time
+
+  // A larger batch grows the buffers once (threaded paths on the first big run too);
+  // then big and small batches alike allocate nothing.
+  s.run(probs, loss, stats, x = big, y = ybig);
+  long mixed = 0;
+  for (int i = 0; i < 3; ++i) {
+    const long c0 = allocations.load();
+    s.run(probs, loss, stats, x = big, y = ybig);
+    s.run(probs, loss, stats, x = xv, y = yv);
+    mixed += allocations.load() - c0;
+  }
+  BOOST_TEST(mixed == 0, mixed << " allocations in 6 runs of known sizes");
+}
+
+BOOST_AUTO_TEST_CASE(a_single_output_run_allocates_nothing_after_the_first) {
+  // The simplest case: one fused pass over one feed with a long placeholder name.
+  g::placeholder<"a_rather_long_placeholder_name", double, g::dyn> x;
+  g::session<g::cpu_simd> s;
+  const auto xv = filled<double, 1>({1000}, 1.0);
+  s.run(g::exp(x) + 1.0, x = xv);
+  const long c0 = allocations.load();
+  for (int i = 0; i < 3; ++i) s.run(g::exp(x) + 1.0, x = xv);
+  const long n = allocations.load() - c0;
+  BOOST_TEST(n == 0, n << " allocations in 3 runs after the first");
+}
