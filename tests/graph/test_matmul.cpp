@@ -75,6 +75,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(matmul_2d_with_every_transpose_combination, T, rea
     BOOST_TEST(close(std::get<2>(rs), want.value, rtol<T>(), want.scale), "a*bt^T " << label);
     BOOST_TEST(close(std::get<3>(rs), want.value, rtol<T>(), want.scale), "at^T*bt^T " << label);
     BOOST_TEST(close(std::get<4>(rs), want.value, rtol<T>(), want.scale), "matrix_transpose(at)*b " << label);
+    // The transposes were GEMM flags: no permute step ran, one GEMM per distinct product.
+    BOOST_TEST(s.stats().count("permute") == 0u);
+    BOOST_TEST(s.stats().count("matmul") == 4u);
   }
 }
 
@@ -105,6 +108,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(transposed_computed_operands, T, real_types) {
   const auto want2 = matmul_ref(transposed(pv, 1, n, m), wv, 1, m, n, k, 0, 0);
   BOOST_TEST(same_shape(r2, {long(m), long(k)}));
   BOOST_TEST(close(r2, want2.value, 8 * rtol<T>(), want2.scale));
+  BOOST_TEST(s.stats().count("permute") == 0u);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(batched_matmul_with_every_transpose_combination, T, real_types) {
@@ -133,6 +137,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(batched_matmul_with_every_transpose_combination, T
       BOOST_TEST(close(std::get<1>(rs), want.value, rtol<T>(), want.scale), "at^T*b " << label);
       BOOST_TEST(close(std::get<2>(rs), want.value, rtol<T>(), want.scale), "a*bt^T " << label);
       BOOST_TEST(close(std::get<3>(rs), want.value, rtol<T>(), want.scale), "at^T*bt^T " << label);
+      BOOST_TEST(s.stats().count("permute") == 0u);
     }
 }
 
@@ -177,6 +182,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(equal_subexpressions_are_computed_once_and_right, 
   const auto xt = tensor<T, 2>({4, 5}, xv);
   const auto xw = matmul_ref(xv, wv, 1, 4, 5, 3, 0, 0);
   const auto r = s.run(g::matmul(x, w) + g::matmul(x, w), x = xt);
+  BOOST_TEST(s.stats().count("matmul") == 1u, "matmul(x, w) + matmul(x, w) runs one GEMM");
   std::vector<double> twice(12), scale2(12);
   for (std::size_t i = 0; i < 12; ++i) {
     twice[i] = 2 * xw.value[i];
@@ -187,6 +193,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(equal_subexpressions_are_computed_once_and_right, 
   // A layer written twice over, as several outputs of one run.
   const auto h = g::relu(g::matmul(x, w) + b);
   const auto [r1, r2, r3] = s.run(h, h * 2, g::sum<1>(h) + g::sum<1>(h), x = xt);
+  BOOST_TEST(s.stats().count("matmul") == 1u);
+  BOOST_TEST(s.stats().count("sum") == 1u);
   std::vector<double> wh(12), wh2(12), ws(4, 0.0), ss(4, 0.0), sh(12);
   for (std::size_t i = 0; i < 4; ++i)
     for (std::size_t j = 0; j < 3; ++j) {
