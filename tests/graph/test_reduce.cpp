@@ -1,5 +1,7 @@
-// Reductions: sum / mean / max / min / argmax over one axis (positive or negative,
-// keepdims or not) and over all axes, against plain loops with wide accumulation.
+// Reductions of rank 2: sum / mean / max / min / argmax over each axis (positive or
+// negative, keepdims or not) and over all axes, argmax ties, threaded sizes, and static
+// result shapes, against plain loops with wide accumulation. Rank 3, zero-size and fused
+// operands: test_reduce_axes.
 #define BOOST_TEST_MODULE graph_reduce
 #include "../support/check.hpp"
 
@@ -8,7 +10,6 @@ using namespace gradus_test;
 
 namespace {
 
-using shape_v = std::vector<std::size_t>;
 enum class rk { sum, mean, max, min, argmax };
 constexpr int all = -100;  // the reference's "every axis"
 
@@ -76,16 +77,6 @@ reference reduce_ref(rk k, const std::vector<T>& x, const shape_v& s, int axis, 
   return r;
 }
 
-template <class V>
-boost::test_tools::predicate_result shape_is(const V& got, const shape_v& want) {
-  g::dims w;
-  w.rank = want.size();
-  for (std::size_t i = 0; i < want.size(); ++i) w.d[i] = static_cast<g::index_t>(want[i]);
-  if (got.shape == w) return true;
-  boost::test_tools::predicate_result r(false);
-  r.message() << "shape " << dims_str(got.shape) << " != " << dims_str(w);
-  return r;
-}
 
 // One result against its reference: sums and means within rtol * sum |x|, the rest exact.
 template <class T, class V>
@@ -103,18 +94,37 @@ void check(const V& got, rk k, int axis, bool keep, const std::vector<T>& x, con
     BOOST_TEST(equal(got, want.value), label.str());
 }
 
-template <class T, std::size_t R>
-xt::xtensor<T, R> as_tensor(const shape_v& s, const std::vector<T>& v) {
-  std::array<std::size_t, R> sh{};
-  std::copy(s.begin(), s.end(), sh.begin());
-  return tensor<T, R>(sh, v);
-}
-
-// Values in {-2, ..., 2}: many ties for max / min / argmax.
-template <class T>
-std::vector<T> discrete(std::size_t n) {
-  const auto k = uniform_int(n, -2, 2);
-  return std::vector<T>(k.begin(), k.end());
+// Every rank-2 reduction in one graph (one plan, 21 outputs), checked against the
+// reference; returns the results for further checks.
+template <class T, class X>
+auto run_rank2(g::session<g::cpu_simd>& s, const X& x, const std::vector<T>& xv, const shape_v& sh) {
+  const auto xt = as_tensor<T, 2>(sh, xv);
+  const auto rs = s.run(g::sum<0>(x), g::sum<1>(x), g::mean<0>(x), g::mean<1>(x), g::max<0>(x), g::max<1>(x),
+                        g::min<0>(x), g::min<1>(x), g::argmax<0>(x), g::argmax<1>(x), g::sum(x), g::mean(x),
+                        g::max(x), g::min(x), g::argmax(x), g::sum<-1>(x), g::sum<0, true>(x), g::max<1, true>(x),
+                        g::argmax<-1, true>(x), g::mean<g::all_axes, true>(x), g::min<-2>(x), x = xt);
+  check(std::get<0>(rs), rk::sum, 0, false, xv, sh);
+  check(std::get<1>(rs), rk::sum, 1, false, xv, sh);
+  check(std::get<2>(rs), rk::mean, 0, false, xv, sh);
+  check(std::get<3>(rs), rk::mean, 1, false, xv, sh);
+  check(std::get<4>(rs), rk::max, 0, false, xv, sh);
+  check(std::get<5>(rs), rk::max, 1, false, xv, sh);
+  check(std::get<6>(rs), rk::min, 0, false, xv, sh);
+  check(std::get<7>(rs), rk::min, 1, false, xv, sh);
+  check(std::get<8>(rs), rk::argmax, 0, false, xv, sh);
+  check(std::get<9>(rs), rk::argmax, 1, false, xv, sh);
+  check(std::get<10>(rs), rk::sum, all, false, xv, sh);
+  check(std::get<11>(rs), rk::mean, all, false, xv, sh);
+  check(std::get<12>(rs), rk::max, all, false, xv, sh);
+  check(std::get<13>(rs), rk::min, all, false, xv, sh);
+  check(std::get<14>(rs), rk::argmax, all, false, xv, sh);
+  check(std::get<15>(rs), rk::sum, 1, false, xv, sh);   // sum<-1>
+  check(std::get<16>(rs), rk::sum, 0, true, xv, sh);    // keepdims: (1, C)
+  check(std::get<17>(rs), rk::max, 1, true, xv, sh);    // keepdims: (N, 1)
+  check(std::get<18>(rs), rk::argmax, 1, true, xv, sh);
+  check(std::get<19>(rs), rk::mean, all, true, xv, sh);  // keepdims: (1, 1)
+  check(std::get<20>(rs), rk::min, 0, false, xv, sh);    // min<-2>
+  return rs;
 }
 
 }  // namespace
@@ -123,64 +133,39 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(rank2_every_reduction_axis_and_keepdims, T, real_t
   g::placeholder<"x", T, g::dyn, g::dyn> x;
   g::session<g::cpu_simd> s;
   const shape_v shapes[] = {{1, 1}, {7, 1}, {1, 7}, {7, 1023}, {1023, 7}, {17, 33}, {16, 16}, {3, 17}, {1, 1023}};
-  for (const auto& sh : shapes)
-    for (int pass = 0; pass < 2; ++pass) {
-      const auto xv = pass == 0 ? uniform<T>(numel(sh), -1, 1) : discrete<T>(numel(sh));
-      const auto xt = as_tensor<T, 2>(sh, xv);
-      const auto rs = s.run(g::sum<0>(x), g::sum<1>(x), g::mean<0>(x), g::mean<1>(x), g::max<0>(x), g::max<1>(x),
-                            g::min<0>(x), g::min<1>(x), g::argmax<0>(x), g::argmax<1>(x), g::sum(x), g::mean(x),
-                            g::max(x), g::min(x), g::argmax(x), g::sum<-1>(x), g::sum<0, true>(x),
-                            g::max<1, true>(x), g::argmax<-1, true>(x), g::mean<g::all_axes, true>(x), g::min<-2>(x),
-                            x = xt);
-      check(std::get<0>(rs), rk::sum, 0, false, xv, sh);
-      check(std::get<1>(rs), rk::sum, 1, false, xv, sh);
-      check(std::get<2>(rs), rk::mean, 0, false, xv, sh);
-      check(std::get<3>(rs), rk::mean, 1, false, xv, sh);
-      check(std::get<4>(rs), rk::max, 0, false, xv, sh);
-      check(std::get<5>(rs), rk::max, 1, false, xv, sh);
-      check(std::get<6>(rs), rk::min, 0, false, xv, sh);
-      check(std::get<7>(rs), rk::min, 1, false, xv, sh);
-      check(std::get<8>(rs), rk::argmax, 0, false, xv, sh);
-      check(std::get<9>(rs), rk::argmax, 1, false, xv, sh);
-      check(std::get<10>(rs), rk::sum, all, false, xv, sh);
-      check(std::get<11>(rs), rk::mean, all, false, xv, sh);
-      check(std::get<12>(rs), rk::max, all, false, xv, sh);
-      check(std::get<13>(rs), rk::min, all, false, xv, sh);
-      check(std::get<14>(rs), rk::argmax, all, false, xv, sh);
-      check(std::get<15>(rs), rk::sum, 1, false, xv, sh);
-      check(std::get<16>(rs), rk::sum, 0, true, xv, sh);
-      check(std::get<17>(rs), rk::max, 1, true, xv, sh);
-      check(std::get<18>(rs), rk::argmax, 1, true, xv, sh);
-      check(std::get<19>(rs), rk::mean, all, true, xv, sh);
-      check(std::get<20>(rs), rk::min, 0, false, xv, sh);
-    }
+  for (const auto& sh : shapes) {
+    run_rank2(s, x, uniform<T>(numel(sh), -1, 1), sh);
+    run_rank2(s, x, discrete<T>(numel(sh), -2, 2), sh);  // ties everywhere
+  }
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(rank3_middle_axis_and_negative_axes, T, real_types) {
-  g::placeholder<"x", T, g::dyn, g::dyn, g::dyn> x;
+BOOST_AUTO_TEST_CASE_TEMPLATE(argmax_ties_pick_the_first_index, T, real_types) {
+  g::placeholder<"x", T, g::dyn, g::dyn> x;
   g::session<g::cpu_simd> s;
-  const shape_v shapes[] = {{3, 17, 5}, {2, 1, 7}, {4, 16, 33}, {1, 1023, 3}, {5, 7, 1}, {1, 1, 1}};
-  for (const auto& sh : shapes)
-    for (int pass = 0; pass < 2; ++pass) {
-      const auto xv = pass == 0 ? uniform<T>(numel(sh), -1, 1) : discrete<T>(numel(sh));
-      const auto xt = as_tensor<T, 3>(sh, xv);
-      const auto rs = s.run(g::sum<0>(x), g::sum<1>(x), g::sum<2>(x), g::mean<1>(x), g::max<1>(x), g::min<2>(x),
-                            g::argmax<1>(x), g::argmax<0>(x), g::sum<-1, true>(x), g::sum<1, true>(x), g::sum(x),
-                            g::max<-3>(x), g::argmax<-2, true>(x), x = xt);
-      check(std::get<0>(rs), rk::sum, 0, false, xv, sh);
-      check(std::get<1>(rs), rk::sum, 1, false, xv, sh);
-      check(std::get<2>(rs), rk::sum, 2, false, xv, sh);
-      check(std::get<3>(rs), rk::mean, 1, false, xv, sh);
-      check(std::get<4>(rs), rk::max, 1, false, xv, sh);
-      check(std::get<5>(rs), rk::min, 2, false, xv, sh);
-      check(std::get<6>(rs), rk::argmax, 1, false, xv, sh);
-      check(std::get<7>(rs), rk::argmax, 0, false, xv, sh);
-      check(std::get<8>(rs), rk::sum, 2, true, xv, sh);
-      check(std::get<9>(rs), rk::sum, 1, true, xv, sh);
-      check(std::get<10>(rs), rk::sum, all, false, xv, sh);
-      check(std::get<11>(rs), rk::max, 0, false, xv, sh);
-      check(std::get<12>(rs), rk::argmax, 1, true, xv, sh);
-    }
+  // rows: all equal; max twice; max at the end and the start; two maxima per column
+  const std::vector<T> xv = {1, 1, 1, 1, 0, 5, 2, 5, 3, -1, 2, 3, -2, -2, -1, -1};
+  const auto rs = run_rank2(s, x, xv, {4, 4});
+  BOOST_TEST(equal(std::get<9>(rs), std::vector<int>{0, 1, 0, 2}));
+  BOOST_TEST(equal(std::get<8>(rs), std::vector<int>{2, 1, 1, 1}));
+  BOOST_TEST(equal(std::get<14>(rs), std::vector<int>{5}));
+  // Rows of 33 (SIMD and tail): the maximum repeated, first at 20.
+  std::vector<T> wide(2 * 33);
+  for (std::size_t j = 0; j < 33; ++j) {
+    wide[j] = T(7);
+    wide[33 + j] = j == 20 || j == 31 ? T(9) : T(j % 5);
+  }
+  const auto rw = run_rank2(s, x, wide, {2, 33});
+  BOOST_TEST(equal(std::get<9>(rw), std::vector<int>{0, 20}));
+  BOOST_TEST(equal(std::get<14>(rw), std::vector<int>{53}));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(large_reductions_run_threaded_and_match, T, real_types) {
+  // (1, 2^17 + 3): one long run reduced in blocks; (300, 1001) and (5, 40000): across
+  // rows (rows longer than a piece); (1001, 300): many rows in parallel.
+  g::placeholder<"x", T, g::dyn, g::dyn> x;
+  g::session<g::cpu_simd> s;
+  const shape_v shapes[] = {{1, (1u << 17) + 3}, {300, 1001}, {5, 40000}, {1001, 300}};
+  for (const auto& sh : shapes) run_rank2(s, x, uniform<T>(numel(sh), -1, 1), sh);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(static_result_shapes, T, real_types) {
@@ -208,111 +193,3 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(static_result_shapes, T, real_types) {
   check(a, rk::argmax, 1, true, wv, {3, 5, 2});
 }
 
-BOOST_AUTO_TEST_CASE_TEMPLATE(argmax_ties_pick_the_first_index, T, real_types) {
-  g::placeholder<"x", T, g::dyn, g::dyn> x;
-  g::session<g::cpu_simd> s;
-  // rows: all equal; max twice; max at the end and the start; one row of 33 (SIMD + tail)
-  const xt::xtensor<T, 2> xv = {{1, 1, 1, 1}, {0, 5, 2, 5}, {3, -1, 2, 3}, {-2, -2, -1, -1}};
-  const auto [r1, r0, ra] = s.run(g::argmax<1>(x), g::argmax<0>(x), g::argmax(x), x = xv);
-  BOOST_TEST(equal(r1, std::vector<int>{0, 1, 0, 2}));
-  BOOST_TEST(equal(r0, std::vector<int>{2, 1, 1, 1}));
-  BOOST_TEST(equal(ra, std::vector<int>{5}));
-  xt::xtensor<T, 2> wide(std::array<std::size_t, 2>{2, 33});
-  for (std::size_t j = 0; j < 33; ++j) {
-    wide(0, j) = T(7);
-    wide(1, j) = j == 20 || j == 31 ? T(9) : T(j % 5);
-  }
-  const auto rw = s.run(g::argmax<1>(x), x = wide);
-  BOOST_TEST(equal(rw, std::vector<int>{0, 20}));
-}
-
-BOOST_AUTO_TEST_CASE_TEMPLATE(zero_size_reductions, T, real_types) {
-  g::placeholder<"x", T, g::dyn, 4> x;
-  g::session<g::cpu_simd> s;
-  const xt::xtensor<T, 2> empty(std::array<std::size_t, 2>{0, 4});
-  const auto [s0, s1, sa, m0, mx1, am1] =
-      s.run(g::sum<0>(x), g::sum<1>(x), g::sum(x), g::mean<0>(x), g::max<1>(x), g::argmax<1>(x), x = empty);
-  BOOST_TEST(same_shape(s0, {4}));
-  BOOST_TEST(equal(s0, std::vector<double>{0, 0, 0, 0}));
-  BOOST_TEST(same_shape(s1, {0}));
-  BOOST_TEST(sa.shape.rank == 0u);
-  BOOST_TEST(sa[0] == T(0));
-  BOOST_TEST(same_shape(m0, {4}));  // mean of nothing: NaN, as NumPy
-  for (g::index_t i = 0; i < 4; ++i) BOOST_TEST(std::isnan(m0[i]));
-  BOOST_TEST(same_shape(mx1, {0}));
-  BOOST_TEST(same_shape(am1, {0}));
-  // max / min / argmax of zero elements have no identity: a shape_error names the op.
-  auto throws_naming = [&](auto expr, const std::string& op) {
-    try {
-      s.run(expr, x = empty);
-      BOOST_ERROR(op << " of (0, 4) over axis 0 did not throw");
-    } catch (const g::shape_error& e) {
-      BOOST_TEST(std::string(e.what()).find(op) != std::string::npos, e.what());
-      BOOST_TEST(std::string(e.what()).find("(0, 4)") != std::string::npos, e.what());
-    }
-  };
-  throws_naming(g::max<0>(x), "max");
-  throws_naming(g::min<0>(x), "min");
-  throws_naming(g::argmax<0>(x), "argmax");
-  // After the zero-size run, the same graph reduces real data.
-  const auto xv = uniform<T>(12, -1, 1);
-  const auto r = s.run(g::sum<0>(x), g::sum<1>(x), g::sum(x), g::mean<0>(x), g::max<1>(x), g::argmax<1>(x),
-                       x = tensor<T, 2>({3, 4}, xv));
-  check(std::get<0>(r), rk::sum, 0, false, xv, {3, 4});
-  check(std::get<4>(r), rk::max, 1, false, xv, {3, 4});
-}
-
-BOOST_AUTO_TEST_CASE_TEMPLATE(large_reductions_run_threaded_and_match, T, real_types) {
-  g::placeholder<"x", T, g::dyn, g::dyn> x;
-  g::session<g::cpu_simd> s;
-  // (1, 2^17 + 3): one long run split in blocks; (300, 1001) and (5, 40000): across rows
-  // (rows longer than a piece); (1001, 300): many rows in parallel.
-  const shape_v shapes[] = {{1, (1u << 17) + 3}, {300, 1001}, {5, 40000}, {1001, 300}};
-  for (const auto& sh : shapes) {
-    const auto xv = uniform<T>(numel(sh), -1, 1);
-    const auto xt = as_tensor<T, 2>(sh, xv);
-    const auto rs = s.run(g::sum(x), g::max(x), g::min(x), g::mean(x), g::sum<0>(x), g::sum<1>(x), g::max<0>(x),
-                          g::argmax<1>(x), g::argmax<0>(x), g::argmax(x), x = xt);
-    check(std::get<0>(rs), rk::sum, all, false, xv, sh);
-    check(std::get<1>(rs), rk::max, all, false, xv, sh);
-    check(std::get<2>(rs), rk::min, all, false, xv, sh);
-    check(std::get<3>(rs), rk::mean, all, false, xv, sh);
-    check(std::get<4>(rs), rk::sum, 0, false, xv, sh);
-    check(std::get<5>(rs), rk::sum, 1, false, xv, sh);
-    check(std::get<6>(rs), rk::max, 0, false, xv, sh);
-    check(std::get<7>(rs), rk::argmax, 1, false, xv, sh);
-    check(std::get<8>(rs), rk::argmax, 0, false, xv, sh);
-    check(std::get<9>(rs), rk::argmax, all, false, xv, sh);
-  }
-}
-
-BOOST_AUTO_TEST_CASE_TEMPLATE(reduction_of_a_fused_expression, T, real_types) {
-  // sum<1>(exp(x) * b) and mean(square(x - mean<1, keep>(x))): reductions read fused passes.
-  g::placeholder<"x", T, g::dyn, g::dyn> x;
-  g::placeholder<"b", T, g::dyn> b;
-  g::session<g::cpu_simd> s;
-  const std::size_t n = 9, c = 37;
-  const auto xv = uniform<T>(n * c, -1, 1), bv = uniform<T>(c, -1, 1);
-  const auto [r1, r2] = s.run(g::sum<1>(g::exp(x) * b), g::mean(g::square(x - g::mean<1, true>(x))),
-                              x = tensor<T, 2>({n, c}, xv), b = tensor<T, 1>({c}, bv));
-  std::vector<double> w1(n), s1(n);
-  double var = 0, var_scale = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    double m = 0;
-    for (std::size_t j = 0; j < c; ++j) {
-      const double t = std::exp(double(xv[i * c + j])) * bv[j];
-      w1[i] += t;
-      s1[i] += std::abs(t);
-      m += xv[i * c + j];
-    }
-    m /= c;
-    for (std::size_t j = 0; j < c; ++j) {
-      const double d = xv[i * c + j] - m;
-      var += d * d;
-      var_scale += d * d + std::abs(d);
-    }
-  }
-  BOOST_TEST(same_shape(r1, {long(n)}));
-  BOOST_TEST(close(r1, w1, 2 * rtol<T>(), s1));
-  BOOST_TEST(close(r2, std::vector<double>{var / double(n * c)}, 4 * rtol<T>(), {var_scale / double(n * c)}));
-}

@@ -162,32 +162,6 @@ boost::test_tools::predicate_result no_nan(const g::tensor_view<const T>& got) {
   return true;
 }
 
-// Row-major strides of a shape.
-template <std::size_t R>
-std::array<std::size_t, R> strides_of(const std::array<std::size_t, R>& s) {
-  std::array<std::size_t, R> st{};
-  std::size_t k = 1;
-  for (std::size_t i = R; i-- > 0;) {
-    st[i] = k;
-    k *= s[i];
-  }
-  return st;
-}
-
-// Flat index into a tensor of shape `s` (right-aligned against an output of rank R,
-// broadcast axes read index 0) of the output multi-index `idx`.
-template <std::size_t R, std::size_t Q>
-std::size_t broadcast_offset(const std::array<std::size_t, R>& idx, const std::array<std::size_t, Q>& s) {
-  static_assert(Q <= R);
-  const auto st = strides_of(s);
-  std::size_t off = 0;
-  for (std::size_t i = 0; i < Q; ++i) {
-    const std::size_t oi = R - Q + i;
-    off += (s[i] == 1 ? 0 : idx[oi]) * st[i];
-  }
-  return off;
-}
-
 // For output element `flat` of shape `out`, the flat index of the element read from an
 // operand of shape `in` under NumPy broadcasting (trailing-aligned, extent 1 repeats).
 inline std::size_t broadcast_source(std::size_t flat, const std::vector<std::size_t>& out,
@@ -210,20 +184,61 @@ inline std::size_t numel(const std::vector<std::size_t>& s) {
   return n;
 }
 
-// Calls f(idx) for every multi-index of `shape`, in row-major order.
-template <std::size_t R, class F>
-void for_each_index(const std::array<std::size_t, R>& shape, F f) {
-  std::size_t n = 1;
-  for (auto e : shape) n *= e;
-  std::array<std::size_t, R> idx{};
-  for (std::size_t flat = 0; flat < n; ++flat) {
-    std::size_t rem = flat;
-    for (std::size_t k = R; k-- > 0;) {
-      idx[k] = rem % shape[k];
-      rem /= shape[k];
-    }
-    f(idx);
-  }
+// ---- shapes as vectors, broadcasting references ----------------------------------------
+
+using shape_v = std::vector<std::size_t>;
+
+// An xt::xtensor<T, R> of shape s holding v.
+template <class T, std::size_t R>
+xt::xtensor<T, R> as_tensor(const shape_v& s, const std::vector<T>& v) {
+  std::array<std::size_t, R> sh{};
+  std::copy(s.begin(), s.end(), sh.begin());
+  return tensor<T, R>(sh, v);
+}
+
+template <class V>
+boost::test_tools::predicate_result shape_is(const V& got, const shape_v& want) {
+  g::dims w;
+  w.rank = want.size();
+  for (std::size_t i = 0; i < want.size(); ++i) w.d[i] = static_cast<g::index_t>(want[i]);
+  if (got.shape == w) return true;
+  boost::test_tools::predicate_result r(false);
+  r.message() << "shape " << dims_str(got.shape) << " != " << dims_str(w);
+  return r;
+}
+
+// Values away from zero (divisors): uniform magnitude in [0.5, 2], random sign.
+template <class T>
+std::vector<T> nonzero(std::size_t n) {
+  auto v = uniform<T>(n, 0.5, 2.0);
+  const auto sign = uniform_int(n, 0, 1);
+  for (std::size_t i = 0; i < n; ++i)
+    if (sign[i]) v[i] = -v[i];
+  return v;
+}
+
+// Integers in [lo, hi] as T: comparisons and max/min/argmax see ties.
+template <class T>
+std::vector<T> discrete(std::size_t n, std::int32_t lo, std::int32_t hi) {
+  const auto k = uniform_int(n, lo, hi);
+  return std::vector<T>(k.begin(), k.end());
+}
+
+inline double b2d(bool v) { return v ? 1.0 : 0.0; }
+
+// Operand shapes of a binary op and the shape they broadcast to.
+struct bcast_case {
+  shape_v a, b, out;
+};
+
+// want[i] = f(a at its broadcast source, b at its)
+template <class T, class F>
+std::vector<double> ref2(const bcast_case& c, const std::vector<T>& a, const std::vector<T>& b, F f) {
+  std::vector<double> want(numel(c.out));
+  for (std::size_t i = 0; i < want.size(); ++i)
+    want[i] = f(static_cast<double>(a[broadcast_source(i, c.out, c.a)]),
+                static_cast<double>(b[broadcast_source(i, c.out, c.b)]));
+  return want;
 }
 
 // References of the smooth activations, stable in double.
