@@ -9,6 +9,7 @@
 #include "gradus/core/shape.hpp"
 #include "gradus/exec/dot.hpp"
 #include "gradus/exec/graph.hpp"
+#include "gradus/exec/node_registry.hpp"
 #include "gradus/exec/plan.hpp"
 #include "gradus/exec/session.hpp"
 #include "gradus/graph/leaves.hpp"

@@ -8,6 +8,7 @@
 #include <typeindex>
 #include <vector>
 
+#include "gradus/exec/node_registry.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {
@@ -23,12 +24,12 @@ class dot_writer {
  public:
   template <class N>
   int root(const N& n) {
-    if (int id = find(n); id >= 0) return id;
+    if (int id = seen_.find(n); id >= 0) return id;
     constexpr node_kind k = N::kind;
     if constexpr (k == node_kind::scalar || k == node_kind::elementwise || k == node_kind::shape_scalar) {
       const int cluster = clusters_++;
       const int id = fused(n, cluster);
-      remember(n, id);
+      seen_.add(n, id);
       return id;
     } else {
       std::vector<int> ins;
@@ -36,7 +37,7 @@ class dot_writer {
         std::apply([&](const auto&... o) { (ins.push_back(root(o)), ...); }, n.operands());
       const int id = add(n, -1, true);
       for (int i : ins) edge(i, id);
-      remember(n, id);
+      seen_.add(n, id);
       return id;
     }
   }
@@ -64,30 +65,11 @@ class dot_writer {
     bool stored;
     std::string label;
   };
-  struct seen {
-    std::type_index type;
-    const void* node;
-    bool (*equal)(const void*, const void*);
-    int id;
-  };
   std::vector<node_rec> nodes_;
   std::vector<std::pair<int, int>> edges_;
-  std::vector<seen> seen_;
+  node_registry seen_;
   int clusters_ = 0;
 
-  template <class N>
-  int find(const N& n) const {
-    for (const auto& s : seen_)
-      if (s.type == typeid(N) && s.equal(s.node, &n)) return s.id;
-    return -1;
-  }
-  template <class N>
-  void remember(const N& n, int id) {
-    seen_.push_back({typeid(N), &n, [](const void* a, const void* b) {
-                       return *static_cast<const N*>(a) == *static_cast<const N*>(b);
-                     },
-                     id});
-  }
   template <class N>
   int add(const N& n, int cluster, bool stored) {
     std::string label = N::op_name;

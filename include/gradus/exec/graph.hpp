@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "gradus/core/error.hpp"
+#include "gradus/exec/node_registry.hpp"
 #include "gradus/exec/plan.hpp"
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
@@ -116,12 +117,6 @@ class compiled_graph final : public graph_base {
     int slot;
     std::size_t first;  // first entry of `inputs_` this step reads
   };
-  struct record {
-    std::type_index type;
-    const void* node;
-    bool (*equal)(const void*, const void*);
-    int slot;
-  };
   struct named_leaf {
     std::string_view name;
     std::string_view dtype;
@@ -135,26 +130,17 @@ class compiled_graph final : public graph_base {
   std::vector<slot> slots_;
   std::vector<step> steps_;
   std::vector<int> inputs_;
-  std::vector<record> records_;
+  detail::node_registry registry_;
   std::vector<named_leaf> placeholders_, variables_;
   graph_stats stats_;
 
   // ---- planning -----------------------------------------------------------------------
 
   template <class N>
-  int find_record(const N& n) const {
-    for (const auto& r : records_)
-      if (r.type == typeid(N) && r.equal(r.node, &n)) return r.slot;
-    return -1;
-  }
-  template <class N>
   int new_slot(const N& n) {
     slots_.push_back({});
     const int s = static_cast<int>(slots_.size()) - 1;
-    records_.push_back({typeid(N), &n, [](const void* a, const void* b) {
-                          return *static_cast<const N*>(a) == *static_cast<const N*>(b);
-                        },
-                        s});
+    registry_.add(n, s);
     return s;
   }
   template <class N>
@@ -181,7 +167,7 @@ class compiled_graph final : public graph_base {
     } else if constexpr (k == node_kind::variable) {
       return named(variables_, n, "variable");
     } else {
-      if (int s = find_record(n); s >= 0) return s;
+      if (int s = registry_.find(n); s >= 0) return s;
       std::vector<int> reads;
       if constexpr (k == node_kind::constant) {
         const int s = new_slot(n);
