@@ -21,3 +21,4 @@
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 #include "gradus/graph/ops/softmax.hpp"
+#include "gradus/train/train.hpp"

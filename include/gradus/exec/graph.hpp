@@ -32,6 +32,7 @@ struct variable_storage {
   void* data = nullptr;
   dims d;
   std::string_view dtype;
+  bool initialized = false;  // declared storage has no value until assigned or restored
 };
 
 // Where a graph finds variables by name (implemented by the session).
@@ -88,7 +89,7 @@ class compiled_graph final : public graph_base {
     for (auto& v : variables_) {
       if (slots_[v.slot].data) continue;
       const variable_storage* st = vars.find_variable(v.name);
-      if (!st || !st->data)
+      if (!st || !st->data || !st->initialized)
         throw feed_error("gradus: variable '" + std::string(v.name) + "' of shape " + to_string(v.expected) +
                          " has no value in this session; assign or initialise it first");
       if (!(st->d == v.expected) || st->dtype != v.dtype)

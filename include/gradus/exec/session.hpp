@@ -2,6 +2,7 @@
 // session<Backend>: owns variable storage (keyed by name) and the compiled graphs of the
 // output sets it has run. run(outputs..., feeds...) plans an output set on its first run
 // and reuses the plan (and every buffer) afterwards.
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -61,6 +62,15 @@ class session final : private variable_source {
                        to_string(want) + ", got " + to_string(got));
     auto& st = storage<T>(Name.view(), want);
     Backend::copy_to_device(st.data, x.data(), static_cast<std::size_t>(want.numel()) * sizeof(T));
+    st.initialized = true;
+  }
+
+  // declare(v): make v known to the session (its name, dtype and shape) without giving it
+  // a value: checkpoints list it, restore() fills it, and a run that reads it before it is
+  // assigned, initialised or restored is an error naming it.
+  template <fixed_string Name, class T, index_t... E>
+  void declare(const variable<Name, T, E...>&) {
+    storage<T>(Name.view(), static_dims<shape<E...>>());
   }
 
   // value(v): a view of a variable's current value (host-visible on CPU backends).
@@ -76,6 +86,57 @@ class session final : private variable_source {
   const graph_stats& stats() const {
     if (!last_) throw error("gradus: session::stats: nothing has run yet");
     return last_->stats();
+  }
+
+  // The training step counter: optimizers read it (Adam's bias correction, learning-rate
+  // schedules) and advance it; checkpoints save and restore it.
+  std::int64_t global_step() const { return global_step_; }
+  void set_global_step(std::int64_t s) { global_step_ = s; }
+
+  // Storage by name, for optimizers (their per-variable state) and checkpoints. A state
+  // tensor is created zero-filled and initialised; asking again with another dtype or
+  // shape is an error naming both.
+  template <class T>
+  T* state(std::string_view name, const dims& d) {
+    auto& st = storage<T>(name, d);
+    if (!st.initialized) {
+      std::vector<T> zeros(static_cast<std::size_t>(d.numel()), T(0));
+      Backend::copy_to_device(st.data, zeros.data(), zeros.size() * sizeof(T));
+      st.initialized = true;
+    }
+    return static_cast<T*>(st.data);
+  }
+  // The device storage of an initialised tensor, by name and dtype.
+  template <class T>
+  T* data(std::string_view name) {
+    auto it = variables_.find(name);
+    if (it == variables_.end() || !it->second.initialized)
+      throw feed_error("gradus: variable '" + std::string(name) + "' has no value in this session; assign, " +
+                       "initialise or restore it first");
+    if (it->second.dtype != dtype_name<T>())
+      throw feed_error("gradus: variable '" + std::string(name) + "' holds " + std::string(it->second.dtype) +
+                       ", not " + std::string(dtype_name<T>()));
+    return static_cast<T*>(it->second.data);
+  }
+
+  // Every tensor the session holds (variables and optimizer state), by name.
+  struct entry {
+    std::string_view name;
+    std::string_view dtype;
+    dims shape;
+    void* data;  // device memory
+    bool initialized;
+  };
+  std::vector<entry> entries() const {
+    std::vector<entry> r;
+    for (const auto& [name, v] : variables_) r.push_back({name, v.dtype, v.d, v.data, v.initialized});
+    return r;
+  }
+  // Marks a tensor as holding a value (after a restore wrote it through entries()).
+  void mark_initialized(std::string_view name) {
+    auto it = variables_.find(name);
+    if (it == variables_.end()) throw feed_error("gradus: session holds no tensor named '" + std::string(name) + "'");
+    it->second.initialized = true;
   }
 
   std::size_t graph_count() const {
@@ -134,6 +195,7 @@ class session final : private variable_source {
   }
 
   std::map<std::string, variable_storage, std::less<>> variables_;
+  std::int64_t global_step_ = 0;
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
   const graph_base* last_ = nullptr;
 };

@@ -11,7 +11,11 @@
 //   gemm     gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch)
 //   rows     softmax(in, rows, cols, out, log), softmax_xent(logits, labels, rows, cols, loss)
 //   index    one_hot(idx, n, depth, out), gather(table, rows, row_len, idx, n, out)
+//            scatter_add(g, idx, n, row_len, out, rows)
 //   layout   permute(in, in_dims, perm, out)
+//   update   for_each(n, rule, p...)                  an optimizer's rule, in place, one pass
+//            sum_squares(x, n)                        host scalar (gradient clipping)
+//            copy(dst, src, bytes)                    device to device
 #include <cblas.h>
 #include <omp.h>
 #include <unistd.h>  // sysconf: the last-level cache's size
@@ -37,6 +41,7 @@
 #include <limits>
 #include <new>
 #include <string>
+#include <vector>
 #include <xsimd/xsimd.hpp>
 #include <xtensor/xadapt.hpp>
 #include <xtensor/xarray.hpp>
@@ -116,6 +121,61 @@ struct cpu_simd {
       // closing barrier lets anyone read the output.
       if (stream) store_fence();
     }
+  }
+
+  // ---- in-place update passes (optimizers) ------------------------------------------------
+  // rule(x...) is called with one SIMD batch (then scalars for the tail) of every array,
+  // as lvalues; the arrays given as non-const pointers are written back. All arrays have
+  // n elements of one dtype. Static chunks: each element always takes the same path.
+  template <class F, class P0, class... P>
+  static void for_each(index_t n, const F& rule, P0* p0, P*... p) {
+    using T = std::remove_const_t<P0>;
+    static_assert((std::is_same_v<std::remove_const_t<P>, T> && ...), "gradus: for_each: arrays of one dtype");
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    const index_t pieces = (n + chunk - 1) / chunk;
+    const bool par = n >= parallel_threshold && pieces > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t t = 0; t < pieces; ++t) {
+      const index_t j0 = t * chunk, j1 = std::min(n, j0 + chunk);
+      index_t j = j0;
+      for (; j + W <= j1; j += W) {
+        auto v = std::tuple{B::load_unaligned(p0 + j), B::load_unaligned(p + j)...};
+        std::apply(rule, v);
+        store_back(v, j, p0, p...);
+      }
+      for (; j < j1; ++j) {
+        auto v = std::tuple{T(p0[j]), T(p[j])...};
+        std::apply(rule, v);
+        store_back(v, j, p0, p...);
+      }
+    }
+  }
+
+  // sum of x[i]^2, accumulated in double in a fixed order (deterministic).
+  template <class T>
+  static T sum_squares(const T* x, index_t n) {
+    double s = 0;
+    constexpr index_t block = 1 << 12;
+    for (index_t i = 0; i < n; i += block) {
+      const index_t m = std::min(block, n - i);
+      using B = xsimd::batch<T>;
+      constexpr index_t W = static_cast<index_t>(B::size);
+      B acc(T(0));
+      index_t j = 0;
+      for (; j + W <= m; j += W) {
+        const B v = B::load_unaligned(x + i + j);
+        acc += v * v;
+      }
+      double part = static_cast<double>(xsimd::hadd(acc));
+      for (; j < m; ++j) part += static_cast<double>(x[i + j]) * static_cast<double>(x[i + j]);
+      s += part;
+    }
+    return static_cast<T>(s);
+  }
+
+  static void copy(void* dst, const void* src, std::size_t bytes) {
+    if (bytes) std::memcpy(dst, src, bytes);
   }
 
   // ---- reductions ----------------------------------------------------------------------
@@ -231,6 +291,34 @@ struct cpu_simd {
     for (index_t i = 0; i < n; ++i)
       std::memcpy(out + i * row_len, table + idx[i] * row_len, static_cast<std::size_t>(row_len) * sizeof(T));
   }
+  // out (rows x row_len) = 0, then out[idx[i]] += g[i] for i = 0..n-1. Each output row is
+  // summed by one thread in index order, so the result is the sequential one, bit for bit,
+  // whatever the thread count: small inputs run that sequential loop; large ones sort the
+  // positions by target row (stable counting sort), then deal out disjoint output rows.
+  template <class T>
+  static void scatter_add(const T* g, const std::int32_t* idx, index_t n, index_t row_len, T* out, index_t rows) {
+    check_indices("scatter_add", "index", idx, n, rows);
+    if (n * row_len < parallel_threshold || rows < 2) {
+      std::fill(out, out + rows * row_len, T(0));
+      for (index_t i = 0; i < n; ++i) zip_row(g + i * row_len, out + idx[i] * row_len, 0, row_len, add_op{});
+      return;
+    }
+    std::vector<index_t> start(static_cast<std::size_t>(rows) + 1, 0), order(static_cast<std::size_t>(n));
+    for (index_t i = 0; i < n; ++i) ++start[static_cast<std::size_t>(idx[i]) + 1];
+    for (index_t r = 0; r < rows; ++r) start[static_cast<std::size_t>(r) + 1] += start[static_cast<std::size_t>(r)];
+    {
+      std::vector<index_t> next(start.begin(), start.end() - 1);
+      for (index_t i = 0; i < n; ++i) order[static_cast<std::size_t>(next[static_cast<std::size_t>(idx[i])]++)] = i;
+    }
+    // dynamic: a row named by many positions (a padding index) would stall a static share
+#pragma omp parallel for schedule(dynamic, 16)
+    for (index_t r = 0; r < rows; ++r) {
+      T* y = out + r * row_len;
+      std::fill(y, y + row_len, T(0));
+      for (index_t k = start[static_cast<std::size_t>(r)]; k < start[static_cast<std::size_t>(r) + 1]; ++k)
+        zip_row(g + order[static_cast<std::size_t>(k)] * row_len, y, 0, row_len, add_op{});
+    }
+  }
 
   // ---- layout --------------------------------------------------------------------------
   template <class T>
@@ -267,6 +355,20 @@ struct cpu_simd {
   }
 
  private:
+  template <class Tuple, class... P>
+  static void store_back(const Tuple& v, index_t j, P*... p) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (store_one(std::get<I>(v), p + j), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+  template <class V, class T>
+  static void store_one(const V& v, T* dst) {
+    if constexpr (!std::is_const_v<T>) {
+      if constexpr (std::is_arithmetic_v<V>) *dst = v;
+      else v.store_unaligned(dst);
+    }
+  }
+
   // Elements [j0, j1) of a row: full SIMD batches from j0, then scalars for the rest.
   template <class T, class Plan>
   static void span(T* o, const Plan& p, index_t j0, index_t j1) {

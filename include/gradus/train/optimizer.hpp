@@ -1,0 +1,146 @@
+#pragma once
+// Optimizers: the update rule each applies to one variable, given its gradient and its
+// state. A train_step (train_step.hpp) runs the rule as one fused pass per variable over
+// the variable's storage (in place), its gradient and its state tensors, which the
+// session keeps by name ("<variable>/<slot>") so that checkpoints save them.
+//
+//   sgd{.lr, .momentum, .nesterov, .weight_decay, .clip_global_norm}
+//       d = g + weight_decay*w;  m = momentum*m + d;  w -= lr * (nesterov ? d + momentum*m : m)
+//       (momentum 0: w -= lr*d, no state) — PyTorch's SGD.
+//   adam{.lr, .beta1, .beta2, .eps, .weight_decay, .clip_global_norm}
+//       d = g + weight_decay*w;  m = b1*m + (1-b1)*d;  v = b2*v + (1-b2)*d*d
+//       w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps)     (t = step + 1) — PyTorch's Adam.
+//   adamw: as adam, with decoupled weight decay: w *= 1 - lr*weight_decay, no L2 term.
+//
+// clip_global_norm > 0 scales every gradient of the step by clip / max(norm, clip), where
+// norm is the L2 norm over all of the step's gradients together (TensorFlow's
+// clip_by_global_norm), before the rule sees them. `lr` takes a number or a schedule.
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "gradus/core/error.hpp"
+#include "gradus/core/shape.hpp"
+#include "gradus/train/schedule.hpp"
+
+namespace gradus {
+
+namespace opt_detail {
+inline void check_range(const char* opt, const char* field, double v, double lo, double hi, bool hi_open = false) {
+  if (!(v >= lo) || (hi_open ? !(v < hi) : !(v <= hi)) || !std::isfinite(v))
+    throw error(std::string("gradus: ") + opt + ": " + field + " = " + std::to_string(v) + " is outside [" +
+                std::to_string(lo) + ", " + std::to_string(hi) + (hi_open ? ")" : "]"));
+}
+
+// The per-element rules, written once for scalars and SIMD batches (V is T or a batch).
+template <class T>
+struct sgd_rule {
+  T lr, wd, scale;
+  template <class V>
+  void operator()(V& w, const V& g) const {
+    const V d = g * V(scale) + V(wd) * w;
+    w = w - V(lr) * d;
+  }
+};
+template <class T, bool Nesterov>
+struct momentum_rule {
+  T lr, mu, wd, scale;
+  template <class V>
+  void operator()(V& w, const V& g, V& m) const {
+    const V d = g * V(scale) + V(wd) * w;
+    m = V(mu) * m + d;
+    if constexpr (Nesterov) w = w - V(lr) * (d + V(mu) * m);
+    else w = w - V(lr) * m;
+  }
+};
+template <class T>
+struct adam_rule {
+  T step_size;     // lr / (1 - b1^t)
+  T b1, b2, eps;
+  T inv_sqrt_bc2;  // 1 / sqrt(1 - b2^t)
+  T l2;            // Adam's L2 term (0 for AdamW)
+  T decay;         // AdamW's 1 - lr*wd (1 for Adam)
+  T scale;
+  template <class V>
+  void operator()(V& w, const V& g, V& m, V& v) const {
+    using std::sqrt;
+    const V d = g * V(scale) + V(l2) * w;
+    m = V(b1) * m + V(T(1) - b1) * d;
+    v = V(b2) * v + V(T(1) - b2) * (d * d);
+    w = w * V(decay) - V(step_size) * m / (sqrt(v) * V(inv_sqrt_bc2) + V(eps));
+  }
+};
+}  // namespace opt_detail
+
+struct sgd {
+  lr_schedule lr = 0.01;
+  double momentum = 0;
+  bool nesterov = false;
+  double weight_decay = 0;
+  double clip_global_norm = 0;
+
+  static constexpr const char* name = "sgd";
+  void validate() const {
+    opt_detail::check_range(name, "momentum", momentum, 0, 1, true);
+    opt_detail::check_range(name, "weight_decay", weight_decay, 0, 1e30);
+    opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
+    if (nesterov && momentum == 0) throw error("gradus: sgd: nesterov needs momentum > 0");
+  }
+  int slot_count() const { return momentum > 0 ? 1 : 0; }
+  static std::string_view slot_name(int) { return "momentum"; }
+
+  // Applies the rule to n elements: one fused Backend pass.
+  template <class Backend, class T>
+  void apply(index_t n, T* w, const T* g, T* const* slots, std::int64_t step, double scale) const {
+    const T l = static_cast<T>(lr(step)), wd = static_cast<T>(weight_decay), sc = static_cast<T>(scale);
+    if (momentum == 0) {
+      Backend::for_each(n, opt_detail::sgd_rule<T>{l, wd, sc}, w, g);
+    } else if (nesterov) {
+      Backend::for_each(n, opt_detail::momentum_rule<T, true>{l, static_cast<T>(momentum), wd, sc}, w, g, slots[0]);
+    } else {
+      Backend::for_each(n, opt_detail::momentum_rule<T, false>{l, static_cast<T>(momentum), wd, sc}, w, g, slots[0]);
+    }
+  }
+};
+
+// adam and adamw: one template, the decay decoupled or not (defaults as PyTorch's).
+template <bool Decoupled>
+struct adam_optimizer {
+  lr_schedule lr = 0.001;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = Decoupled ? 0.01 : 0;
+  double clip_global_norm = 0;
+
+  static constexpr const char* name = Decoupled ? "adamw" : "adam";
+  void validate() const {
+    opt_detail::check_range(name, "beta1", beta1, 0, 1, true);
+    opt_detail::check_range(name, "beta2", beta2, 0, 1, true);
+    opt_detail::check_range(name, "eps", eps, 0, 1e30);
+    opt_detail::check_range(name, "weight_decay", weight_decay, 0, 1e30);
+    opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
+  }
+  int slot_count() const { return 2; }
+  static std::string_view slot_name(int i) { return i == 0 ? "adam_m" : "adam_v"; }
+
+  template <class Backend, class T>
+  void apply(index_t n, T* w, const T* g, T* const* slots, std::int64_t step, double scale) const {
+    const double l = lr(step), t = static_cast<double>(step + 1);
+    const double bc1 = 1 - std::pow(beta1, t), bc2 = 1 - std::pow(beta2, t);
+    const opt_detail::adam_rule<T> rule{static_cast<T>(l / bc1),
+                                        static_cast<T>(beta1),
+                                        static_cast<T>(beta2),
+                                        static_cast<T>(eps),
+                                        static_cast<T>(1 / std::sqrt(bc2)),
+                                        static_cast<T>(Decoupled ? 0 : weight_decay),
+                                        static_cast<T>(Decoupled ? 1 - l * weight_decay : 1),
+                                        static_cast<T>(scale)};
+    Backend::for_each(n, rule, w, g, slots[0], slots[1]);
+  }
+};
+using adam = adam_optimizer<false>;
+using adamw = adam_optimizer<true>;
+
+}  // namespace gradus

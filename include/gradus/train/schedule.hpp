@@ -1,0 +1,103 @@
+#pragma once
+// Learning-rate schedules: a pure function of the step counter (the session's
+// global_step), so a restored checkpoint resumes the schedule where it stopped.
+//   constant_lr(lr)                                   lr
+//   step_lr(lr, step_size, gamma)                     lr * gamma^floor(step / step_size)
+//   exponential_lr(lr, decay_rate, decay_steps, staircase)  lr * decay_rate^(step / decay_steps)
+//   cosine_lr(lr, total_steps, warmup_steps, min_lr)  linear warm-up from 0 to lr over
+//       warmup_steps, then half a cosine from lr down to min_lr at total_steps (and
+//       min_lr after it)
+// An optimizer's `lr` field takes a schedule or a plain number (a constant schedule).
+#include <cmath>
+#include <cstdint>
+#include <numbers>
+#include <string>
+
+#include "gradus/core/error.hpp"
+
+namespace gradus {
+
+class lr_schedule {
+ public:
+  enum class kind { constant, step, exponential, cosine };
+
+  lr_schedule(double lr = 0.01) : lr_(lr) { check(); }  // NOLINT: a number is a constant schedule
+
+  static lr_schedule constant(double lr) { return lr_schedule(lr); }
+  static lr_schedule step(double lr, std::int64_t step_size, double gamma) {
+    lr_schedule s(lr);
+    s.kind_ = kind::step;
+    s.steps_ = step_size;
+    s.factor_ = gamma;
+    if (step_size <= 0) throw error("gradus: step_lr: step_size must be positive, got " + std::to_string(step_size));
+    return s;
+  }
+  static lr_schedule exponential(double lr, double decay_rate, std::int64_t decay_steps, bool staircase = false) {
+    lr_schedule s(lr);
+    s.kind_ = kind::exponential;
+    s.steps_ = decay_steps;
+    s.factor_ = decay_rate;
+    s.staircase_ = staircase;
+    if (decay_steps <= 0)
+      throw error("gradus: exponential_lr: decay_steps must be positive, got " + std::to_string(decay_steps));
+    if (!(decay_rate > 0)) throw error("gradus: exponential_lr: decay_rate must be positive");
+    return s;
+  }
+  static lr_schedule cosine(double lr, std::int64_t total_steps, std::int64_t warmup_steps = 0, double min_lr = 0) {
+    lr_schedule s(lr);
+    s.kind_ = kind::cosine;
+    s.steps_ = total_steps;
+    s.warmup_ = warmup_steps;
+    s.min_lr_ = min_lr;
+    if (warmup_steps < 0 || total_steps <= warmup_steps)
+      throw error("gradus: cosine_lr: need 0 <= warmup_steps < total_steps, got warmup_steps=" +
+                  std::to_string(warmup_steps) + " total_steps=" + std::to_string(total_steps));
+    return s;
+  }
+
+  // The learning rate of the update that step `step` (0-based) applies.
+  double operator()(std::int64_t step) const {
+    switch (kind_) {
+      case kind::constant: return lr_;
+      case kind::step: return lr_ * std::pow(factor_, static_cast<double>(step / steps_));
+      case kind::exponential: {
+        const double p = staircase_ ? static_cast<double>(step / steps_)
+                                    : static_cast<double>(step) / static_cast<double>(steps_);
+        return lr_ * std::pow(factor_, p);
+      }
+      case kind::cosine: {
+        if (step < warmup_) return lr_ * static_cast<double>(step + 1) / static_cast<double>(warmup_ + 1);
+        if (step >= steps_) return min_lr_;
+        const double t = static_cast<double>(step - warmup_) / static_cast<double>(steps_ - warmup_);
+        return min_lr_ + 0.5 * (lr_ - min_lr_) * (1 + std::cos(std::numbers::pi * t));
+      }
+    }
+    return lr_;
+  }
+  kind type() const { return kind_; }
+  double base() const { return lr_; }
+
+ private:
+  void check() const {
+    if (!(lr_ >= 0) || !std::isfinite(lr_))
+      throw error("gradus: learning rate must be a finite number >= 0, got " + std::to_string(lr_));
+  }
+  double lr_;
+  kind kind_ = kind::constant;
+  std::int64_t steps_ = 1, warmup_ = 0;
+  double factor_ = 1, min_lr_ = 0;
+  bool staircase_ = false;
+};
+
+inline lr_schedule constant_lr(double lr) { return lr_schedule::constant(lr); }
+inline lr_schedule step_lr(double lr, std::int64_t step_size, double gamma) {
+  return lr_schedule::step(lr, step_size, gamma);
+}
+inline lr_schedule exponential_lr(double lr, double decay_rate, std::int64_t decay_steps, bool staircase = false) {
+  return lr_schedule::exponential(lr, decay_rate, decay_steps, staircase);
+}
+inline lr_schedule cosine_lr(double lr, std::int64_t total_steps, std::int64_t warmup_steps = 0, double min_lr = 0) {
+  return lr_schedule::cosine(lr, total_steps, warmup_steps, min_lr);
+}
+
+}  // namespace gradus
