@@ -161,3 +161,52 @@ BOOST_AUTO_TEST_CASE(a_single_output_run_allocates_nothing_after_the_first) {
   const long n = allocations.load() - c0;
   BOOST_TEST(n == 0, n << " allocations in 3 runs after the first");
 }
+
+BOOST_AUTO_TEST_CASE(a_training_step_allocates_nothing_after_the_first) {
+  // Forward, backward, global-norm clipping and the Adam update of a 2-layer MLP, at a
+  // threaded size (784x128 weights, batch 64), and an SGD-momentum step whose gradient is
+  // another trained variable (the aliasing copy's scratch buffer is kept too).
+  g::placeholder<"x", float, g::dyn, 784> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::variable<"w1", float, 784, 128> w1;
+  g::variable<"b1", float, 128> b1;
+  g::variable<"w2", float, 128, 10> w2;
+  g::variable<"b2", float, 10> b2;
+  g::session<g::cpu_simd> s;
+  g::initialize(s, w1, g::init::he_normal{}, 1);
+  g::initialize(s, b1, g::init::zeros{}, 1);
+  g::initialize(s, w2, g::init::glorot_uniform{}, 1);
+  g::initialize(s, b2, g::init::zeros{}, 1);
+  const auto logits = g::matmul(g::relu(g::matmul(x, w1) + b1), w2) + b2;
+  const auto loss = g::mean(g::softmax_cross_entropy(logits, y));
+  auto step = g::minimize(s, loss, g::adam{.lr = 1e-3, .clip_global_norm = 1}, w1, b1, w2, b2);
+
+  const auto xv = filled<float, 2>({64, 784}, 1.0);
+  xt::xtensor<std::int32_t, 1> yv(std::array<std::size_t, 1>{64});
+  for (std::size_t i = 0; i < 64; ++i) yv(i) = static_cast<std::int32_t>(i % 10);
+
+  const long a0 = allocations.load();
+  const float l0 = step.run(x = xv, y = yv);
+  BOOST_TEST(allocations.load() - a0 > 0, "the first step plans and allocates");
+  long later = 0;
+  float l = l0;
+  for (int i = 0; i < 5; ++i) {
+    const long c0 = allocations.load();
+    l = step.run(x = xv, y = yv);
+    later += allocations.load() - c0;
+  }
+  BOOST_TEST(later == 0, later << " allocations in 5 training steps after the first");
+  BOOST_TEST(l < l0);  // and it trains
+  BOOST_TEST(s.global_step() == 6);
+
+  g::variable<"a", double, 5000> a;
+  g::variable<"c", double, 5000> c;
+  g::initialize(s, a, g::init::normal{}, 2);
+  g::initialize(s, c, g::init::normal{}, 3);
+  auto aliased = g::minimize(s, g::sum(a * c), g::sgd{.lr = 0.01, .momentum = 0.9}, a, c);
+  aliased.run();
+  const long c0 = allocations.load();
+  for (int i = 0; i < 3; ++i) aliased.run();
+  const long n = allocations.load() - c0;
+  BOOST_TEST(n == 0, n << " allocations in 3 aliased steps after the first");
+}
