@@ -1,6 +1,6 @@
-# Finds what gradus::cpu_simd needs. Used by the build tree (top level or add_subdirectory)
-# and by the installed package config (gradusConfig.cmake), so a consumer resolves the same
-# dependencies.
+# Finds what gradus::cpu_simd and gradus::io need. Used by the build tree (top level or
+# add_subdirectory) and by the installed package config (gradusConfig.cmake), so a consumer
+# resolves the same dependencies.
 #
 # find_dependency() is meant for package configs only: elsewhere a missing dependency would
 # return() silently from this file and surface later as a confusing "target not found".
@@ -31,4 +31,29 @@ if(NOT TARGET gradus_openblas)
   set_target_properties(gradus_openblas PROPERTIES
     INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
     INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
+endif()
+
+# libzip, for gradus::io (.npz checkpoints). Through pkg-config: Debian's libzip CMake config
+# also imports the zipcmp, zipmerge and ziptool programs (packaged apart, in zipcmp etc.)
+# and fails when they are absent, which they are with libzip-dev alone. The prefix is
+# gradus' own so that a consumer's PkgConfig::LIBZIP or LIBZIP_* variables do not clash.
+# The build tree requires it; the installed package reports it as component io, so that
+# a user of gradus::cpu_simd alone is not stopped by a missing libzip, while
+# find_package(gradus COMPONENTS io) is.
+if(NOT TARGET PkgConfig::gradus_libzip)
+  if(CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+    find_package(PkgConfig QUIET)
+    if(PKG_CONFIG_FOUND)
+      pkg_check_modules(gradus_libzip QUIET IMPORTED_TARGET libzip)
+    endif()
+  else()
+    find_package(PkgConfig REQUIRED)
+    pkg_check_modules(gradus_libzip REQUIRED IMPORTED_TARGET libzip)
+  endif()
+endif()
+if(TARGET PkgConfig::gradus_libzip)
+  set(gradus_io_FOUND TRUE)
+else()
+  set(gradus_io_FOUND FALSE)
+  set(gradus_NOT_FOUND_MESSAGE "gradus::io needs libzip (pkg-config module libzip; Debian: libzip-dev)")
 endif()

@@ -4,7 +4,7 @@
 include(CMakePackageConfigHelpers)
 install(DIRECTORY include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY backends/cpu_simd/include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(TARGETS gradus gradus_cpu_simd EXPORT gradusTargets)
+install(TARGETS gradus gradus_cpu_simd gradus_io EXPORT gradusTargets)
 set(GRADUS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gradus)
 install(EXPORT gradusTargets NAMESPACE gradus:: DESTINATION ${GRADUS_CMAKE_DIR})
 configure_package_config_file(cmake/gradusConfig.cmake.in

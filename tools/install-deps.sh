@@ -13,6 +13,8 @@ packages=(
   libboost-test-dev        # unit tests
   nlohmann-json3-dev       # cluster specs
   libeigen3-dev
+  libzip-dev pkgconf       # gradus::io (.npz checkpoints); CMake finds libzip through pkg-config
+  python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
 )
 
 if [[ "${1:-}" == "--list" ]]; then

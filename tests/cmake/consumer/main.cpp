@@ -1,9 +1,16 @@
 // Evaluates relu(x·w + b) with gradus::cpu_simd (a BLAS GEMM, then a fused SIMD pass) and
-// checks every value against a plain loop: exit status 0 only if all of them agree.
+// checks every value against a plain loop: exit status 0 only if all of them agree. Then
+// writes the values to an .npz file and reads them back with gradus::io (libzip).
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <string>
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
+#include <gradus/io/npz.hpp>
 
 namespace g = gradus;
 
@@ -32,5 +39,14 @@ int main() {
     }
   std::printf("consumer: relu(x w + b) = {{%g, %g}, {%g, %g}} %s\n", static_cast<double>(y[0]),
               static_cast<double>(y[1]), static_cast<double>(y[2]), static_cast<double>(y[3]), bad ? "WRONG" : "ok");
-  return bad;
+
+  const auto npz = std::filesystem::temp_directory_path() / ("gradus_consumer." + std::to_string(::getpid()) + ".npz");
+  g::io::write_npz(npz, {{"relu/want", "float32", {2, 2}, want}});
+  const auto back = g::io::read_npz(npz);
+  std::filesystem::remove(npz);
+  const bool npz_ok = back.size() == 1 && back[0].name == "relu/want" && back[0].dtype == "float32" &&
+                      back[0].shape == g::dims{2, 2} && back[0].bytes.size() == sizeof want &&
+                      std::memcmp(back[0].bytes.data(), want, sizeof want) == 0;
+  std::printf("consumer: .npz round trip %s\n", npz_ok ? "ok" : "WRONG");
+  return bad || !npz_ok;
 }
