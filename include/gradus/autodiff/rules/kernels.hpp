@@ -105,5 +105,24 @@ template <std::size_t I, class T, index_t D, class Y, class G>
 no_grad vjp(const one_hot_node<T, D, Y>&, const G&) {
   return {};
 }
+// out = gather(table, idx): dtable = scatter_add(g, idx) into zeros of the table's shape
+// (a repeated index accumulates its rows); idx is int32 and gets no adjoint.
+template <std::size_t I, class Tab, class Idx, class G>
+auto vjp(const gather_node<Tab, Idx>& n, const G& g) {
+  if constexpr (I == 0) return scatter_add(g, n.idx, n.table);
+  else return no_grad{};
+}
+// scatter_add is linear in its updates: dupdates = gather(g, idx) (seen with the updates'
+// dims where the static shapes differ, e.g. a `dyn` extent on one side only).
+template <std::size_t I, class U, class Idx, class Like, class G>
+auto vjp(const scatter_add_node<U, Idx, Like>& n, const G& g) {
+  if constexpr (I == 0) {
+    auto d = gather(g, n.idx);
+    if constexpr (std::is_same_v<shape_t<decltype(d)>, shape_t<U>>) return d;
+    else return reshape_like(d, n.updates);
+  } else {
+    return no_grad{};
+  }
+}
 
 }  // namespace gradus

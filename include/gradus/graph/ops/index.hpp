@@ -1,5 +1,6 @@
 #pragma once
-// Index ops: one_hot (int32 labels -> 0/1 rows) and gather (rows of a table by index).
+// Index ops: one_hot (int32 labels -> 0/1 rows), gather (rows of a table by index) and
+// scatter_add (rows added into zeros at an index: gather's adjoint w.r.t. the table).
 // Out-of-range indices are an index_error naming the op, the position and the value.
 #include <cstdint>
 #include <string>
@@ -27,6 +28,23 @@ struct gather_extents {
     return r;
   }();
 };
+// SA's static extents and b agree wherever both are known (dyn fits any extent).
+template <class SA, std::size_t N>
+constexpr bool extents_agree(const std::array<index_t, N>& b) {
+  if constexpr (SA::rank != N) {
+    return false;
+  } else {
+    for (std::size_t k = 0; k < N; ++k)
+      if (SA::extents[k] != dyn && b[k] != dyn && SA::extents[k] != b[k]) return false;
+    return true;
+  }
+}
+// The run-time dims of gather(table, idx): idx's, then the table's after its first.
+inline dims gather_dims(const dims& t, const dims& i) {
+  dims r = i;
+  for (std::size_t k = 1; k < t.rank; ++k) r.d[r.rank++] = t.d[k];
+  return r;
+}
 }  // namespace detail
 
 template <class T, index_t Depth, class Y>
@@ -71,9 +89,7 @@ struct gather_node : expr_base {
   auto operands() const { return std::tie(table, idx); }
   auto children() const { return std::tie(table, idx); }
   dims infer(const dims& t, const dims& i) const {
-    dims r = i;
-    for (std::size_t k = 1; k < t.rank; ++k) r.d[r.rank++] = t.d[k];
-    return r;
+    return detail::gather_dims(t, i);
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> t,
@@ -88,6 +104,48 @@ struct gather_node : expr_base {
 template <expression Tab, expression Idx>
 auto gather(const Tab& table, const Idx& idx) {
   return gather_node<Tab, Idx>{{}, table, idx};
+}
+
+// out = zeros shaped like `like`; out[idx[i], ...] += updates[i, ...] for every position i
+// of idx, in order (a repeated index accumulates). The adjoint of gather w.r.t. its table.
+// `like` lends its dims only: its values are never read.
+template <class Upd, class Idx, class Like>
+struct scatter_add_node : expr_base {
+  static_assert(std::is_same_v<value_t<Idx>, std::int32_t>, "gradus: scatter_add: indices must be int32");
+  static_assert(rank_v<Like> >= 1, "gradus: scatter_add: the target needs rank >= 1");
+  static_assert(std::is_same_v<value_t<Upd>, value_t<Like>>,
+                "gradus: scatter_add: the updates and the target have different dtypes");
+  static_assert(detail::extents_agree<shape_t<Upd>>(detail::gather_extents<shape_t<Like>, shape_t<Idx>>::value),
+                "gradus: scatter_add: the updates must have the shape gather(target, idx) would have");
+  using value_type = value_t<Like>;
+  using shape_type = shape_t<Like>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = "scatter_add";
+  Upd updates;
+  Idx idx;
+  Like like;
+  auto operands() const { return std::tie(updates, idx, like); }
+  auto children() const { return std::tie(updates, idx); }  // like's values are not read
+  dims infer(const dims& u, const dims& i, const dims& t) const {
+    if (!(u == detail::gather_dims(t, i)))
+      throw shape_error("gradus: scatter_add: updates of shape " + to_string(u) + " do not fit indices of shape " +
+                        to_string(i) + " into a target of shape " + to_string(t) + " (expected " +
+                        to_string(detail::gather_dims(t, i)) + ")");
+    return t;
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims& d, tensor_view<const value_type> u, tensor_view<const std::int32_t> i,
+               tensor_view<const value_type>) const {
+    const index_t rows = d.d[0], row = rows ? d.numel() / rows : 0;
+    Backend::scatter_add(u.data(), i.data(), i.size(), row, out, rows);
+  }
+  bool operator==(const scatter_add_node&) const = default;
+};
+
+// scatter_add(updates, idx, like): zeros of like's shape with updates' rows added at idx.
+template <expression Upd, expression Idx, expression Like>
+auto scatter_add(const Upd& updates, const Idx& idx, const Like& like) {
+  return scatter_add_node<Upd, Idx, Like>{{}, updates, idx, like};
 }
 
 }  // namespace gradus
