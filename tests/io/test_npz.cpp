@@ -396,6 +396,32 @@ BOOST_AUTO_TEST_CASE(error_entry_names) {
   expect_error([&] { gio::read_npz(s / "dup.npz"); }, {(s / "dup.npz").string(), "same name"});
 }
 
+// Every single-byte corruption of a small file either still reads (a byte libzip does not
+// check, such as a timestamp) or throws gradus::error: never another exception or a crash.
+BOOST_AUTO_TEST_CASE(every_byte_flipped_reads_or_throws_gradus_error) {
+  scratch s;
+  const std::vector<float> v = {1, 2, 3};
+  const std::vector<std::int64_t> step = {7};
+  gio::write_npz(s / "good.npz", {{"w/a", "float32", {3}, v.data()}, {"step", "int64", {}, step.data()}});
+  const std::string good = slurp(s / "good.npz");
+  int read_ok = 0, gradus_errors = 0;
+  for (std::size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] = static_cast<char>(bad[i] ^ 0x5a);
+    spit(s / "bad.npz", bad);
+    try {
+      gio::read_npz(s / "bad.npz");
+      ++read_ok;
+    } catch (const g::error&) {
+      ++gradus_errors;
+    } catch (const std::exception& e) {
+      BOOST_ERROR("byte " << i << ": not a gradus::error: " << e.what());
+    }
+  }
+  BOOST_TEST_MESSAGE(good.size() << " corruptions: " << gradus_errors << " gradus::error, " << read_ok << " read");
+  BOOST_TEST(gradus_errors > static_cast<int>(good.size()) / 2);
+}
+
 // ---- writer errors and atomicity ------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(write_rejects_bad_arrays_before_touching_disk) {
