@@ -11,7 +11,10 @@ packages=(
   libxtensor-dev libxsimd-dev libxtensor-blas-dev   # CPU storage, SIMD, LAPACK interop
   libopenblas-openmp-dev libopenblas-dev            # BLAS; gradus prefers the OpenMP build
   libboost-test-dev        # unit tests
-  nlohmann-json3-dev       # cluster specs
+  nlohmann-json3-dev       # cluster specs; the examples' --json metrics
+  libcli11-dev             # the examples' command-line options (CLI11)
+  liblinear-tools          # ships heart_scale, the data set of examples/logistic_regression
+                           # (tools/fetch-heart.sh copies it, or extracts it from the .deb)
   libeigen3-dev
   libzip-dev pkgconf       # gradus::io (.npz checkpoints); CMake finds libzip through pkg-config
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
