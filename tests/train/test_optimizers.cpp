@@ -233,7 +233,7 @@ BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
   BOOST_TEST(msg([&] { g::sgd{.lr = 0.1, .momentum = 1.5}.validate(); }).find("sgd: momentum = 1.5") !=
              std::string::npos);
   BOOST_TEST(msg([&] { g::adam{.beta2 = 1.0}.validate(); }).find("adam: beta2") != std::string::npos);
-  BOOST_TEST(msg([&] { g::sgd{.lr = -1.0}; }).find("learning rate must be a finite number >= 0") != std::string::npos);
+  BOOST_TEST(msg([&] { g::sgd{.lr = -1.0}.validate(); }).find("learning rate must be a finite number >= 0") != std::string::npos);
   BOOST_TEST(msg([&] { g::sgd{.lr = 0.1, .nesterov = true}.validate(); }).find("nesterov needs momentum") !=
              std::string::npos);
   auto step = g::minimize(s, g::sum(w * c), g::sgd{.lr = 0.1}, w);
@@ -243,4 +243,26 @@ BOOST_AUTO_TEST_CASE(errors_name_what_is_wrong) {
              std::string::npos);
   BOOST_TEST(msg([&] { step.apply_gradients(); }).find("no gradients") != std::string::npos);
   BOOST_TEST(s.global_step() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(variables_deduced_from_the_loss) {
+  // minimize(s, loss, opt) trains every variable the loss reads, each once, in order of
+  // first appearance; naming them explicitly instead trains only those.
+  g::placeholder<"x", double, g::dyn, 2> x;
+  g::variable<"w", double, 2, 1> w;
+  g::variable<"b", double, 1> b;
+  const auto loss = g::sum(g::square(g::matmul(x, w) + b)) + 0.5 * g::sum(w * w);
+  static_assert(std::is_same_v<g::variables_of_t<std::remove_cvref_t<decltype(loss)>>, std::tuple<decltype(w), decltype(b)>>);
+  const std::vector<double> xs{1, 2, 3, 4};
+  for (int explicit_w_only = 0; explicit_w_only < 2; ++explicit_w_only) {
+    g::session<g::cpu_simd> s;
+    g::initialize(s, w, g::init::constant{1}, 0);
+    g::initialize(s, b, g::init::constant{1}, 0);
+    // d/dw = 2 x^T (xw + b) + w = 2 [1 3; 2 4] [4; 8] + 1 = [57; 81]; d/db = 2 (4 + 8) = 24
+    if (explicit_w_only) g::minimize(s, loss, g::sgd{.lr = 0.01}, w).run(x = g::view(xs.data(), {2, 2}));
+    else g::minimize(s, loss, g::sgd{.lr = 0.01}).run(x = g::view(xs.data(), {2, 2}));
+    BOOST_TEST(s.value(w)[0] == 1 - 0.01 * 57, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(s.value(w)[1] == 1 - 0.01 * 81, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(s.value(b)[0] == (explicit_w_only ? 1 : 1 - 0.01 * 24), boost::test_tools::tolerance(1e-12));
+  }
 }

@@ -172,18 +172,18 @@ class train_step {
   }
 
   bool aliases_trained(const void* g, index_t n) const {
-    bool hit = false;
-    const auto* lo = static_cast<const char*>(g);
-    [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((hit = hit || [&] {
-         using V = std::tuple_element_t<I, std::tuple<Vs...>>;
-         const auto* w = static_cast<const char*>(static_cast<const void*>(s_.template data<value_t<V>>(V::name.view())));
-         const std::size_t wb = static_cast<std::size_t>(static_dims<shape_t<V>>().numel()) * sizeof(value_t<V>);
-         return lo < w + wb && w < lo + static_cast<std::size_t>(n) * sizeof(value_t<V>);
-       }()),
-       ...);
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return (overlaps<I>(static_cast<const char*>(g), n) || ...);
     }(std::index_sequence_for<Vs...>{});
-    return hit;
+  }
+  // Whether [g, g + n elements) overlaps trained variable I's storage.
+  template <std::size_t I>
+  bool overlaps(const char* g, index_t n) const {
+    using V = std::tuple_element_t<I, std::tuple<Vs...>>;
+    using T = value_t<V>;
+    const auto* w = reinterpret_cast<const char*>(s_.template data<T>(V::name.view()));
+    const std::size_t wb = static_cast<std::size_t>(static_dims<shape_t<V>>().numel()) * sizeof(T);
+    return g < w + wb && w < g + static_cast<std::size_t>(n) * sizeof(T);
   }
 
   template <class T>
@@ -227,11 +227,62 @@ class train_step {
   bool have_grads_ = false;
 };
 
+// The variables an expression reads, each once, in order of first appearance (a type
+// list: std::tuple<variable<...>...>), found by walking the expression's type.
+namespace detail {
+template <class Acc, class... Es>
+struct collect_variables {
+  using type = Acc;
+};
+template <class Acc, class E>
+struct collect_children {
+  using type = Acc;
+};
+template <class Acc, class... C>
+struct collect_children_of;
+template <class Acc, class... C>
+struct collect_children_of<Acc, std::tuple<C...>> {
+  using type = typename collect_variables<Acc, std::remove_cvref_t<C>...>::type;
+};
+template <class Acc, class E>
+  requires requires(const E& e) { e.children(); }
+struct collect_children<Acc, E> {
+  using type = typename collect_children_of<Acc, children_t<E>>::type;
+};
+template <class E, class Acc>
+struct append_variable {
+  using type = typename collect_children<Acc, E>::type;
+};
+template <fixed_string N, class T, index_t... X, class... A>
+struct append_variable<variable<N, T, X...>, std::tuple<A...>> {
+  using V = variable<N, T, X...>;
+  using type = std::conditional_t<(std::is_same_v<A, V> || ...), std::tuple<A...>, std::tuple<A..., V>>;
+};
+template <class Acc, class E0, class... Es>
+struct collect_variables<Acc, E0, Es...> {
+  using type = typename collect_variables<typename append_variable<E0, Acc>::type, Es...>::type;
+};
+}  // namespace detail
+template <class E>
+using variables_of_t = typename detail::collect_variables<std::tuple<>, E>::type;
+
 // minimize(session, loss, optimizer, variables...): the training step of `loss` over the
 // named variables (see train_step).
 template <class Backend, class Opt, expression Loss, class... Vs>
+  requires(sizeof...(Vs) > 0)
 auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs) {
   return train_step<Backend, Opt, Loss, Vs...>(s, loss, opt, vs...);
+}
+
+// minimize(session, loss, optimizer): over every variable the loss reads (as
+// tf.train.Optimizer.minimize trains all trainable variables). Hold a variable fixed by
+// naming the others explicitly.
+template <class Backend, class Opt, expression Loss>
+auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt) {
+  return [&]<class... Vs>(std::tuple<Vs...>*) {
+    static_assert(sizeof...(Vs) > 0, "gradus: minimize: the loss reads no variable");
+    return train_step<Backend, Opt, Loss, Vs...>(s, loss, opt, Vs{}...);
+  }(static_cast<variables_of_t<Loss>*>(nullptr));
 }
 
 }  // namespace gradus
