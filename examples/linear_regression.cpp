@@ -124,7 +124,7 @@ int main(int argc, char** argv) {
     }
 
     if (json) {
-      nlohmann::json j;
+      nlohmann::ordered_json j;
       j["example"] = "linear_regression";
       j["samples"] = samples;
       j["features"] = features;
