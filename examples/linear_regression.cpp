@@ -16,15 +16,31 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 namespace g = gradus;
 
 namespace {
+// Number checks for options (CLI11's PositiveNumber writes DBL_MAX out in full, 309
+// digits, in its error message).
+CLI::Validator number_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (!allow_zero && v == 0))
+          return std::string("expected a number ") + (allow_zero ? ">= 0" : "> 0") + ", got " + s;
+        return {};
+      },
+      allow_zero ? "NONNEGATIVE" : "POSITIVE");
+}
+const CLI::Validator positive = number_check(false), non_negative = number_check(true);
 constexpr g::index_t features = 8;
 constexpr std::array<double, features> w_true{1.5, -2.0, 0.5, 3.0, -1.0, 0.25, 2.0, -0.75};
 constexpr double b_true = 0.5;
@@ -44,12 +60,12 @@ int main(int argc, char** argv) {
   app.add_option("--samples", samples, "number of samples n")->check(CLI::Range(std::int64_t{2}, std::int64_t{100000000}));
   app.add_option("--steps", steps, "gradient-descent steps (updates)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000000}));
   app.add_option("--batch", batch, "minibatch size; 0 = the full batch (plain gradient descent)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", lr, "learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--noise", noise, "standard deviation of the Gaussian noise")->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
+  app.add_option("--lr", lr, "learning rate")->check(positive);
+  app.add_option("--noise", noise, "standard deviation of the Gaussian noise")->check(non_negative);
   app.add_option("--seed", seed, "seed of the data and of the initial weights");
   app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
   CLI11_PARSE(app, argc, argv);
   if (batch > samples) batch = samples;

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
@@ -35,6 +36,20 @@
 namespace g = gradus;
 
 namespace {
+// Number checks for options (CLI11's PositiveNumber writes DBL_MAX out in full, 309
+// digits, in its error message).
+CLI::Validator number_check(bool allow_zero) {
+  return CLI::Validator(
+      [allow_zero](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (!allow_zero && v == 0))
+          return std::string("expected a number ") + (allow_zero ? ">= 0" : "> 0") + ", got " + s;
+        return {};
+      },
+      allow_zero ? "NONNEGATIVE" : "POSITIVE");
+}
+const CLI::Validator positive = number_check(false), non_negative = number_check(true);
 constexpr g::index_t features = 13;
 
 struct dataset {
@@ -137,14 +152,14 @@ int main(int argc, char** argv) {
   app.add_option("--data", data, "the data set, LIBSVM format");
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000000}));
   app.add_option("--batch", batch, "minibatch size (shuffled each epoch); 0 = the full training set")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", lr, "Adam's learning rate")->check(CLI::PositiveNumber);
-  app.add_option("--l2", l2, "L2 penalty on the weights: l2/2 ||w||^2")->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
+  app.add_option("--lr", lr, "Adam's learning rate")->check(positive);
+  app.add_option("--l2", l2, "L2 penalty on the weights: l2/2 ||w||^2")->check(non_negative);
   app.add_option("--test-fraction", test_fraction, "fraction of each class held out for testing")
       ->check(CLI::Range(0.01, 0.99));
   app.add_option("--seed", seed, "seed of the split, the minibatch order and the initial weights");
   app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative);
   app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
   CLI11_PARSE(app, argc, argv);
 
