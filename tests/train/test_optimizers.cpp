@@ -266,3 +266,27 @@ BOOST_AUTO_TEST_CASE(variables_deduced_from_the_loss) {
     BOOST_TEST(s.value(b)[0] == (explicit_w_only ? 1 : 1 - 0.01 * 24), boost::test_tools::tolerance(1e-12));
   }
 }
+
+BOOST_AUTO_TEST_CASE(compute_then_apply) {
+  // the split a data-parallel trainer uses: gradients are readable (and writable) between
+  // compute_gradients and apply_gradients, and their norm is available without clipping
+  g::placeholder<"x", double, g::dyn, 2> x;
+  g::variable<"w", double, 2, 1> w;
+  g::variable<"b", double, 1> b;
+  const auto loss = g::sum(g::square(g::matmul(x, w) + b)) + 0.5 * g::sum(w * w);
+  const std::vector<double> xs{1, 2, 3, 4};
+  g::session<g::cpu_simd> s;
+  g::initialize(s, w, g::init::constant{1}, 0);
+  g::initialize(s, b, g::init::constant{1}, 0);
+  auto step = g::minimize(s, loss, g::sgd{.lr = 0.01});
+  const double l = step.compute_gradients(x = g::view(xs.data(), {2, 2}));
+  BOOST_TEST(l == 16 + 64 + 1);  // (1+2+1)^2 + (3+4+1)^2 + 0.5 * 2
+  BOOST_TEST(step.gradient_norm() == std::sqrt(57.0 * 57 + 81 * 81 + 24 * 24), boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(step.gradients().size() == 2u);
+  BOOST_TEST(step.gradients()[0].name == "w");
+  BOOST_TEST(step.gradients()[1].dtype == "float64");
+  static_cast<double*>(step.gradients()[1].data)[0] = 100;  // as an all-reduce would write
+  step.apply_gradients();
+  BOOST_TEST(s.value(b)[0] == 1 - 0.01 * 100, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.global_step() == 1);
+}

@@ -114,11 +114,7 @@ class train_step {
     have_grads_ = false;
     double scale = 1;
     if (opt_.clip_global_norm > 0) {
-      double sq = 0;
-      [&]<std::size_t... I>(std::index_sequence<I...>) {
-        ((sq += static_cast<double>(Backend::sum_squares(grad_ptr<I>(), buffers_[I].size))), ...);
-      }(std::index_sequence_for<Vs...>{});
-      last_norm_ = std::sqrt(sq);
+      last_norm_ = norm_of_gradients();
       if (last_norm_ > opt_.clip_global_norm) scale = opt_.clip_global_norm / last_norm_;
     }
     const std::int64_t step = s_.global_step();
@@ -128,6 +124,11 @@ class train_step {
 
   // The global gradient norm of the last step (only computed when clipping).
   double last_global_norm() const { return last_norm_; }
+  // The L2 norm over all gradients of the last compute_gradients() (one extra pass).
+  double gradient_norm() const {
+    if (!have_grads_) throw error("gradus: train_step::gradient_norm: no gradients; call compute_gradients first");
+    return norm_of_gradients();
+  }
   // The learning rate the next update will use.
   double learning_rate() const { return opt_.lr(s_.global_step()); }
   const Opt& optimizer() const { return opt_; }
@@ -140,6 +141,14 @@ class train_step {
   const auto* grad_ptr() const {
     using T = value_t<std::tuple_element_t<I, std::tuple<Vs...>>>;
     return static_cast<const T*>(buffers_[I].data);
+  }
+
+  double norm_of_gradients() const {
+    double sq = 0;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((sq += static_cast<double>(Backend::sum_squares(grad_ptr<I>(), buffers_[I].size))), ...);
+    }(std::index_sequence_for<Vs...>{});
+    return std::sqrt(sq);
   }
 
   template <class V>
