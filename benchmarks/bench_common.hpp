@@ -24,6 +24,7 @@ struct candidate {
   std::string name;
   std::function<void()> run;  // one sample (may loop over several calls)
   std::vector<double> seconds{};
+  std::function<void()> before{};  // if set: runs before every sample, untimed (a reset)
 };
 
 inline double median(std::vector<double> v) {
@@ -33,14 +34,19 @@ inline double median(std::vector<double> v) {
 }
 
 // Runs every candidate `warmup` times (first runs plan, allocate and fault pages in),
-// then `rounds` rounds of one sample each, rotating the order every round.
+// then `rounds` rounds of one sample each, rotating the order every round. A candidate's
+// `before` runs ahead of each of its samples, outside the timed interval.
 inline void run_interleaved(std::vector<candidate>& cs, int rounds, int warmup = 2) {
   for (int w = 0; w < warmup; ++w)
-    for (auto& c : cs) c.run();
+    for (auto& c : cs) {
+      if (c.before) c.before();
+      c.run();
+    }
   const std::size_t n = cs.size();
   for (int r = 0; r < rounds; ++r)
     for (std::size_t k = 0; k < n; ++k) {
       auto& c = cs[(k + static_cast<std::size_t>(r)) % n];
+      if (c.before) c.before();
       const auto t0 = std::chrono::steady_clock::now();
       c.run();
       const auto t1 = std::chrono::steady_clock::now();

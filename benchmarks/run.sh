@@ -6,9 +6,10 @@
 #   benchmarks/run.sh [build-dir = build-bench]
 #
 # Environment: ROUNDS (elementwise rounds, default 21), GEMM_ROUNDS (default 21),
-# THREADS (default 2), IDLE_WAIT (seconds to wait for idle cores first, default 120; 0
-# skips). The machine these numbers come from is shared: the script reports how idle
-# the cores were just before each program, so a loaded run can be recognised and rerun.
+# MLP_ROUNDS (default 15), MLP_STEPS (steps per MLP sample, default 200), THREADS
+# (default 2), IDLE_WAIT (seconds to wait for idle cores first, default 120; 0 skips).
+# The machine these numbers come from is shared: the script reports how idle the cores
+# were just before each program, so a loaded run can be recognised and rerun.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -26,7 +27,7 @@ quiet() {
 }
 quiet cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DGRADUS_BUILD_BENCHMARKS=ON \
   -DGRADUS_BUILD_TESTS=OFF -DGRADUS_BUILD_EXAMPLES=OFF
-quiet cmake --build "$build" --target bench_elementwise bench_gemm -j "$threads"
+quiet cmake --build "$build" --target bench_elementwise bench_gemm bench_mlp -j "$threads"
 
 # Percentage of CPU time idle over one second, all cores.
 idle_pct() {
@@ -58,3 +59,7 @@ echo
 echo "## sgemm"
 wait_idle
 "$build/benchmarks/bench_gemm" "${GEMM_ROUNDS:-21}" 256 512 1024 2048
+echo
+echo "## MLP training step"
+wait_idle
+"$build/benchmarks/bench_mlp" "${MLP_ROUNDS:-15}" "${MLP_STEPS:-200}"
