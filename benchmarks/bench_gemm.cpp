@@ -5,7 +5,7 @@
 //
 // Each sample repeats the call until it has run at least ~50 ms, so small n are not
 // timed at the clock's resolution; the table shows the median over rounds.
-#include <cblas.h>
+// CBLAS comes declared by cpu_simd.hpp (xtensor-blas's declarations, linked to OpenBLAS)
 #include <omp.h>
 
 #include <algorithm>
@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
       a.data()[i] = static_cast<float>((i * 7919) % 1000) * 1e-3f - 0.5f;
       b.data()[i] = static_cast<float>((i * 104729) % 997) * 1e-3f - 0.5f;
     }
-    const blasint bn = static_cast<blasint>(n);
+    const CBLAS_INT bn = static_cast<CBLAS_INT>(n);
     const float* cg = nullptr;
     auto once_gradus = [&] { cg = sess.run(expr, ga = a, gbm = b).data(); };
     auto once_blas = [&] {

@@ -19,7 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cblas.h>
+// CBLAS comes declared by cpu_simd.hpp (xtensor-blas's declarations, linked to OpenBLAS)
 #include <cmath>
 #include <cstdint>
 #include <cstdio>

@@ -30,13 +30,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-// gradus' CPU backend includes OpenBLAS's <cblas.h>; xtensor-blas, by default, declares
-// the same CBLAS functions again from its own copy of netlib's cblas.h, with other
-// parameter types (const float* where OpenBLAS has const void*), which C++ refuses in
-// one translation unit. XTENSOR_USE_FLENS_BLAS makes xtensor-blas use FLENS' C++ BLAS
-// loops instead of CBLAS; LAPACK (gesv, syevd) is still called through its Fortran
-// symbols, from OpenBLAS, which bundles LAPACK.
-#define XTENSOR_USE_FLENS_BLAS
+// xtensor-blas next to gradus' backend: both use xtensor-blas's CBLAS declarations (the
+// backend includes them), so LAPACK and BLAS calls all go to OpenBLAS.
 #include <xtensor-blas/xlinalg.hpp>
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>

@@ -16,7 +16,15 @@
 //   update   for_each(n, rule, p...)                  an optimizer's rule, in place, one pass
 //            sum_squares(x, n)                        host scalar (gradient clipping)
 //            copy(dst, src, bytes)                    device to device
-#include <cblas.h>
+// CBLAS declarations: xtensor-blas's (xflens) rather than OpenBLAS's <cblas.h>, whose
+// enum and integer types differ; one set of declarations lets a program include this
+// header and <xtensor-blas/xlinalg.hpp> together. The library linked is OpenBLAS.
+#include <xflens/cxxblas/drivers/cblas.h>
+extern "C" {
+void openblas_set_num_threads(int num_threads);
+int openblas_get_num_threads(void);
+char* openblas_get_config(void);
+}
 #include <omp.h>
 #include <unistd.h>  // sysconf: the last-level cache's size
 
@@ -228,7 +236,7 @@ struct cpu_simd {
         continue;
       }
       const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
-      const auto ib = [](index_t v) { return static_cast<blasint>(v); };
+      const auto ib = [](index_t v) { return static_cast<CBLAS_INT>(v); };
       if constexpr (std::is_same_v<T, float>)
         cblas_sgemm(CblasRowMajor, tra, trb, ib(m), ib(n), ib(k), alpha, a + i * stride_a, ib(lda), b + i * stride_b,
                     ib(ldb), beta, ci, ib(ldc));
