@@ -21,4 +21,5 @@
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 #include "gradus/graph/ops/softmax.hpp"
+#include "gradus/nn/nn.hpp"
 #include "gradus/train/train.hpp"

@@ -1,0 +1,40 @@
+#pragma once
+// dense<"fc1", In, Out>: a fully connected layer, y = x @ w + b, whose variables are named
+// by the layer ("fc1/w" [In, Out], "fc1/b" [Out]) — so checkpoints, feeds and the graph
+// drawing show the layer's name. A layer is a value with no state of its own: the
+// session holds its variables, like any other.
+//
+//   g::nn::dense<"fc1", 784, 256> fc1;
+//   auto h = g::relu(fc1(x));
+//   fc1.initialize(s, seed);   // w: he_normal (for ReLU layers; glorot_uniform with
+//                              // init::glorot_uniform{} as the second argument), b: zeros
+#include <cstdint>
+
+#include "gradus/core/fixed_string.hpp"
+#include "gradus/graph/leaves.hpp"
+#include "gradus/graph/ops/elementwise.hpp"
+#include "gradus/graph/ops/matmul.hpp"
+#include "gradus/train/init.hpp"
+
+namespace gradus::nn {
+
+template <fixed_string Name, index_t In, index_t Out, class T = float>
+struct dense {
+  static_assert(In > 0 && Out > 0, "gradus: nn::dense: extents must be positive");
+  variable<Name + "/w", T, In, Out> w;
+  variable<Name + "/b", T, Out> b;
+
+  // x: [..., In] -> [..., Out]
+  template <expression X>
+  auto operator()(const X& x) const {
+    return matmul(x, w) + b;
+  }
+
+  template <class Backend, class Init = init::he_normal>
+  void initialize(session<Backend>& s, std::uint64_t seed, const Init& how = {}) const {
+    gradus::initialize(s, w, how, seed);
+    gradus::initialize(s, b, init::zeros{}, seed);
+  }
+};
+
+}  // namespace gradus::nn

@@ -1,0 +1,92 @@
+#pragma once
+// Losses (expressions, so grad() differentiates them) and metrics (host functions over
+// run results).
+//
+//   softmax_cross_entropy_loss(logits [N, C], labels int32 [N])  mean over the batch
+//   mse(pred, target)                                            mean of squared errors
+//   binary_cross_entropy_with_logits(z, y)                       mean of
+//       softplus(z) - y*z  (= -y log sigmoid(z) - (1-y) log(1 - sigmoid(z))), stable for
+//       any z; y in [0, 1] of z's dtype
+//   accuracy(logits_view, labels_view) / confusion_matrix(...)   on host results
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/graph/leaves.hpp"
+#include "gradus/graph/ops/elementwise.hpp"
+#include "gradus/graph/ops/reduce.hpp"
+#include "gradus/graph/ops/softmax.hpp"
+
+namespace gradus::nn {
+
+template <expression L, expression Y>
+auto softmax_cross_entropy_loss(const L& logits, const Y& labels) {
+  return mean(softmax_cross_entropy(logits, labels));
+}
+
+template <expression P, expression Q>
+auto mse(const P& pred, const Q& target) {
+  return mean(square(pred - target));
+}
+
+template <expression Z, expression Y>
+auto binary_cross_entropy_with_logits(const Z& z, const Y& y) {
+  return mean(softplus(z) - y * z);
+}
+
+// The predicted class of each row of [N, C] scores (first maximum on ties).
+template <class T>
+std::vector<std::int32_t> predictions(tensor_view<const T> scores) {
+  if (scores.shape.rank != 2)
+    throw shape_error("gradus: predictions: scores must be [N, C], got " + to_string(scores.shape));
+  const index_t n = scores.shape.d[0], c = scores.shape.d[1];
+  std::vector<std::int32_t> r(static_cast<std::size_t>(n));
+  for (index_t i = 0; i < n; ++i) {
+    index_t best = 0;
+    for (index_t k = 1; k < c; ++k)
+      if (scores[i * c + k] > scores[i * c + best]) best = k;
+    r[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(best);
+  }
+  return r;
+}
+
+namespace detail {
+inline void check_labels(const char* what, index_t n, tensor_view<const std::int32_t> labels, index_t classes) {
+  if (labels.shape.rank != 1 || labels.shape.d[0] != n)
+    throw shape_error(std::string("gradus: ") + what + ": " + std::to_string(n) + " predictions but labels of shape " +
+                      to_string(labels.shape));
+  for (index_t i = 0; i < n; ++i)
+    if (labels[i] < 0 || labels[i] >= classes)
+      throw index_error(std::string("gradus: ") + what + ": label " + std::to_string(labels[i]) + " at position " +
+                        std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+}
+}  // namespace detail
+
+// Fraction of rows whose highest score is the label (0 for an empty batch).
+template <class T>
+double accuracy(tensor_view<const T> scores, tensor_view<const std::int32_t> labels) {
+  const auto p = predictions(scores);
+  const index_t n = static_cast<index_t>(p.size());
+  detail::check_labels("accuracy", n, labels, scores.shape.d[1]);
+  if (n == 0) return 0;
+  index_t hits = 0;
+  for (index_t i = 0; i < n; ++i) hits += p[static_cast<std::size_t>(i)] == labels[i];
+  return static_cast<double>(hits) / static_cast<double>(n);
+}
+
+// counts[true_label * C + predicted], C x C, row-major; accumulates into `counts`.
+template <class T>
+void confusion_matrix(tensor_view<const T> scores, tensor_view<const std::int32_t> labels,
+                      std::vector<std::int64_t>& counts) {
+  const auto p = predictions(scores);
+  const index_t n = static_cast<index_t>(p.size()), c = scores.shape.d[1];
+  detail::check_labels("confusion_matrix", n, labels, c);
+  if (counts.empty()) counts.assign(static_cast<std::size_t>(c * c), 0);
+  if (static_cast<index_t>(counts.size()) != c * c)
+    throw shape_error("gradus: confusion_matrix: counts hold " + std::to_string(counts.size()) + " cells, not " +
+                      std::to_string(c) + " x " + std::to_string(c));
+  for (index_t i = 0; i < n; ++i) ++counts[static_cast<std::size_t>(labels[i] * c + p[static_cast<std::size_t>(i)])];
+}
+
+}  // namespace gradus::nn

@@ -1,0 +1,4 @@
+#pragma once
+// Layers, losses and metrics.
+#include "gradus/nn/dense.hpp"
+#include "gradus/nn/losses.hpp"
