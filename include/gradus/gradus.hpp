@@ -18,6 +18,7 @@
 #include "gradus/graph/ops/expand.hpp"
 #include "gradus/graph/ops/index.hpp"
 #include "gradus/graph/ops/matmul.hpp"
+#include "gradus/graph/ops/random.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 #include "gradus/graph/ops/softmax.hpp"

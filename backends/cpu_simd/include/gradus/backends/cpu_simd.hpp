@@ -16,6 +16,7 @@
 //   update   for_each(n, rule, p...)                  an optimizer's rule, in place, one pass
 //            sum_squares(x, n)                        host scalar (gradient clipping)
 //            copy(dst, src, bytes)                    device to device
+//   random   dropout_mask(out, n, keep, seed, draw)   counter-based inverted-dropout mask
 // CBLAS declarations: xtensor-blas's (xflens) rather than OpenBLAS's <cblas.h>, whose
 // enum and integer types differ; one set of declarations lets a program include this
 // header and <xtensor-blas/xlinalg.hpp> together. The library linked is OpenBLAS.
@@ -328,6 +329,21 @@ struct cpu_simd {
     }
   }
 
+  // ---- random masks --------------------------------------------------------------------
+  // out[i] = 1/keep if u(seed, draw, i) < keep else 0, u uniform in [0, 1) from a
+  // splitmix64 hash of (seed, draw, i): the same mask for any thread count.
+  template <class T>
+  static void dropout_mask(T* out, index_t n, double keep, std::uint64_t seed, std::uint64_t draw) {
+    const T scale = static_cast<T>(1 / keep);
+    const std::uint64_t base = mix64(seed ^ mix64(draw + 0x632be59bd9b4e019ull));
+    const bool par = n >= parallel_threshold;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t i = 0; i < n; ++i) {
+      const double u = static_cast<double>(mix64(base + static_cast<std::uint64_t>(i)) >> 11) * 0x1.0p-53;
+      out[i] = u < keep ? scale : T(0);
+    }
+  }
+
   // ---- layout --------------------------------------------------------------------------
   template <class T>
   static void permute(const T* in, const dims& in_dims, const std::array<std::size_t, max_rank>& perm, T* out) {
@@ -363,6 +379,12 @@ struct cpu_simd {
   }
 
  private:
+  static constexpr std::uint64_t mix64(std::uint64_t z) {
+    z += 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
   template <class Tuple, class... P>
   static void store_back(const Tuple& v, index_t j, P*... p) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
