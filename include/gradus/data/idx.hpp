@@ -1,0 +1,112 @@
+#pragma once
+// IDX files (the MNIST format): a big-endian header — two zero bytes, a type code, the
+// rank — then one big-endian uint32 extent per axis, then the data in C order. gradus
+// reads type 0x08 (uint8), which is what MNIST uses.
+//
+//   auto f = g::data::read_idx("data/mnist/train-images-idx3-ubyte");   // dims {60000, 28, 28}
+//   auto x = g::data::load_mnist_images(path);   // float32 [N, 784] in [0, 1]
+//   auto y = g::data::load_mnist_labels(path);   // int32 [N]
+//
+// Every error is a data_error naming the file, the byte offset and what was expected
+// there (bad magic, another type code, a rank that does not fit, a truncated file,
+// trailing bytes).
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/core/shape.hpp"
+
+namespace gradus {
+
+// A data file is missing, truncated, corrupt or not what was asked for.
+struct data_error : error {
+  using error::error;
+};
+
+namespace data {
+
+struct idx_file {
+  std::string path;
+  dims shape;
+  std::vector<std::uint8_t> bytes;  // shape.numel() values, C order
+};
+
+inline idx_file read_idx(const std::string& path) {
+  auto fail = [&](std::uint64_t offset, const std::string& what) -> data_error {
+    return data_error("gradus: IDX file '" + path + "', byte " + std::to_string(offset) + ": " + what);
+  };
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw data_error("gradus: IDX file '" + path + "': cannot open it");
+  const auto size = static_cast<std::uint64_t>(in.tellg());
+  in.seekg(0);
+  unsigned char head[4] = {};
+  if (size < 4 || !in.read(reinterpret_cast<char*>(head), 4))
+    throw fail(0, "expected a 4-byte magic number, the file has " + std::to_string(size) + " bytes");
+  if (head[0] != 0 || head[1] != 0)
+    throw fail(0, "expected the magic number to start with two zero bytes (is this an IDX file? gzipped?)");
+  if (head[2] != 0x08)
+    throw fail(2, "expected type code 0x08 (uint8), got 0x" + [&] {
+      const char* hex = "0123456789abcdef";
+      return std::string{hex[head[2] >> 4], hex[head[2] & 15]};
+    }());
+  const std::size_t rank = head[3];
+  if (rank == 0 || rank > max_rank)
+    throw fail(3, "expected a rank from 1 to " + std::to_string(max_rank) + ", got " + std::to_string(rank));
+  idx_file f;
+  f.path = path;
+  f.shape.rank = rank;
+  std::uint64_t count = 1;
+  for (std::size_t k = 0; k < rank; ++k) {
+    unsigned char b[4] = {};
+    if (!in.read(reinterpret_cast<char*>(b), 4))
+      throw fail(4 + 4 * k, "expected the extent of axis " + std::to_string(k) + ", the file ends at byte " +
+                                std::to_string(size));
+    const std::uint64_t e = (std::uint64_t{b[0]} << 24) | (std::uint64_t{b[1]} << 16) | (std::uint64_t{b[2]} << 8) | b[3];
+    f.shape.d[k] = static_cast<index_t>(e);
+    count *= e;
+    if (count > (std::uint64_t{1} << 40)) throw fail(4 + 4 * k, "the extents multiply to more than 2^40 values");
+  }
+  const std::uint64_t header = 4 + 4 * rank;
+  if (size - header < count)
+    throw fail(header, "expected " + std::to_string(count) + " data bytes for shape " + to_string(f.shape) +
+                           " (" + std::to_string(header + count) + " bytes in all), the file has " +
+                           std::to_string(size) + ": truncated");
+  if (size - header > count)
+    throw fail(header + count, "expected the end of the file after " + std::to_string(count) +
+                                   " data bytes for shape " + to_string(f.shape) + ", found " +
+                                   std::to_string(size - header - count) + " trailing bytes");
+  f.bytes.resize(count);
+  if (count && !in.read(reinterpret_cast<char*>(f.bytes.data()), static_cast<std::streamsize>(count)))
+    throw fail(header, "reading the data failed");
+  return f;
+}
+
+// Images [N, H, W] as float32 [N, H*W], scaled to [0, 1].
+inline std::vector<float> load_mnist_images(const std::string& path, dims* shape = nullptr) {
+  const idx_file f = read_idx(path);
+  if (f.shape.rank != 3)
+    throw data_error("gradus: IDX file '" + path + "': expected images of rank 3 [N, H, W], got shape " +
+                     to_string(f.shape));
+  std::vector<float> x(f.bytes.size());
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(f.bytes[i]) * (1.0f / 255.0f);
+  if (shape) *shape = dims{f.shape.d[0], f.shape.d[1] * f.shape.d[2]};
+  return x;
+}
+
+// Labels [N] as int32.
+inline std::vector<std::int32_t> load_mnist_labels(const std::string& path, index_t classes = 10) {
+  const idx_file f = read_idx(path);
+  if (f.shape.rank != 1)
+    throw data_error("gradus: IDX file '" + path + "': expected labels of rank 1 [N], got shape " + to_string(f.shape));
+  std::vector<std::int32_t> y(f.bytes.begin(), f.bytes.end());
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (y[i] >= classes)
+      throw data_error("gradus: IDX file '" + path + "', byte " + std::to_string(8 + i) + ": expected a label below " +
+                       std::to_string(classes) + ", got " + std::to_string(y[i]));
+  return y;
+}
+
+}  // namespace data
+}  // namespace gradus

@@ -1,0 +1,114 @@
+#define BOOST_TEST_MODULE data_idx
+// IDX reading: files the test writes (a round trip of images and labels) and every kind of
+// bad file, by message: the file, the byte offset and what was expected there. With the
+// real MNIST present (tools/fetch-mnist.sh), its counts and test-set label histogram.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <array>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gradus/gradus.hpp>
+
+namespace g = gradus;
+namespace fs = std::filesystem;
+
+namespace {
+struct temp_dir {
+  fs::path p = fs::temp_directory_path() / ("gradus_idx_" + std::to_string(::getpid()));
+  temp_dir() { fs::create_directories(p); }
+  ~temp_dir() { fs::remove_all(p); }
+  std::string write(const std::string& name, const std::vector<unsigned char>& bytes) const {
+    const auto f = (p / name).string();
+    std::ofstream o(f, std::ios::binary);
+    o.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    return f;
+  }
+};
+std::vector<unsigned char> idx(unsigned char type, std::vector<std::uint32_t> extents, std::size_t data_bytes) {
+  std::vector<unsigned char> b{0, 0, type, static_cast<unsigned char>(extents.size())};
+  for (auto e : extents)
+    for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<unsigned char>(e >> s));
+  for (std::size_t i = 0; i < data_bytes; ++i) b.push_back(static_cast<unsigned char>(i * 37));
+  return b;
+}
+std::string error_of(auto&& f) {
+  try {
+    f();
+  } catch (const g::data_error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(round_trip) {
+  temp_dir d;
+  const auto imgs = d.write("imgs", idx(0x08, {3, 2, 2}, 12));
+  const auto f = g::data::read_idx(imgs);
+  BOOST_TEST(f.shape.rank == 3u);
+  BOOST_TEST(f.shape.d[0] == 3);
+  BOOST_TEST(f.bytes.size() == 12u);
+  BOOST_TEST(f.bytes[5] == static_cast<std::uint8_t>(5 * 37));
+  g::dims sh;
+  const auto x = g::data::load_mnist_images(imgs, &sh);
+  BOOST_TEST(sh.d[0] == 3);
+  BOOST_TEST(sh.d[1] == 4);
+  BOOST_TEST(x[5] == static_cast<float>(static_cast<std::uint8_t>(5 * 37)) / 255.0f);
+  auto lab = idx(0x08, {4}, 0);
+  for (unsigned char v : {3, 0, 9, 1}) lab.push_back(v);
+  const auto y = g::data::load_mnist_labels(d.write("labs", lab));
+  BOOST_TEST(y == (std::vector<std::int32_t>{3, 0, 9, 1}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(bad_files_name_file_offset_and_expectation) {
+  temp_dir d;
+  auto has = [](const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' in: " << msg);
+  };
+  has(error_of([&] { g::data::read_idx((d.p / "absent").string()); }), {"absent'", "cannot open"});
+  has(error_of([&] { g::data::read_idx(d.write("short", {0, 0})); }), {"short'", "byte 0", "4-byte magic", "has 2 bytes"});
+  has(error_of([&] { g::data::read_idx(d.write("gz", {0x1f, 0x8b, 8, 0, 1, 2, 3, 4})); }),
+      {"gz'", "byte 0", "two zero bytes", "gzipped"});
+  has(error_of([&] { g::data::read_idx(d.write("type", idx(0x0D, {2}, 8))); }),
+      {"type'", "byte 2", "expected type code 0x08 (uint8), got 0x0d"});
+  has(error_of([&] { g::data::read_idx(d.write("rank", idx(0x08, {1, 1, 1, 1, 1, 1, 1}, 1))); }),
+      {"byte 3", "rank from 1 to 6, got 7"});
+  auto cut_header = idx(0x08, {60000, 28, 28}, 0);
+  cut_header.resize(10);
+  has(error_of([&] { g::data::read_idx(d.write("hdr", cut_header)); }), {"byte 8", "extent of axis 1"});
+  has(error_of([&] { g::data::read_idx(d.write("trunc", idx(0x08, {10, 28, 28}, 1000))); }),
+      {"trunc'", "byte 16", "expected 7840 data bytes for shape (10, 28, 28) (7856 bytes in all)", "has 1016",
+       "truncated"});
+  has(error_of([&] { g::data::read_idx(d.write("tail", idx(0x08, {2, 2}, 7))); }),
+      {"tail'", "byte 16", "3 trailing bytes"});
+  has(error_of([&] { g::data::load_mnist_images(d.write("rank1", idx(0x08, {5}, 5))); }),
+      {"rank1'", "images of rank 3", "(5,)"});
+  auto lab = idx(0x08, {3}, 0);
+  for (unsigned char v : {1, 12, 2}) lab.push_back(v);
+  has(error_of([&] { g::data::load_mnist_labels(d.write("labs", lab)); }), {"labs'", "byte 9", "below 10, got 12"});
+}
+
+BOOST_AUTO_TEST_CASE(real_mnist_when_present) {
+  const fs::path dir = fs::path(GRADUS_SOURCE_DIR) / "data" / "mnist";
+  if (!fs::exists(dir / "t10k-labels-idx1-ubyte")) {
+    BOOST_TEST_MESSAGE("data/mnist absent (tools/fetch-mnist.sh): real-data checks skipped");
+    return;
+  }
+  const auto y = g::data::load_mnist_labels((dir / "t10k-labels-idx1-ubyte").string());
+  std::array<int, 10> h{};
+  for (auto v : y) ++h[static_cast<std::size_t>(v)];
+  BOOST_TEST(h == (std::array<int, 10>{980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009}),
+             boost::test_tools::per_element());
+  g::dims sh;
+  const auto x = g::data::load_mnist_images((dir / "train-images-idx3-ubyte").string(), &sh);
+  BOOST_TEST(sh.d[0] == 60000);
+  BOOST_TEST(sh.d[1] == 784);
+  BOOST_TEST(*std::max_element(x.begin(), x.end()) == 1.0f);
+  BOOST_TEST(*std::min_element(x.begin(), x.end()) == 0.0f);
+}
