@@ -7,6 +7,7 @@
 #include "gradus/core/error.hpp"
 #include "gradus/core/fixed_string.hpp"
 #include "gradus/core/shape.hpp"
+#include "gradus/data/dataset.hpp"
 #include "gradus/data/idx.hpp"
 #include "gradus/exec/dot.hpp"
 #include "gradus/exec/graph.hpp"
