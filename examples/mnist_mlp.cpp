@@ -18,7 +18,6 @@
 #include <gradus/gradus.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -54,8 +53,8 @@ int main(int argc, char** argv) {
   try {
     g::cpu_simd::set_threads(threads);
     g::dims train_shape, test_shape;
-    const auto train_x = g::data::load_mnist_images(dir + "/train-images-idx3-ubyte", &train_shape);
-    const auto train_y = g::data::load_mnist_labels(dir + "/train-labels-idx1-ubyte");
+    auto train_x = g::data::load_mnist_images(dir + "/train-images-idx3-ubyte", &train_shape);
+    auto train_y = g::data::load_mnist_labels(dir + "/train-labels-idx1-ubyte");
     const auto test_x = g::data::load_mnist_images(dir + "/t10k-images-idx3-ubyte", &test_shape);
     const auto test_y = g::data::load_mnist_labels(dir + "/t10k-labels-idx1-ubyte");
     const g::index_t n = train_shape.d[0], nt = test_shape.d[0];
@@ -77,25 +76,14 @@ int main(int argc, char** argv) {
     fc3.initialize(s, seed, g::init::glorot_uniform{});
     auto step = g::minimize(s, loss, g::sgd{.lr = lr, .momentum = momentum});
 
-    std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-    std::vector<float> xb(static_cast<std::size_t>(batch * 784));
-    std::vector<std::int32_t> yb(static_cast<std::size_t>(batch));
-    std::mt19937_64 rng(seed);
+    const g::data::dataset train(std::move(train_x), g::dims{784}, std::move(train_y));
     double train_seconds = 0, last_loss = 0, acc = 0;
     for (int e = 0; e < epochs; ++e) {
-      for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::int64_t>(i);
-      for (std::size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[rng() % i]);  // Fisher-Yates
       const auto t0 = std::chrono::steady_clock::now();
       double sum = 0;
       std::int64_t steps = 0;
-      for (g::index_t b0 = 0; b0 < n; b0 += batch) {
-        const g::index_t m = std::min<g::index_t>(batch, n - b0);
-        for (g::index_t r = 0; r < m; ++r) {
-          const auto src = order[static_cast<std::size_t>(b0 + r)];
-          std::copy_n(train_x.data() + src * 784, 784, xb.data() + r * 784);
-          yb[static_cast<std::size_t>(r)] = train_y[static_cast<std::size_t>(src)];
-        }
-        sum += step.run(x = g::view(xb.data(), {m, 784}), y = g::view(yb.data(), {m}));
+      for (auto [xb, yb] : train.shuffle(seed, static_cast<std::uint64_t>(e)).batch(batch)) {
+        sum += step.run(x = xb, y = yb);
         ++steps;
       }
       train_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
