@@ -33,23 +33,13 @@
 #include <string_view>
 #include <vector>
 
+#include "cli_checks.hpp"
+
 namespace g = gradus;
 
 namespace {
-// Number checks for options (CLI11's PositiveNumber writes DBL_MAX out in full, 309
-// digits, in its error message).
-CLI::Validator number_check(bool allow_zero) {
-  return CLI::Validator(
-      [allow_zero](std::string& s) -> std::string {
-        char* end = nullptr;
-        const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || (!allow_zero && v == 0))
-          return std::string("expected a number ") + (allow_zero ? ">= 0" : "> 0") + ", got " + s;
-        return {};
-      },
-      allow_zero ? "NONNEGATIVE" : "POSITIVE");
-}
-const CLI::Validator positive = number_check(false), non_negative = number_check(true);
+using gradus_examples::non_negative;
+using gradus_examples::positive;
 constexpr g::index_t features = 13;
 
 struct dataset {
