@@ -39,7 +39,7 @@ void save_checkpoint(const session<Backend>& s, const std::filesystem::path& fil
     if (!e.initialized)
       throw error("gradus: save_checkpoint '" + file.string() + "': variable '" + std::string(e.name) +
                   "' has no value yet; nothing was written");
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == "float64" ? 8u : 4u);
+    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * io::npz_itemsize(e.dtype);
     host[i].resize(bytes);
     Backend::copy_to_host(host[i].data(), e.data, bytes);
     arrays.push_back({std::string(e.name), e.dtype, e.shape, host[i].data()});

@@ -70,7 +70,7 @@ class train_step {
   using loss_type = value_t<Loss>;
 
   train_step(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs)
-      : s_(s), loss_(loss), opt_(opt), vars_(vs...), grads_(detail::as_tuple(grad(loss, vs...))) {
+      : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(loss, vs...))) {
     opt_.validate();
     (s_.declare(vs), ...);
     std::size_t i = 0;
@@ -118,6 +118,10 @@ class train_step {
       if (last_norm_ > opt_.clip_global_norm) scale = opt_.clip_global_norm / last_norm_;
     }
     const std::int64_t step = s_.global_step();
+    // each variable's storage, looked up once per step (also for the aliasing check)
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((storage_[I] = s_.template data<value_t<Vs>>(Vs::name.view())), ...);
+    }(std::index_sequence_for<Vs...>{});
     [&]<std::size_t... I>(std::index_sequence<I...>) { (update<I>(step, scale), ...); }(std::index_sequence_for<Vs...>{});
     s_.set_global_step(step + 1);
   }
@@ -163,14 +167,13 @@ class train_step {
 
   template <std::size_t I>
   void update(std::int64_t step, double scale) {
-    using V = std::tuple_element_t<I, std::tuple<Vs...>>;
-    using T = value_t<V>;
-    T* w = s_.template data<T>(V::name.view());
+    using T = value_t<std::tuple_element_t<I, std::tuple<Vs...>>>;
+    T* w = static_cast<T*>(storage_[I]);
     const T* g = grad_ptr<I>();
     const index_t n = buffers_[I].size;
     // A gradient may be another trained variable's storage itself (d(a*b)/da = b): updating
     // that variable first would change this gradient, so it is read from a copy.
-    if (aliases_trained(g, n)) {
+    if (aliases_trained(g, static_cast<std::size_t>(n) * sizeof(T))) {
       T* copy = scratch<T>(I, n);
       Backend::copy(copy, g, static_cast<std::size_t>(n) * sizeof(T));
       g = copy;
@@ -180,19 +183,14 @@ class train_step {
     opt_.template apply<Backend>(n, w, g, sl.data(), step, scale);
   }
 
-  bool aliases_trained(const void* g, index_t n) const {
-    return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return (overlaps<I>(static_cast<const char*>(g), n) || ...);
-    }(std::index_sequence_for<Vs...>{});
-  }
-  // Whether [g, g + n elements) overlaps trained variable I's storage.
-  template <std::size_t I>
-  bool overlaps(const char* g, index_t n) const {
-    using V = std::tuple_element_t<I, std::tuple<Vs...>>;
-    using T = value_t<V>;
-    const auto* w = reinterpret_cast<const char*>(s_.template data<T>(V::name.view()));
-    const std::size_t wb = static_cast<std::size_t>(static_dims<shape_t<V>>().numel()) * sizeof(T);
-    return g < w + wb && w < g + static_cast<std::size_t>(n) * sizeof(T);
+  // Whether [g, g + bytes) overlaps any trained variable's storage.
+  bool aliases_trained(const void* g, std::size_t bytes) const {
+    const auto* lo = static_cast<const char*>(g);
+    for (std::size_t i = 0; i < sizeof...(Vs); ++i) {
+      const auto* w = static_cast<const char*>(storage_[i]);
+      if (lo < w + storage_bytes_[i] && w < lo + bytes) return true;
+    }
+    return false;
   }
 
   template <class T>
@@ -226,8 +224,10 @@ class train_step {
   session<Backend>& s_;
   Loss loss_;
   Opt opt_;
-  std::tuple<Vs...> vars_;
   grads_t grads_;
+  std::array<void*, sizeof...(Vs)> storage_{};  // the variables' storage, this step
+  static constexpr std::array<std::size_t, sizeof...(Vs)> storage_bytes_{
+      static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel()) * sizeof(value_t<Vs>)...};
   std::array<gradient_buffer, sizeof...(Vs)> buffers_{};
   std::array<std::array<void*, max_slots>, sizeof...(Vs)> slots_{};
   scratch_list scratch_;
