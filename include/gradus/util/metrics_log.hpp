@@ -1,0 +1,177 @@
+#pragma once
+// A CSV log of training metrics, one row per epoch (or per evaluation): the header once,
+// each row flushed as soon as it is written, so that a crash loses nothing logged and
+// another program (a plot, `tail -f`) sees every row. Numbers are written in their
+// shortest round-tripping form; a missing value is `nan`.
+//
+//   auto log = g::util::metrics_log::create("run/metrics.csv",
+//                                           {"epoch", "step", "train_loss", "test_accuracy", "seconds"});
+//   log.write({1, 938, 0.31, 0.9612, 4.2});
+//
+// On resume, append() keeps the rows already there whose first column (the epoch) is at
+// most `keep_up_to` — the epochs the checkpoint holds — drops later ones (logged after the
+// last checkpoint, they are about to be trained again) and appends after them. The header
+// must match. rows() holds every row of the run, old and new, for a plot.
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "gradus/data/csv.hpp"
+
+namespace gradus::util {
+
+struct metrics_table {
+  std::vector<std::string> columns;
+  std::vector<std::vector<double>> rows;
+
+  // the values of one column (empty when there is no such column)
+  std::vector<double> column(std::string_view name) const {
+    std::vector<double> v;
+    for (std::size_t c = 0; c < columns.size(); ++c)
+      if (columns[c] == name) {
+        v.reserve(rows.size());
+        for (const auto& r : rows) v.push_back(r[c]);
+      }
+    return v;
+  }
+  bool has(std::string_view name) const {
+    for (const auto& c : columns)
+      if (c == name) return true;
+    return false;
+  }
+};
+
+// Reads a metrics CSV (every column numeric, nan allowed).
+inline metrics_table read_metrics(const std::string& path) {
+  data::csv_options opt;
+  opt.allow_nonfinite = true;
+  const data::csv_table t = data::read_csv(path, opt);
+  metrics_table m{t.columns, {}};
+  m.rows.resize(static_cast<std::size_t>(t.rows));
+  for (std::size_t r = 0; r < m.rows.size(); ++r)
+    m.rows[r].assign(t.x.begin() + static_cast<std::ptrdiff_t>(r * m.columns.size()),
+                     t.x.begin() + static_cast<std::ptrdiff_t>((r + 1) * m.columns.size()));
+  return m;
+}
+
+class metrics_log {
+ public:
+  // A new log: the file is replaced and holds the header.
+  static metrics_log create(const std::filesystem::path& path, std::vector<std::string> columns) {
+    metrics_log l(path, std::move(columns));
+    l.rewrite();
+    return l;
+  }
+
+  // Continues the log at `path` (a new one when there is no such file or it is empty).
+  static metrics_log append(const std::filesystem::path& path, std::vector<std::string> columns,
+                            double keep_up_to = std::numeric_limits<double>::infinity()) {
+    metrics_log l(path, std::move(columns));
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec) || std::filesystem::file_size(path, ec) == 0) {
+      l.rewrite();
+      return l;
+    }
+    metrics_table old;
+    try {
+      old = read_metrics(path.string());
+    } catch (const data_error& e) {
+      // a log with a header and no rows yet is fine; anything else is not
+      if (std::string(e.what()).find("expected data rows after the header") == std::string::npos) throw;
+      std::ifstream in(path);
+      std::string header;
+      std::getline(in, header);
+      if (!header.empty() && header.back() == '\r') header.pop_back();
+      if (header != l.header())
+        throw data_error("gradus: metrics_log '" + path.string() + "': its header is '" + header +
+                         "', this run logs '" + l.header() + "'; use another file or delete it");
+      l.rewrite();
+      return l;
+    }
+    if (old.columns != l.t_.columns)
+      throw data_error("gradus: metrics_log '" + path.string() + "': its columns are '" + join(old.columns) +
+                       "', this run logs '" + l.header() + "'; use another file or delete it");
+    for (auto& r : old.rows)
+      if (r[0] <= keep_up_to) l.t_.rows.push_back(std::move(r));
+    l.rewrite();
+    return l;
+  }
+
+  void write(std::initializer_list<double> values) { write(std::vector<double>(values)); }
+  void write(const std::vector<double>& values) {
+    if (values.size() != t_.columns.size())
+      throw error("gradus: metrics_log '" + path_.string() + "': a row of " + std::to_string(values.size()) +
+                  " values for " + std::to_string(t_.columns.size()) + " columns (" + header() + ")");
+    out_ << row(values) << '\n' << std::flush;
+    if (!out_) throw error("gradus: metrics_log '" + path_.string() + "': writing a row failed");
+    t_.rows.push_back(values);
+  }
+
+  const metrics_table& table() const { return t_; }
+  const std::filesystem::path& path() const { return path_; }
+
+  // shortest text that reads back as the same double; "nan", "inf", "-inf" otherwise
+  static std::string format(double v) {
+    if (std::isnan(v)) return "nan";
+    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+  }
+
+ private:
+  metrics_log(std::filesystem::path path, std::vector<std::string> columns) : path_(std::move(path)) {
+    t_.columns = std::move(columns);
+    if (t_.columns.empty()) throw error("gradus: metrics_log '" + path_.string() + "': no columns");
+    for (const auto& c : t_.columns)
+      if (c.empty() || c.find_first_of(",\"\n\r") != std::string::npos)
+        throw error("gradus: metrics_log '" + path_.string() + "': column name '" + c +
+                    "' is empty or holds a comma, quote or line end");
+  }
+  static std::string join(const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& c : v) {
+      if (!s.empty()) s += ',';
+      s += c;
+    }
+    return s;
+  }
+  std::string header() const { return join(t_.columns); }
+  static std::string row(const std::vector<double>& values) {
+    std::string s;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      if (i) s += ',';
+      s += format(values[i]);
+    }
+    return s;
+  }
+  // writes the header and the kept rows to a temporary file, renames it over the log (a
+  // crash leaves the old log or the new one), and opens it for appending
+  void rewrite() {
+    if (out_.is_open()) out_.close();
+    if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());
+    const std::filesystem::path tmp = path_.string() + ".tmp";
+    {
+      std::ofstream o(tmp, std::ios::binary | std::ios::trunc);
+      o << header() << '\n';
+      for (const auto& r : t_.rows) o << row(r) << '\n';
+      o.flush();
+      if (!o) throw error("gradus: metrics_log '" + path_.string() + "': cannot write '" + tmp.string() + "'");
+    }
+    std::filesystem::rename(tmp, path_);
+    out_.open(path_, std::ios::binary | std::ios::app);
+    if (!out_) throw error("gradus: metrics_log '" + path_.string() + "': cannot open it for appending");
+  }
+
+  std::filesystem::path path_;
+  metrics_table t_;
+  std::ofstream out_;
+};
+
+}  // namespace gradus::util
