@@ -16,6 +16,7 @@
 #include "gradus/exec/session.hpp"
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
+#include "gradus/graph/ops/conv.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/expand.hpp"
 #include "gradus/graph/ops/index.hpp"

@@ -123,3 +123,34 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(zero_size_and_empty_inner_dimension, T, real_types
   const auto want = matmul_ref(xv, wv, 1, 3, 4, 3, 0, 0);
   BOOST_TEST(close(r2, want.value, rtol<T>(), want.scale));
 }
+
+// A small output over a long inner dimension (a convolution's weight gradient) is split
+// over k across threads: each transpose combination against the reference, and the
+// same bits on a second run (the partial sums are added in a fixed order).
+BOOST_AUTO_TEST_CASE_TEMPLATE(long_inner_dimension_split_over_threads, T, real_types) {
+  g::session<g::cpu_simd> s;
+  const std::size_t m = 6, n = 25, k = 5000;
+  g::placeholder<"a", T, g::dyn, g::dyn> a;
+  g::placeholder<"b", T, g::dyn, g::dyn> b;
+  g::placeholder<"at", T, g::dyn, g::dyn> at;
+  g::placeholder<"bt", T, g::dyn, g::dyn> bt;
+  const auto av = uniform<T>(m * k, -1, 1), bv = uniform<T>(k * n, -1, 1);
+  const auto atv = transposed(av, 1, m, k), btv = transposed(bv, 1, k, n);
+  const auto ref = matmul_ref(av, bv, 1, m, k, n, 0, 0);
+  const auto feeds = std::tuple{a = g::view(av.data(), {long(m), long(k)}), b = g::view(bv.data(), {long(k), long(n)}),
+                                at = g::view(atv.data(), {long(k), long(m)}), bt = g::view(btv.data(), {long(n), long(k)})};
+  const auto run = [&] {
+    return std::apply([&](const auto&... f) {
+      const auto [r0, r1, r2, r3] = s.run(g::matmul(a, b), g::matmul(g::transpose(at), b), g::matmul(a, g::transpose(bt)),
+                                          g::matmul(g::transpose(at), g::transpose(bt)), f...);
+      return std::array<std::vector<T>, 4>{std::vector<T>(r0.begin(), r0.end()), std::vector<T>(r1.begin(), r1.end()),
+                                           std::vector<T>(r2.begin(), r2.end()), std::vector<T>(r3.begin(), r3.end())};
+    }, feeds);
+  };
+  const auto first = run(), second = run();
+  for (std::size_t i = 0; i < 4; ++i) {
+    BOOST_TEST(close(g::tensor_view<const T>{first[i].data(), g::dims{std::array<g::index_t, 2>{long(m), long(n)}}},
+                     ref.value, 10 * rtol<T>(), ref.scale), "transpose combination " << i);
+    BOOST_TEST((first[i] == second[i]), "transpose combination " << i << " differs between two runs");
+  }
+}

@@ -1,5 +1,6 @@
 #pragma once
 // grad() and every derivative rule.
 #include "gradus/autodiff/grad.hpp"
+#include "gradus/autodiff/rules/conv.hpp"
 #include "gradus/autodiff/rules/elementwise.hpp"
 #include "gradus/autodiff/rules/kernels.hpp"

@@ -1,5 +1,6 @@
 #pragma once
 // Layers, losses and metrics.
+#include "gradus/nn/conv.hpp"
 #include "gradus/nn/dense.hpp"
 #include "gradus/nn/dropout.hpp"
 #include "gradus/nn/embedding.hpp"

@@ -13,6 +13,8 @@
 //   index    one_hot(idx, n, depth, out), gather(table, rows, row_len, idx, n, out)
 //            scatter_add(g, idx, n, row_len, out, rows)
 //   layout   permute(in, in_dims, perm, out)
+//   image    im2col(x, n, c, h, w, kh, kw, stride, pad, col), col2im(col, ..., x)
+//            pool2d(max, x, planes, h, w, kh, kw, stride, pad, y), pool2d_grad(max, x, g, ..., dx)
 //   update   for_each(n, rule, p...)                  an optimizer's rule, in place, one pass
 //            sum_squares(x, n)                        host scalar (gradient clipping)
 //            copy(dst, src, bytes)                    device to device
@@ -229,6 +231,7 @@ struct cpu_simd {
                    index_t stride_a, const T* b, index_t ldb, index_t stride_b, T beta, T* c, index_t ldc,
                    index_t stride_c, index_t batch) {
     if (m == 0 || n == 0) return;
+    if (batch == 1 && split_k(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
     for (index_t i = 0; i < batch; ++i) {
       T* ci = c + i * stride_c;
       if (k == 0) {
@@ -246,6 +249,41 @@ struct cpu_simd {
                     ib(ldb), beta, ci, ib(ldc));
     }
   }
+
+  // A small output over a long inner dimension (a convolution's weight gradient: [6, 25]
+  // summed over 36,864 pixels) gives OpenBLAS's threads nothing to split, and with two it
+  // runs slower than with one. Here each thread multiplies its own slice of k on its own
+  // (OpenBLAS runs single-threaded inside a parallel region) and the partial products are
+  // added in thread order: deterministic for a given thread count.
+  template <class T>
+  static bool split_k(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
+                      const T* b, index_t ldb, T beta, T* c, index_t ldc) {
+    const int nt = static_cast<int>(std::min<index_t>(threads(), k / split_k_min_slice));
+    if (nt < 2 || omp_in_parallel() || m * n > split_k_max_output || k < 8 * std::max(m, n)) return false;
+    thread_local std::vector<T> partial;
+    partial.resize(static_cast<std::size_t>((nt - 1) * m * n));
+    const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
+    const auto ib = [](index_t v) { return static_cast<CBLAS_INT>(v); };
+    T* parts = partial.data();
+#pragma omp parallel num_threads(nt)
+    {
+      const index_t t = omp_get_thread_num(), k0 = k * t / nt, k1 = k * (t + 1) / nt;
+      const T* as = ta ? a + k0 * lda : a + k0;  // A is [m, k] (or [k, m] transposed)
+      const T* bs = tb ? b + k0 : b + k0 * ldb;  // B is [k, n] (or [n, k] transposed)
+      T* dst = t == 0 ? c : parts + (t - 1) * m * n;
+      const index_t ldd = t == 0 ? ldc : n;
+      const T bt = t == 0 ? beta : T(0);
+      if constexpr (std::is_same_v<T, float>)
+        cblas_sgemm(CblasRowMajor, tra, trb, ib(m), ib(n), ib(k1 - k0), alpha, as, ib(lda), bs, ib(ldb), bt, dst, ib(ldd));
+      else
+        cblas_dgemm(CblasRowMajor, tra, trb, ib(m), ib(n), ib(k1 - k0), alpha, as, ib(lda), bs, ib(ldb), bt, dst, ib(ldd));
+    }
+    for (int t = 1; t < nt; ++t)
+      for (index_t r = 0; r < m; ++r) zip_row(parts + ((t - 1) * m + r) * n, c + r * ldc, 0, n, add_op{});
+    return true;
+  }
+  static constexpr index_t split_k_min_slice = 512;        // at least this much of k per thread
+  static constexpr index_t split_k_max_output = 1 << 16;   // outputs up to 256 KiB of floats
 
   // ---- row-wise softmax family -----------------------------------------------------------
   template <class T>
@@ -326,6 +364,183 @@ struct cpu_simd {
       std::fill(y, y + row_len, T(0));
       for (index_t k = start[static_cast<std::size_t>(r)]; k < start[static_cast<std::size_t>(r) + 1]; ++k)
         zip_row(g + order[static_cast<std::size_t>(k)] * row_len, y, 0, row_len, add_op{});
+    }
+  }
+
+  // ---- images (NCHW, dilation 1) ---------------------------------------------------------
+  // col [C*KH*KW, N*OH*OW]: row (c, i, j) holds pixel (oh*s - p + i, ow*s - p + j) of
+  // channel c for every (n, oh, ow); zeros where that falls in the padding. One thread
+  // per row block: each writes whole rows of col.
+  template <class T>
+  static void im2col(const T* x, index_t n, index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s,
+                     index_t p, T* col) {
+    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+    const index_t rows = c * kh * kw, cols = n * oh * ow;
+    const bool par = rows * cols >= parallel_threshold && rows > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t ch = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+      // the output columns whose input column ow*s - p + j lies inside [0, w)
+      const index_t ow0 = std::min(ow, p > j ? (p - j + s - 1) / s : 0);
+      const index_t ow1 = std::max(ow0, std::min(ow, w + p - j > 0 ? (w + p - j + s - 1) / s : 0));
+      T* out = col + r * cols;
+      for (index_t b = 0; b < n; ++b) {
+        const T* plane = x + (b * c + ch) * h * w;
+        for (index_t y = 0; y < oh; ++y, out += ow) {
+          const index_t iy = y * s - p + i;
+          if (iy < 0 || iy >= h) {
+            std::fill(out, out + ow, T(0));
+            continue;
+          }
+          const T* src = plane + iy * w - p + j;
+          std::fill(out, out + ow0, T(0));
+          if (s == 1)  // rows are short (OW): a loop the compiler vectorises beats a memcpy call
+            for (index_t q = ow0; q < ow1; ++q) out[q] = src[q];
+          else
+            for (index_t q = ow0; q < ow1; ++q) out[q] = src[q * s];
+          std::fill(out + ow1, out + ow, T(0));
+        }
+      }
+    }
+  }
+  // x [N,C,H,W] = 0, then every entry of col added back at the pixel im2col read it from.
+  // One thread per (n, c) plane: planes are disjoint, the sum order within one is fixed.
+  template <class T>
+  static void col2im(const T* col, index_t n, index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s,
+                     index_t p, T* x) {
+    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+    const index_t cols = n * oh * ow;
+    const bool par = n * c * h * w * kh * kw >= parallel_threshold && n * c > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t pl = 0; pl < n * c; ++pl) {
+      const index_t b = pl / c, ch = pl % c;
+      T* plane = x + pl * h * w;
+      std::fill(plane, plane + h * w, T(0));
+      for (index_t i = 0; i < kh; ++i)
+        for (index_t j = 0; j < kw; ++j) {
+          const index_t ow0 = std::min(ow, p > j ? (p - j + s - 1) / s : 0);
+          const index_t ow1 = std::max(ow0, std::min(ow, w + p - j > 0 ? (w + p - j + s - 1) / s : 0));
+          const T* in = col + ((ch * kh + i) * kw + j) * cols + b * oh * ow;
+          for (index_t y = 0; y < oh; ++y, in += ow) {
+            const index_t iy = y * s - p + i;
+            if (iy < 0 || iy >= h) continue;
+            T* dst = plane + iy * w - p + j;
+            for (index_t q = ow0; q < ow1; ++q) dst[q * s] += in[q];
+          }
+        }
+    }
+  }
+  // max that propagates a NaN from either side (std::max keeps its first argument)
+  template <class T>
+  static T max_nan(T m, T e) {
+    return (e > m || (e != e && m == m)) ? e : m;
+  }
+  // Pooling over `planes` independent [H, W] planes: max skips the padding (PyTorch's
+  // -inf), avg counts it as zeros and divides by KH*KW (count_include_pad).
+  template <class T>
+  static void pool2d(bool is_max, const T* x, index_t planes, index_t h, index_t w, index_t kh, index_t kw, index_t s,
+                     index_t p, T* y) {
+    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+    const T inv = T(1) / static_cast<T>(kh * kw);
+    const bool par = planes * h * w >= parallel_threshold && planes > 1;
+    if (kh == 2 && kw == 2 && s == 2 && p == 0) {  // LeNet's and VGG's pooling: no bounds, no padding
+#pragma omp parallel for schedule(static) if (par)
+      for (index_t pl = 0; pl < planes; ++pl)
+        for (index_t a = 0; a < oh; ++a) {
+          const T* r0 = x + pl * h * w + 2 * a * w;
+          const T* r1 = r0 + w;
+          T* out = y + (pl * oh + a) * ow;
+          if (is_max)
+            for (index_t b = 0; b < ow; ++b)
+              out[b] = max_nan(max_nan(r0[2 * b], r0[2 * b + 1]), max_nan(r1[2 * b], r1[2 * b + 1]));
+          else
+            for (index_t b = 0; b < ow; ++b) out[b] = ((r0[2 * b] + r0[2 * b + 1]) + (r1[2 * b] + r1[2 * b + 1])) * inv;
+        }
+      return;
+    }
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t pl = 0; pl < planes; ++pl) {
+      const T* in = x + pl * h * w;
+      T* out = y + pl * oh * ow;
+      for (index_t a = 0; a < oh; ++a)
+        for (index_t b = 0; b < ow; ++b) {
+          const index_t y0 = std::max<index_t>(a * s - p, 0), y1 = std::min(a * s - p + kh, h);
+          const index_t x0 = std::max<index_t>(b * s - p, 0), x1 = std::min(b * s - p + kw, w);
+          T acc = is_max ? -std::numeric_limits<T>::infinity() : T(0);
+          for (index_t u = y0; u < y1; ++u)
+            for (index_t v = x0; v < x1; ++v) {
+              const T e = in[u * w + v];
+              if (!is_max) acc += e;
+              else acc = max_nan(acc, e);
+            }
+          out[a * ow + b] = is_max ? acc : acc * inv;
+        }
+    }
+  }
+  // dx = 0; max: each g goes to the first maximum of its window (scan order; a NaN wins,
+  // as it does in the forward max); avg: g / (KH*KW) to every pixel of its window.
+  template <class T>
+  static void pool2d_grad(bool is_max, const T* x, const T* g, index_t planes, index_t h, index_t w, index_t kh,
+                          index_t kw, index_t s, index_t p, T* dx) {
+    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+    const T inv = T(1) / static_cast<T>(kh * kw);
+    const bool par = planes * h * w >= parallel_threshold && planes > 1;
+    if (kh == 2 && kw == 2 && s == 2 && p == 0) {  // windows tile the plane: write each pixel once
+#pragma omp parallel for schedule(static) if (par)
+      for (index_t pl = 0; pl < planes; ++pl) {
+        T* out = dx + pl * h * w;
+        if (h % 2) std::fill(out + (h - 1) * w, out + h * w, T(0));
+        for (index_t a = 0; a < oh; ++a) {
+          const T* r0 = x + pl * h * w + 2 * a * w;
+          const T* r1 = r0 + w;
+          T* d0 = out + 2 * a * w;
+          T* d1 = d0 + w;
+          const T* gp = g + (pl * oh + a) * ow;
+          if (w % 2) d0[w - 1] = d1[w - 1] = T(0);
+          for (index_t b = 0; b < ow; ++b) {
+            const T gv = is_max ? gp[b] : gp[b] * inv;
+            if (!is_max) {
+              d0[2 * b] = d0[2 * b + 1] = d1[2 * b] = d1[2 * b + 1] = gv;
+              continue;
+            }
+            // the first maximum in scan order (a NaN counts as the maximum), as the general path
+            const T v0 = r0[2 * b], v1 = r0[2 * b + 1], v2 = r1[2 * b], v3 = r1[2 * b + 1];
+            int k = 0;
+            T m = v0;
+            if (v1 > m || (v1 != v1 && m == m)) k = 1, m = v1;
+            if (v2 > m || (v2 != v2 && m == m)) k = 2, m = v2;
+            if (v3 > m || (v3 != v3 && m == m)) k = 3;
+            d0[2 * b] = k == 0 ? gv : T(0);
+            d0[2 * b + 1] = k == 1 ? gv : T(0);
+            d1[2 * b] = k == 2 ? gv : T(0);
+            d1[2 * b + 1] = k == 3 ? gv : T(0);
+          }
+        }
+      }
+      return;
+    }
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t pl = 0; pl < planes; ++pl) {
+      const T* in = x + pl * h * w;
+      const T* gp = g + pl * oh * ow;
+      T* out = dx + pl * h * w;
+      std::fill(out, out + h * w, T(0));
+      for (index_t a = 0; a < oh; ++a)
+        for (index_t b = 0; b < ow; ++b) {
+          const index_t y0 = std::max<index_t>(a * s - p, 0), y1 = std::min(a * s - p + kh, h);
+          const index_t x0 = std::max<index_t>(b * s - p, 0), x1 = std::min(b * s - p + kw, w);
+          const T gv = gp[a * ow + b];
+          if (is_max) {
+            index_t best = y0 * w + x0;
+            for (index_t u = y0; u < y1; ++u)
+              for (index_t v = x0; v < x1; ++v)
+                if (in[u * w + v] > in[best] || (std::isnan(in[u * w + v]) && !std::isnan(in[best]))) best = u * w + v;
+            out[best] += gv;
+          } else {
+            for (index_t u = y0; u < y1; ++u)
+              for (index_t v = x0; v < x1; ++v) out[u * w + v] += gv * inv;
+          }
+        }
     }
   }
 

@@ -1,0 +1,243 @@
+#pragma once
+// Convolution and pooling over NCHW images (dilation 1).
+//
+//   conv2d<Stride, Pad>(x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW],  OH = (H + 2 Pad - KH) / Stride + 1
+//   max_pool2d<K, Stride = K, Pad = 0>(x), avg_pool2d<K, Stride = K, Pad = 0>(x) -> [N,C,OH,OW]
+//   flatten(x [N, ...]) -> [N, prod(...)]
+//
+// conv2d is not a node of its own: it is im2col (the patches as the columns of one
+// [C*KH*KW, N*OH*OW] matrix), one GEMM with the weights seen as [O, C*KH*KW], and a
+// permute back to NCHW. Autodiff then needs rules for im2col only (its adjoint, col2im,
+// adds each column back into its patch), and the weight gradient is one GEMM over the
+// whole batch, the data gradient another, as Caffe and PyTorch's CPU path do. H and W
+// must be static (they fix OH, OW and so the GEMM's shape); N may be dynamic.
+// Padding reads zeros (conv2d, avg_pool2d, which divides by K*K as PyTorch's default
+// count_include_pad does) or is skipped (max_pool2d).
+#include <string>
+
+#include "gradus/graph/node.hpp"
+#include "gradus/graph/ops/matmul.hpp"
+#include "gradus/graph/ops/shape_ops.hpp"
+
+namespace gradus {
+
+// A 2-D window: kernel extents, stride and zero padding (the same along H and W).
+struct window2d {
+  index_t kh, kw, stride, pad;
+  constexpr index_t out(index_t in, index_t k) const {
+    return in == dyn ? dyn : (in + 2 * pad - k) / stride + 1;
+  }
+  constexpr index_t oh(index_t h) const { return out(h, kh); }
+  constexpr index_t ow(index_t w) const { return out(w, kw); }
+  constexpr bool operator==(const window2d&) const = default;
+};
+
+namespace detail {
+constexpr index_t mul_or_dyn(index_t a, index_t b) { return a == dyn || b == dyn ? dyn : a * b; }
+
+template <class S, window2d Win>
+struct im2col_extents {
+  static constexpr std::array<index_t, 2> value{
+      mul_or_dyn(S::extents[1], Win.kh * Win.kw),
+      mul_or_dyn(S::extents[0], mul_or_dyn(Win.oh(S::extents[2]), Win.ow(S::extents[3])))};
+};
+template <class S, window2d Win>
+struct pool_extents {
+  static constexpr std::array<index_t, 4> value{S::extents[0], S::extents[1], Win.oh(S::extents[2]),
+                                                Win.ow(S::extents[3])};
+};
+template <class S, window2d Win>
+constexpr bool window_fits() {
+  if constexpr (S::rank != 4) {
+    return false;
+  } else {
+    constexpr index_t h = S::extents[2], w = S::extents[3];
+    return Win.kh > 0 && Win.kw > 0 && Win.stride > 0 && Win.pad >= 0 && Win.pad < Win.kh && Win.pad < Win.kw &&
+           (h == dyn || h + 2 * Win.pad >= Win.kh) && (w == dyn || w + 2 * Win.pad >= Win.kw);
+  }
+}
+inline std::string window_string(const window2d& w) {
+  return std::to_string(w.kh) + "x" + std::to_string(w.kw) + " window, stride " + std::to_string(w.stride) +
+         ", padding " + std::to_string(w.pad);
+}
+// The run-time check every windowed op makes: rank 4 and a window that fits.
+inline void check_window(const char* op, const dims& x, const window2d& w) {
+  if (x.rank != 4 || x.d[2] + 2 * w.pad < w.kh || x.d[3] + 2 * w.pad < w.kw)
+    throw shape_error(std::string("gradus: ") + op + ": input of shape " + to_string(x) +
+                      " does not fit a " + window_string(w) + " (expected [N, C, H, W] with H, W >= the window)");
+}
+}  // namespace detail
+
+namespace op {
+template <window2d Win>
+struct window_op {
+  static constexpr const char* name = "window2d";
+  template <class S, class Unused>
+  static constexpr bool fits = detail::window_fits<S, Win>();
+};
+}  // namespace op
+
+// col[(c*KH + i)*KW + j, (n*OH + oh)*OW + ow] = x[n, c, oh*S - P + i, ow*S - P + j] (0 outside).
+template <class X, window2d Win>
+struct im2col_node : expr_base {
+  static_assert(check_shapes<op::window_op<Win>, shape_t<X>, shape<>>::value);
+  using value_type = value_t<X>;
+  using shape_type = shape_of_array<detail::im2col_extents<shape_t<X>, Win>>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = "im2col";
+  static constexpr window2d window = Win;
+  X x;
+  auto operands() const { return std::tie(x); }
+  auto children() const { return std::tie(x); }
+  dims infer(const dims& in) const {
+    detail::check_window(op_name, in, Win);
+    return dims{std::array<index_t, 2>{in.d[1] * Win.kh * Win.kw, in.d[0] * Win.oh(in.d[2]) * Win.ow(in.d[3])}};
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
+    Backend::im2col(in.data(), in.shape.d[0], in.shape.d[1], in.shape.d[2], in.shape.d[3], Win.kh, Win.kw,
+                    Win.stride, Win.pad, out);
+  }
+  bool operator==(const im2col_node&) const = default;
+};
+
+// The adjoint of im2col: zeros shaped like `like` [N,C,H,W], each column's entries added
+// back at the pixels they were read from. `like` lends its dims only.
+template <class Col, class Like, window2d Win>
+struct col2im_node : expr_base {
+  static_assert(rank_v<Col> == 2 && rank_v<Like> == 4, "gradus: col2im: needs a [C*KH*KW, N*OH*OW] matrix and an NCHW target");
+  using value_type = value_t<Like>;
+  using shape_type = shape_t<Like>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = "col2im";
+  Col col;
+  Like like;
+  auto operands() const { return std::tie(col, like); }
+  auto children() const { return std::tie(col); }
+  dims infer(const dims& c, const dims& t) const {
+    detail::check_window(op_name, t, Win);
+    const index_t rows = t.d[1] * Win.kh * Win.kw, cols = t.d[0] * Win.oh(t.d[2]) * Win.ow(t.d[3]);
+    if (c.rank != 2 || c.d[0] != rows || c.d[1] != cols)
+      throw shape_error("gradus: col2im: columns of shape " + to_string(c) + " do not fit an image of shape " +
+                        to_string(t) + " with a " + detail::window_string(Win));
+    return t;
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims& d, tensor_view<const value_type> c, tensor_view<const value_type>) const {
+    Backend::col2im(c.data(), d.d[0], d.d[1], d.d[2], d.d[3], Win.kh, Win.kw, Win.stride, Win.pad, out);
+  }
+  bool operator==(const col2im_node&) const = default;
+};
+
+template <window2d Win, expression X>
+auto im2col(const X& x) {
+  return im2col_node<X, Win>{{}, x};
+}
+template <window2d Win, expression Col, expression Like>
+auto col2im(const Col& col, const Like& like) {
+  return col2im_node<Col, Like, Win>{{}, col, like};
+}
+
+// conv2d<Stride, Pad>(x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW] (cross-correlation, as
+// every framework's conv). Add a bias with `+ reshape<1, O, 1, 1>(b)` (nn::conv2d does).
+template <index_t Stride = 1, index_t Pad = 0, expression X, expression W>
+auto conv2d(const X& x, const W& w) {
+  using SX = shape_t<X>;
+  using SW = shape_t<W>;
+  static_assert(SX::rank == 4 && SW::rank == 4,
+                "gradus: conv2d: needs an NCHW input [N, C, H, W] and weights [O, C, KH, KW]");
+  static_assert(std::is_same_v<value_t<X>, value_t<W>>, "gradus: conv2d: the input and the weights have different dtypes");
+  constexpr index_t o = SW::extents[0], c = SW::extents[1], kh = SW::extents[2], kw = SW::extents[3];
+  static_assert(o != dyn && c != dyn && kh != dyn && kw != dyn, "gradus: conv2d: the weights' shape must be static");
+  static_assert(SX::extents[1] == dyn || SX::extents[1] == c,
+                "gradus: conv2d: the input's channels differ from the weights' second extent");
+  static_assert(SX::extents[2] != dyn && SX::extents[3] != dyn,
+                "gradus: conv2d: the input's height and width must be static (they fix the GEMM's shape)");
+  constexpr window2d win{kh, kw, Stride, Pad};
+  constexpr index_t oh = win.oh(SX::extents[2]), ow = win.ow(SX::extents[3]);
+  static_assert(oh > 0 && ow > 0, "gradus: conv2d: the kernel is larger than the padded input");
+  // [O, C*KH*KW] x [C*KH*KW, N*OH*OW] -> [O, N*OH*OW] -> [O, N, OH*OW] -> [N, O, OH*OW] -> NCHW
+  auto y = matmul(reshape<o, c * kh * kw>(w), im2col<win>(x));
+  return reshape<SX::extents[0], o, oh, ow>(permute<1, 0, 2>(reshape<o, SX::extents[0], oh * ow>(y)));
+}
+
+// flatten(x [N, ...]) -> [N, prod(...)]: a view, no copy.
+template <expression X>
+auto flatten(const X& x) {
+  using S = shape_t<X>;
+  static_assert(S::rank >= 2, "gradus: flatten: needs rank >= 2 (a batch axis and at least one more)");
+  constexpr index_t rest = [] {
+    index_t r = 1;
+    for (std::size_t i = 1; i < S::rank; ++i) r = detail::mul_or_dyn(r, S::extents[i]);
+    return r;
+  }();
+  static_assert(rest != dyn || S::extents[0] != dyn,
+                "gradus: flatten: the batch extent or the other extents must be static");
+  return reshape<S::extents[0], rest>(x);
+}
+
+// ---- pooling -------------------------------------------------------------------------------
+enum class pool_kind { max, avg };
+
+template <pool_kind K, class X, window2d Win>
+struct pool2d_node : expr_base {
+  static_assert(check_shapes<op::window_op<Win>, shape_t<X>, shape<>>::value);
+  static_assert(real_dtype<value_t<X>>, "gradus: pooling needs float or double input");
+  using value_type = value_t<X>;
+  using shape_type = shape_of_array<detail::pool_extents<shape_t<X>, Win>>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = K == pool_kind::max ? "max_pool2d" : "avg_pool2d";
+  static constexpr window2d window = Win;
+  X x;
+  auto operands() const { return std::tie(x); }
+  auto children() const { return std::tie(x); }
+  dims infer(const dims& in) const {
+    detail::check_window(op_name, in, Win);
+    return dims{std::array<index_t, 4>{in.d[0], in.d[1], Win.oh(in.d[2]), Win.ow(in.d[3])}};
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
+    Backend::pool2d(K == pool_kind::max, in.data(), in.shape.d[0] * in.shape.d[1], in.shape.d[2], in.shape.d[3], Win.kh,
+                    Win.kw, Win.stride, Win.pad, out);
+  }
+  bool operator==(const pool2d_node&) const = default;
+};
+
+// The adjoint of pooling w.r.t. its input: max routes each output's adjoint to the first
+// maximum of its window (x is read again to find it), avg spreads it as g / (KH*KW).
+template <pool_kind K, class X, class G, window2d Win>
+struct pool2d_grad_node : expr_base {
+  using value_type = value_t<X>;
+  using shape_type = shape_t<X>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = K == pool_kind::max ? "max_pool2d_grad" : "avg_pool2d_grad";
+  X x;
+  G g;
+  auto operands() const { return std::tie(x, g); }
+  auto children() const { return std::tie(g); }
+  dims infer(const dims& in, const dims& gd) const {
+    detail::check_window(op_name, in, Win);
+    const dims want{std::array<index_t, 4>{in.d[0], in.d[1], Win.oh(in.d[2]), Win.ow(in.d[3])}};
+    if (!(gd == want))
+      throw shape_error(std::string("gradus: ") + op_name + ": adjoint of shape " + to_string(gd) +
+                        " does not fit an input of shape " + to_string(in) + " (expected " + to_string(want) + ")");
+    return in;
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims& d, tensor_view<const value_type> in, tensor_view<const value_type> gv) const {
+    Backend::pool2d_grad(K == pool_kind::max, in.data(), gv.data(), d.d[0] * d.d[1], d.d[2], d.d[3], Win.kh, Win.kw,
+                         Win.stride, Win.pad, out);
+  }
+  bool operator==(const pool2d_grad_node&) const = default;
+};
+
+template <index_t K, index_t Stride = K, index_t Pad = 0, expression X>
+auto max_pool2d(const X& x) {
+  return pool2d_node<pool_kind::max, X, window2d{K, K, Stride, Pad}>{{}, x};
+}
+template <index_t K, index_t Stride = K, index_t Pad = 0, expression X>
+auto avg_pool2d(const X& x) {
+  return pool2d_node<pool_kind::avg, X, window2d{K, K, Stride, Pad}>{{}, x};
+}
+
+}  // namespace gradus

@@ -1,0 +1,158 @@
+// conv2d (im2col + GEMM), max_pool2d, avg_pool2d and flatten against direct loops over
+// the definitions (no im2col in the reference), with stride and padding, float and
+// double; bad shapes are shape_errors naming the op and the shapes.
+#define BOOST_TEST_MODULE graph_conv
+#include "../support/check.hpp"
+
+#include <limits>
+
+namespace g = gradus;
+using namespace gradus_test;
+
+namespace {
+
+// y[n,o,a,b] = sum_{c,i,j} x[n,c,a*s-p+i, b*s-p+j] * w[o,c,i,j], zero outside the image.
+template <class T>
+std::vector<double> conv_ref(const std::vector<T>& x, const std::vector<T>& w, int n, int c, int h, int wd, int o,
+                             int k, int s, int p) {
+  const int oh = (h + 2 * p - k) / s + 1, ow = (wd + 2 * p - k) / s + 1;
+  std::vector<double> y(static_cast<std::size_t>(n * o * oh * ow), 0.0);
+  for (int b = 0; b < n; ++b)
+    for (int q = 0; q < o; ++q)
+      for (int a = 0; a < oh; ++a)
+        for (int e = 0; e < ow; ++e) {
+          double acc = 0;
+          for (int ch = 0; ch < c; ++ch)
+            for (int i = 0; i < k; ++i)
+              for (int j = 0; j < k; ++j) {
+                const int yy = a * s - p + i, xx = e * s - p + j;
+                if (yy < 0 || yy >= h || xx < 0 || xx >= wd) continue;
+                acc += static_cast<double>(x[static_cast<std::size_t>(((b * c + ch) * h + yy) * wd + xx)]) *
+                       static_cast<double>(w[static_cast<std::size_t>(((q * c + ch) * k + i) * k + j)]);
+              }
+          y[static_cast<std::size_t>(((b * o + q) * oh + a) * ow + e)] = acc;
+        }
+  return y;
+}
+
+// max over the window's pixels inside the image; avg: their sum / k^2.
+template <class T>
+std::vector<double> pool_ref(bool is_max, const std::vector<T>& x, int planes, int h, int w, int k, int s, int p) {
+  const int oh = (h + 2 * p - k) / s + 1, ow = (w + 2 * p - k) / s + 1;
+  std::vector<double> y;
+  for (int pl = 0; pl < planes; ++pl)
+    for (int a = 0; a < oh; ++a)
+      for (int b = 0; b < ow; ++b) {
+        double acc = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+        for (int i = 0; i < k; ++i)
+          for (int j = 0; j < k; ++j) {
+            const int yy = a * s - p + i, xx = b * s - p + j;
+            if (yy < 0 || yy >= h || xx < 0 || xx >= w) continue;
+            const double v = static_cast<double>(x[static_cast<std::size_t>((pl * h + yy) * w + xx)]);
+            acc = is_max ? std::max(acc, v) : acc + v;
+          }
+        y.push_back(is_max ? acc : acc / (k * k));
+      }
+  return y;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_against_direct_loops, T, real_types) {
+  g::session<g::cpu_simd> s;
+  // 3 -> 4 channels, 3x3 kernel, 9x7 images; stride/padding combinations in one graph each
+  g::placeholder<"x", T, g::dyn, 3, 9, 7> x;
+  g::placeholder<"w", T, 4, 3, 3, 3> w;
+  const auto y11 = g::conv2d<1, 0>(x, w);
+  const auto y12 = g::conv2d<1, 2>(x, w);  // padding 2 with a 3x3 kernel: columns of zeros
+  const auto y21 = g::conv2d<2, 1>(x, w);
+  const auto y32 = g::conv2d<3, 2>(x, w);
+  static_assert(std::is_same_v<g::shape_t<decltype(y11)>, g::shape<g::dyn, 4, 7, 5>>);
+  static_assert(std::is_same_v<g::shape_t<decltype(y21)>, g::shape<g::dyn, 4, 5, 4>>);
+  for (int n : {1, 2, 5}) {
+    const auto xs = uniform<T>(static_cast<std::size_t>(n * 3 * 9 * 7), -1, 1);
+    const auto ws = uniform<T>(4 * 3 * 3 * 3, -1, 1);
+    const auto fx = (x = g::view(xs.data(), {n, 3, 9, 7}));
+    const auto fw = (w = g::view(ws.data(), {4, 3, 3, 3}));
+    const auto [r11, r12, r21, r32] = s.run(y11, y12, y21, y32, fx, fw);
+    const double tol = 30 * rtol<T>();
+    BOOST_TEST(same_shape(r11, {n, 4, 7, 5}));
+    BOOST_TEST(close(r11, conv_ref(xs, ws, n, 3, 9, 7, 4, 3, 1, 0), tol, {}, tol));
+    BOOST_TEST(same_shape(r12, {n, 4, 11, 9}));
+    BOOST_TEST(close(r12, conv_ref(xs, ws, n, 3, 9, 7, 4, 3, 1, 2), tol, {}, tol));
+    BOOST_TEST(same_shape(r21, {n, 4, 5, 4}));
+    BOOST_TEST(close(r21, conv_ref(xs, ws, n, 3, 9, 7, 4, 3, 2, 1), tol, {}, tol));
+    BOOST_TEST(same_shape(r32, {n, 4, 4, 3}));
+    BOOST_TEST(close(r32, conv_ref(xs, ws, n, 3, 9, 7, 4, 3, 3, 2), tol, {}, tol));
+  }
+}
+
+// LeNet's first layer at MNIST size with a batch large enough for the threaded paths.
+BOOST_AUTO_TEST_CASE(conv2d_lenet_size_threaded) {
+  g::session<g::cpu_simd> s;
+  g::placeholder<"x", float, g::dyn, 1, 28, 28> x;
+  g::placeholder<"w", float, 6, 1, 5, 5> w;
+  const int n = 64;
+  const auto xs = uniform<float>(static_cast<std::size_t>(n * 28 * 28), 0, 1);
+  const auto ws = uniform<float>(150, -0.5, 0.5);
+  const auto r = s.run(g::conv2d(x, w), x = g::view(xs.data(), {n, 1, 28, 28}), w = g::view(ws.data(), {6, 1, 5, 5}));
+  BOOST_TEST(same_shape(r, {n, 6, 24, 24}));
+  BOOST_TEST(close(r, conv_ref(xs, ws, n, 1, 28, 28, 6, 5, 1, 0), 1e-4, {}, 1e-5));
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(pooling_against_direct_loops, T, real_types) {
+  g::session<g::cpu_simd> s;
+  g::placeholder<"x", T, g::dyn, 3, 9, 8> x;
+  const auto m2 = g::max_pool2d<2>(x);
+  const auto m31 = g::max_pool2d<3, 2, 1>(x);  // padded windows: the padding never wins
+  const auto a2 = g::avg_pool2d<2>(x);
+  const auto a31 = g::avg_pool2d<3, 2, 1>(x);  // padding counts as zeros (count_include_pad)
+  static_assert(std::is_same_v<g::shape_t<decltype(m2)>, g::shape<g::dyn, 3, 4, 4>>);
+  for (int n : {1, 4, 70}) {
+    // all negative: a padded zero would win a max if padding were read
+    const auto xs = uniform<T>(static_cast<std::size_t>(n * 3 * 9 * 8), -2, -0.5);
+    const auto [rm2, rm31, ra2, ra31] = s.run(m2, m31, a2, a31, x = g::view(xs.data(), {n, 3, 9, 8}));
+    BOOST_TEST(same_shape(rm2, {n, 3, 4, 4}));
+    BOOST_TEST(close(rm2, pool_ref(true, xs, n * 3, 9, 8, 2, 2, 0), 0.0));
+    BOOST_TEST(same_shape(rm31, {n, 3, 5, 4}));
+    BOOST_TEST(close(rm31, pool_ref(true, xs, n * 3, 9, 8, 3, 2, 1), 0.0));
+    BOOST_TEST(close(ra2, pool_ref(false, xs, n * 3, 9, 8, 2, 2, 0), 10 * rtol<T>()));
+    BOOST_TEST(same_shape(ra31, {n, 3, 5, 4}));
+    BOOST_TEST(close(ra31, pool_ref(false, xs, n * 3, 9, 8, 3, 2, 1), 10 * rtol<T>()));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(max_pool_propagates_nan) {
+  g::session<g::cpu_simd> s;
+  g::placeholder<"x", double, 1, 1, 2, 4> x;
+  const std::vector<double> xs{1, std::nan(""), 5, 2, 3, 4, 0, 1};
+  const auto r = s.run(g::max_pool2d<2>(x), x = g::view(xs.data(), {1, 1, 2, 4}));
+  BOOST_TEST(std::isnan(r[0]));
+  BOOST_TEST(r[1] == 5.0);
+}
+
+BOOST_AUTO_TEST_CASE(flatten_is_a_view) {
+  g::session<g::cpu_simd> s;
+  g::placeholder<"x", float, g::dyn, 2, 3, 4> x;
+  const auto f = g::flatten(x);
+  static_assert(std::is_same_v<g::shape_t<decltype(f)>, g::shape<g::dyn, 24>>);
+  const auto xs = uniform<float>(48, -1, 1);
+  const auto r = s.run(f, x = g::view(xs.data(), {2, 2, 3, 4}));
+  BOOST_TEST(same_shape(r, {2, 24}));
+  BOOST_TEST(r.data() == xs.data());  // no copy: the feed's own memory
+  BOOST_TEST(s.stats().kernels == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(bad_shapes_name_the_op) {
+  g::session<g::cpu_simd> s;
+  g::placeholder<"x", float, g::dyn, g::dyn, g::dyn, g::dyn> x;
+  const std::vector<float> xs(2 * 3 * 2 * 2, 1.0f);
+  // a 3x3 pooling window over 2x2 images
+  BOOST_CHECK_EXCEPTION(s.run(g::max_pool2d<3>(x), x = g::view(xs.data(), {2, 3, 2, 2})), g::shape_error,
+                        [](const g::shape_error& e) {
+                          const std::string m = e.what();
+                          BOOST_TEST_MESSAGE(m);
+                          return m.find("max_pool2d") != std::string::npos && m.find("(2, 3, 2, 2)") != std::string::npos &&
+                                 m.find("3x3 window") != std::string::npos;
+                        });
+}
