@@ -52,8 +52,11 @@ BOOST_AUTO_TEST_CASE(plain_lines_when_not_a_terminal) {
   per_epoch.start_epoch(2, 2, 3);
   for (int i = 0; i < 3; ++i) per_epoch.step(0.25, 10);
   fake_now += 1;
+  per_epoch.stop();  // the evaluation after stop() does not count
+  fake_now += 5;
   per_epoch.end_epoch();
   BOOST_TEST(quiet.str() == "epoch 2/2 step 3/3 loss 0.2500 samples/s 30 seconds 1.0\n");
+  BOOST_TEST(per_epoch.epoch_seconds() == 1.0);
 }
 
 BOOST_AUTO_TEST_CASE(live_line_redrawn_at_most_every_refresh_interval) {

@@ -18,6 +18,8 @@
 #include <fstream>
 #include <initializer_list>
 #include <limits>
+#include <sstream>
+#include <string_view>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -47,16 +49,40 @@ struct metrics_table {
   }
 };
 
-// Reads a metrics CSV (every column numeric, nan allowed).
+// Reads a metrics CSV (every column numeric, nan allowed), in double precision:
+// data::read_csv checks it (and names the line of any error), then the fields are read
+// again as doubles, so that a resumed log rewrites its old rows unchanged.
 inline metrics_table read_metrics(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw data_error("gradus: metrics file '" + path + "': cannot open it");
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  const std::string text = buf.str();
   data::csv_options opt;
   opt.allow_nonfinite = true;
-  const data::csv_table t = data::read_csv(path, opt);
+  const data::csv_table t = data::parse_csv(text, path, opt);
   metrics_table m{t.columns, {}};
-  m.rows.resize(static_cast<std::size_t>(t.rows));
-  for (std::size_t r = 0; r < m.rows.size(); ++r)
-    m.rows[r].assign(t.x.begin() + static_cast<std::ptrdiff_t>(r * m.columns.size()),
-                     t.x.begin() + static_cast<std::ptrdiff_t>((r + 1) * m.columns.size()));
+  std::vector<std::string_view> fields;
+  std::vector<std::string> scratch;
+  std::size_t pos = 0;
+  bool header = true;
+  while (pos < text.size()) {
+    std::size_t nl = text.find('\n', pos);
+    if (nl == std::string::npos) nl = text.size();
+    std::string_view line(text.data() + pos, nl - pos);
+    pos = nl + 1;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (data::csv_detail::trim(line, ',').empty()) continue;
+    if (header) {
+      header = false;
+      continue;
+    }
+    data::csv_detail::split(line, ',', fields, scratch);
+    std::vector<double> row(fields.size());
+    std::errc ec{};
+    for (std::size_t c = 0; c < fields.size(); ++c) data::csv_detail::parse_number(fields[c], row[c], ec);
+    m.rows.push_back(std::move(row));
+  }
   return m;
 }
 

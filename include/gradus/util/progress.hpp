@@ -17,7 +17,8 @@
 //   g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr));
 //   bar.start_epoch(e + 1, epochs, batches);
 //   for (...) bar.step(step.run(x = xb, y = yb), xb.shape.d[0]);
-//   bar.end_epoch({{"test_accuracy", acc}});
+//   bar.stop();                                  // the evaluation is not training time
+//   bar.end_epoch({{"test_accuracy", evaluate()}});
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -67,6 +68,7 @@ class progress {
     samples_ = 0;
     loss_sum_ = 0;
     t0_ = o_.clock();
+    stopped_ = false;
     next_draw_ = t0_ + o_.refresh_s;
     last_len_ = 0;
     if (live_) draw(t0_, false);
@@ -87,9 +89,17 @@ class progress {
     }
   }
 
-  // Ends the epoch's line (live) or writes its plain line, with these metrics appended.
+  // Stops the epoch's clock (before an evaluation that its time and rate should not count).
+  void stop() {
+    stopped_at_ = o_.clock();
+    stopped_ = true;
+  }
+
+  // Ends the epoch's line (live) or writes its plain line, with these metrics appended; the
+  // time is the stop() time when there was one.
   void end_epoch(std::initializer_list<std::pair<std::string_view, double>> metrics = {}) {
-    const double now = o_.clock();
+    const double now = stopped_ ? stopped_at_ : o_.clock();
+    stopped_ = false;
     seconds_ = now - t0_;
     if (live_) {
       std::string line = bar_line(now, true);
@@ -184,7 +194,8 @@ class progress {
   options o_;
   int epoch_ = 0, epochs_ = 0;
   std::int64_t total_ = 0, done_ = 0, samples_ = 0;
-  double loss_sum_ = 0, t0_ = 0, next_draw_ = 0, seconds_ = 0;
+  double loss_sum_ = 0, t0_ = 0, next_draw_ = 0, seconds_ = 0, stopped_at_ = 0;
+  bool stopped_ = false;
   std::size_t last_len_ = 0;
 };
 

@@ -1,0 +1,241 @@
+#pragma once
+// What the MNIST examples share: their command line, loading the data, the epoch loop with
+// a progress bar, evaluation on the 10,000 test images after every epoch, checkpoints and
+// resuming, the metrics CSV, the SVG curves and the final JSON line. An example adds its own
+// options, builds its model on x [B, 784] float and y [B] int32 (reshaping inside the graph
+// where it needs images or sequences) and hands over the session, the training step and the
+// logits:
+//
+//   CLI::App app{"..."};
+//   gradus_examples::mnist_options o;
+//   gradus_examples::add_mnist_options(app, o);
+//   CLI11_PARSE(app, argc, argv);
+//   return gradus_examples::guarded([&] {
+//     auto data = gradus_examples::load_mnist(o);
+//     g::placeholder<"x", float, g::dyn, 784> x;  g::placeholder<"y", std::int32_t, g::dyn> y;
+//     ... logits, session s (variables initialised with o.seed), step = g::minimize(s, loss, opt) ...
+//     return gradus_examples::train_mnist("mnist_mlp", o, data, s, step, logits, x, y);
+//   });
+//
+// Reproducibility: epoch e (0-based) trains on train.shuffle(seed, e), so a run resumed
+// from the checkpoint of epoch k sees the same batches as one that never stopped, and with
+// the same --threads gives the same weights: 1 epoch, then --resume to 2, equals 2 straight
+// (examples/check_resume.cmake). The epochs a checkpoint holds are its global_step divided
+// by the steps of an epoch.
+//
+// With --json, stdout is one JSON line: example, epochs, start_epoch, batch, threads, seed,
+// train_examples, test_accuracy (after the last epoch), epoch_seconds (mean training
+// seconds per epoch of this run, evaluation excluded), examples_per_second, final_loss
+// (mean training loss of the last epoch), peak_rss_mb. The progress goes to stderr
+// (a live line on a terminal, plain lines otherwise; --quiet turns it off).
+#include <CLI/CLI.hpp>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <iostream>
+#include <limits>
+#include <optional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/gradus.hpp>
+#include <gradus/io/checkpoint.hpp>
+#include <gradus/util/metrics_log.hpp>
+#include <gradus/util/progress.hpp>
+#include <gradus/util/svg_plot.hpp>
+
+namespace gradus_examples {
+
+namespace g = gradus;
+
+struct mnist_options {
+  std::string data = "data/mnist";
+  int epochs = 1;
+  std::int64_t batch = 64;
+  int threads = 2;
+  std::uint64_t seed = 1;
+  bool json = false;
+  bool quiet = false;
+  bool resume = false;
+  std::string metrics, plot, checkpoint;
+  std::int64_t train_limit = 0;  // 0: all 60,000
+  std::int64_t log_every = 0;    // plain progress: a line every this many steps (0: per epoch)
+};
+
+inline void add_mnist_options(CLI::App& app, mnist_options& o) {
+  app.option_defaults()->always_capture_default();
+  app.add_option("--data", o.data, "directory with the four MNIST IDX files (tools/fetch-mnist.sh)");
+  app.add_option("--epochs", o.epochs, "training epochs (in all, counting those a resumed checkpoint holds)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--batch", o.batch, "minibatch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{60000}));
+  app.add_option("--threads", o.threads, "threads (OpenMP and OpenBLAS)")->check(CLI::Range(1, 256));
+  app.add_option("--seed", o.seed, "seed of the initial weights and of each epoch's shuffle");
+  app.add_flag("--json", o.json, "print one final line of JSON metrics on stdout");
+  app.add_flag("--quiet", o.quiet, "no progress output on stderr");
+  app.add_option("--metrics", o.metrics, "append one row per epoch to this CSV file (epoch, step, train_loss, ...)");
+  app.add_option("--plot", o.plot, "write the loss and accuracy curves to this SVG file after every epoch");
+  auto* ck =
+      app.add_option("--checkpoint", o.checkpoint, "save the weights and optimizer state to this .npz after every epoch");
+  app.add_flag("--resume", o.resume, "restore --checkpoint (when it exists) and continue at its next epoch")->needs(ck);
+  app.add_option("--train-limit", o.train_limit, "train on the first N training images only (0: all)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}));
+  app.add_option("--log-every", o.log_every, "without a terminal: a progress line every N steps (0: one per epoch)")
+      ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
+}
+
+struct mnist_data {
+  g::data::dataset train;
+  std::vector<float> test_x;          // [10000, 784] in [0, 1]
+  std::vector<std::int32_t> test_y;   // [10000]
+  g::index_t test_n = 0;
+};
+
+inline mnist_data load_mnist(const mnist_options& o) {
+  g::dims train_shape, test_shape;
+  auto train_x = g::data::load_mnist_images(o.data + "/train-images-idx3-ubyte", &train_shape);
+  auto train_y = g::data::load_mnist_labels(o.data + "/train-labels-idx1-ubyte");
+  auto test_x = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &test_shape);
+  auto test_y = g::data::load_mnist_labels(o.data + "/t10k-labels-idx1-ubyte");
+  const g::index_t n = train_shape.d[0], nt = test_shape.d[0];
+  if (train_shape.d[1] != 784 || test_shape.d[1] != 784 || static_cast<g::index_t>(train_y.size()) != n ||
+      static_cast<g::index_t>(test_y.size()) != nt)
+    throw g::data_error("gradus: MNIST in '" + o.data +
+                        "': the images are not 28x28 or their counts differ from the labels'");
+  if (o.train_limit > 0 && o.train_limit < n) {
+    train_x.resize(static_cast<std::size_t>(o.train_limit * 784));
+    train_y.resize(static_cast<std::size_t>(o.train_limit));
+  }
+  return {g::data::dataset(std::move(train_x), g::dims{784}, std::move(train_y)), std::move(test_x),
+          std::move(test_y), nt};
+}
+
+inline double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+// Runs f (returning the exit status); a gradus or standard error is printed on stderr, exit 1.
+template <class F>
+int guarded(F&& f) {
+  try {
+    return f();
+  } catch (const g::error& e) {
+    std::cerr << e.what() << "\n";
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return 1;
+}
+
+// Accuracy of `logits` on the test set, in batches of 1000.
+template <class Session, class Logits, class X>
+double mnist_test_accuracy(Session& s, const Logits& logits, const X& x, const mnist_data& d) {
+  std::int64_t hits = 0;
+  for (g::index_t b0 = 0; b0 < d.test_n; b0 += 1000) {
+    const g::index_t m = std::min<g::index_t>(1000, d.test_n - b0);
+    const auto out = s.run(logits, x = g::view(d.test_x.data() + b0 * 784, {m, 784}));
+    hits += static_cast<std::int64_t>(std::lround(
+        g::nn::accuracy(out, g::tensor_view<const std::int32_t>{d.test_y.data() + b0, g::dims{m}}) *
+        static_cast<double>(m)));
+  }
+  return static_cast<double>(hits) / static_cast<double>(d.test_n);
+}
+
+template <class Session, class Step, class Logits, class X, class Y>
+int train_mnist(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s, Step& step,
+                const Logits& logits, const X& x, const Y& y) {
+  g::cpu_simd::set_threads(o.threads);
+  const auto batches = d.train.batch(o.batch);
+  const std::int64_t steps_per_epoch = batches.count();
+
+  // ---- resume: the checkpoint's global step says how many epochs it holds
+  int first = 0;
+  if (o.resume && o.checkpoint.empty())
+    throw g::error("gradus: " + example + ": --resume needs --checkpoint FILE.npz");
+  if (o.resume && std::filesystem::exists(o.checkpoint)) {
+    g::restore_checkpoint(s, o.checkpoint);
+    const std::int64_t gs = s.global_step();
+    if (gs % steps_per_epoch != 0)
+      throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' holds " + std::to_string(gs) +
+                     " steps, not a whole number of epochs of " + std::to_string(steps_per_epoch) +
+                     " steps: was it written with another --batch or --train-limit?");
+    first = static_cast<int>(gs / steps_per_epoch);
+    if (first >= o.epochs)
+      throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' already holds " +
+                     std::to_string(first) + " epochs; ask for more with --epochs (now " + std::to_string(o.epochs) +
+                     ")");
+  } else if (o.resume && !o.quiet) {
+    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
+  }
+
+  // ---- metrics CSV (appended to when resuming) and the in-memory table the plot draws
+  const std::vector<std::string> columns{"epoch",         "step",          "train_loss",
+                                         "test_accuracy", "train_seconds", "examples_per_second"};
+  std::optional<g::util::metrics_log> log;
+  g::util::metrics_table history{columns, {}};
+  if (!o.metrics.empty()) {
+    log = first > 0 ? g::util::metrics_log::append(o.metrics, columns, first)
+                    : g::util::metrics_log::create(o.metrics, columns);
+    history = log->table();
+  }
+
+  g::util::progress::options popt;
+  popt.every = o.log_every;
+  g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr), popt);
+  double train_seconds = 0, last_loss = 0, acc = 0;
+  for (int e = first; e < o.epochs; ++e) {
+    if (!o.quiet) bar.start_epoch(e + 1, o.epochs, steps_per_epoch);
+    const auto t0 = std::chrono::steady_clock::now();
+    double sum = 0;
+    for (auto [xb, yb] : d.train.shuffle(o.seed, static_cast<std::uint64_t>(e)).batch(o.batch)) {
+      const double l = step.run(x = xb, y = yb);
+      sum += l;
+      if (!o.quiet) bar.step(l, xb.shape.d[0]);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!o.quiet) bar.stop();
+    train_seconds += secs;
+    last_loss = sum / static_cast<double>(steps_per_epoch);
+    acc = mnist_test_accuracy(s, logits, x, d);
+    if (!o.quiet) bar.end_epoch({{"test_accuracy", acc}});
+    if (!o.checkpoint.empty()) g::save_checkpoint(s, o.checkpoint);
+    const std::vector<double> row{static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc,
+                                  secs, static_cast<double>(d.train.size()) / secs};
+    if (log) {
+      log->write(row);
+      history = log->table();
+    } else {
+      history.rows.push_back(row);
+    }
+    if (!o.plot.empty()) g::util::write_svg(o.plot, g::util::training_curves(history));
+  }
+
+  if (o.json) {
+    const int run = o.epochs - first;
+    const nlohmann::json j = {{"example", example},
+                              {"epochs", o.epochs},
+                              {"start_epoch", first + 1},
+                              {"batch", o.batch},
+                              {"threads", o.threads},
+                              {"seed", o.seed},
+                              {"train_examples", d.train.size()},
+                              {"test_accuracy", acc},
+                              {"epoch_seconds", train_seconds / run},
+                              {"examples_per_second", static_cast<double>(d.train.size()) * run / train_seconds},
+                              {"final_loss", last_loss},
+                              {"peak_rss_mb", peak_rss_mb()}};
+    std::cout << j.dump() << std::endl;
+  }
+  return 0;
+}
+
+}  // namespace gradus_examples
