@@ -23,6 +23,8 @@
 #include "gradus/graph/ops/matmul.hpp"
 #include "gradus/graph/ops/random.hpp"
 #include "gradus/graph/ops/reduce.hpp"
+#include "gradus/graph/ops/rnn.hpp"
+#include "gradus/graph/ops/select.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 #include "gradus/graph/ops/softmax.hpp"
 #include "gradus/nn/nn.hpp"

@@ -268,14 +268,24 @@ class compiled_graph final : public graph_base {
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }
 
-  // A view's data is its first operand's; the dims come from infer (over every operand).
+  // A view's data is its first operand's, from element offset(dims...) on where the view
+  // defines one (a part of a buffer that packs several results); the dims come from
+  // infer. Both see the dims of every operand.
   template <class N>
   static void run_view(compiled_graph& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       slot& out = g.slots_[static_cast<std::size_t>(st.slot)];
-      out.d = n.infer(g.slots_[static_cast<std::size_t>(g.inputs_[st.first + I])].d...);
-      out.data = g.slots_[static_cast<std::size_t>(g.inputs_[st.first])].data;
+      const auto& in = [&](std::size_t i) -> const dims& {
+        return g.slots_[static_cast<std::size_t>(g.inputs_[st.first + i])].d;
+      };
+      out.d = n.infer(in(I)...);
+      void* base = g.slots_[static_cast<std::size_t>(g.inputs_[st.first])].data;
+      if constexpr (requires { n.offset(in(I)...); }) {
+        const index_t off = n.offset(in(I)...);
+        if (off) base = static_cast<value_t<N>*>(base) + off;
+      }
+      out.data = base;
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }
 

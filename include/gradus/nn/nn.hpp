@@ -5,3 +5,4 @@
 #include "gradus/nn/dropout.hpp"
 #include "gradus/nn/embedding.hpp"
 #include "gradus/nn/losses.hpp"
+#include "gradus/nn/rnn.hpp"

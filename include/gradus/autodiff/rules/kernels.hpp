@@ -3,6 +3,7 @@
 #include "gradus/autodiff/grad.hpp"
 #include "gradus/graph/ops/index.hpp"
 #include "gradus/graph/ops/matmul.hpp"
+#include "gradus/graph/ops/select.hpp"
 #include "gradus/graph/ops/softmax.hpp"
 
 namespace gradus {
@@ -104,6 +105,15 @@ auto vjp(const expand_dims_node<Axis, A>& n, const G& g) {
 template <std::size_t I, class T, index_t D, class Y, class G>
 no_grad vjp(const one_hot_node<T, D, Y>&, const G&) {
   return {};
+}
+// out = select(a, i): da = g written at entry i of zeros shaped like a; and back.
+template <std::size_t I, class A, class G>
+auto vjp(const select_node<A>& n, const G& g) {
+  return select_backward(g, n.index, n.a);
+}
+template <std::size_t I, class Gs, class Like, class G>
+auto vjp(const select_backward_node<Gs, Like>& n, const G& g) {
+  return select(g, n.index);
 }
 // out = gather(table, idx): dtable = scatter_add(g, idx) into zeros of the table's shape
 // (a repeated index accumulates its rows); idx is int32 and gets no adjoint.
