@@ -1,0 +1,53 @@
+// MNIST with LeNet-5: conv 1->6 5x5, ReLU, max-pool 2, conv 6->16 5x5, ReLU, max-pool 2,
+// dense 256->120->84->10, softmax cross-entropy, SGD (lr 0.05, momentum 0.9, batch 64), on
+// the real data set (tools/fetch-mnist.sh puts it in data/mnist/), evaluated on the 10,000
+// test images after every epoch.
+//
+//   mnist_cnn [--data DIR] [--epochs N] [--batch B] [--threads T] [--seed S] [--lr LR]
+//             [--momentum M] [--metrics FILE.csv] [--plot FILE.svg] [--checkpoint FILE.npz
+//             [--resume]] [--train-limit N] [--quiet] [--json]
+//
+// The images are fed as rows of 784 and seen as [B, 1, 28, 28] inside the graph (a view).
+// Each convolution is im2col + one GEMM over the whole batch (graph/ops/conv.hpp).
+#include <cstdint>
+#include <string>
+
+#include "mnist_common.hpp"
+
+namespace g = gradus;
+namespace gx = gradus_examples;
+
+int main(int argc, char** argv) {
+  CLI::App app{"MNIST LeNet-5 (two 5x5 convolutions, max-pooling, three dense layers), SGD with momentum, trained with gradus."};
+  gx::mnist_options o;
+  gx::add_mnist_options(app, o);
+  double lr = 0.05, momentum = 0.9;
+  app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+  CLI11_PARSE(app, argc, argv);
+
+  return gx::guarded([&] {
+    const gx::mnist_data data = gx::load_mnist(o);
+    g::placeholder<"x", float, g::dyn, 784> x;
+    g::placeholder<"y", std::int32_t, g::dyn> y;
+    g::nn::conv2d<"conv1", 1, 6, 5> conv1;    // [B,1,28,28] -> [B,6,24,24]
+    g::nn::conv2d<"conv2", 6, 16, 5> conv2;   // [B,6,12,12] -> [B,16,8,8]
+    g::nn::dense<"fc1", 256, 120> fc1;
+    g::nn::dense<"fc2", 120, 84> fc2;
+    g::nn::dense<"fc3", 84, 10> fc3;
+    const auto images = g::reshape<g::dyn, 1, 28, 28>(x);
+    const auto h1 = g::max_pool2d<2>(g::relu(conv1(images)));  // [B,6,12,12]
+    const auto h2 = g::max_pool2d<2>(g::relu(conv2(h1)));      // [B,16,4,4]
+    const auto logits = fc3(g::relu(fc2(g::relu(fc1(g::flatten(h2))))));
+    const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
+
+    g::session<g::cpu_simd> s;
+    conv1.initialize(s, o.seed);
+    conv2.initialize(s, o.seed);
+    fc1.initialize(s, o.seed);
+    fc2.initialize(s, o.seed);
+    fc3.initialize(s, o.seed, g::init::glorot_uniform{});
+    auto step = g::minimize(s, loss, g::sgd{.lr = lr, .momentum = momentum});
+    return gx::train_mnist("mnist_cnn", o, data, s, step, logits, x, y);
+  });
+}
