@@ -377,6 +377,19 @@ struct cpu_simd {
     const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
     const index_t rows = c * kh * kw, cols = n * oh * ow;
     const bool par = rows * cols >= parallel_threshold && rows > 1;
+    if (p == 0 && s == 1) {  // no padding, unit stride: every row piece is a plain copy
+#pragma omp parallel for schedule(static) if (par)
+      for (index_t r = 0; r < rows; ++r) {
+        const index_t ch = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+        T* out = col + r * cols;
+        for (index_t b = 0; b < n; ++b) {
+          const T* src = x + (b * c + ch) * h * w + i * w + j;
+          for (index_t y = 0; y < oh; ++y, out += ow, src += w)
+            for (index_t q = 0; q < ow; ++q) out[q] = src[q];
+        }
+      }
+      return;
+    }
 #pragma omp parallel for schedule(static) if (par)
     for (index_t r = 0; r < rows; ++r) {
       const index_t ch = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
