@@ -155,7 +155,7 @@ class progress {
     s += "]";
     // appended piece by piece: g++ 12 warns falsely (-Wrestrict) on "literal" + std::string&&
     s += final ? " - " : " - ETA ";
-    s += duration(final ? now - t0_ : eta(now));
+    s += final ? duration(now - t0_) : done_ > 0 ? duration(eta(now)) : std::string("?");
     if (done_ > 0) {
       s += " - loss ";
       s += number(mean_loss(), 4);
