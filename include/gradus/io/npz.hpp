@@ -106,7 +106,13 @@ inline bool byte_size(const dims& shape, std::size_t itemsize, std::size_t& out)
   return true;
 }
 
-inline std::string quoted(const std::filesystem::path& p) { return "'" + p.string() + "'"; }
+// (appended, not "'" + s: g++ 12's -Wrestrict misfires on operator+(const char*, string&&))
+inline std::string quoted(const std::filesystem::path& p) {
+  std::string r(1, '\'');
+  r += p.string();
+  r += '\'';
+  return r;
+}
 
 inline std::string zip_error_text(int code) {
   zip_error_t e;

@@ -1,0 +1,79 @@
+#pragma once
+// The communicator policy: how replicas of one model agree. A trainer (an estimator, or a
+// hand-written loop) is written once against this concept; `local` (a world of one) is the
+// trivial policy, and ring all-reduce or a parameter server replace it without changing
+// the trainer:
+//
+//   step.compute_gradients(feeds...);
+//   g::dist::reduce_gradients(comm, step);   // average every gradient over the world
+//   step.apply_gradients();
+//
+// allreduce_average / broadcast work in place on host-visible buffers of float or double;
+// any length, including 0. A policy that cannot finish (a dead peer) throws an error naming
+// the peer and the operation; it never blocks forever.
+#include <algorithm>
+#include <concepts>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "gradus/core/error.hpp"
+
+namespace gradus::dist {
+
+template <class C>
+concept communicator = requires(C& c, std::span<float> f, std::span<double> d) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.world_size() } -> std::convertible_to<int>;
+  c.allreduce_average(f);
+  c.allreduce_average(d);
+  c.broadcast(f, 0);
+  c.broadcast(d, 0);
+  c.barrier();
+};
+
+// A world of one: every collective is the identity.
+struct local {
+  static constexpr const char* name = "local";
+  int rank() const { return 0; }
+  int world_size() const { return 1; }
+  template <class T>
+  void allreduce_average(std::span<T>) {}
+  template <class T>
+  void broadcast(std::span<T>, int root) {
+    if (root != 0) throw error("gradus: local communicator: broadcast from rank " + std::to_string(root) + " of a world of 1");
+  }
+  void barrier() {}
+};
+static_assert(communicator<local>);
+
+// Average every gradient of a train step's last compute_gradients() over the world.
+template <communicator Comm, class Step>
+void reduce_gradients(Comm& comm, Step& step) {
+  if (comm.world_size() == 1) return;
+  for (auto& g : step.gradients()) {
+    if (g.dtype == std::string_view("float32"))
+      comm.allreduce_average(std::span<float>(static_cast<float*>(g.data), static_cast<std::size_t>(g.size)));
+    else if (g.dtype == std::string_view("float64"))
+      comm.allreduce_average(std::span<double>(static_cast<double*>(g.data), static_cast<std::size_t>(g.size)));
+    else
+      throw error("gradus: reduce_gradients: gradient of '" + std::string(g.name) + "' has dtype " + std::string(g.dtype));
+  }
+}
+
+// Every tensor of the session (variables and optimizer state) from rank 0 to all, in name
+// order: the replicas start identical.
+template <communicator Comm, class Session>
+void broadcast_variables(Comm& comm, Session& s) {
+  if (comm.world_size() == 1) return;
+  auto entries = s.entries();
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (const auto& e : entries) {
+    const auto n = static_cast<std::size_t>(e.shape.numel());
+    if (e.dtype == std::string_view("float32")) comm.broadcast(std::span<float>(static_cast<float*>(e.data), n), 0);
+    else if (e.dtype == std::string_view("float64")) comm.broadcast(std::span<double>(static_cast<double*>(e.data), n), 0);
+    else throw error("gradus: broadcast_variables: '" + std::string(e.name) + "' has dtype " + std::string(e.dtype));
+  }
+}
+
+}  // namespace gradus::dist

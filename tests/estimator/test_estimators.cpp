@@ -1,0 +1,264 @@
+#define BOOST_TEST_MODULE estimator_estimators
+// The premade models: what they learn against independent references (least squares by
+// normal equations, a function the test knows), the gain of hidden layers on a problem a
+// linear model cannot solve, checkpoints and resuming (bit-identical to an uninterrupted
+// run), the communicator wiring (a counting test double), and bad input.
+#include <boost/test/unit_test.hpp>
+
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/estimator/estimators.hpp>
+#include <gradus/gradus.hpp>
+
+namespace g = gradus;
+
+namespace {
+
+struct data2 {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+  g::index_t n;
+  g::tensor_view<const float> xv(g::index_t in) const { return {x.data(), g::dims{std::array<g::index_t, 2>{n, in}}}; }
+  g::tensor_view<const std::int32_t> yv() const { return {y.data(), g::dims{std::array<g::index_t, 1>{n}}}; }
+};
+
+// Two interleaved half-moons with noise: not linearly separable (a line gets ~85-88%).
+data2 moons(g::index_t n, std::uint32_t seed) {
+  std::mt19937 r(seed);
+  std::uniform_real_distribution<double> u(0, 3.14159265358979);
+  std::normal_distribution<double> noise(0, 0.1);
+  data2 d{{}, {}, n};
+  for (g::index_t i = 0; i < n; ++i) {
+    const double t = u(r);
+    const int c = static_cast<int>(i % 2);
+    const double px = c ? 1 - std::cos(t) : std::cos(t), py = c ? 0.5 - std::sin(t) : std::sin(t);
+    d.x.push_back(static_cast<float>(px + noise(r)));
+    d.x.push_back(static_cast<float>(py + noise(r)));
+    d.y.push_back(c);
+  }
+  return d;
+}
+
+// Solves the symmetric system A x = b (A k x k) by Gaussian elimination with pivoting.
+std::vector<double> solve(std::vector<double> a, std::vector<double> b, std::size_t k) {
+  for (std::size_t c = 0; c < k; ++c) {
+    std::size_t p = c;
+    for (std::size_t r = c + 1; r < k; ++r)
+      if (std::abs(a[r * k + c]) > std::abs(a[p * k + c])) p = r;
+    for (std::size_t j = 0; j < k; ++j) std::swap(a[c * k + j], a[p * k + j]);
+    std::swap(b[c], b[p]);
+    for (std::size_t r = c + 1; r < k; ++r) {
+      const double f = a[r * k + c] / a[c * k + c];
+      for (std::size_t j = c; j < k; ++j) a[r * k + j] -= f * a[c * k + j];
+      b[r] -= f * b[c];
+    }
+  }
+  std::vector<double> x(k);
+  for (std::size_t c = k; c-- > 0;) {
+    double s = b[c];
+    for (std::size_t j = c + 1; j < k; ++j) s -= a[c * k + j] * x[j];
+    x[c] = s / a[c * k + c];
+  }
+  return x;
+}
+
+std::filesystem::path fresh_dir(const std::string& name) {
+  const auto d = std::filesystem::temp_directory_path() / ("gradus_estimator_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+// A world of two whose other rank always holds the same gradients as this one (so the
+// average is the identity), counting what the trainer asks of it.
+struct counting_comm {
+  int allreduces = 0, broadcasts = 0, barriers = 0;
+  std::size_t reduced_values = 0;
+  int rank() const { return 0; }
+  int world_size() const { return 2; }
+  template <class T>
+  void allreduce_average(std::span<T> v) {
+    ++allreduces;
+    reduced_values += v.size();
+  }
+  template <class T>
+  void broadcast(std::span<T>, int) {
+    ++broadcasts;
+  }
+  void barrier() { ++barriers; }
+};
+static_assert(g::dist::communicator<counting_comm>);
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(linear_regressor_matches_least_squares) {
+  // y = x . (0.5, -1, 2) + 0.3 + N(0, 0.05^2)
+  const g::index_t n = 2000;
+  std::mt19937 r(11);
+  std::normal_distribution<double> nd(0, 1), noise(0, 0.05);
+  std::vector<float> x, y;
+  for (g::index_t i = 0; i < n; ++i) {
+    double t = 0.3;
+    const double w[3] = {0.5, -1, 2};
+    for (double wj : w) {
+      const double v = nd(r);
+      x.push_back(static_cast<float>(v));
+      t += wj * v;
+    }
+    y.push_back(static_cast<float>(t + noise(r)));
+  }
+  // the least-squares fit of [x, 1] by the normal equations, in double
+  std::vector<double> ata(16, 0), aty(4, 0);
+  for (g::index_t i = 0; i < n; ++i) {
+    const double row[4] = {x[i * 3], x[i * 3 + 1], x[i * 3 + 2], 1};
+    for (int a = 0; a < 4; ++a) {
+      aty[a] += row[a] * y[i];
+      for (int b = 0; b < 4; ++b) ata[a * 4 + b] += row[a] * row[b];
+    }
+  }
+  const auto ls = solve(ata, aty, 4);
+
+  g::linear_regressor<3, 1, g::cpu_simd, g::dist::local, g::sgd> m({.seed = 3, .batch_size = 32}, g::sgd{.lr = 0.02});
+  const g::tensor_view<const float> xv{x.data(), g::dims{std::array<g::index_t, 2>{n, 3}}};
+  const g::tensor_view<const float> yv{y.data(), g::dims{std::array<g::index_t, 1>{n}}};
+  const auto tr = m.train(xv, yv, 15);
+  BOOST_TEST(tr.global_step == 15 * 63);  // ceil(2000 / 32) steps an epoch
+  BOOST_TEST(tr.examples == 15 * n);
+  const auto w = m.get_session().value(g::variable<"linear/linear_model/w", float, 3, 1>{});
+  const auto b = m.get_session().value(g::variable<"linear/linear_model/b", float, 1>{});
+  for (int j = 0; j < 3; ++j) BOOST_TEST(std::abs(w[j] - ls[static_cast<std::size_t>(j)]) < 0.01, "w[" << j << "] " << w[j] << " vs " << ls[j]);
+  BOOST_TEST(std::abs(b[0] - ls[3]) < 0.01);
+  const auto ev = m.evaluate(xv, yv);
+  BOOST_TEST(ev.mse > 0.0025 * 0.8);  // the noise variance, which no fit can beat by much
+  BOOST_TEST(ev.mse < 0.0025 * 1.3);
+  // evaluate's mse is the mean squared error of predict's outputs
+  const auto p = m.predict(xv);
+  BOOST_REQUIRE(p.size() == static_cast<std::size_t>(n));
+  double se = 0, ae = 0;
+  for (g::index_t i = 0; i < n; ++i) se += std::pow(double(p[i]) - y[i], 2), ae += std::abs(double(p[i]) - y[i]);
+  BOOST_TEST(std::abs(ev.mse - se / n) < 1e-6);
+  BOOST_TEST(std::abs(ev.mae - ae / n) < 1e-6);
+}
+
+BOOST_AUTO_TEST_CASE(hidden_layers_solve_what_a_line_cannot) {
+  const auto train = moons(1000, 5), test = moons(1000, 6);
+  g::dnn_classifier<2, g::hidden<32, 32>, 2> dnn({.seed = 1, .batch_size = 32}, g::adam{.lr = 0.01});
+  g::linear_classifier<2, 2> lin({.seed = 1, .batch_size = 32}, g::adam{.lr = 0.01});
+  dnn.train(train.xv(2), train.yv(), 40);
+  lin.train(train.xv(2), train.yv(), 40);
+  const auto ed = dnn.evaluate(test.xv(2), test.yv()), el = lin.evaluate(test.xv(2), test.yv());
+  BOOST_TEST_MESSAGE("moons: dnn accuracy " << ed.accuracy << ", linear " << el.accuracy);
+  BOOST_TEST(ed.accuracy > 0.97);
+  BOOST_TEST(el.accuracy < 0.92);
+  BOOST_TEST(ed.loss < el.loss);
+  // predict_proba: rows are distributions whose argmax is predict's class
+  const auto proba = dnn.predict_proba(test.xv(2));
+  const auto cls = dnn.predict(test.xv(2));
+  BOOST_REQUIRE(proba.size() == 2u * cls.size());
+  for (std::size_t i = 0; i < cls.size(); ++i) {
+    BOOST_TEST(std::abs(proba[2 * i] + proba[2 * i + 1] - 1.0f) < 1e-5f);
+    BOOST_TEST(cls[i] == (proba[2 * i + 1] > proba[2 * i] ? 1 : 0));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(dnn_regressor_fits_a_sine) {
+  const g::index_t n = 1000;
+  std::vector<float> x, y;
+  std::mt19937 r(4);
+  std::uniform_real_distribution<double> u(-3, 3);
+  for (g::index_t i = 0; i < n; ++i) {
+    const double v = u(r);
+    x.push_back(static_cast<float>(v));
+    y.push_back(static_cast<float>(std::sin(v)));
+  }
+  g::dnn_regressor<1, g::hidden<32, 32>> m({.seed = 2, .batch_size = 32}, g::adam{.lr = 0.01});
+  const g::tensor_view<const float> xv{x.data(), g::dims{std::array<g::index_t, 2>{n, 1}}};
+  const g::tensor_view<const float> yv{y.data(), g::dims{std::array<g::index_t, 2>{n, 1}}};
+  m.train(xv, yv, 60);
+  // on a grid the training never saw
+  std::vector<float> gx, gy;
+  for (int i = 0; i <= 100; ++i) gx.push_back(static_cast<float>(-2.9 + 5.8 * i / 100)), gy.push_back(std::sin(gx.back()));
+  const auto e = m.evaluate({gx.data(), g::dims{std::array<g::index_t, 2>{101, 1}}}, {gy.data(), g::dims{std::array<g::index_t, 1>{101}}});
+  BOOST_TEST_MESSAGE("sine: grid mse " << e.mse << ", mae " << e.mae);
+  BOOST_TEST(e.mse < 0.01);
+}
+
+BOOST_AUTO_TEST_CASE(dataset_and_arrays_train_alike) {
+  const auto d = moons(300, 9);
+  g::dnn_classifier<2, g::hidden<8>, 2> a({.seed = 4, .batch_size = 16}, g::adam{.lr = 0.01});
+  g::dnn_classifier<2, g::hidden<8>, 2> b({.seed = 4, .batch_size = 16}, g::adam{.lr = 0.01});
+  a.train(d.xv(2), d.yv(), 3);
+  b.train(g::data::dataset(d.x, g::dims{std::array<g::index_t, 1>{2}}, d.y), 3);
+  const auto pa = a.predict_proba(d.xv(2)), pb = b.predict_proba(d.xv(2));
+  BOOST_TEST(pa == pb);  // the same shuffles, the same batches: the same bits
+  BOOST_TEST(a.global_step() == b.global_step());
+}
+
+BOOST_AUTO_TEST_CASE(checkpoints_restore_and_resume) {
+  const auto d = moons(400, 3);
+  const auto dir_a = fresh_dir("a"), dir_b = fresh_dir("b");
+  std::vector<float> straight, resumed;
+  {
+    g::dnn_classifier<2, g::hidden<16>, 2> m({.seed = 7, .batch_size = 32, .model_dir = dir_a}, g::adam{.lr = 0.01});
+    m.train(d.xv(2), d.yv(), 2);  // 2 epochs in one call
+    straight = m.predict_proba(d.xv(2));
+    BOOST_TEST(std::filesystem::exists(dir_a / "model.npz"));
+  }
+  {
+    // a new estimator on the same directory restores it: same step, same predictions
+    g::dnn_classifier<2, g::hidden<16>, 2> m({.seed = 99, .batch_size = 32, .model_dir = dir_a}, g::adam{.lr = 0.01});
+    BOOST_TEST(m.global_step() == 2 * 13);
+    BOOST_TEST(m.predict_proba(d.xv(2)) == straight);
+  }
+  {
+    g::dnn_classifier<2, g::hidden<16>, 2> m({.seed = 7, .batch_size = 32, .model_dir = dir_b}, g::adam{.lr = 0.01});
+    m.train(d.xv(2), d.yv(), 1);
+  }
+  {
+    // resumed: epoch 2 shuffles as epoch 2 of the straight run (from the global step)
+    g::dnn_classifier<2, g::hidden<16>, 2> m({.seed = 7, .batch_size = 32, .model_dir = dir_b}, g::adam{.lr = 0.01});
+    m.train(d.xv(2), d.yv(), 1);
+    resumed = m.predict_proba(d.xv(2));
+  }
+  BOOST_TEST(resumed == straight);
+  std::filesystem::remove_all(dir_a);
+  std::filesystem::remove_all(dir_b);
+}
+
+BOOST_AUTO_TEST_CASE(communicator_policy_is_used) {
+  const auto d = moons(200, 8);
+  using model = g::dnn_classifier<2, g::hidden<4>, 2, g::cpu_simd, counting_comm>;
+  model m({.seed = 1, .batch_size = 10});
+  // rank 0 broadcast every tensor of the session: 4 variables + Adam's 2 slots each
+  BOOST_TEST(m.communicator().broadcasts == 12);
+  m.train(d.xv(2), d.yv(), 1);
+  // rank 0 of 2 trains on every other example: 100 examples, 10 steps, 4 gradients each
+  BOOST_TEST(m.global_step() == 10);
+  BOOST_TEST(m.communicator().allreduces == 40);
+  BOOST_TEST(m.communicator().reduced_values == 10u * (2 * 4 + 4 + 4 * 2 + 2));
+}
+
+BOOST_AUTO_TEST_CASE(bad_input_names_what_is_wrong) {
+  g::dnn_classifier<3, g::hidden<4>, 5> m;
+  std::vector<float> x(12, 0.5f);
+  std::vector<std::int32_t> y{0, 1, 7, 2};
+  const auto msg = [](const std::string& want) {
+    return [want](const g::error& e) {
+      BOOST_TEST_MESSAGE(e.what());
+      return std::string(e.what()).find(want) != std::string::npos;
+    };
+  };
+  BOOST_CHECK_EXCEPTION(m.train({x.data(), g::dims{std::array<g::index_t, 2>{3, 4}}}, {y.data(), g::dims{std::array<g::index_t, 1>{3}}}),
+                        g::shape_error, msg("estimator::train: features of shape (3, 4), the model takes [n, 3]"));
+  BOOST_CHECK_EXCEPTION(m.evaluate({x.data(), g::dims{std::array<g::index_t, 2>{4, 3}}}, {y.data(), g::dims{std::array<g::index_t, 1>{3}}}),
+                        g::shape_error, msg("labels of shape (3,) for 4 examples"));
+  BOOST_CHECK_EXCEPTION(m.train({x.data(), g::dims{std::array<g::index_t, 2>{4, 3}}}, {y.data(), g::dims{std::array<g::index_t, 1>{4}}}),
+                        g::error, msg("label 7 of example 2 is not a class in [0, 5)"));
+  BOOST_TEST(m.global_step() == 0);  // nothing trained on bad input
+}
