@@ -73,6 +73,24 @@ BOOST_AUTO_TEST_CASE(well_formed_one_point_per_epoch) {
     BOOST_TEST(svg.find(part) != std::string::npos, part);
 }
 
+namespace {
+// the y of the legend text naming `name`
+double legend_y(const std::string& svg, const std::string& name) {
+  const std::regex text("<text x=\"[0-9.]+\" y=\"([0-9.]+)\">" + name + "</text>");
+  std::smatch m;
+  BOOST_REQUIRE(std::regex_search(svg, m, text));
+  return std::stod(m[1]);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(legend_avoids_the_curves) {
+  // plot area y 36..288: a falling curve leaves the top right free, a rising one does not
+  gu::plot_panel fall{"f", "x", "y", {{"falling", {0, 1}, {1, 0}}}, false};
+  gu::plot_panel rise{"r", "x", "y", {{"rising", {0, 1}, {0, 1}}}, false};
+  BOOST_TEST(legend_y(gu::svg_plot({fall}), "falling") == 36 + 2 + 16);       // top right
+  BOOST_TEST(legend_y(gu::svg_plot({rise}), "rising") == 288 - 24 - 2 + 16);  // bottom right
+}
+
 BOOST_AUTO_TEST_CASE(nice_axis_and_escaping) {
   const auto a = gu::nice_axis::of(0.013, 0.087, false);  // raw step 0.0148 -> 0.02
   BOOST_TEST(a.step == 0.02, boost::test_tools::tolerance(1e-12));

@@ -1,7 +1,7 @@
 #pragma once
 // Line charts as standalone SVG, for training curves: panels side by side, each with its
-// axes, ticks at 1-2-5 steps, tick labels, axis titles and a legend; one <polyline> a
-// series, one point per x value.
+// axes, ticks at 1-2-5 steps, tick labels, axis titles and a legend (in the corner the
+// curves cross least); one <polyline> a series, one point per x value.
 //
 //   g::util::write_svg("run/curves.svg", g::util::training_curves(log.table()));
 //
@@ -149,6 +149,26 @@ inline std::string svg_plot(const std::vector<plot_panel>& panels, const plot_la
          escape(P.x_label) + "</text>\n";
     s += "<text x=\"" + num(left - 48) + "\" y=\"" + num(top + ph / 2) + "\" text-anchor=\"middle\" transform=\"rotate(-90 " +
          num(left - 48) + " " + num(top + ph / 2) + ")\">" + escape(P.y_label) + "</text>\n";
+    // the legend goes in the plot area's corner the curves cross least (loss curves fall to
+    // the bottom right, accuracy curves rise to the top right): each segment is sampled at
+    // 16 points and the samples inside each corner's box counted
+    const double lw = 130, lh = 8 + 16 * static_cast<double>(P.series.size());
+    const double corner_x[4] = {left + pw - lw, left + pw - lw, left + 4, left + 4};
+    const double corner_y[4] = {top + 2, top + ph - lh - 2, top + 2, top + ph - lh - 2};
+    int hits[4] = {0, 0, 0, 0};
+    for (const auto& sr : P.series)
+      for (std::size_t i = 1; i < std::min(sr.x.size(), sr.y.size()); ++i) {
+        if (!std::isfinite(sr.x[i - 1]) || !std::isfinite(sr.y[i - 1]) || !std::isfinite(sr.x[i]) ||
+            !std::isfinite(sr.y[i]))
+          continue;
+        for (int t = 0; t <= 16; ++t) {
+          const double f = t / 16.0, px = X(sr.x[i - 1] + f * (sr.x[i] - sr.x[i - 1])),
+                       py = Y(sr.y[i - 1] + f * (sr.y[i] - sr.y[i - 1]));
+          for (int c = 0; c < 4; ++c)
+            hits[c] += px >= corner_x[c] && px <= corner_x[c] + lw && py >= corner_y[c] && py <= corner_y[c] + lh;
+        }
+      }
+    const int corner = static_cast<int>(std::min_element(hits, hits + 4) - hits);  // first of the least crossed
     for (std::size_t k = 0; k < P.series.size(); ++k) {
       const plot_series& sr = P.series[k];
       const char* colour = palette[k % std::size(palette)];
@@ -162,8 +182,7 @@ inline std::string svg_plot(const std::vector<plot_panel>& panels, const plot_la
         first = false;
       }
       s += "\"/>\n";
-      // legend, top right inside the plot area
-      const double ly = top + 14 + 16 * static_cast<double>(k), lx = left + pw - 130;
+      const double ly = corner_y[corner] + 16 + 16 * static_cast<double>(k), lx = corner_x[corner] + 4;
       s += "<line x1=\"" + num(lx) + "\" y1=\"" + num(ly - 4) + "\" x2=\"" + num(lx + 20) + "\" y2=\"" + num(ly - 4) +
            "\" stroke=\"" + colour + "\" stroke-width=\"2\"/>\n";
       s += "<text x=\"" + num(lx + 26) + "\" y=\"" + num(ly) + "\">" + escape(sr.name) + "</text>\n";
