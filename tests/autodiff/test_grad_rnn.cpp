@@ -316,3 +316,43 @@ BOOST_AUTO_TEST_CASE(time_major_layout) {
   BOOST_TEST(same_shape(got, {3, 2, 2}));
   BOOST_TEST(equal(got, std::vector<float>{0, 1, 10, 11, 2, 3, 12, 13, 4, 5, 14, 15}));
 }
+
+// The classifier's whole path, rows [B, T*I] -> time_major -> lstm / gru -> last_step ->
+// dense -> softmax cross-entropy, differentiated w.r.t. the rows and the weights.
+BOOST_AUTO_TEST_CASE(sequence_classifier_path) {
+  constexpr g::index_t T = 3;
+  g::variable<"rows", double, B, T * I> rows;
+  g::variable<"fw", double, H, 2> fw;
+  g::placeholder<"y", std::int32_t, B> y;
+  const std::vector<std::int32_t> labels{1, 0, 1};
+  const auto feed = y = g::view(labels.data(), {B});
+  const auto xs = g::time_major<T, I>(rows);
+  session s1, s2;  // the two cells' variables share names
+  lstm_vars<T> v;
+  gru_vars<T> u;
+  for (session* s : {&s1, &s2}) {
+    set_random(*s, rows, -1, 1);
+    set_random(*s, fw, -1, 1);
+  }
+  set_random(s1, v.wx, -0.8, 0.8);
+  set_random(s1, v.wh, -0.8, 0.8);
+  set_random(s1, v.b, -0.5, 0.5);
+  set_random(s2, u.wx, -0.8, 0.8);
+  set_random(s2, u.wh, -0.8, 0.8);
+  set_random(s2, u.bx, -0.5, 0.5);
+  set_random(s2, u.bh, -0.5, 0.5);
+  const auto l1 = g::mean(g::softmax_cross_entropy(g::matmul(g::last_step(g::lstm(xs, v.wx, v.wh, v.b)), fw), y));
+  const auto l2 = g::mean(g::softmax_cross_entropy(g::matmul(g::last_step(g::gru(xs, u.wx, u.wh, u.bx, u.bh)), fw), y));
+  for (const auto& [what, err] :
+       {std::pair{"lstm classifier d/drows", fd_error(s1, l1, g::grad(l1, rows), rows, feed)},
+        std::pair{"lstm classifier d/dwh", fd_error(s1, l1, g::grad(l1, v.wh), v.wh, feed)},
+        std::pair{"gru classifier d/drows", fd_error(s2, l2, g::grad(l2, rows), rows, feed)},
+        std::pair{"gru classifier d/dwh", fd_error(s2, l2, g::grad(l2, u.wh), u.wh, feed)}}) {
+    BOOST_TEST_MESSAGE(what << ": max relative error " << err);
+    BOOST_TEST(err < 1e-6, what << ": max relative error " << err);
+  }
+  // the drawing names the fused kernels
+  const std::string dot = g::to_dot(l1, g::grad(l1, v.wh));
+  BOOST_TEST(dot.find("label=\"lstm\\n") != std::string::npos, dot);
+  BOOST_TEST(dot.find("label=\"lstm_backward\\n") != std::string::npos, dot);
+}
