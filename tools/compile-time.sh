@@ -3,10 +3,11 @@
 # clang++-14 in Release, using the exact command CMake generates (compile_commands.json):
 # wall seconds (best of RUNS) and the compiler's peak memory (GNU time's "Maximum resident
 # set size", the same figure as /usr/bin/time -v). Prints README's "Compile time" table rows.
-#   tools/compile-time.sh [RUNS=3]
+#   tools/compile-time.sh [RUNS=3] [GLOB='*']   e.g. tools/compile-time.sh 1 'mnist_*'
 set -euo pipefail
 cd "$(dirname "$0")/.."
 runs=${1:-3}
+glob=${2:-*}
 command -v /usr/bin/time >/dev/null || { echo "compile-time: needs GNU time (apt-get install time)" >&2; exit 1; }
 
 # The "command" of FILE's entry in DIR/compile_commands.json (CMake parses the JSON).
@@ -36,7 +37,7 @@ for cxx in g++ clang++-14; do
   cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
         -DGRADUS_BUILD_TESTS=OFF -DGRADUS_BUILD_EXAMPLES=ON >/dev/null 2>&1
   version="$cxx $("$cxx" -dumpfullversion 2>/dev/null || "$cxx" -dumpversion)"
-  for src in examples/*.cpp; do
+  for src in examples/$glob.cpp; do
     cmd=$(command_for "$dir" "$PWD/$src")
     [[ -n "$cmd" ]] || { echo "compile-time: no compile command for $src" >&2; exit 1; }
     best="" mem=""

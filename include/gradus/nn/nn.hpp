@@ -1,6 +1,7 @@
 #pragma once
 // Layers, losses and metrics.
 #include "gradus/nn/conv.hpp"
+#include "gradus/nn/batch_norm.hpp"
 #include "gradus/nn/dense.hpp"
 #include "gradus/nn/dropout.hpp"
 #include "gradus/nn/embedding.hpp"
