@@ -100,7 +100,8 @@ struct mnist_data {
 
 inline mnist_data load_mnist(const mnist_options& o) {
   g::dims train_shape, test_shape;
-  auto train_x = g::data::load_mnist_images(o.data + "/train-images-idx3-ubyte", &train_shape);
+  // the training images stay bytes (47 MB, not 188 MB as float); batches are scaled to [0, 1]
+  auto train_x = g::data::load_mnist_image_bytes(o.data + "/train-images-idx3-ubyte", &train_shape);
   auto train_y = g::data::load_mnist_labels(o.data + "/train-labels-idx1-ubyte");
   auto test_x = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &test_shape);
   auto test_y = g::data::load_mnist_labels(o.data + "/t10k-labels-idx1-ubyte");
@@ -113,7 +114,7 @@ inline mnist_data load_mnist(const mnist_options& o) {
     train_x.resize(static_cast<std::size_t>(o.train_limit * 784));
     train_y.resize(static_cast<std::size_t>(o.train_limit));
   }
-  return {g::data::dataset(std::move(train_x), g::dims{784}, std::move(train_y)), std::move(test_x),
+  return {g::data::dataset(std::move(train_x), g::dims{784}, std::move(train_y), 1.0f / 255.0f), std::move(test_x),
           std::move(test_y), nt};
 }
 

@@ -132,3 +132,29 @@ BOOST_AUTO_TEST_CASE(stopping_mid_epoch_and_producer_errors) {
   }
   BOOST_TEST(got == 20);  // batches 0..19 arrive, batch 20 fails
 }
+
+// Features stored as bytes: each batch is byte * scale, the same floats as a dataset made
+// from the scaled values (shuffled, sharded, batched alike); a size mismatch is an error.
+BOOST_AUTO_TEST_CASE(byte_features_scale_per_batch) {
+  const gradus::index_t n = 37, per = 6;
+  std::vector<std::uint8_t> bytes(static_cast<std::size_t>(n * per));
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<std::uint8_t>((i * 37 + 11) % 256);
+  for (std::size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<std::int32_t>(i % 10);
+  std::vector<float> scaled(bytes.size());
+  for (std::size_t i = 0; i < bytes.size(); ++i) scaled[i] = static_cast<float>(bytes[i]) * (1.0f / 255.0f);
+  const gradus::data::dataset a(bytes, gradus::dims{per}, labels, 1.0f / 255.0f);
+  const gradus::data::dataset b(scaled, gradus::dims{per}, labels);
+  BOOST_TEST(a.size() == n);
+  std::vector<float> xa, xb;
+  std::vector<std::int32_t> ya, yb;
+  for (auto [x, y] : a.shuffle(5, 1).shard(1, 2).batch(4)) xa.insert(xa.end(), x.begin(), x.end()), ya.insert(ya.end(), y.begin(), y.end());
+  for (auto [x, y] : b.shuffle(5, 1).shard(1, 2).batch(4)) xb.insert(xb.end(), x.begin(), x.end()), yb.insert(yb.end(), y.begin(), y.end());
+  BOOST_TEST(xa.size() == static_cast<std::size_t>(18 * per));
+  BOOST_TEST(xa == xb);
+  BOOST_TEST(ya == yb);
+  BOOST_CHECK_EXCEPTION(gradus::data::dataset(std::vector<std::uint8_t>(11), gradus::dims{per}, labels, 1.0f),
+                        gradus::shape_error, [](const gradus::shape_error& e) {
+                          return std::string(e.what()).find("11 feature bytes do not make 37 examples") != std::string::npos;
+                        });
+}
