@@ -22,8 +22,7 @@ int main(int argc, char** argv) {
   gx::mnist_options o;
   gx::add_mnist_options(app, o);
   double lr = 0.05, momentum = 0.9;
-  app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
-  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+  gx::add_sgd_options(app, lr, momentum);
   CLI11_PARSE(app, argc, argv);
 
   return gx::guarded([&] {

@@ -118,6 +118,12 @@ inline mnist_data load_mnist(const mnist_options& o) {
           std::move(test_y), nt};
 }
 
+// --lr and --momentum of the examples trained with SGD (defaults: the 0.05, 0.9).
+inline void add_sgd_options(CLI::App& app, double& lr, double& momentum) {
+  app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+}
+
 inline double peak_rss_mb() {
   rusage u{};
   getrusage(RUSAGE_SELF, &u);

@@ -46,31 +46,17 @@ class dataset {
 
   dataset(std::vector<float> x, const dims& example, std::vector<std::int32_t> y)
       : store_(std::make_shared<storage>()) {
-    const index_t per = example.numel();
-    if (example.rank + 1 > max_rank) throw error("gradus: dataset: example rank too large: " + to_string(example));
-    if (per <= 0 || static_cast<index_t>(x.size()) != per * static_cast<index_t>(y.size()))
-      throw shape_error("gradus: dataset: " + std::to_string(x.size()) + " feature values do not make " +
-                        std::to_string(y.size()) + " examples of shape " + to_string(example));
+    adopt(x.size(), "feature values", example, std::move(y));
     store_->x = std::move(x);
-    store_->y = std::move(y);
-    store_->example = example;
-    order_.resize(store_->y.size());
-    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int64_t>(i);
   }
 
   // Examples stored as bytes (images: a quarter of the memory of float32), each batch's
   // features computed as byte * scale while they are copied (MNIST: scale 1/255).
   dataset(std::vector<std::uint8_t> x, const dims& example, std::vector<std::int32_t> y, float scale)
-      : dataset(std::vector<float>{}, example, std::vector<std::int32_t>{}, no_check{}) {
-    const index_t per = example.numel();
-    if (per <= 0 || static_cast<index_t>(x.size()) != per * static_cast<index_t>(y.size()))
-      throw shape_error("gradus: dataset: " + std::to_string(x.size()) + " feature bytes do not make " +
-                        std::to_string(y.size()) + " examples of shape " + to_string(example));
+      : store_(std::make_shared<storage>()) {
+    adopt(x.size(), "feature bytes", example, std::move(y));
     store_->bytes = std::move(x);
     store_->scale = scale;
-    store_->y = std::move(y);
-    order_.resize(store_->y.size());
-    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int64_t>(i);
   }
 
   index_t size() const { return static_cast<index_t>(order_.size()); }
@@ -128,11 +114,18 @@ class dataset {
   }
 
  private:
-  struct no_check {};
-  dataset(std::vector<float>, const dims& example, std::vector<std::int32_t>, no_check)
-      : store_(std::make_shared<storage>()) {
+  // Checks that `values` features make y.size() examples of shape `example`, then takes
+  // the labels and the identity order (the features are the caller's to store).
+  void adopt(std::size_t values, const char* what, const dims& example, std::vector<std::int32_t> y) {
+    const index_t per = example.numel();
     if (example.rank + 1 > max_rank) throw error("gradus: dataset: example rank too large: " + to_string(example));
+    if (per <= 0 || static_cast<index_t>(values) != per * static_cast<index_t>(y.size()))
+      throw shape_error("gradus: dataset: " + std::to_string(values) + " " + what + " do not make " +
+                        std::to_string(y.size()) + " examples of shape " + to_string(example));
+    store_->y = std::move(y);
     store_->example = example;
+    order_.resize(store_->y.size());
+    for (std::size_t i = 0; i < order_.size(); ++i) order_[i] = static_cast<std::int64_t>(i);
   }
   struct storage {
     std::vector<float> x;
