@@ -57,3 +57,23 @@ else()
   set(gradus_io_FOUND FALSE)
   set(gradus_NOT_FOUND_MESSAGE "gradus::io needs libzip (pkg-config module libzip; Debian: libzip-dev)")
 endif()
+
+# cppzmq (and libzmq through it), for gradus::ring_allreduce. Debian's cppzmq-dev ships a
+# CMake config (target cppzmq) that finds libzmq by pkg-config. Like libzip: required by the
+# build tree, component ring_allreduce of the installed package.
+if(NOT TARGET cppzmq)
+  if(CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+    find_package(cppzmq CONFIG QUIET)
+  else()
+    find_package(cppzmq CONFIG REQUIRED)
+  endif()
+endif()
+if(TARGET cppzmq)
+  set(gradus_ring_allreduce_FOUND TRUE)
+else()
+  set(gradus_ring_allreduce_FOUND FALSE)
+  if(gradus_NOT_FOUND_MESSAGE)
+    string(APPEND gradus_NOT_FOUND_MESSAGE "; ")
+  endif()
+  string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::ring_allreduce needs cppzmq and libzmq (Debian: cppzmq-dev libzmq3-dev)")
+endif()

@@ -4,6 +4,8 @@
 include(CMakePackageConfigHelpers)
 install(DIRECTORY include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY backends/cpu_simd/include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY backends/ring_allreduce/include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS gradus_ring_allreduce EXPORT gradusTargets)
 install(TARGETS gradus gradus_cpu_simd gradus_io EXPORT gradusTargets)
 set(GRADUS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gradus)
 install(EXPORT gradusTargets NAMESPACE gradus:: DESTINATION ${GRADUS_CMAKE_DIR})

@@ -25,4 +25,10 @@ struct index_error : error {
   using error::error;
 };
 
+// A collective could not finish: a peer died, left, timed out or called a different
+// collective. The message names the operation, the peer's rank and its address.
+struct comm_error : error {
+  using error::error;
+};
+
 }  // namespace gradus

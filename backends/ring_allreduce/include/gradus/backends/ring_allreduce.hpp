@@ -1,0 +1,314 @@
+#pragma once
+// gradus::ring_allreduce — the communicator policy of synchronous data parallelism: ranks
+// on a ring (each sends to rank+1 and receives from rank-1) over ZeroMQ (tcp://, ipc://,
+// inproc://), meeting through rank 0 (ring_options::rendezvous).
+//
+//   gradus::ring_allreduce comm({.rank = r, .world_size = n, .rendezvous = "tcp://10.0.0.1:29500"});
+//   comm.broadcast(std::span(weights), 0);
+//   comm.allreduce_average(std::span(gradients));
+//
+// Every collective has a timeout (ring_options::timeout), a peer whose connection drops
+// makes every rank throw gradus::comm_error within a few seconds, and the ranks check
+// that they run the same collective (sequence number, op, dtype, element count) from the
+// header of the first message each receives. After a comm_error the communicator is
+// unusable: destroy it (before freeing the buffers of the failed collective, which ZeroMQ
+// may still be sending from).
+#include <algorithm>
+#include <concepts>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradus/backends/ring_allreduce/options.hpp"
+#include "gradus/backends/ring_allreduce/transport.hpp"
+#include "gradus/backends/ring_allreduce/zmq_transport.hpp"
+#include "gradus/core/error.hpp"
+#include "gradus/dist/communicator.hpp"
+
+namespace gradus {
+
+namespace ring::detail {
+
+template <class T>
+constexpr dtype_code dtype_of() {
+  return std::same_as<T, float> ? dtype_code::float32 : dtype_code::float64;
+}
+
+// dst += src, a loop the compiler vectorises (no aliasing: src is a received message).
+template <class T>
+void add_into(T* __restrict dst, const T* __restrict src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+template <class T>
+void scale(T* __restrict dst, T factor, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] *= factor;
+}
+
+}  // namespace ring::detail
+
+template <class T>
+concept ring_element = std::same_as<T, float> || std::same_as<T, double>;
+
+class ring_allreduce {
+ public:
+  static constexpr const char* name = "ring";
+
+  // Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
+  // end (a barrier), all within options.timeout.
+  explicit ring_allreduce(const ring_options& options) : opt_(options), link_(std::make_unique<ring::zmq_ring>(options)) {
+    if (world_size() > 1) {
+      ring::fingerprint fp{0, 0, ring::op_code::connect, ring::dtype_code::none, 0};
+      run(fp, [&] { token_ring(fp); });
+    }
+  }
+  ring_allreduce(const ring_allreduce&) = delete;
+  ring_allreduce& operator=(const ring_allreduce&) = delete;
+  ~ring_allreduce() = default;
+
+  int rank() const { return link_->rank(); }
+  int world_size() const { return link_->world_size(); }
+  // The data transport in use: "tcp", "ipc", "inproc", or "none" for a world of one.
+  const std::string& transport() const { return link_->transport(); }
+  // Every rank's data address, by rank (empty for a world of one).
+  const std::vector<std::string>& addresses() const { return link_->addresses(); }
+
+  // x <- the elementwise sum of every rank's x. Every rank ends with the same bits.
+  template <ring_element T>
+  void allreduce_sum(std::span<T> x) {
+    allreduce(x, ring::op_code::allreduce_sum);
+  }
+  // x <- the sum times 1/world_size (computed once, by the owner of each chunk).
+  template <ring_element T>
+  void allreduce_average(std::span<T> x) {
+    allreduce(x, ring::op_code::allreduce_average);
+  }
+
+  // x <- root's x, streamed segment by segment along the ring from root.
+  template <ring_element T>
+  void broadcast(std::span<T> x, int root) {
+    if (root < 0 || root >= world_size())
+      throw error("gradus: ring_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " + std::to_string(world_size()));
+    const auto fp = next(ring::op_code::broadcast, ring::detail::dtype_of<T>(), x.size(), root);
+    if (world_size() == 1) return;
+    run(fp, [&] { broadcast_ring(x, root, fp); });
+  }
+
+  // Returns once every rank has entered the barrier.
+  void barrier() {
+    const auto fp = next(ring::op_code::barrier, ring::dtype_code::none, 0, 0);
+    if (world_size() == 1) return;
+    run(fp, [&] { token_ring(fp); });
+  }
+
+ private:
+  ring::fingerprint next(ring::op_code op, ring::dtype_code dt, std::size_t count, int root) {
+    return ring::fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
+  }
+  ring::clock::time_point deadline() const { return ring::clock::now() + opt_.timeout; }
+
+  // Runs one collective; any failure is remembered, passed along the ring, and rethrown.
+  template <class F>
+  void run(const ring::fingerprint& fp, F&& body) {
+    if (!broken_.empty())
+      throw comm_error("gradus: ring_allreduce: " + ring::to_string(fp) + " on rank " + std::to_string(rank()) +
+                       ": the communicator failed earlier and cannot be used; destroy it. The first error: " + broken_);
+    try {
+      body();
+    } catch (const comm_error& e) {
+      broken_ = e.what();
+      link_->fail(broken_);
+      throw;
+    } catch (const zmq::error_t& e) {
+      broken_ = "gradus: ring_allreduce: " + ring::to_string(fp) + " on rank " + std::to_string(rank()) + ": ZeroMQ: " + e.what();
+      if (e.num() == ETERM) link_->close_now();
+      else link_->fail(broken_);
+      throw comm_error(broken_);
+    }
+  }
+
+  // Every received header must match this rank's own collective, step and segment.
+  void expect(const ring::message& m, const ring::fingerprint& fp, std::uint32_t step, std::uint64_t segment, std::size_t bytes) {
+    auto& L = link_->left();
+    const std::string doing = ring::to_string(fp);
+    if (!(m.header.fp == fp))
+      throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
+                       " (" + L.address() + ") is running " + ring::to_string(m.header.fp) + " but rank " + std::to_string(rank()) +
+                       " is running " + doing + ": every rank must call the same collectives in the same order with the same sizes");
+    if (m.header.step != step || m.header.segment != segment || m.header.bytes != bytes)
+      throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
+                       " (" + L.address() + ") sent step " + std::to_string(m.header.step) + " segment " + std::to_string(m.header.segment) +
+                       " of " + std::to_string(m.header.bytes) + " bytes; expected step " + std::to_string(step) + " segment " +
+                       std::to_string(segment) + " of " + std::to_string(bytes) + " bytes (segment_bytes differs between ranks?)");
+  }
+
+  // Ring all-reduce, as reduce-scatter then all-gather over N chunks (chunk c: elements
+  // [c*n/N, (c+1)*n/N), the first n%N chunks one longer; empty when n < N).
+  //
+  //   step s = 0 .. 2(N-1)-1: rank r sends chunk (r-s) mod N to r+1 and receives chunk
+  //   (r-s-1) mod N from r-1. In the first N-1 steps (reduce-scatter) it adds what it
+  //   receives to its own copy; after them rank r holds the complete sum of chunk
+  //   (r+1) mod N. In the last N-1 steps (all-gather) it overwrites with what it receives.
+  //
+  // So chunk c is summed in one fixed order, x_c + x_{c+1} + ... + x_{c+N-1} (ranks mod N,
+  // left to right), by its owner (c-1) mod N, who also applies the 1/N of an average; the
+  // all-gather copies the owner's bits to everyone. Same world size, same inputs: the
+  // same bits on every rank and in every run, whatever the timing.
+  //
+  // Each chunk travels as segments of segment_bytes. Steps are pipelined per segment: as
+  // soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
+  // s+1, while later segments are still arriving, so sending, receiving and reducing
+  // overlap and up to a whole chunk is in flight.
+  template <ring_element T>
+  void allreduce(std::span<T> x, ring::op_code op) {
+    const auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
+    if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
+    run(fp, [&] { allreduce_ring(x, fp); });
+  }
+
+  template <ring_element T>
+  void allreduce_ring(std::span<T> x, const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    const std::size_t n = x.size(), base = n / N, rem = n % N;
+    const std::size_t seg = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));
+    auto mod = [N](int a) { return ((a % N) + N) % N; };
+    auto chunk_begin = [&](int c) { return static_cast<std::size_t>(c) * base + std::min<std::size_t>(c, rem); };
+    auto chunk_size = [&](int c) { return base + (static_cast<std::size_t>(c) < rem ? 1 : 0); };
+    auto segments = [&](int c) { return std::max<std::size_t>(1, (chunk_size(c) + seg - 1) / seg); };
+    auto piece = [&](int c, std::size_t k) {
+      const std::size_t size = chunk_size(c), lo = std::min(size, k * seg);
+      return x.subspan(chunk_begin(c) + lo, std::min(seg, size - lo));
+    };
+    // The ticket of the latest send of each (chunk, segment), to wait on before overwriting.
+    std::vector<std::size_t> first(static_cast<std::size_t>(N) + 1, 0);
+    for (int c = 0; c < N; ++c) first[c + 1] = first[c] + segments(c);
+    constexpr auto none = std::numeric_limits<std::uint64_t>::max();
+    std::vector<std::uint64_t> ticket(first[N], none);
+
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    ring::frame_header h;
+    h.from = r;
+    h.fp = fp;
+    std::uint64_t last = none;
+    auto post = [&](int step, int c, std::size_t k) {
+      const auto p = piece(c, k);
+      h.step = static_cast<std::uint32_t>(step);
+      h.segment = k;
+      h.bytes = p.size_bytes();
+      last = ticket[first[c] + k] = R.send(h, std::as_bytes(p));
+    };
+
+    const int steps = 2 * (N - 1);
+    const bool average = fp.op == ring::op_code::allreduce_average;
+    const T inv_n = T(1) / static_cast<T>(N);
+    for (std::size_t k = 0; k < segments(r); ++k) post(0, r, k);
+    for (int s = 0; s < steps; ++s) {
+      const int c = mod(r - s - 1);
+      for (std::size_t k = 0; k < segments(c); ++k) {
+        ring::message m = L.recv(deadline(), doing);
+        const auto dst = piece(c, k);
+        expect(m, fp, static_cast<std::uint32_t>(s), k, dst.size_bytes());
+        if (s < N - 1) {
+          add_received(dst, m.payload);
+          if (s == N - 2 && average) ring::detail::scale(dst.data(), inv_n, dst.size());
+        } else {
+          if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
+          if (!dst.empty()) std::memcpy(dst.data(), m.payload.data(), dst.size_bytes());
+        }
+        m = {};  // lets a zero-copy sender reuse its bytes
+        if (s + 1 < steps) post(s + 1, c, k);
+      }
+    }
+    if (last != none) R.wait_sent(last, deadline(), doing);
+  }
+
+  template <ring_element T>
+  void add_received(std::span<T> dst, std::span<const std::byte> src) {
+    if (dst.empty()) return;
+    const T* from = reinterpret_cast<const T*>(src.data());
+    if (reinterpret_cast<std::uintptr_t>(src.data()) % alignof(T) != 0) {  // ZeroMQ's buffers need not be aligned
+      auto& tmp = scratch<T>();
+      tmp.resize(dst.size());
+      std::memcpy(tmp.data(), src.data(), dst.size_bytes());
+      from = tmp.data();
+    }
+    ring::detail::add_into(dst.data(), from, dst.size());
+  }
+  template <class T>
+  std::vector<T>& scratch() {
+    if constexpr (std::same_as<T, float>) return scratch_f_;
+    else return scratch_d_;
+  }
+
+  // A pipeline along the ring from root: rank root+1 receives each segment, forwards it to
+  // root+2 before taking the next, and so on; the rank before root only receives.
+  template <ring_element T>
+  void broadcast_ring(std::span<T> x, int root, const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    const std::size_t seg = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));
+    const std::size_t count = std::max<std::size_t>(1, (x.size() + seg - 1) / seg);
+    auto piece = [&](std::size_t k) {
+      const std::size_t lo = std::min(x.size(), k * seg);
+      return x.subspan(lo, std::min(seg, x.size() - lo));
+    };
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    const bool forward = (r + 1) % N != root;
+    ring::frame_header h;
+    h.from = r;
+    h.fp = fp;
+    constexpr auto none = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t last = none;
+    for (std::size_t k = 0; k < count; ++k) {
+      const auto p = piece(k);
+      if (r != root) {
+        ring::message m = L.recv(deadline(), doing);
+        expect(m, fp, 0, k, p.size_bytes());
+        if (!p.empty()) std::memcpy(p.data(), m.payload.data(), p.size_bytes());
+      }
+      if (r == root || forward) {
+        h.segment = k;
+        h.bytes = p.size_bytes();
+        last = R.send(h, std::as_bytes(p));
+      }
+    }
+    if (last != none) R.wait_sent(last, deadline(), doing);
+  }
+
+  // A token around the ring: N-1 hops, after which each rank has heard (through its
+  // left neighbour) from every other rank since they entered. Also the connect check.
+  void token_ring(const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    ring::frame_header h;
+    h.from = r;
+    h.fp = fp;
+    std::uint64_t last = R.send(h, {});
+    for (int s = 0; s < N - 1; ++s) {
+      ring::message m = L.recv(deadline(), doing);
+      expect(m, fp, static_cast<std::uint32_t>(s), 0, 0);
+      if (s + 1 < N - 1) {
+        h.step = static_cast<std::uint32_t>(s + 1);
+        last = R.send(h, {});
+      }
+    }
+    R.wait_sent(last, deadline(), doing);
+  }
+
+  ring_options opt_;
+  std::unique_ptr<ring::zmq_ring> link_;
+  std::uint64_t seq_ = 0;
+  std::string broken_;
+  std::vector<float> scratch_f_;
+  std::vector<double> scratch_d_;
+};
+
+static_assert(dist::communicator<ring_allreduce>);
+
+}  // namespace gradus
