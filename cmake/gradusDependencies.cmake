@@ -1,6 +1,6 @@
-# Finds what gradus::cpu_simd and gradus::io need. Used by the build tree (top level or
-# add_subdirectory) and by the installed package config (gradusConfig.cmake), so a consumer
-# resolves the same dependencies.
+# Finds what gradus::cpu_simd, gradus::io and gradus::cluster need. Used by the build tree
+# (top level or add_subdirectory) and by the installed package config (gradusConfig.cmake),
+# so a consumer resolves the same dependencies.
 #
 # find_dependency() is meant for package configs only: elsewhere a missing dependency would
 # return() silently from this file and surface later as a confusing "target not found".
@@ -56,6 +56,25 @@ if(TARGET PkgConfig::gradus_libzip)
 else()
   set(gradus_io_FOUND FALSE)
   set(gradus_NOT_FOUND_MESSAGE "gradus::io needs libzip (pkg-config module libzip; Debian: libzip-dev)")
+endif()
+
+# nlohmann_json, for gradus::cluster (cluster specs: TF_CONFIG, gradus JSON files). Like
+# libzip: required by the build tree, component cluster of the installed package.
+if(NOT TARGET nlohmann_json::nlohmann_json)
+  if(CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+    find_package(nlohmann_json 3 CONFIG QUIET)
+  else()
+    find_package(nlohmann_json 3 CONFIG REQUIRED)
+  endif()
+endif()
+if(TARGET nlohmann_json::nlohmann_json)
+  set(gradus_cluster_FOUND TRUE)
+else()
+  set(gradus_cluster_FOUND FALSE)
+  if(gradus_NOT_FOUND_MESSAGE)
+    string(APPEND gradus_NOT_FOUND_MESSAGE "; ")
+  endif()
+  string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::cluster needs nlohmann_json (Debian: nlohmann-json3-dev)")
 endif()
 
 # cppzmq (and libzmq through it), for gradus::ring_allreduce. Debian's cppzmq-dev ships a

@@ -1,14 +1,17 @@
 // Evaluates relu(x·w + b) with gradus::cpu_simd (a BLAS GEMM, then a fused SIMD pass) and
 // checks every value against a plain loop: exit status 0 only if all of them agree. Then
-// writes the values to an .npz file and reads them back with gradus::io (libzip).
+// writes the values to an .npz file and reads them back with gradus::io (libzip), and
+// reads a TF_CONFIG with gradus::cluster (nlohmann_json).
 #include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <gradus/backends/cpu_simd.hpp>
+#include <gradus/dist/cluster.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/io/npz.hpp>
 
@@ -48,5 +51,10 @@ int main() {
                       back[0].shape == g::dims{2, 2} && back[0].bytes.size() == sizeof want &&
                       std::memcmp(back[0].bytes.data(), want, sizeof want) == 0;
   std::printf("consumer: .npz round trip %s\n", npz_ok ? "ok" : "WRONG");
-  return bad || !npz_ok;
+
+  const auto spec = g::cluster::from_env(std::map<std::string, std::string>{
+      {"TF_CONFIG", R"({"cluster": {"worker": ["127.0.0.1:7000", "127.0.0.1:7001"]}, "task": {"type": "worker", "index": 1}})"}});
+  const bool cluster_ok = spec.rank == 1 && spec.world_size == 2 && spec.rendezvous() == "tcp://127.0.0.1:7000";
+  std::printf("consumer: cluster spec %s\n", cluster_ok ? "ok" : "WRONG");
+  return bad || !npz_ok || !cluster_ok;
 }

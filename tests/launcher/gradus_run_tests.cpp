@@ -1,0 +1,385 @@
+// gradus-run, driven from outside: each case starts gradus-run (posix_spawn) on
+// launcher_child and checks its output, exit status and time, and that the processes it
+// started are gone afterwards. Every wait is bounded; only 127.0.0.1 is used.
+#define BOOST_TEST_MODULE launcher_gradus_run
+#include <boost/test/unit_test.hpp>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace fs = std::filesystem;
+using strings = std::vector<std::string>;
+using steady = std::chrono::steady_clock;
+
+namespace {
+
+struct result {
+  int status = -1;  // wait status
+  std::string out, err;
+  double seconds = 0;
+  int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+};
+
+// Runs gradus-run with args (and extra environment), at most limit_s seconds (then
+// SIGKILL and a test failure). With signal_after_s > 0, sends `sig` to gradus-run then.
+result run(const strings& args, double limit_s = 30, const std::map<std::string, std::string>& extra_env = {},
+           double signal_after_s = 0, int sig = SIGINT) {
+  strings argv{GRADUS_RUN_EXE};
+  argv.insert(argv.end(), args.begin(), args.end());
+  strings envs;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    if (!extra_env.count(kv.substr(0, kv.find('=')))) envs.push_back(kv);
+  }
+  for (const auto& [k, v] : extra_env) envs.push_back(k + "=" + v);
+  std::vector<char*> a, e;
+  for (auto& s : argv) a.push_back(s.data());
+  a.push_back(nullptr);
+  for (auto& s : envs) e.push_back(s.data());
+  e.push_back(nullptr);
+
+  int out[2], err[2];
+  BOOST_REQUIRE(::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  pid_t pid = -1;
+  const auto t0 = steady::now();
+  const int rc = ::posix_spawn(&pid, a[0], &fa, nullptr, a.data(), e.data());
+  posix_spawn_file_actions_destroy(&fa);
+  ::close(out[1]);
+  ::close(err[1]);
+  BOOST_REQUIRE_MESSAGE(rc == 0, "cannot start " << GRADUS_RUN_EXE);
+
+  result r;
+  int fds[2] = {out[0], err[0]};
+  std::string* sinks[2] = {&r.out, &r.err};
+  bool signalled = false, killed = false, reaped = false;
+  for (int iter = 0; iter < 100000; ++iter) {
+    const double elapsed = std::chrono::duration<double>(steady::now() - t0).count();
+    if (signal_after_s > 0 && !signalled && elapsed >= signal_after_s) {
+      ::kill(pid, sig);
+      signalled = true;
+    }
+    if (elapsed > limit_s && !killed) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+    }
+    if (!reaped && ::waitpid(pid, &r.status, WNOHANG) == pid) {
+      reaped = true;
+      r.seconds = std::chrono::duration<double>(steady::now() - t0).count();
+    }
+    if (fds[0] < 0 && fds[1] < 0 && reaped) break;
+    if (elapsed > limit_s + 5) break;  // a grandchild holds the pipes: give up on them
+    pollfd p[2] = {{fds[0], POLLIN, 0}, {fds[1], POLLIN, 0}};
+    if (::poll(p, 2, 50) <= 0) continue;
+    for (int k = 0; k < 2; ++k) {
+      if (fds[k] < 0 || !p[k].revents) continue;
+      char buf[65536];
+      const auto n = ::read(fds[k], buf, sizeof buf);
+      if (n > 0) {
+        sinks[k]->append(buf, static_cast<std::size_t>(n));
+      } else {
+        ::close(fds[k]);
+        fds[k] = -1;
+      }
+    }
+  }
+  for (const int fd : fds)
+    if (fd >= 0) ::close(fd);
+  if (!reaped) {
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &r.status, 0);
+  }
+  BOOST_CHECK_MESSAGE(!killed, "gradus-run ran past " << limit_s << " s; stdout:\n" << r.out << "\nstderr:\n" << r.err);
+  return r;
+}
+
+strings lines(const std::string& text) {
+  strings v;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) v.push_back(l);
+  return v;
+}
+
+bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
+
+// A scratch directory for pid files, removed at the end of the case.
+struct scratch {
+  fs::path dir;
+  scratch() {
+    dir = fs::temp_directory_path() / ("gradus_run_test." + std::to_string(::getpid()) + "." +
+                                       std::to_string(steady::now().time_since_epoch().count()));
+    fs::create_directories(dir);
+  }
+  ~scratch() {
+    // Processes this test started (through gradus-run) that are still alive: end them, by pid.
+    for (const auto& [label, pid] : pids())
+      if (alive(pid)) ::kill(pid, SIGKILL);
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  std::map<std::string, pid_t> pids() const {
+    std::map<std::string, pid_t> m;
+    for (const auto& f : fs::directory_iterator(dir))
+      if (f.path().extension() == ".pid") {
+        pid_t p = 0;
+        std::ifstream(f.path()) >> p;
+        if (p > 0) m[f.path().stem().string()] = p;
+      }
+    return m;
+  }
+  // Alive and still launcher_child (not a recycled pid).
+  static bool alive(pid_t pid) {
+    std::ifstream cmd("/proc/" + std::to_string(pid) + "/cmdline");
+    std::string s((std::istreambuf_iterator<char>(cmd)), std::istreambuf_iterator<char>());
+    if (!contains(s, "launcher_child")) return false;
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string st((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const auto close = st.rfind(')');
+    return close != std::string::npos && close + 2 < st.size() && st[close + 2] != 'Z';
+  }
+};
+
+const std::string child = LAUNCHER_CHILD_EXE;
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(environment_and_prefixes_per_rank) {
+  const auto r = run({"-np", "3", child, "env", "spec", "stderr", "to-stderr", "partial", "no-newline"},
+                     30, {{"TF_CONFIG", R"({"cluster": {"worker": ["x:1"]}})"}, {"RANK", "77"}});
+  BOOST_TEST(r.exit_code() == 0);
+  std::set<std::string> ports;
+  const std::regex env_line(R"(\[(\d)\] RANK=(\d) WORLD_SIZE=3 LOCAL_RANK=(\d) LOCAL_WORLD_SIZE=3 )"
+                            R"(MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=(\d+) GRADUS_ROLE=worker GRADUS_PS=- )"
+                            R"(GRADUS_PS_INDEX=- GRADUS_SWEEP_INDEX=- TF_CONFIG=-)");
+  int env_lines = 0;
+  std::map<std::string, int> per_prefix;
+  for (const auto& l : lines(r.out)) {
+    BOOST_TEST_CONTEXT(l) {
+      BOOST_TEST(std::regex_search(l, std::regex(R"(^\[[0-2]\] )")));
+      per_prefix[l.substr(0, 4)]++;
+      std::smatch m;
+      if (std::regex_match(l, m, env_line)) {
+        ++env_lines;
+        BOOST_TEST(m[1] == m[2]);
+        BOOST_TEST(m[2] == m[3]);
+        ports.insert(m[4]);
+      }
+    }
+  }
+  BOOST_TEST(env_lines == 3);
+  BOOST_TEST(ports.size() == 1u);  // one MASTER_PORT for everyone
+  for (const char* p : {"[0] ", "[1] ", "[2] "}) {
+    BOOST_TEST(per_prefix[p] == 3);  // env, spec, the flushed partial line
+    BOOST_TEST(contains(r.out, std::string(p) + "no-newline\n"));
+    BOOST_TEST(contains(r.err, std::string(p) + "to-stderr\n"));
+  }
+  // The children's cluster::from_env() sees what gradus-run set (TF_CONFIG removed).
+  for (const char* k : {"0", "1", "2"}) {
+    std::ostringstream want;
+    want << '[' << k << "] spec source=torchrun rank=" << k << " world=3 local=" << k << "/3 task=worker/" << k
+         << " ps=0 rendezvous=tcp://127.0.0.1:" << (ports.empty() ? "?" : *ports.begin());
+    BOOST_TEST(contains(r.out, want.str()));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(many_lines_arrive_whole) {
+  const auto r = run({"-np", "2", child, "lines", "20000"});
+  BOOST_TEST(r.exit_code() == 0);
+  const auto ls = lines(r.out);
+  BOOST_TEST(ls.size() == 40000u);
+  std::map<std::string, int> next{{"0", 0}, {"1", 0}};
+  bool ok = true;
+  for (const auto& l : ls) {
+    const std::string rank = l.substr(1, 1);
+    if (l != "[" + rank + "] line " + std::to_string(next[rank]) + " of 20000") {
+      ok = false;
+      BOOST_ERROR("bad or out-of-order line: " << l);
+      break;
+    }
+    next[rank]++;
+  }
+  BOOST_TEST(ok);
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_rank_stops_the_others) {
+  scratch s;
+  const auto r = run({"-np", "3", "--grace", "2", child, "pidfile", s.dir.string(), "sleep", "300", "exit-if", "1", "3",
+                      "sleep", "20000"},
+                     15);
+  BOOST_TEST(r.exit_code() == 3);
+  BOOST_TEST(r.seconds < 8.0);
+  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; stopping the other ranks"));
+  BOOST_TEST(contains(r.err, "gradus-run: failed: rank 1 exited with status 3"));
+  const auto pids = s.pids();
+  BOOST_TEST(pids.size() == 3u);
+  for (const auto& [label, pid] : pids) BOOST_TEST(!scratch::alive(pid), "rank " << label << " (pid " << pid << ") is alive");
+}
+
+BOOST_AUTO_TEST_CASE(a_crashing_rank_is_named_with_its_signal) {
+  scratch s;
+  const auto r = run({"-np", "2", child, "pidfile", s.dir.string(), "sleep", "200", "abort-if", "0", "sleep", "20000"}, 15);
+  BOOST_TEST(WIFEXITED(r.status));
+  BOOST_TEST(r.exit_code() == 128 + SIGABRT);
+  BOOST_TEST(contains(r.err, "rank 0 was killed by signal " + std::to_string(SIGABRT)));
+  for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), "rank " << label << " is alive");
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_ignoring_sigterm_is_killed_after_the_grace_period) {
+  scratch s;
+  const auto r = run({"-np", "2", "--grace", "1", child, "ignore-term", "pidfile", s.dir.string(), "sleep", "200",
+                      "exit-if", "0", "5", "sleep", "20000"},
+                     15);
+  BOOST_TEST(r.exit_code() == 5);
+  BOOST_TEST(r.seconds >= 1.0);
+  BOOST_TEST(r.seconds < 6.0);
+  for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), "rank " << label << " is alive");
+}
+
+BOOST_AUTO_TEST_CASE(sigint_and_sigterm_are_passed_on) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    BOOST_TEST_CONTEXT("signal " << sig) {
+      scratch s;
+      const auto r = run({"-np", "2", child, "pidfile", s.dir.string(), "sleep", "20000"}, 15, {}, 1.0, sig);
+      BOOST_TEST(r.exit_code() == 128 + sig);
+      BOOST_TEST(r.seconds < 6.0);
+      BOOST_TEST(contains(r.err, "passing it on to the ranks"));
+      BOOST_TEST(s.pids().size() == 2u);
+      for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), "rank " << label << " is alive");
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(timeout) {
+  scratch s;
+  const auto r = run({"-np", "2", "--timeout", "1", child, "pidfile", s.dir.string(), "sleep", "20000"}, 15);
+  BOOST_TEST(r.exit_code() == 124);
+  BOOST_TEST(r.seconds < 6.0);
+  BOOST_TEST(contains(r.err, "timeout"));
+  for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), "rank " << label << " is alive");
+}
+
+BOOST_AUTO_TEST_CASE(parameter_servers) {
+  scratch s;
+  // The workers finish; the parameter servers (sleeping) are then stopped, and that is success.
+  const auto r = run({"-np", "2", "--ps", "2", child, "pidfile", s.dir.string(), "env", "spec", "sleep", "1000", "exit-if",
+                      "0", "0", "exit-if", "1", "0", "sleep", "20000"},
+                     15);
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  const std::regex ps_env(R"(\[ps(\d)\] RANK=- WORLD_SIZE=2 LOCAL_RANK=- LOCAL_WORLD_SIZE=- MASTER_ADDR=127\.0\.0\.1 )"
+                          R"(MASTER_PORT=\d+ GRADUS_ROLE=ps GRADUS_PS=127\.0\.0\.1:(\d+),127\.0\.0\.1:(\d+) GRADUS_PS_INDEX=(\d) )");
+  int found = 0;
+  for (const auto& l : lines(r.out)) {
+    std::smatch m;
+    if (std::regex_search(l, m, ps_env)) {
+      ++found;
+      BOOST_TEST(m[1] == m[4]);
+      BOOST_TEST(m[2] != m[3]);
+    }
+  }
+  BOOST_TEST(found == 2);
+  BOOST_TEST(contains(r.out, "[ps1] spec source=torchrun rank=-1 world=2 local=0/1 task=ps/1 ps=2"));
+  BOOST_TEST(contains(r.out, "[1] spec source=torchrun rank=1 world=2 local=1/2 task=worker/1 ps=2"));
+  BOOST_TEST(s.pids().size() == 4u);
+  for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), label << " is alive");
+}
+
+BOOST_AUTO_TEST_CASE(sweep_runs_every_combination) {
+  const auto r = run({"--sweep", "lr=0.01,0.1,1", "--sweep", "batch=32,64", "--parallel", "2", child, "args", "env",
+                      "exit-if", "4", "7"},
+                     60);
+  BOOST_TEST(r.exit_code() == 1);  // run 4 (lr=1 batch=32) fails
+  int index = 0;
+  for (const char* lr : {"0.01", "0.1", "1"})
+    for (const char* batch : {"32", "64"}) {
+      const std::string label = std::string("[lr=") + lr + " batch=" + batch + "] ";
+      BOOST_TEST(contains(r.out, label + "args args env exit-if 4 7 --lr " + lr + " --batch " + batch + "\n"), label);
+      BOOST_TEST(contains(r.out, label + "RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 MASTER_ADDR=127.0.0.1"));
+      BOOST_TEST(contains(r.out, "GRADUS_SWEEP_INDEX=" + std::to_string(index) + " "));
+      ++index;
+    }
+  BOOST_TEST(contains(r.out, "gradus-run: sweep of 6 runs, 1 failed"));
+  BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n#\s+lr\s+batch\s+status\s+seconds\n)")));
+  BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n0\s+0\.01\s+32\s+ok\s+\d+\.\d\d\n)")));
+  BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n4\s+1\s+32\s+exit 7\s+\d+\.\d\d\n)")));
+  BOOST_TEST(contains(r.err, "[lr=1 batch=32] exited with status 7"));
+}
+
+BOOST_AUTO_TEST_CASE(sweep_runs_at_most_parallel_at_a_time) {
+  // 4 runs of 0.5 s, 2 at a time: at least 1 s; all at once would take 0.5 s.
+  const auto r = run({"--sweep", "x=1,2,3,4", "--parallel", "2", child, "sleep", "500"}, 30);
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(r.seconds >= 1.0);
+  BOOST_TEST(contains(r.out, "sweep of 4 runs, 0 failed"));
+}
+
+BOOST_AUTO_TEST_CASE(hosts) {
+  // Remote hosts: the per-host commands, nothing started.
+  auto r = run({"-np", "4", "--hosts", "node-a,node-b", child, "env"});
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(contains(r.out, "gradus-run -np 4 --hosts node-a,node-b --node-rank 0 --port 29500 -- " + child + " env"));
+  BOOST_TEST(contains(r.out, "gradus-run -np 4 --hosts node-a,node-b --node-rank 1 --port 29500 -- " + child + " env"));
+  BOOST_TEST(!contains(r.out, "RANK="));
+  // One host's share: ranks 2 and 3 of 4 here; the master is the first host (the children
+  // only print it: nothing connects anywhere).
+  r = run({"-np", "5", "--hosts", "node-a,node-b", "--node-rank", "1", "--port", "4321", child, "env"});
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(contains(r.out, "[3] RANK=3 WORLD_SIZE=5 LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=node-a MASTER_PORT=4321 "));
+  BOOST_TEST(contains(r.out, "[4] RANK=4 WORLD_SIZE=5 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2 MASTER_ADDR=node-a MASTER_PORT=4321 "));
+  BOOST_TEST(lines(r.out).size() == 2u);
+  // Local hosts only: all ranks here.
+  r = run({"-np", "2", "--hosts", "localhost,127.0.0.1", child, "env"});
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(lines(r.out).size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(dry_run_and_mpirun_style_arguments) {
+  // "-np" before the program is gradus-run's; the program's own "-np" is left alone.
+  const auto r = run({"-np", "2", "--port", "4000", "--dry-run", child, "-np", "7"});
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(contains(r.out, "[0] GRADUS_ROLE=worker LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=4000 "
+                             "RANK=0 WORLD_SIZE=2 " + child + " -np 7\n"));
+  BOOST_TEST(lines(r.out).size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(usage_errors) {
+  for (const strings& args : std::vector<strings>{{"-np", "2"},
+                                                  {"-np", "0", child},
+                                                  {"--sweep", "lr", child},
+                                                  {"--sweep", "lr=1,,2", child},
+                                                  {"--sweep", "lr=1", "-np", "2", child},
+                                                  {"--node-rank", "1", child},
+                                                  {"-np", "1", "--hosts", "a,b", child}}) {
+    std::string joined;
+    for (const auto& a : args) joined += a + " ";
+    BOOST_TEST_CONTEXT(joined) {
+      const auto r = run(args);
+      BOOST_TEST(r.exit_code() != 0);
+      BOOST_TEST(!r.err.empty());
+      BOOST_TEST(r.out.find("RANK=") == std::string::npos);
+    }
+  }
+  const auto r = run({"-np", "2", "/nonexistent/program"});
+  BOOST_TEST(r.exit_code() == 127);
+  BOOST_TEST(contains(r.err, "cannot start '/nonexistent/program'"));
+}

@@ -1,0 +1,112 @@
+// The program gradus-run starts in tests/launcher: it does what its arguments say, in order.
+//   env                 print "RANK=... WORLD_SIZE=... ..." (unset variables as '-')
+//   spec                print gradus::cluster::from_env() in one line
+//   args                print its arguments after the program name
+//   stderr TEXT         write TEXT and a newline to stderr
+//   partial TEXT        write TEXT to stdout without a newline
+//   lines N             print N numbered lines
+//   pidfile DIR         write its pid to DIR/<label>.pid (label: GRADUS_PS_INDEX for ps, else RANK)
+//   exit-if R CODE      exit with CODE when RANK (a sweep: GRADUS_SWEEP_INDEX) is R
+//   abort-if R          abort() when RANK is R
+//   ignore-term         ignore SIGTERM (gradus-run must SIGKILL it)
+//   sleep MS            sleep MS milliseconds
+//   --NAME VALUE        ignored (what gradus-run --sweep appends)
+// Exit status 0 at the end.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include <gradus/dist/cluster.hpp>
+
+namespace {
+
+std::string var(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "-";
+}
+
+int index_of_this_run() {
+  const char* sweep = std::getenv("GRADUS_SWEEP_INDEX");
+  const char* rank = std::getenv("RANK");
+  return std::atoi(sweep ? sweep : rank ? rank : "-1");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string cmd = argv[i];
+    const auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "launcher_child: %s needs an argument\n", cmd.c_str());
+        std::exit(90);
+      }
+      return argv[++i];
+    };
+    if (cmd == "env") {
+      std::printf("RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s GRADUS_ROLE=%s "
+                  "GRADUS_PS=%s GRADUS_PS_INDEX=%s GRADUS_SWEEP_INDEX=%s TF_CONFIG=%s\n",
+                  var("RANK").c_str(), var("WORLD_SIZE").c_str(), var("LOCAL_RANK").c_str(),
+                  var("LOCAL_WORLD_SIZE").c_str(), var("MASTER_ADDR").c_str(), var("MASTER_PORT").c_str(),
+                  var("GRADUS_ROLE").c_str(), var("GRADUS_PS").c_str(), var("GRADUS_PS_INDEX").c_str(),
+                  var("GRADUS_SWEEP_INDEX").c_str(), var("TF_CONFIG").c_str());
+    } else if (cmd == "spec") {
+      try {
+        const auto s = gradus::cluster::from_env();
+        std::printf("spec source=%s rank=%d world=%d local=%d/%d task=%s/%d ps=%zu rendezvous=%s\n", s.source.c_str(), s.rank,
+                    s.world_size, s.local_rank, s.local_world_size, s.task_type.c_str(), s.task_index, s.ps.size(),
+                    s.rendezvous().c_str());
+      } catch (const gradus::error& e) {
+        std::fprintf(stderr, "spec error: %s\n", e.what());
+        return 91;
+      }
+    } else if (cmd == "args") {
+      std::string all;
+      for (int k = 1; k < argc; ++k) all += std::string(k > 1 ? " " : "") + argv[k];
+      std::printf("args %s\n", all.c_str());
+    } else if (cmd == "stderr") {
+      std::fprintf(stderr, "%s\n", next().c_str());
+    } else if (cmd == "partial") {
+      std::printf("%s", next().c_str());
+    } else if (cmd == "lines") {
+      const int n = std::atoi(next().c_str());
+      for (int k = 0; k < n; ++k) std::printf("line %d of %d\n", k, n);
+    } else if (cmd == "pidfile") {
+      const std::string dir = next();
+      const char* ps = std::getenv("GRADUS_PS_INDEX");
+      const std::string label = ps ? "ps" + std::string(ps) : var("RANK");
+      std::ofstream(dir + "/" + label + ".pid") << ::getpid() << "\n";
+    } else if (cmd == "exit-if") {
+      const int r = std::atoi(next().c_str());
+      const int code = std::atoi(next().c_str());
+      if (index_of_this_run() == r && !std::getenv("GRADUS_PS_INDEX")) {
+        std::fflush(stdout);
+        return code;
+      }
+    } else if (cmd == "abort-if") {
+      const int r = std::atoi(next().c_str());
+      if (index_of_this_run() == r && !std::getenv("GRADUS_PS_INDEX")) {
+        std::fflush(stdout);
+        std::abort();
+      }
+    } else if (cmd == "ignore-term") {
+      ::signal(SIGTERM, SIG_IGN);
+    } else if (cmd == "sleep") {
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(next().c_str())));
+    } else if (cmd.rfind("--", 0) == 0) {
+      next();  // a swept option (--lr 0.1): printed by "args", otherwise ignored
+    } else {
+      std::fprintf(stderr, "launcher_child: unknown command '%s'\n", cmd.c_str());
+      return 92;
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}

@@ -1,0 +1,775 @@
+// gradus-run: start a data-parallel job's processes on this host, or a hyper-parameter
+// sweep of independent single-process runs. See tools/gradus-run/README.md and --help.
+//
+//   gradus-run -np N [--ps M] [--hosts h1,h2 [--node-rank R]] [--port P] [--timeout S] program args...
+//   gradus-run --sweep 'lr=0.01,0.05,0.1' [--sweep 'batch=32,64'] [--parallel K] program args...
+//
+// Each child gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT), which gradus::cluster::from_env() reads. Each child runs in
+// its own process group with its stdout and stderr on pipes; a poll loop copies every line
+// to gradus-run's own stdout/stderr behind a "[rank] " prefix, one write() per line so that
+// lines of different ranks never mix. A rank that fails (non-zero exit, signal) stops the
+// others: SIGTERM to their process groups, SIGKILL after --grace seconds.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+extern char** environ;
+
+namespace {
+
+using steady = std::chrono::steady_clock;
+using seconds = std::chrono::duration<double>;
+
+// ---- signals: handlers only write the signal number to a self-pipe ------------------------
+int signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  const int saved = errno;
+  const char c = static_cast<char>(sig);
+  [[maybe_unused]] const auto n = ::write(signal_pipe[1], &c, 1);
+  errno = saved;
+}
+
+void install_signal_handlers() {
+  if (::pipe2(signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0) throw std::runtime_error("pipe2 failed");
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (const int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP}) ::sigaction(sig, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+// ---- output ---------------------------------------------------------------------------------
+void write_all(int fd, const std::string& s) {
+  std::size_t off = 0;
+  for (int tries = 0; off < s.size() && tries < 1000000; ++tries) {
+    const auto n = ::write(fd, s.data() + off, s.size() - off);
+    if (n > 0) {
+      off += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EINTR && errno != EAGAIN) {
+      return;  // our own stdout is gone: nothing to do about it
+    }
+  }
+}
+
+void say(const std::string& s) { write_all(2, "gradus-run: " + s + "\n"); }
+
+std::string describe_status(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
+  }
+  return "ended with wait status " + std::to_string(status);
+}
+
+std::string shell_quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=./:,@%") ==
+                        std::string::npos)
+    return s;
+  std::string q = "'";
+  for (const char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// ---- one child process ------------------------------------------------------------------------
+constexpr std::size_t max_line = 64 * 1024;  // a longer line is passed on in pieces
+
+struct stream {
+  int fd = -1;   // read end of the child's pipe; -1 once closed
+  int to = 1;    // our fd the lines go to
+  std::string pending;
+};
+
+struct child {
+  std::string label;  // "0", "ps1", "lr=0.1 batch=32"
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env_set;  // on top of the inherited environment
+  bool is_ps = false;
+  pid_t pid = -1;
+  bool started = false, running = false, done = false;
+  int status = 0;
+  bool stopped_by_us = false;        // we sent it SIGTERM/SIGKILL
+  bool timed_out = false;
+  std::optional<steady::time_point> kill_at;  // SIGKILL then, unless it has exited
+  steady::time_point start_time, end_time;
+  stream out, err;
+
+  bool failed() const { return done && !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+  bool has_open_streams() const { return out.fd >= 0 || err.fd >= 0; }
+};
+
+// Variables gradus-run owns: removed from the inherited environment before its own are set.
+// TF_CONFIG goes too: cluster::from_env() would read it before RANK and friends.
+const std::set<std::string> managed_vars = {"RANK",        "WORLD_SIZE", "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+                                            "MASTER_ADDR", "MASTER_PORT", "GRADUS_ROLE",    "GRADUS_PS",
+                                            "GRADUS_PS_INDEX", "GRADUS_SWEEP_INDEX", "GRADUS_SWEEP", "TF_CONFIG"};
+
+std::vector<std::string> child_environment(const child& c) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string kv = *e;
+    const auto name = kv.substr(0, kv.find('='));
+    if (!managed_vars.count(name) && !c.env_set.count(name)) env.push_back(kv);
+  }
+  for (const auto& [k, v] : c.env_set) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> p;
+  for (auto& s : v) p.push_back(s.data());
+  p.push_back(nullptr);
+  return p;
+}
+
+// Starts c: stdin from /dev/null, stdout and stderr on pipes, its own process group, default
+// signal dispositions. Returns 0 or the errno of the failure.
+int spawn(child& c) {
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0) return errno;
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    ::close(out[0]);
+    ::close(out[1]);
+    return e;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  for (const int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGPIPE}) sigaddset(&defaults, sig);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setpgroup(&attr, 0);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  auto argv = c.argv;
+  auto envv = child_environment(c);
+  auto argp = c_strings(argv);
+  auto envp = c_strings(envv);
+  const int rc = ::posix_spawnp(&c.pid, argp[0], &fa, &attr, argp.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  ::close(out[1]);
+  ::close(err[1]);
+  if (rc != 0) {
+    ::close(out[0]);
+    ::close(err[0]);
+    return rc;
+  }
+  ::fcntl(out[0], F_SETFL, O_NONBLOCK);
+  ::fcntl(err[0], F_SETFL, O_NONBLOCK);
+  c.out = {out[0], 1, {}};
+  c.err = {err[0], 2, {}};
+  c.started = c.running = true;
+  c.start_time = steady::now();
+  return 0;
+}
+
+void signal_child(child& c, int sig, double grace_s) {
+  if (!c.running) return;
+  ::kill(-c.pid, sig);  // its process group: the program and whatever it started
+  c.stopped_by_us = true;
+  if (sig != SIGKILL && !c.kill_at)
+    c.kill_at = steady::now() + std::chrono::duration_cast<steady::duration>(seconds(grace_s));
+}
+
+void emit(const std::string& label, stream& s, bool at_eof) {
+  std::size_t start = 0;
+  std::string out;
+  for (;;) {
+    const auto nl = s.pending.find('\n', start);
+    if (nl == std::string::npos) break;
+    out += "[" + label + "] ";
+    out.append(s.pending, start, nl + 1 - start);
+    start = nl + 1;
+  }
+  s.pending.erase(0, start);
+  if (s.pending.size() >= max_line || (at_eof && !s.pending.empty())) {
+    out += "[" + label + "] " + s.pending + "\n";
+    s.pending.clear();
+  }
+  if (!out.empty()) write_all(s.to, out);
+}
+
+void read_stream(const std::string& label, stream& s) {
+  char buf[65536];
+  for (int i = 0; i < 16; ++i) {  // bounded: other children get their turn
+    const auto n = ::read(s.fd, buf, sizeof buf);
+    if (n > 0) {
+      s.pending.append(buf, static_cast<std::size_t>(n));
+      emit(label, s, false);
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    ::close(s.fd);  // EOF or error
+    s.fd = -1;
+    emit(label, s, true);
+    return;
+  }
+}
+
+void close_stream(const std::string& label, stream& s) {
+  if (s.fd < 0) return;
+  ::close(s.fd);
+  s.fd = -1;
+  emit(label, s, true);
+}
+
+// Waits up to timeout for output or a signal, copies output, reaps exited children.
+// Returns the signals received (SIGINT/SIGTERM/SIGHUP), and appends newly finished children.
+std::vector<int> pump(std::vector<child>& cs, steady::duration timeout, std::vector<child*>& finished) {
+  std::vector<pollfd> fds{{signal_pipe[0], POLLIN, 0}};
+  std::vector<std::pair<child*, stream*>> owners{{nullptr, nullptr}};
+  for (auto& c : cs)
+    for (stream* s : {&c.out, &c.err})
+      if (s->fd >= 0) {
+        fds.push_back({s->fd, POLLIN, 0});
+        owners.emplace_back(&c, s);
+      }
+  const auto ms = std::max<long long>(0, std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+  const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long long>(ms, 1000)));
+  std::vector<int> signals;
+  if (n > 0) {
+    for (std::size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents) read_stream(owners[i].first->label, *owners[i].second);
+    if (fds[0].revents) {
+      char sigs[64];
+      const auto k = ::read(signal_pipe[0], sigs, sizeof sigs);
+      for (ssize_t i = 0; i < k; ++i)
+        if (sigs[i] != SIGCHLD) signals.push_back(sigs[i]);
+    }
+  }
+  for (auto& c : cs) {
+    if (!c.running) continue;
+    int status = 0;
+    const pid_t r = ::waitpid(c.pid, &status, WNOHANG);
+    if (r == c.pid) {
+      c.running = false;
+      c.done = true;
+      c.status = status;
+      c.end_time = steady::now();
+      finished.push_back(&c);
+    }
+  }
+  return signals;
+}
+
+// SIGKILL those whose grace period is over.
+void enforce_kill_deadlines(std::vector<child>& cs) {
+  const auto now = steady::now();
+  for (auto& c : cs)
+    if (c.running && c.kill_at && now >= *c.kill_at) {
+      ::kill(-c.pid, SIGKILL);
+      c.kill_at.reset();
+    }
+}
+
+// After a child's exit its pipes may still be held by a process it started outside its
+// group; stop waiting for them after the grace period.
+void close_orphaned_streams(std::vector<child>& cs, double grace_s) {
+  const auto now = steady::now();
+  for (auto& c : cs)
+    if (c.done && c.has_open_streams() && seconds(now - c.end_time).count() > grace_s) {
+      close_stream(c.label, c.out);
+      close_stream(c.label, c.err);
+    }
+}
+
+// ---- ports --------------------------------------------------------------------------------
+// n distinct free TCP ports on 127.0.0.1 (bind to port 0, read it back; all sockets stay
+// open until every port is known, so the n are distinct).
+std::vector<int> free_ports(int n) {
+  std::vector<int> socks, ports;
+  for (int i = 0; i < n; ++i) {
+    const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0) break;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = 0;
+    socklen_t len = sizeof a;
+    if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ::close(s);
+      break;
+    }
+    socks.push_back(s);
+    ports.push_back(ntohs(a.sin_port));
+  }
+  for (const int s : socks) ::close(s);
+  if (static_cast<int>(ports.size()) != n) throw std::runtime_error("cannot find a free TCP port on 127.0.0.1");
+  return ports;
+}
+
+bool is_local_host(const std::string& h) {
+  if (h == "localhost" || h == "::1" || h.rfind("127.", 0) == 0) return true;
+  char name[256] = {};
+  return ::gethostname(name, sizeof name - 1) == 0 && h == name;
+}
+
+// ---- options --------------------------------------------------------------------------------
+struct options {
+  int np = 1;
+  int ps = 0;
+  std::vector<std::string> hosts;
+  int node_rank = -1;
+  std::string master_addr;
+  int port = 0;
+  double timeout = 0;
+  double grace = 5;
+  std::vector<std::string> sweeps;
+  int parallel = 0;
+  bool dry_run = false;
+  std::vector<std::string> command;
+};
+
+// The job's processes on this host.
+std::vector<child> plan_job(const options& o) {
+  int first_rank = 0, local_n = o.np, nodes = 1;
+  std::string master = "127.0.0.1";
+  int port = o.port;
+  if (o.node_rank >= 0) {
+    nodes = static_cast<int>(o.hosts.size());
+    const int base = o.np / nodes, extra = o.np % nodes;
+    local_n = base + (o.node_rank < extra ? 1 : 0);
+    first_rank = o.node_rank * base + std::min(o.node_rank, extra);
+    master = o.master_addr.empty() ? o.hosts.front() : o.master_addr;
+    if (port == 0) port = 29500;
+  } else if (!o.master_addr.empty()) {
+    master = o.master_addr;
+  }
+  const bool ps_here = o.node_rank <= 0;
+  std::vector<int> probed;
+  if (port == 0) {
+    probed = free_ports(1 + o.ps);
+    port = probed[0];
+  }
+  std::string ps_list;
+  for (int i = 0; i < o.ps; ++i) {
+    const int p = probed.empty() ? port + 1 + i : probed[static_cast<std::size_t>(1 + i)];
+    ps_list += (i ? "," : "") + (o.node_rank >= 0 ? o.hosts.front() : std::string("127.0.0.1")) + ":" + std::to_string(p);
+  }
+  std::vector<child> cs;
+  for (int i = 0; i < local_n; ++i) {
+    child c;
+    c.label = std::to_string(first_rank + i);
+    c.argv = o.command;
+    c.env_set = {{"RANK", std::to_string(first_rank + i)},
+                 {"WORLD_SIZE", std::to_string(o.np)},
+                 {"LOCAL_RANK", std::to_string(i)},
+                 {"LOCAL_WORLD_SIZE", std::to_string(local_n)},
+                 {"MASTER_ADDR", master},
+                 {"MASTER_PORT", std::to_string(port)},
+                 {"GRADUS_ROLE", "worker"}};
+    if (o.ps > 0) c.env_set["GRADUS_PS"] = ps_list;
+    cs.push_back(std::move(c));
+  }
+  for (int i = 0; ps_here && i < o.ps; ++i) {
+    child c;
+    c.label = "ps" + std::to_string(i);
+    c.is_ps = true;
+    c.argv = o.command;
+    c.env_set = {{"WORLD_SIZE", std::to_string(o.np)},     {"MASTER_ADDR", master},
+                 {"MASTER_PORT", std::to_string(port)},    {"GRADUS_ROLE", "ps"},
+                 {"GRADUS_PS_INDEX", std::to_string(i)},   {"GRADUS_PS", ps_list}};
+    cs.push_back(std::move(c));
+  }
+  return cs;
+}
+
+void print_dry_run(const std::vector<child>& cs) {
+  std::string out;
+  for (const auto& c : cs) {
+    out.append("[").append(c.label).append("]");
+    for (const auto& [k, v] : c.env_set) out.append(" ").append(k).append("=").append(shell_quote(v));
+    for (const auto& a : c.argv) out.append(" ").append(shell_quote(a));
+    out.append("\n");
+  }
+  write_all(1, out);
+}
+
+// A job: every process at once; the first failure stops the rest.
+int run_job(std::vector<child>& cs, const options& o) {
+  const auto job_start = steady::now();
+  std::optional<steady::time_point> deadline;
+  if (o.timeout > 0) deadline = job_start + std::chrono::duration_cast<steady::duration>(seconds(o.timeout));
+  child* failure = nullptr;
+  int spawn_error = 0;
+  std::string spawn_failed;
+  int interrupted = 0;
+  bool timed_out = false, ps_stopping = false;
+
+  const auto stop_all = [&](int sig) {
+    for (auto& c : cs) signal_child(c, sig, o.grace);
+  };
+  for (auto& c : cs) {
+    if (const int e = spawn(c)) {
+      spawn_error = e;
+      spawn_failed = c.label;
+      say("cannot start '" + c.argv[0] + "' for rank " + c.label + ": " + std::strerror(e));
+      stop_all(SIGTERM);
+      break;
+    }
+  }
+  const auto busy = [&] {
+    return std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.running || c.has_open_streams(); });
+  };
+  while (busy()) {
+    std::vector<child*> finished;
+    const auto signals = pump(cs, std::chrono::milliseconds(200), finished);
+    for (const int sig : signals) {
+      if (!interrupted) {
+        interrupted = sig;
+        say(std::string("received ") + ::strsignal(sig) + "; passing it on to the ranks");
+        for (auto& c : cs) signal_child(c, sig == SIGHUP ? SIGTERM : sig, o.grace);
+      } else {
+        say("second signal: killing the ranks");
+        stop_all(SIGKILL);
+      }
+    }
+    for (child* c : finished) {
+      if (c->failed() && !c->stopped_by_us && !failure && !interrupted && !timed_out) {
+        failure = c;
+        say("rank " + c->label + " " + describe_status(c->status) + "; stopping the other ranks");
+        stop_all(SIGTERM);
+      }
+    }
+    // Workers all done and fine: the parameter servers have served their purpose.
+    if (!ps_stopping && std::none_of(cs.begin(), cs.end(), [](const child& c) { return !c.is_ps && !c.done; }) &&
+        std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.is_ps && c.running; })) {
+      ps_stopping = true;
+      for (auto& c : cs)
+        if (c.is_ps) signal_child(c, SIGTERM, o.grace);
+    }
+    if (deadline && !timed_out && steady::now() >= *deadline) {
+      timed_out = true;
+      say("timeout: the job ran past " + std::to_string(static_cast<long>(o.timeout)) + " s; stopping the ranks");
+      stop_all(SIGTERM);
+    }
+    enforce_kill_deadlines(cs);
+    close_orphaned_streams(cs, o.grace);
+  }
+  if (spawn_error) return 127;
+  if (failure) {
+    say("failed: rank " + failure->label + " " + describe_status(failure->status));
+    if (WIFEXITED(failure->status)) return WEXITSTATUS(failure->status);
+    return 128 + WTERMSIG(failure->status);
+  }
+  if (timed_out) return 124;
+  if (interrupted) return 128 + interrupted;
+  // A parameter server that failed by itself (not stopped by us) is a failure too; handled
+  // above. Everything exited 0.
+  return 0;
+}
+
+// ---- sweeps ---------------------------------------------------------------------------------
+struct sweep_axis {
+  std::string name;
+  std::vector<std::string> values;
+};
+
+sweep_axis parse_sweep(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw CLI::ValidationError("--sweep", "'" + text + "' is not name=v1,v2,... (e.g. lr=0.01,0.1)");
+  sweep_axis a{text.substr(0, eq), {}};
+  if (a.name.front() == '-' || a.name.find_first_of(" \t,") != std::string::npos)
+    throw CLI::ValidationError("--sweep", "'" + a.name + "' is not an option name (write lr=..., not --lr=...)");
+  const auto list = text.substr(eq + 1);
+  std::size_t b = 0;
+  while (b <= list.size()) {
+    auto comma = list.find(',', b);
+    if (comma == std::string::npos) comma = list.size();
+    const auto v = list.substr(b, comma - b);
+    if (v.empty()) throw CLI::ValidationError("--sweep", "'" + text + "' has an empty value");
+    a.values.push_back(v);
+    b = comma + 1;
+  }
+  return a;
+}
+
+int run_sweep(const options& o) {
+  std::vector<sweep_axis> axes;
+  std::set<std::string> names;
+  std::size_t total = 1;
+  for (const auto& s : o.sweeps) {
+    axes.push_back(parse_sweep(s));
+    if (!names.insert(axes.back().name).second)
+      throw CLI::ValidationError("--sweep", "'" + axes.back().name + "' is swept twice");
+    total *= axes.back().values.size();
+    if (total > 100000) throw CLI::ValidationError("--sweep", "more than 100000 combinations");
+  }
+  // The cartesian product, the first --sweep varying slowest.
+  std::vector<child> cs;
+  std::vector<std::vector<std::string>> chosen;
+  for (std::size_t i = 0; i < total; ++i) {
+    std::size_t rest = i;
+    std::vector<std::string> pick(axes.size());
+    for (std::size_t k = axes.size(); k-- > 0;) {
+      pick[k] = axes[k].values[rest % axes[k].values.size()];
+      rest /= axes[k].values.size();
+    }
+    child c;
+    c.argv = o.command;
+    std::string label;
+    for (std::size_t k = 0; k < axes.size(); ++k) {
+      label += (k ? " " : "") + axes[k].name + "=" + pick[k];
+      c.argv.push_back("--" + axes[k].name);
+      c.argv.push_back(pick[k]);
+    }
+    c.label = label;
+    c.env_set = {{"RANK", "0"},          {"WORLD_SIZE", "1"},           {"LOCAL_RANK", "0"},
+                 {"LOCAL_WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"}, {"GRADUS_ROLE", "worker"},
+                 {"GRADUS_SWEEP_INDEX", std::to_string(i)}, {"GRADUS_SWEEP", label}};
+    cs.push_back(std::move(c));
+    chosen.push_back(std::move(pick));
+  }
+  if (o.dry_run) {
+    for (auto& c : cs) c.env_set["MASTER_PORT"] = "(free port)";
+    print_dry_run(cs);
+    return 0;
+  }
+  const int parallel = o.parallel > 0 ? o.parallel : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int interrupted = 0;
+  std::size_t next = 0;
+  std::map<const child*, std::string> start_errors;
+  const auto busy = [&] {
+    return std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.running || c.has_open_streams(); });
+  };
+  while (next < cs.size() || busy()) {
+    const auto running = std::count_if(cs.begin(), cs.end(), [](const child& c) { return c.running; });
+    for (auto r = running; !interrupted && r < parallel && next < cs.size(); ++next) {
+      child& c = cs[next];
+      c.env_set["MASTER_PORT"] = std::to_string(free_ports(1)[0]);
+      if (const int e = spawn(c)) {
+        start_errors[&c] = std::strerror(e);
+        say("cannot start '" + c.argv[0] + "' for " + c.label + ": " + std::strerror(e));
+        c.done = true;
+        c.status = 127 << 8;
+      } else {
+        ++r;
+      }
+    }
+    if (interrupted && next < cs.size()) next = cs.size();  // start nothing more
+    std::vector<child*> finished;
+    for (const int sig : pump(cs, std::chrono::milliseconds(200), finished)) {
+      if (!interrupted) {
+        interrupted = sig;
+        say(std::string("received ") + ::strsignal(sig) + "; passing it on to the runs");
+        for (auto& c : cs) signal_child(c, sig == SIGHUP ? SIGTERM : sig, o.grace);
+      } else {
+        for (auto& c : cs) signal_child(c, SIGKILL, o.grace);
+      }
+    }
+    for (child* c : finished)
+      if (c->failed() && !c->stopped_by_us) say("[" + c->label + "] " + describe_status(c->status));
+    if (o.timeout > 0)
+      for (auto& c : cs)
+        if (c.running && !c.timed_out && seconds(steady::now() - c.start_time).count() >= o.timeout) {
+          c.timed_out = true;
+          say("[" + c.label + "] timeout after " + std::to_string(static_cast<long>(o.timeout)) + " s; stopping it");
+          signal_child(c, SIGTERM, o.grace);
+        }
+    enforce_kill_deadlines(cs);
+    close_orphaned_streams(cs, o.grace);
+  }
+  // Summary table.
+  std::vector<std::string> head{"#"};
+  for (const auto& a : axes) head.push_back(a.name);
+  head.insert(head.end(), {"status", "seconds"});
+  std::vector<std::vector<std::string>> rows{head};
+  int failures = 0;
+  for (std::size_t i = 0; i < cs.size(); ++i) {
+    const child& c = cs[i];
+    std::vector<std::string> row{std::to_string(i)};
+    row.insert(row.end(), chosen[i].begin(), chosen[i].end());
+    std::string status;
+    if (!c.started && !start_errors.count(&c)) {
+      status = "not started";
+    } else if (start_errors.count(&c)) {
+      status = "cannot start: " + start_errors[&c];
+    } else if (c.timed_out) {
+      status = "timeout";
+    } else if (!c.failed()) {
+      status = "ok";
+    } else if (WIFEXITED(c.status)) {
+      status = "exit " + std::to_string(WEXITSTATUS(c.status));
+    } else {
+      status = std::string("signal ") + std::to_string(WTERMSIG(c.status)) + " (" + ::strsignal(WTERMSIG(c.status)) + ")";
+    }
+    if (status != "ok") ++failures;
+    char secs[32] = "-";
+    if (c.started) std::snprintf(secs, sizeof secs, "%.2f", seconds(c.end_time - c.start_time).count());
+    row.insert(row.end(), {status, secs});
+    rows.push_back(std::move(row));
+  }
+  std::vector<std::size_t> width(head.size(), 0);
+  for (const auto& r : rows)
+    for (std::size_t k = 0; k < r.size(); ++k) width[k] = std::max(width[k], r[k].size());
+  std::string table = "gradus-run: sweep of " + std::to_string(cs.size()) + " runs, " + std::to_string(failures) + " failed\n";
+  for (const auto& r : rows) {
+    for (std::size_t k = 0; k < r.size(); ++k) table += r[k] + std::string(width[k] - r[k].size() + 2, ' ');
+    while (!table.empty() && table.back() == ' ') table.pop_back();
+    table += "\n";
+  }
+  write_all(1, table);
+  if (interrupted) return 128 + interrupted;
+  return failures ? 1 : 0;
+}
+
+// CLI11 names short options with one letter; mpirun's "-np" becomes "--np" here, before
+// the program (whose own arguments are never touched).
+std::vector<std::string> normalise_args(int argc, char** argv) {
+  static const std::set<std::string> with_value = {"-n",          "--np",     "-np",    "--ps",          "--hosts",
+                                                   "--node-rank", "--port",   "--timeout", "--grace",    "--sweep",
+                                                   "--parallel",  "--master-addr"};
+  std::vector<std::string> args(argv, argv + argc);
+  for (std::size_t i = 1; i < args.size();) {
+    const auto& a = args[i];
+    if (a == "--" || a.empty() || a[0] != '-') break;
+    if (a == "-np") args[i] = "--np";
+    i += with_value.count(args[i]) ? 2 : 1;
+  }
+  return args;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "gradus-run: start a data-parallel job's processes on this host (torchrun's environment: RANK, WORLD_SIZE,\n"
+      "LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT; GRADUS_ROLE=worker|ps), prefix each line of their\n"
+      "output with [rank], and stop them all when one fails; or run a hyper-parameter sweep.\n\n"
+      "  gradus-run -np 4 ./mnist_mlp --comm ring\n"
+      "  gradus-run -np 2 --ps 1 ./train\n"
+      "  gradus-run --sweep lr=0.01,0.05,0.1 --sweep batch=32,64 --parallel 2 ./mnist_mlp --epochs 1\n\n"
+      "Several hosts: --hosts h1,h2 without --node-rank prints the command to run on each host (gradus-run does\n"
+      "not ssh: start them with your scheduler, pdsh or ssh); with --node-rank R it starts host R's share of the\n"
+      "ranks (block distribution), meeting at the first host (--master-addr to change) on --port (default 29500).\n"
+      "Under Slurm, mpirun or Kubernetes, start the program directly: gradus::cluster::from_env() reads their\n"
+      "variables (tools/gradus-run/README.md).\n\n"
+      "Exit status: 0 when every process exited 0; else the failed rank's exit status (128+signal when killed),\n"
+      "124 after --timeout, 127 when the program cannot be started, 128+signal when interrupted; a sweep: 1 when\n"
+      "any run failed.",
+      "gradus-run"};
+  options o;
+  app.add_option("-n,--np", o.np, "number of worker processes (also -np)")->check(CLI::Range(1, 4096));
+  app.add_option("--ps", o.ps, "number of parameter-server processes (GRADUS_ROLE=ps, GRADUS_PS_INDEX; every process "
+                               "gets GRADUS_PS, their host:port list)")
+      ->check(CLI::Range(0, 1024));
+  std::string hosts;
+  app.add_option("--hosts", hosts, "comma-separated hosts sharing the job (see above)");
+  app.add_option("--node-rank", o.node_rank, "this host's index in --hosts: start its share of the ranks")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--master-addr", o.master_addr, "MASTER_ADDR (default 127.0.0.1, or the first of --hosts)");
+  app.add_option("--port", o.port, "MASTER_PORT (default: a free port of 127.0.0.1; with --hosts, 29500); "
+                                   "parameter servers take the next ports")
+      ->check(CLI::Range(1, 65535));
+  app.add_option("--timeout", o.timeout, "stop the job (a sweep: each run) after this many seconds; 0: no limit")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--grace", o.grace, "seconds between SIGTERM and SIGKILL when stopping processes")
+      ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--sweep", o.sweeps, "name=v1,v2,...: one run per combination of the --sweep lists, each with "
+                                      "--name value appended (GRADUS_SWEEP_INDEX in its environment)")
+      ->allow_extra_args(false);
+  app.add_option("--parallel", o.parallel, "sweep: runs at a time (default: the number of cores)")
+      ->check(CLI::Range(1, 4096));
+  app.add_flag("--dry-run", o.dry_run, "print each process's environment and command instead of starting it");
+  app.prefix_command();
+  const auto args = normalise_args(argc, argv);
+  std::vector<const char*> cargv;
+  for (const auto& a : args) cargv.push_back(a.c_str());
+  try {
+    app.parse(static_cast<int>(cargv.size()), cargv.data());
+    for (std::size_t b = 0; !hosts.empty() && b <= hosts.size();) {
+      auto comma = hosts.find(',', b);
+      if (comma == std::string::npos) comma = hosts.size();
+      if (comma == b) throw CLI::ValidationError("--hosts", "'" + hosts + "' has an empty host name");
+      o.hosts.push_back(hosts.substr(b, comma - b));
+      b = comma + 1;
+    }
+    o.command = app.remaining();
+    if (!o.command.empty() && o.command.front() == "--") o.command.erase(o.command.begin());
+    if (o.command.empty()) throw CLI::ValidationError("program", "no program to run (gradus-run -np N program args...)");
+    if (!o.sweeps.empty() && (o.np != 1 || o.ps != 0 || !o.hosts.empty()))
+      throw CLI::ValidationError("--sweep", "a sweep runs single-process trainings: no -np, --ps or --hosts with it");
+    if (o.node_rank >= 0 && o.hosts.empty()) throw CLI::ValidationError("--node-rank", "needs --hosts");
+    if (o.node_rank >= static_cast<int>(o.hosts.size()) && o.node_rank >= 0)
+      throw CLI::ValidationError("--node-rank", std::to_string(o.node_rank) + " but --hosts lists " +
+                                                    std::to_string(o.hosts.size()) + " hosts");
+    if (!o.hosts.empty() && o.np < static_cast<int>(o.hosts.size()))
+      throw CLI::ValidationError("--hosts", std::to_string(o.hosts.size()) + " hosts for -np " + std::to_string(o.np) +
+                                                " ranks: every host needs one");
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+
+  try {
+    if (!o.sweeps.empty()) {
+      if (!o.dry_run) install_signal_handlers();
+      return run_sweep(o);
+    }
+    // Several hosts, none chosen: print what each host runs.
+    if (!o.hosts.empty() && o.node_rank < 0 &&
+        !std::all_of(o.hosts.begin(), o.hosts.end(), [](const std::string& h) { return is_local_host(h); })) {
+      std::string hosts;
+      for (const auto& h : o.hosts) hosts += (hosts.empty() ? "" : ",") + h;
+      std::string out = "# gradus-run starts processes on this host only (no ssh); run on each host:\n";
+      for (std::size_t r = 0; r < o.hosts.size(); ++r) {
+        out += "# on " + o.hosts[r] + ":\ngradus-run -np " + std::to_string(o.np);
+        if (o.ps) out += " --ps " + std::to_string(o.ps);
+        out += " --hosts " + hosts + " --node-rank " + std::to_string(r) + " --port " +
+               std::to_string(o.port ? o.port : 29500);
+        if (!o.master_addr.empty()) out += " --master-addr " + shell_quote(o.master_addr);
+        if (o.timeout > 0) out += " --timeout " + std::to_string(static_cast<long>(o.timeout));
+        out += " --";
+        for (const auto& a : o.command) out += " " + shell_quote(a);
+        out += "\n";
+      }
+      write_all(1, out);
+      return 0;
+    }
+    auto cs = plan_job(o);
+    if (o.dry_run) {
+      print_dry_run(cs);
+      return 0;
+    }
+    install_signal_handlers();
+    return run_job(cs, o);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    say(e.what());
+    return 1;
+  }
+}
