@@ -52,6 +52,9 @@ template <communicator Comm, class Step>
 void reduce_gradients(Comm& comm, Step& step) {
   if (comm.world_size() == 1) return;
   for (auto& g : step.gradients()) {
+    if (g.sparse())
+      throw error("gradus: reduce_gradients: the gradient of '" + std::string(g.name) +
+                  "' is sparse (embedding_lookup): call set_sparse_as_dense(true) on the step to all-reduce it");
     if (g.dtype == std::string_view("float32"))
       comm.allreduce_average(std::span<float>(static_cast<float*>(g.data), static_cast<std::size_t>(g.size)));
     else if (g.dtype == std::string_view("float64"))

@@ -14,6 +14,17 @@
 // Constructing the step declares its variables and creates the optimizer's state tensors
 // in the session ("w1/momentum", "w1/adam_m", ...), so a checkpoint can be restored into
 // the session before the first step.
+//
+// Sparse-row gradients: a variable read only through embedding_lookup(table, idx) has the
+// gradient sparse_rows(updates, idx, table). The step fetches the updates and indices
+// instead of the dense table-shaped gradient, coalesces them (the named rows, sorted and
+// unique, each the sum of its updates in position order: deterministic) and updates only
+// those rows — lazily, as TensorFlow's sparse apply ops and PyTorch's SparseAdam: the
+// optimizer state and weight decay of rows the batch did not name stay untouched (plain
+// SGD without weight decay gives the dense result, to rounding). set_sparse_as_dense(true)
+// scatters them into a dense gradient instead (for a communicator that all-reduces dense
+// buffers, as Horovod's sparse_as_dense).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -48,14 +59,31 @@ auto as_tuple(G g) {
   if constexpr (requires { std::tuple_size<G>::value; }) return g;
   else return std::tuple<G>{g};
 }
+// Whether G is V's sparse-row gradient: sparse_rows(updates, idx, V).
+template <class G, class V>
+inline constexpr bool is_sparse_grad_v = false;
+template <class U, class I, class V>
+inline constexpr bool is_sparse_grad_v<gradient_node<scatter_add_node<U, I, V, true>>, V> = true;
+// What a step fetches for one gradient: the gradient, or a sparse one's updates and indices.
+template <class V, class G>
+auto grad_fetches(const G& g) {
+  if constexpr (is_sparse_grad_v<G, V>) return std::tuple(g.e.updates, g.e.idx);
+  else return std::tuple<G>{g};
+}
 }  // namespace detail
 
-// What the trainer sees of one gradient between compute and apply (device memory).
+// What the trainer sees of one gradient between compute and apply (device memory). A
+// sparse one holds `rows` rows of `row_len` values: row k belongs to row indices[k] of the
+// variable (host memory, sorted, unique); dense ones have indices == nullptr.
 struct gradient_buffer {
   std::string_view name;   // the variable's
   std::string_view dtype;  // "float32" / "float64"
   void* data;              // writable: a communicator may reduce into it
-  index_t size;
+  index_t size;            // elements in data
+  const std::int32_t* indices = nullptr;
+  index_t rows = 0;
+  index_t row_len = 0;
+  bool sparse() const { return indices != nullptr; }
 };
 
 template <class Backend, class Opt, class Loss, class... Vs>
@@ -65,12 +93,32 @@ class train_step {
   static_assert(detail::distinct_names<Vs...>(), "gradus: minimize: a variable is named twice");
   using grads_t = decltype(detail::as_tuple(grad(std::declval<const Loss&>(), std::declval<const Vs&>()...)));
   static constexpr std::size_t max_slots = 2;
+  template <std::size_t I>
+  using var_t = std::tuple_element_t<I, std::tuple<Vs...>>;
+  template <std::size_t I>
+  static constexpr bool sparse_v = detail::is_sparse_grad_v<std::tuple_element_t<I, grads_t>, var_t<I>>;
+  // the fetch list: each gradient, or a sparse one's (updates, indices)
+  static auto make_fetches(const grads_t& g) {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::tuple_cat(detail::grad_fetches<var_t<I>>(std::get<I>(g))...);
+    }(std::index_sequence_for<Vs...>{});
+  }
+  using fetches_t = decltype(make_fetches(std::declval<const grads_t&>()));
+  // where gradient I's fetches start in the fetch list
+  static constexpr std::array<std::size_t, sizeof...(Vs)> fetch_at = [] {
+    std::array<std::size_t, sizeof...(Vs)> at{};
+    std::size_t k = 0;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((at[I] = k, k += sparse_v<I> ? 2 : 1), ...);
+    }(std::index_sequence_for<Vs...>{});
+    return at;
+  }();
 
  public:
   using loss_type = value_t<Loss>;
 
   train_step(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs)
-      : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(loss, vs...))) {
+      : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(loss, vs...))), fetches_(make_fetches(grads_)) {
     opt_.validate();
     (s_.declare(vs), ...);
     std::size_t i = 0;
@@ -89,21 +137,20 @@ class train_step {
   template <class... Feeds>
   loss_type compute_gradients(const Feeds&... feeds) {
     std::apply(
-        [&](const auto&... g) {
-          auto r = s_.run(loss_, g..., feeds...);
-          [&]<std::size_t... I>(std::index_sequence<I...>) {
-            ((buffers_[I] = {std::tuple_element_t<I, std::tuple<Vs...>>::name.view(),
-                             dtype_name<value_t<std::tuple_element_t<I, std::tuple<Vs...>>>>(),
-                             const_cast<void*>(static_cast<const void*>(std::get<I + 1>(r).data())),
-                             std::get<I + 1>(r).size()}),
-             ...);
-          }(std::index_sequence_for<Vs...>{});
+        [&](const auto&... f) {
+          auto r = s_.run(loss_, f..., feeds...);
+          [&]<std::size_t... I>(std::index_sequence<I...>) { (take_gradient<I>(r), ...); }(
+              std::index_sequence_for<Vs...>{});
           Backend::copy_to_host(&last_loss_, std::get<0>(r).data(), sizeof(loss_type));
         },
-        grads_);
+        fetches_);
     have_grads_ = true;
     return last_loss_;
   }
+
+  // Sparse-row gradients as dense ones from the next compute_gradients() on (or back).
+  void set_sparse_as_dense(bool on) { sparse_as_dense_ = on; }
+  bool sparse_as_dense() const { return sparse_as_dense_; }
 
   // The gradients of the last compute_gradients(), in the order the variables were named.
   std::span<gradient_buffer> gradients() { return buffers_; }
@@ -141,6 +188,49 @@ class train_step {
   session<Backend>& owner() const { return s_; }
 
  private:
+  // buffers_[I] from the run's results r (the loss first, then the fetch list).
+  template <std::size_t I, class R>
+  void take_gradient(R& r) {
+    using V = var_t<I>;
+    using T = value_t<V>;
+    const auto& first = std::get<1 + fetch_at[I]>(r);
+    if constexpr (!sparse_v<I>) {
+      buffers_[I] = {V::name.view(), dtype_name<T>(), const_cast<void*>(static_cast<const void*>(first.data())),
+                     first.size()};
+    } else {
+      const auto& idx = std::get<2 + fetch_at[I]>(r);
+      constexpr dims vd = static_dims<shape_t<V>>();
+      constexpr index_t vocab = vd.d[0], row_len = vd.numel() / vd.d[0];
+      const index_t n = idx.size();
+      if (sparse_as_dense_) {
+        T* dense = scratch<T>(I, vd.numel());
+        Backend::scatter_add(first.data(), idx.data(), n, row_len, dense, vocab);
+        buffers_[I] = {V::name.view(), dtype_name<T>(), dense, vd.numel()};
+        return;
+      }
+      // coalesce: the named rows sorted and unique; each position's row remapped to its
+      // rank there, then one deterministic scatter_add into the compact rows
+      auto& sp = sparse_[I];
+      sp.idx.resize(static_cast<std::size_t>(n));
+      sp.remap.resize(static_cast<std::size_t>(n));
+      if (n > 0) Backend::copy_to_host(sp.idx.data(), idx.data(), static_cast<std::size_t>(n) * sizeof(std::int32_t));
+      sp.rows.assign(sp.idx.begin(), sp.idx.end());
+      std::sort(sp.rows.begin(), sp.rows.end());
+      sp.rows.erase(std::unique(sp.rows.begin(), sp.rows.end()), sp.rows.end());
+      for (std::size_t i = 0; i < sp.idx.size(); ++i)
+        sp.remap[i] = static_cast<std::int32_t>(std::lower_bound(sp.rows.begin(), sp.rows.end(), sp.idx[i]) -
+                                                sp.rows.begin());
+      const auto k = static_cast<index_t>(sp.rows.size());
+      T* rows = scratch<T>(I, k * row_len);
+      if (k > 0) {
+        auto* remap = static_cast<std::int32_t*>(sp.device_remap.reserve(static_cast<std::size_t>(n) * sizeof(std::int32_t)));
+        Backend::copy_to_device(remap, sp.remap.data(), static_cast<std::size_t>(n) * sizeof(std::int32_t));
+        Backend::scatter_add(first.data(), remap, n, row_len, rows, k);
+      }
+      buffers_[I] = {V::name.view(), dtype_name<T>(), rows, k * row_len, sp.rows.data(), k, row_len};
+    }
+  }
+
   template <std::size_t I>
   const auto* grad_ptr() const {
     using T = value_t<std::tuple_element_t<I, std::tuple<Vs...>>>;
@@ -180,7 +270,31 @@ class train_step {
     }
     std::array<T*, max_slots> sl{};
     for (std::size_t k = 0; k < max_slots; ++k) sl[k] = static_cast<T*>(slots_[I][k]);
-    opt_.template apply<Backend>(n, w, g, sl.data(), step, scale);
+    if (!buffers_[I].sparse()) {
+      opt_.template apply<Backend>(n, w, g, sl.data(), step, scale);
+      return;
+    }
+    // the named rows only: gathered with their optimizer state into compact rows, one
+    // fused update pass over those, written back
+    const index_t k = buffers_[I].rows, len = buffers_[I].row_len;
+    if (k == 0) return;
+    constexpr index_t vocab = static_dims<shape_t<var_t<I>>>().d[0];
+    auto& sp = sparse_[I];
+    const auto* rows = static_cast<const std::int32_t*>(sp.device_rows.reserve(static_cast<std::size_t>(k) * sizeof(std::int32_t)));
+    Backend::copy_to_device(const_cast<std::int32_t*>(rows), buffers_[I].indices, static_cast<std::size_t>(k) * sizeof(std::int32_t));
+    const std::size_t bytes = static_cast<std::size_t>(k * len) * sizeof(T);
+    T* wc = static_cast<T*>(sp.compact[0].reserve(bytes));
+    Backend::gather(w, vocab, len, rows, k, wc);
+    std::array<T*, max_slots> sc{};
+    for (std::size_t j = 0; j < max_slots; ++j)
+      if (sl[j]) {
+        sc[j] = static_cast<T*>(sp.compact[j + 1].reserve(bytes));
+        Backend::gather(sl[j], vocab, len, rows, k, sc[j]);
+      }
+    opt_.template apply<Backend>(k * len, wc, g, sc.data(), step, scale);
+    Backend::scatter_rows(wc, rows, k, len, w, vocab);
+    for (std::size_t j = 0; j < max_slots; ++j)
+      if (sl[j]) Backend::scatter_rows(sc[j], rows, k, len, sl[j], vocab);
   }
 
   // Whether [g, g + bytes) overlaps any trained variable's storage.
@@ -209,6 +323,32 @@ class train_step {
     void* p = nullptr;
     std::size_t bytes = 0;
   };
+  // a sparse gradient's host-side indices: as fetched, their rank among the named rows,
+  // the named rows (sorted, unique); and the device copy of the ranks
+  struct device_bytes {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+    void* reserve(std::size_t want) {
+      if (bytes < want) {
+        if (p) Backend::deallocate(p);
+        p = nullptr;
+        p = Backend::allocate(want);
+        bytes = want;
+      }
+      return p;
+    }
+    device_bytes() = default;
+    device_bytes(const device_bytes&) = delete;
+    device_bytes& operator=(const device_bytes&) = delete;
+    ~device_bytes() {
+      if (p) Backend::deallocate(p);
+    }
+  };
+  struct sparse_state {
+    std::vector<std::int32_t> idx, remap, rows;
+    device_bytes device_remap, device_rows;
+    std::array<device_bytes, max_slots + 1> compact;  // the named rows of w and its state
+  };
   struct scratch_list {
     std::array<buffer, sizeof...(Vs)> b{};
     buffer& operator[](std::size_t i) { return b[i]; }
@@ -225,6 +365,9 @@ class train_step {
   Loss loss_;
   Opt opt_;
   grads_t grads_;
+  fetches_t fetches_;
+  std::array<sparse_state, sizeof...(Vs)> sparse_{};
+  bool sparse_as_dense_ = false;
   std::array<void*, sizeof...(Vs)> storage_{};  // the variables' storage, this step
   static constexpr std::array<std::size_t, sizeof...(Vs)> storage_bytes_{
       static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel()) * sizeof(value_t<Vs>)...};

@@ -116,16 +116,18 @@ auto vjp(const select_backward_node<Gs, Like>& n, const G& g) {
   return select(g, n.index);
 }
 // out = gather(table, idx): dtable = scatter_add(g, idx) into zeros of the table's shape
-// (a repeated index accumulates its rows); idx is int32 and gets no adjoint.
-template <std::size_t I, class Tab, class Idx, class G>
-auto vjp(const gather_node<Tab, Idx>& n, const G& g) {
-  if constexpr (I == 0) return scatter_add(g, n.idx, n.table);
-  else return no_grad{};
+// (a repeated index accumulates its rows); idx is int32 and gets no adjoint. For an
+// embedding_lookup the same scatter_add, marked sparse (see sparse_rows).
+template <std::size_t I, class Tab, class Idx, bool S, class G>
+auto vjp(const gather_node<Tab, Idx, S>& n, const G& g) {
+  if constexpr (I != 0) return no_grad{};
+  else if constexpr (S) return sparse_rows(g, n.idx, n.table);
+  else return scatter_add(g, n.idx, n.table);
 }
 // scatter_add is linear in its updates: dupdates = gather(g, idx) (seen with the updates'
 // dims where the static shapes differ, e.g. a `dyn` extent on one side only).
-template <std::size_t I, class U, class Idx, class Like, class G>
-auto vjp(const scatter_add_node<U, Idx, Like>& n, const G& g) {
+template <std::size_t I, class U, class Idx, class Like, bool S, class G>
+auto vjp(const scatter_add_node<U, Idx, Like, S>& n, const G& g) {
   if constexpr (I == 0) {
     auto d = gather(g, n.idx);
     if constexpr (std::is_same_v<shape_t<decltype(d)>, shape_t<U>>) return d;

@@ -1,6 +1,10 @@
 #pragma once
 // Index ops: one_hot (int32 labels -> 0/1 rows), gather (rows of a table by index) and
 // scatter_add (rows added into zeros at an index: gather's adjoint w.r.t. the table).
+// embedding_lookup is gather whose table gradient is marked sparse (tf.nn.embedding_lookup,
+// PyTorch's Embedding(sparse=True)): evaluated, that gradient is the same dense
+// scatter_add; a train_step (train/train_step.hpp) instead fetches its rows and indices
+// and updates only the rows the batch named.
 // Out-of-range indices are an index_error naming the op, the position and the value.
 #include <cstdint>
 #include <string>
@@ -76,14 +80,15 @@ auto one_hot(const Y& y) {
   return one_hot_node<T, Depth, Y>{{}, y};
 }
 
-template <class Tab, class Idx>
+template <class Tab, class Idx, bool SparseGrad = false>
 struct gather_node : expr_base {
   static_assert(std::is_same_v<value_t<Idx>, std::int32_t>, "gradus: gather: indices must be int32");
   static_assert(rank_v<Tab> >= 1, "gradus: gather: the table needs rank >= 1");
   using value_type = value_t<Tab>;
   using shape_type = shape_of_array<detail::gather_extents<shape_t<Tab>, shape_t<Idx>>>;
   static constexpr node_kind kind = node_kind::kernel;
-  static constexpr const char* op_name = "gather";
+  static constexpr const char* op_name = SparseGrad ? "embedding_lookup" : "gather";
+  static constexpr bool sparse_grad = SparseGrad;
   Tab table;
   Idx idx;
   auto operands() const { return std::tie(table, idx); }
@@ -106,10 +111,18 @@ auto gather(const Tab& table, const Idx& idx) {
   return gather_node<Tab, Idx>{{}, table, idx};
 }
 
+// embedding_lookup(table, idx): gather, with a sparse-row gradient w.r.t. the table.
+template <expression Tab, expression Idx>
+auto embedding_lookup(const Tab& table, const Idx& idx) {
+  return gather_node<Tab, Idx, true>{{}, table, idx};
+}
+
 // out = zeros shaped like `like`; out[idx[i], ...] += updates[i, ...] for every position i
 // of idx, in order (a repeated index accumulates). The adjoint of gather w.r.t. its table.
-// `like` lends its dims only: its values are never read.
-template <class Upd, class Idx, class Like>
+// `like` lends its dims only: its values are never read. Sparse marks the gradient of an
+// embedding_lookup: the same values, but a train_step reads the updates and indices
+// instead (a sparse-row gradient, as TensorFlow's IndexedSlices).
+template <class Upd, class Idx, class Like, bool Sparse = false>
 struct scatter_add_node : expr_base {
   static_assert(std::is_same_v<value_t<Idx>, std::int32_t>, "gradus: scatter_add: indices must be int32");
   static_assert(rank_v<Like> >= 1, "gradus: scatter_add: the target needs rank >= 1");
@@ -121,6 +134,7 @@ struct scatter_add_node : expr_base {
   using shape_type = shape_t<Like>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = "scatter_add";
+  static constexpr bool sparse = Sparse;
   Upd updates;
   Idx idx;
   Like like;
@@ -146,6 +160,11 @@ struct scatter_add_node : expr_base {
 template <expression Upd, expression Idx, expression Like>
 auto scatter_add(const Upd& updates, const Idx& idx, const Like& like) {
   return scatter_add_node<Upd, Idx, Like>{{}, updates, idx, like};
+}
+// The same, marked as a sparse-row gradient (what embedding_lookup's rule returns).
+template <expression Upd, expression Idx, expression Like>
+auto sparse_rows(const Upd& updates, const Idx& idx, const Like& like) {
+  return scatter_add_node<Upd, Idx, Like, true>{{}, updates, idx, like};
 }
 
 }  // namespace gradus

@@ -11,7 +11,7 @@
 //   gemm     gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch)
 //   rows     softmax(in, rows, cols, out, log), softmax_xent(logits, labels, rows, cols, loss)
 //   index    one_hot(idx, n, depth, out), gather(table, rows, row_len, idx, n, out)
-//            scatter_add(g, idx, n, row_len, out, rows)
+//            scatter_add(g, idx, n, row_len, out, rows), scatter_rows(src, idx, n, row_len, out, rows)
 //   layout   permute(in, in_dims, perm, out)
 //   image    im2col(x, n, c, h, w, kh, kw, stride, pad, col), col2im(col, ..., x)
 //            pool2d(max, x, planes, h, w, kh, kw, stride, pad, y), pool2d_grad(max, x, g, ..., dx)
@@ -337,6 +337,16 @@ struct cpu_simd {
 #pragma omp parallel for schedule(static) if (par)
     for (index_t i = 0; i < n; ++i)
       std::memcpy(out + i * row_len, table + idx[i] * row_len, static_cast<std::size_t>(row_len) * sizeof(T));
+  }
+  // out[idx[i]] = src[i] for i = 0..n-1 (rows of row_len; the indices are distinct): the
+  // write-back of rows a sparse update gathered.
+  template <class T>
+  static void scatter_rows(const T* src, const std::int32_t* idx, index_t n, index_t row_len, T* out, index_t rows) {
+    check_indices("scatter_rows", "index", idx, n, rows);
+    const bool par = n * row_len >= parallel_threshold && n > 1;
+#pragma omp parallel for schedule(static) if (par)
+    for (index_t i = 0; i < n; ++i)
+      std::memcpy(out + idx[i] * row_len, src + i * row_len, static_cast<std::size_t>(row_len) * sizeof(T));
   }
   // out (rows x row_len) = 0, then out[idx[i]] += g[i] for i = 0..n-1. Each output row is
   // summed by one thread in index order, so the result is the sequential one, bit for bit,
