@@ -11,8 +11,10 @@
 //                     for "chief" (Estimator-era configs); ps and evaluator tasks are not
 //                     members of the worker world (rank -1, task_type "ps"/"evaluator").
 //   2. torchrun       RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-//                     MASTER_PORT (gradus-run sets the same). With GRADUS_ROLE=ps the
-//                     process is parameter-server task GRADUS_PS_INDEX instead.
+//                     MASTER_PORT (gradus-run sets the same). MASTER_ADDR is required when
+//                     WORLD_SIZE > 1; MASTER_PORT defaults to 29500, LOCAL_RANK to 0 and
+//                     LOCAL_WORLD_SIZE to LOCAL_RANK + 1. With GRADUS_ROLE=ps (and no RANK)
+//                     the process is parameter-server task GRADUS_PS_INDEX instead.
 //   3. Slurm          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
 //                     SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE and
 //                     SLURM_STEP_NODELIST / SLURM_JOB_NODELIST (hostlist syntax, expanded
