@@ -383,3 +383,21 @@ BOOST_AUTO_TEST_CASE(usage_errors) {
   BOOST_TEST(r.exit_code() == 127);
   BOOST_TEST(contains(r.err, "cannot start '/nonexistent/program'"));
 }
+
+BOOST_AUTO_TEST_CASE(sweep_timeout_and_interrupt) {
+  // --timeout limits each run: the sleeping one is stopped, the other succeeds.
+  auto r = run({"--sweep", "x=1,2", "--timeout", "1", "--grace", "1", child, "exit-if", "0", "0", "sleep", "20000"}, 20);
+  BOOST_TEST(r.exit_code() == 1);
+  BOOST_TEST(r.seconds < 6.0);
+  BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n0\s+1\s+ok\s)")));
+  BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n1\s+2\s+timeout\s)")));
+  // SIGINT reaches the running run; the queued ones never start.
+  scratch s;
+  r = run({"--sweep", "x=1,2,3", "--parallel", "1", child, "pidfile", s.dir.string(), "sleep", "20000"}, 20, {}, 1.0, SIGINT);
+  BOOST_TEST(r.exit_code() == 128 + SIGINT);
+  BOOST_TEST(r.seconds < 6.0);
+  BOOST_TEST(contains(r.out, "sweep of 3 runs, 3 failed"));
+  BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n2\s+3\s+not started)")));
+  BOOST_TEST(s.pids().size() == 1u);
+  for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), label << " is alive");
+}
