@@ -57,6 +57,11 @@ struct graph_stats {
   }
 };
 
+// run()'s hook type when no one listens for outputs.
+struct no_output_hook {
+  void operator()(std::size_t, void*) const {}
+};
+
 struct graph_base {
   virtual ~graph_base() = default;
   virtual const graph_stats& stats() const = 0;
@@ -68,6 +73,14 @@ class compiled_graph final : public graph_base {
   explicit compiled_graph(const std::tuple<Outs...>& outs) : outs_(outs) {
     std::apply([&](const auto&... o) { std::size_t i = 0; ((out_slots_[i++] = plan_root(o)), ...); }, outs_);
     stats_.slots = slots_.size();
+    // when each output is final: after the step that writes its slot (or before any step)
+    ready_after_.resize(steps_.size());
+    for (std::size_t i = 0; i < sizeof...(Outs); ++i) {
+      std::size_t k = steps_.size();
+      for (std::size_t j = 0; j < steps_.size(); ++j)
+        if (steps_[j].slot == out_slots_[i]) k = j;
+      (k < steps_.size() ? ready_after_[k] : ready_first_).push_back(i);
+    }
   }
   compiled_graph(const compiled_graph&) = delete;
   compiled_graph& operator=(const compiled_graph&) = delete;
@@ -80,6 +93,13 @@ class compiled_graph final : public graph_base {
 
   template <class... Feeds>
   auto run(const variable_source& vars, const Feeds&... feeds) {
+    return run_hooked(vars, no_output_hook{}, feeds...);
+  }
+
+  // run, calling on_ready(i, data) as soon as output i's value is final — while later
+  // steps are still to run (a data-parallel trainer starts reducing a gradient there).
+  template <class Hook, class... Feeds>
+  auto run_hooked(const variable_source& vars, Hook&& on_ready, const Feeds&... feeds) {
     for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
     (bind(feeds), ...);
     for (auto& p : placeholders_)
@@ -99,7 +119,15 @@ class compiled_graph final : public graph_base {
       slots_[v.slot].data = st->data;
       slots_[v.slot].d = st->d;
     }
-    for (const auto& s : steps_) s.fn(*this, s);
+    if constexpr (std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
+      for (const auto& s : steps_) s.fn(*this, s);
+    } else {
+      for (std::size_t i : ready_first_) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
+      for (std::size_t k = 0; k < steps_.size(); ++k) {
+        steps_[k].fn(*this, steps_[k]);
+        for (std::size_t i : ready_after_[k]) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
+      }
+    }
     return results(std::index_sequence_for<Outs...>{});
   }
 
@@ -128,6 +156,8 @@ class compiled_graph final : public graph_base {
 
   std::tuple<Outs...> outs_;
   std::array<int, sizeof...(Outs)> out_slots_{};
+  std::vector<std::vector<std::size_t>> ready_after_;  // per step: the outputs it finishes
+  std::vector<std::size_t> ready_first_;               // outputs no step writes (leaves)
   std::vector<slot> slots_;
   std::vector<step> steps_;
   std::vector<int> inputs_;

@@ -36,6 +36,14 @@ class session final : private variable_source {
   // (one view, or a tuple of views), valid until the next run of the same outputs.
   template <class... Args>
   auto run(const Args&... args) {
+    return run_hooked(no_output_hook{}, args...);
+  }
+
+  // run_hooked(on_ready, outputs..., feeds...): run, calling on_ready(i, data) as soon as
+  // output i is final, while the rest of the graph still runs (its device pointer; the
+  // view run returns has the same). The hook must not run this session.
+  template <class Hook, class... Args>
+  auto run_hooked(Hook&& on_ready, const Args&... args) {
     constexpr std::size_t n_out = count_outputs<Args...>();
     static_assert(n_out > 0, "gradus: session::run needs at least one output expression");
     static_assert(((is_feed_v<Args> || expression<Args>) && ...),
@@ -47,7 +55,7 @@ class session final : private variable_source {
       using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
       auto& g = graph_for<outs>(std::get<O>(all)...);
       last_ = &g;
-      return g.run(static_cast<const variable_source&>(*this), std::get<n_out + F>(all)...);
+      return g.run_hooked(static_cast<const variable_source&>(*this), on_ready, std::get<n_out + F>(all)...);
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<sizeof...(Args) - n_out>{});
   }
 

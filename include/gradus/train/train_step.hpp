@@ -72,6 +72,12 @@ auto grad_fetches(const G& g) {
 }
 }  // namespace detail
 
+// compute_gradients' hook type when no one listens.
+struct no_gradient_hook {
+  template <class B>
+  void operator()(std::size_t, const B&) const {}
+};
+
 // What the trainer sees of one gradient between compute and apply (device memory). A
 // sparse one holds `rows` rows of `row_len` values: row k belongs to row indices[k] of the
 // variable (host memory, sorted, unique); dense ones have indices == nullptr.
@@ -97,19 +103,42 @@ class train_step {
   using var_t = std::tuple_element_t<I, std::tuple<Vs...>>;
   template <std::size_t I>
   static constexpr bool sparse_v = detail::is_sparse_grad_v<std::tuple_element_t<I, grads_t>, var_t<I>>;
-  // the fetch list: each gradient, or a sparse one's (updates, indices)
+  // the fetch list: each gradient, or a sparse one's (updates, indices), the last
+  // variable's first — the executor plans outputs in order, so the last layers' gradients
+  // are final early in the backward pass (a data-parallel trainer reduces them meanwhile)
+  static constexpr std::size_t rev(std::size_t i) { return sizeof...(Vs) - 1 - i; }
   static auto make_fetches(const grads_t& g) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return std::tuple_cat(detail::grad_fetches<var_t<I>>(std::get<I>(g))...);
+      return std::tuple_cat(detail::grad_fetches<var_t<rev(I)>>(std::get<rev(I)>(g))...);
     }(std::index_sequence_for<Vs...>{});
   }
   using fetches_t = decltype(make_fetches(std::declval<const grads_t&>()));
+  // per fetch: the gradient it is (dense), or -1 (a sparse gradient's updates or indices)
+  static constexpr auto grad_of_fetch = [] {
+    std::array<int, std::tuple_size_v<fetches_t>> of{};
+    std::size_t k = 0;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      ((sparse_v<rev(I)> ? (of[k++] = -1, of[k++] = -1) : (of[k++] = static_cast<int>(rev(I)))), ...);
+    }(std::index_sequence_for<Vs...>{});
+    return of;
+  }();
+  static constexpr std::array<std::string_view, sizeof...(Vs)> names_{Vs::name.view()...};
+  static constexpr std::array<std::string_view, sizeof...(Vs)> dtypes_{dtype_name<value_t<Vs>>()...};
+  static constexpr std::array<index_t, sizeof...(Vs)> sizes_{static_dims<shape_t<Vs>>().numel()...};
+
+ public:
+  // The trained variables, in order: names, dtypes and element counts (a trainer plans its
+  // gradient buckets from these before the first step).
+  static constexpr std::size_t variable_count = sizeof...(Vs);
+  static constexpr const auto& variable_names() { return names_; }
+  static constexpr const auto& variable_dtypes() { return dtypes_; }
+  static constexpr const auto& variable_sizes() { return sizes_; }
   // where gradient I's fetches start in the fetch list
   static constexpr std::array<std::size_t, sizeof...(Vs)> fetch_at = [] {
     std::array<std::size_t, sizeof...(Vs)> at{};
     std::size_t k = 0;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
-      ((at[I] = k, k += sparse_v<I> ? 2 : 1), ...);
+      ((at[rev(I)] = k, k += sparse_v<rev(I)> ? 2 : 1), ...);
     }(std::index_sequence_for<Vs...>{});
     return at;
   }();
@@ -136,14 +165,35 @@ class train_step {
   // Forward and backward: the loss, and every gradient in gradients().
   template <class... Feeds>
   loss_type compute_gradients(const Feeds&... feeds) {
+    return compute_gradients_hooked(no_gradient_hook{}, feeds...);
+  }
+
+  // compute_gradients, calling on_ready(i, gradients()[i]) as soon as gradient i is final,
+  // while the backward pass goes on (each gradient once; sparse ones after the pass): where
+  // a data-parallel trainer starts all-reducing. The hook must not run the session.
+  template <class Hook, class... Feeds>
+  loss_type compute_gradients_hooked(Hook&& on_ready, const Feeds&... feeds) {
+    constexpr bool hooked = !std::is_same_v<std::remove_cvref_t<Hook>, no_gradient_hook>;
+    auto fetch_ready = [&](std::size_t out, void* data) {
+      if constexpr (hooked) {
+        if (out == 0 || grad_of_fetch[out - 1] < 0) return;  // the loss; a sparse gradient's parts
+        const auto i = static_cast<std::size_t>(grad_of_fetch[out - 1]);
+        buffers_[i] = {names_[i], dtypes_[i], data, sizes_[i]};
+        on_ready(i, buffers_[i]);
+      }
+    };
     std::apply(
         [&](const auto&... f) {
-          auto r = s_.run(loss_, f..., feeds...);
+          auto r = s_.run_hooked(fetch_ready, loss_, f..., feeds...);
           [&]<std::size_t... I>(std::index_sequence<I...>) { (take_gradient<I>(r), ...); }(
               std::index_sequence_for<Vs...>{});
           Backend::copy_to_host(&last_loss_, std::get<0>(r).data(), sizeof(loss_type));
         },
         fetches_);
+    if constexpr (hooked) {
+      [&]<std::size_t... I>(std::index_sequence<I...>) { (notify_if_sparse<I>(on_ready), ...); }(
+          std::index_sequence_for<Vs...>{});
+    }
     have_grads_ = true;
     return last_loss_;
   }
@@ -188,6 +238,11 @@ class train_step {
   session<Backend>& owner() const { return s_; }
 
  private:
+  template <std::size_t I, class Hook>
+  void notify_if_sparse(Hook& on_ready) {
+    if constexpr (sparse_v<I>) on_ready(I, buffers_[I]);
+  }
+
   // buffers_[I] from the run's results r (the loss first, then the fetch list).
   template <std::size_t I, class R>
   void take_gradient(R& r) {

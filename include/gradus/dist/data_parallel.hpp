@@ -1,0 +1,329 @@
+#pragma once
+// Synchronous data parallelism over any communicator policy (dist/communicator.hpp), as
+// PyTorch's DistributedDataParallel and Horovod do it:
+//
+//   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());
+//   auto step = t.minimize(loss, g::sgd{.lr = 0.05, .momentum = 0.9});
+//   for (auto [xb, yb] : data.shard(t.rank(), t.world_size()).batches(64))
+//     step.run(x = xb, y = yb);
+//
+// Each rank runs the same graph on its own shard of the batch. On the first run rank 0's
+// variables and optimizer state are broadcast, so the replicas start identical. In every
+// run the gradients are packed into buckets (25 MiB by default, in reverse order of the
+// variables: the last layers' gradients are final first) and each bucket is all-reduced
+// (averaged) on a background thread as soon as its last gradient is final — while the
+// backward pass computes the rest. Then the optimizer steps. Every rank applies the same
+// averaged gradients to the same variables, so with a deterministic communicator (the ring
+// gives every rank the same bits) the replicas stay bit-identical.
+//
+// The background thread is the only one that talks to the communicator (ZeroMQ sockets
+// belong to one thread). An error there (a dead peer) is rethrown by run(), naming what
+// the communicator named. stats() reports the time the training thread waited for the
+// collectives (a straggler's peers wait longest) and the time spent inside them.
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/dist/communicator.hpp"
+#include "gradus/train/train_step.hpp"
+
+namespace gradus::dist {
+
+struct data_parallel_options {
+  std::size_t bucket_bytes = std::size_t{25} << 20;  // as PyTorch DDP's bucket_cap_mb = 25
+  bool overlap = true;  // false: reduce every bucket after the backward pass, on the caller's thread's turn
+};
+
+// Cumulative over the runs so far.
+struct comm_stats {
+  double wait_seconds = 0;    // the training thread blocked on collectives after its backward pass
+  double reduce_seconds = 0;  // inside the communicator's collectives (background thread)
+  std::int64_t steps = 0;
+  std::int64_t collectives = 0;
+  std::int64_t bytes = 0;  // gradient bytes all-reduced by this rank
+};
+
+// One background thread running queued tasks in order. After a task throws, the rest of
+// the queue is dropped (its collectives could only fail or hang) and wait() rethrows.
+class comm_worker {
+ public:
+  comm_worker() : thread_([this] { loop(); }) {}
+  comm_worker(const comm_worker&) = delete;
+  comm_worker& operator=(const comm_worker&) = delete;
+  ~comm_worker() {
+    {
+      std::lock_guard lk(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void submit(std::function<void()> task) {
+    {
+      std::lock_guard lk(m_);
+      if (failed_) return;
+      queue_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+  // Blocks until every submitted task has run; rethrows the first failure (once).
+  void wait() {
+    std::unique_lock lk(m_);
+    idle_cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+    if (failed_) {
+      auto e = std::exchange(failed_, nullptr);
+      std::rethrow_exception(e);
+    }
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lk(m_);
+    for (;;) {
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop_
+      auto task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lk.unlock();
+      std::exception_ptr err;
+      try {
+        task();
+      } catch (...) {
+        err = std::current_exception();
+      }
+      lk.lock();
+      busy_ = false;
+      if (err && !failed_) {
+        failed_ = err;
+        queue_.clear();
+      }
+      if (queue_.empty()) idle_cv_.notify_all();
+    }
+  }
+
+  std::mutex m_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> queue_;
+  std::exception_ptr failed_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;  // last: starts after the state above exists
+};
+
+// A train_step (train/train_step.hpp) run data-parallel over a communicator.
+template <communicator Comm, class Step>
+class data_parallel_step {
+  using backend = typename std::remove_cvref_t<decltype(std::declval<Step&>().owner())>::backend_type;
+
+ public:
+  using loss_type = typename Step::loss_type;
+
+  template <class Session, class Loss, class Opt, class... Vs>
+  data_parallel_step(Comm& comm, data_parallel_options opts, Session& s, const Loss& loss, const Opt& opt,
+                     const Vs&... vs)
+      : comm_(comm), opts_(opts), step_(s, loss, opt, vs...) {
+    if (opts_.bucket_bytes == 0) throw error("gradus: data_parallel: bucket_bytes must be positive");
+    if (comm_.world_size() > 1) step_.set_sparse_as_dense(true);  // reduced densely, as Horovod's sparse_as_dense
+    plan_buckets();
+  }
+
+  // One synchronous training step on this rank's batch: the loss of that batch (before
+  // the update). The first run broadcasts rank 0's variables and optimizer state first.
+  template <class... Feeds>
+  loss_type run(const Feeds&... feeds) {
+    if (comm_.world_size() == 1) {
+      ++stats_.steps;
+      return step_.run(feeds...);
+    }
+    if (!synced_) broadcast_variables();
+    for (auto& b : buckets_) b.pending = b.members.size();
+    next_ = 0;
+    std::exception_ptr hook_error;
+    const loss_type l = step_.compute_gradients_hooked(
+        [&](std::size_t i, const gradient_buffer& g) {
+          try {
+            arrived(i, g);
+          } catch (...) {
+            if (!hook_error) hook_error = std::current_exception();
+          }
+        },
+        feeds...);
+    if (!opts_.overlap)
+      for (std::size_t b = 0; b < buckets_.size(); ++b) worker_.submit([this, b] { reduce(b); });
+    const auto t0 = std::chrono::steady_clock::now();
+    worker_.wait();  // rethrows a collective's error (a dead peer, a mismatch)
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (hook_error) std::rethrow_exception(hook_error);
+    if (next_ != buckets_.size())
+      throw error("gradus: data_parallel: only " + std::to_string(next_) + " of " + std::to_string(buckets_.size()) +
+                  " gradient buckets were filled by the backward pass");
+    // the averaged gradients back where the optimizer reads them
+    auto grads = step_.gradients();
+    for (const auto& b : buckets_)
+      for (const auto& m : b.members)
+        backend::copy_to_device(static_cast<char*>(grads[m.var].data) + 0, b.data.data() + m.offset, m.bytes);
+    step_.apply_gradients();
+    ++stats_.steps;
+    return l;
+  }
+
+  // Rank 0's variables and optimizer state to every rank (run() does it before its first
+  // step; call it again after restoring a checkpoint on rank 0 only).
+  void broadcast_variables() {
+    worker_.submit([this] { dist::broadcast_variables(comm_, step_.owner()); });
+    worker_.wait();
+    synced_ = true;
+  }
+
+  const comm_stats& stats() const { return stats_; }
+  std::size_t bucket_count() const { return buckets_.size(); }
+  Step& local_step() { return step_; }
+  Comm& communicator() { return comm_; }
+  double learning_rate() const { return step_.learning_rate(); }
+
+ private:
+  struct member {
+    std::size_t var;
+    std::size_t offset;  // bytes into the bucket
+    std::size_t bytes;
+  };
+  struct bucket {
+    std::string_view dtype;
+    std::vector<member> members;
+    std::vector<std::byte> data;  // host memory the communicator reduces in place
+    std::size_t pending = 0;
+  };
+
+  // Reverse variable order (DDP's heuristic: the backward pass finishes the last layers'
+  // gradients first), one dtype per bucket, at most bucket_bytes unless one gradient alone
+  // is larger.
+  void plan_buckets() {
+    const auto& dtypes = Step::variable_dtypes();
+    const auto& sizes = Step::variable_sizes();
+    bucket_of_.assign(Step::variable_count, 0);
+    for (std::size_t k = Step::variable_count; k-- > 0;) {
+      const std::size_t elem = dtypes[k] == std::string_view("float64") ? 8 : 4;
+      if (dtypes[k] != std::string_view("float32") && dtypes[k] != std::string_view("float64"))
+        throw error("gradus: data_parallel: variable '" + std::string(Step::variable_names()[k]) + "' has dtype " +
+                    std::string(dtypes[k]) + "; only float32 and float64 gradients are reduced");
+      const std::size_t bytes = static_cast<std::size_t>(sizes[k]) * elem;
+      if (buckets_.empty() || buckets_.back().dtype != dtypes[k] ||
+          (buckets_.back().data.size() + bytes > opts_.bucket_bytes && !buckets_.back().members.empty()))
+        buckets_.push_back({dtypes[k], {}, {}, 0});
+      auto& b = buckets_.back();
+      b.members.push_back({k, b.data.size(), bytes});
+      b.data.resize(b.data.size() + bytes);
+      bucket_of_[k] = buckets_.size() - 1;
+    }
+  }
+
+  // Gradient i is final: into its bucket; full buckets go to the background thread in
+  // bucket order (every rank issues the same collectives in the same order).
+  void arrived(std::size_t i, const gradient_buffer& g) {
+    auto& b = buckets_[bucket_of_[i]];
+    for (const auto& m : b.members)
+      if (m.var == i) {
+        if (static_cast<std::size_t>(g.size) * (b.dtype == std::string_view("float64") ? 8 : 4) != m.bytes || g.sparse())
+          throw error("gradus: data_parallel: gradient of '" + std::string(g.name) + "' is not the dense size planned");
+        backend::copy_to_host(b.data.data() + m.offset, g.data, m.bytes);
+        --b.pending;
+      }
+    while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
+      if (opts_.overlap) worker_.submit([this, k = next_] { reduce(k); });
+      ++next_;
+    }
+  }
+
+  // On the background thread.
+  void reduce(std::size_t k) {
+    auto& b = buckets_[k];
+    const auto t0 = std::chrono::steady_clock::now();
+    if (b.dtype == std::string_view("float64"))
+      comm_.allreduce_average(std::span<double>(reinterpret_cast<double*>(b.data.data()), b.data.size() / 8));
+    else
+      comm_.allreduce_average(std::span<float>(reinterpret_cast<float*>(b.data.data()), b.data.size() / 4));
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard lk(stats_m_);
+    stats_.reduce_seconds += dt;
+    ++stats_.collectives;
+    stats_.bytes += static_cast<std::int64_t>(b.data.size());
+  }
+
+  Comm& comm_;
+  data_parallel_options opts_;
+  Step step_;
+  std::vector<bucket> buckets_;
+  std::vector<std::size_t> bucket_of_;
+  std::size_t next_ = 0;
+  bool synced_ = false;
+  std::mutex stats_m_;
+  comm_stats stats_;
+  comm_worker worker_;  // last: its thread stops before the buckets it reads go away
+};
+
+// minimize(comm, session, loss, optimizer[, variables...]): a data-parallel training step.
+template <communicator Comm, class Backend, class Opt, expression Loss, class... Vs>
+auto minimize(Comm& comm, session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs) {
+  if constexpr (sizeof...(Vs) > 0) {
+    using step_t = train_step<Backend, Opt, Loss, Vs...>;
+    return data_parallel_step<Comm, step_t>(comm, data_parallel_options{}, s, loss, opt, vs...);
+  } else {
+    return [&]<class... Ws>(std::tuple<Ws...>*) {
+      static_assert(sizeof...(Ws) > 0, "gradus: minimize: the loss reads no variable");
+      using step_t = train_step<Backend, Opt, Loss, Ws...>;
+      return data_parallel_step<Comm, step_t>(comm, data_parallel_options{}, s, loss, opt, Ws{}...);
+    }(static_cast<variables_of_t<Loss>*>(nullptr));
+  }
+}
+template <communicator Comm, class Backend, class Opt, expression Loss>
+auto minimize(Comm& comm, const data_parallel_options& opts, session<Backend>& s, const Loss& loss, const Opt& opt) {
+  return [&]<class... Ws>(std::tuple<Ws...>*) {
+    static_assert(sizeof...(Ws) > 0, "gradus: minimize: the loss reads no variable");
+    using step_t = train_step<Backend, Opt, Loss, Ws...>;
+    return data_parallel_step<Comm, step_t>(comm, opts, s, loss, opt, Ws{}...);
+  }(static_cast<variables_of_t<Loss>*>(nullptr));
+}
+
+}  // namespace gradus::dist
+
+namespace gradus {
+
+// trainer<Backend, Comm>: a session and a communicator (built from the constructor's
+// arguments: a cluster spec, options, or nothing for dist::local) that make
+// data-parallel training steps.
+template <class Backend, dist::communicator Comm>
+class trainer {
+ public:
+  template <class... A>
+  explicit trainer(A&&... comm_args) : comm_(std::forward<A>(comm_args)...) {}
+  trainer(const trainer&) = delete;
+  trainer& operator=(const trainer&) = delete;
+
+  template <expression Loss, class Opt>
+  auto minimize(const Loss& loss, const Opt& opt, const dist::data_parallel_options& opts = {}) {
+    return dist::minimize(comm_, opts, s_, loss, opt);
+  }
+  ::gradus::session<Backend>& session() { return s_; }
+  Comm& communicator() { return comm_; }
+  int rank() const { return comm_.rank(); }
+  int world_size() const { return comm_.world_size(); }
+
+ private:
+  Comm comm_;
+  ::gradus::session<Backend> s_;
+};
+
+}  // namespace gradus

@@ -1,0 +1,267 @@
+#define BOOST_TEST_MODULE dist_data_parallel
+// The data-parallel step (dist/data_parallel.hpp) over a communicator of threads that
+// share memory (defined here: each rank sums every rank's buffer in rank order, so all
+// ranks get the same bits). Checked: N ranks on 1/N of a batch each train the same
+// weights as one process on the whole batch (the mean of the per-rank mean gradients is
+// the whole batch's mean gradient); rank 0's initial variables reach every rank; replicas
+// stay bit-identical; buckets (one, several, no overlap) give the same result; gradients
+// arrive during the backward pass, last layer first; a collective's error reaches run()
+// with its message and nothing hangs.
+#include <boost/test/unit_test.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/dist/data_parallel.hpp>
+#include <gradus/gradus.hpp>
+
+namespace g = gradus;
+
+namespace {
+
+// Ranks as threads meeting at a generation barrier (bounded: a timeout, then an error).
+struct board {
+  board(int n, std::chrono::milliseconds timeout) : n(n), timeout(timeout), ptr(static_cast<std::size_t>(n)) {}
+  int n;
+  std::chrono::milliseconds timeout;
+  std::mutex m;
+  std::condition_variable cv;
+  int arrived = 0;
+  long gen = 0;
+  std::vector<const void*> ptr;
+  void sync() {
+    std::unique_lock lk(m);
+    const long my = gen;
+    if (++arrived == n) {
+      arrived = 0;
+      ++gen;
+      cv.notify_all();
+    } else if (!cv.wait_for(lk, timeout, [&] { return gen != my; })) {
+      throw g::error("test board: a rank did not arrive in time");
+    }
+  }
+};
+
+struct thread_comm {
+  board* b;
+  int r;
+  int calls = 0;
+  int fail_at = -1;  // throw on this allreduce call (a "dead peer")
+  int rank() const { return r; }
+  int world_size() const { return b->n; }
+  template <class T>
+  void allreduce_average(std::span<T> x) {
+    if (calls++ == fail_at) throw g::error("test comm: allreduce failed: peer rank 1 at inproc://test is gone");
+    b->ptr[static_cast<std::size_t>(r)] = x.data();
+    b->sync();
+    std::vector<T> sum(x.size(), T(0));
+    for (int k = 0; k < b->n; ++k) {
+      const T* p = static_cast<const T*>(b->ptr[static_cast<std::size_t>(k)]);
+      for (std::size_t i = 0; i < x.size(); ++i) sum[i] += p[i];
+    }
+    b->sync();  // everyone has read every buffer
+    for (std::size_t i = 0; i < x.size(); ++i) x[i] = sum[i] / static_cast<T>(b->n);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    b->ptr[static_cast<std::size_t>(r)] = x.data();
+    b->sync();
+    if (r != root) std::memcpy(x.data(), b->ptr[static_cast<std::size_t>(root)], x.size() * sizeof(T));
+    b->sync();
+  }
+  void barrier() { b->sync(); }
+};
+static_assert(g::dist::communicator<thread_comm>);
+
+constexpr g::index_t n_in = 9, n_h = 13, n_out = 4, batch = 24;
+g::placeholder<"x", double, g::dyn, n_in> x;
+g::placeholder<"y", std::int32_t, g::dyn> y;
+
+struct mlp {
+  g::nn::dense<"fc1", n_in, n_h, double> fc1;
+  g::nn::dense<"fc2", n_h, n_out, double> fc2;
+  auto loss() const { return g::nn::softmax_cross_entropy_loss(fc2(g::tanh(fc1(x))), y); }
+  void init(g::session<g::cpu_simd>& s, std::uint64_t seed) const {
+    fc1.initialize(s, seed);
+    fc2.initialize(s, seed + 1);
+  }
+};
+
+struct data {
+  std::vector<double> xs;
+  std::vector<std::int32_t> ys;
+};
+data make_data(int steps) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd(0, 1);
+  data d;
+  d.xs.resize(static_cast<std::size_t>(steps * batch * n_in));
+  d.ys.resize(static_cast<std::size_t>(steps * batch));
+  for (auto& v : d.xs) v = nd(rng);
+  for (auto& v : d.ys) v = static_cast<std::int32_t>(rng() % n_out);
+  return d;
+}
+
+std::vector<double> weights(g::session<g::cpu_simd>& s, const mlp& m) {
+  auto [w1, b1, w2, b2] = s.run(m.fc1.w, m.fc1.b, m.fc2.w, m.fc2.b);
+  std::vector<double> r(w1.begin(), w1.end());
+  r.insert(r.end(), b1.begin(), b1.end());
+  r.insert(r.end(), w2.begin(), w2.end());
+  r.insert(r.end(), b2.begin(), b2.end());
+  return r;
+}
+
+constexpr int steps = 6;
+const g::sgd optimizer{.lr = 0.1, .momentum = 0.9};
+
+// One process, the whole batch each step.
+std::vector<double> single_process(const data& d) {
+  mlp m;
+  g::session<g::cpu_simd> s;
+  m.init(s, 11);
+  auto step = g::minimize(s, m.loss(), optimizer);
+  for (int k = 0; k < steps; ++k)
+    step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+  return weights(s, m);
+}
+
+struct rank_result {
+  std::vector<double> w;
+  std::size_t buckets = 0;
+  g::dist::comm_stats stats;
+  std::string error;
+};
+
+// `world` threads, rank r on rows [r*batch/world, (r+1)*batch/world) of each batch. Only
+// rank 0 initialises like the single process; the others start elsewhere on purpose.
+std::vector<rank_result> data_parallel(const data& d, int world, g::dist::data_parallel_options opts, int fail_at = -1) {
+  board b(world, std::chrono::milliseconds(fail_at >= 0 ? 1000 : 20000));
+  std::vector<rank_result> out(static_cast<std::size_t>(world));
+  std::vector<std::thread> ts;
+  for (int r = 0; r < world; ++r)
+    ts.emplace_back([&, r] {
+      auto& res = out[static_cast<std::size_t>(r)];
+      try {
+        thread_comm comm{&b, r};
+        if (r == 1) comm.fail_at = fail_at;
+        mlp m;
+        g::session<g::cpu_simd> s;
+        m.init(s, r == 0 ? 11 : 500 + static_cast<std::uint64_t>(r));
+        auto step = g::dist::minimize(comm, opts, s, m.loss(), optimizer);
+        res.buckets = step.bucket_count();
+        const g::index_t part = batch / world, lo = r * part;
+        for (int k = 0; k < steps; ++k)
+          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+                   y = g::view(d.ys.data() + k * batch + lo, {part}));
+        res.w = weights(s, m);
+        res.stats = step.stats();
+      } catch (const std::exception& e) {
+        res.error = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  return out;
+}
+
+void check_against_single(const std::vector<rank_result>& rs, const std::vector<double>& ref) {
+  for (const auto& r : rs) BOOST_REQUIRE_MESSAGE(r.error.empty(), r.error);
+  for (std::size_t i = 0; i < ref.size(); ++i) BOOST_TEST(rs[0].w[i] == ref[i], boost::test_tools::tolerance(1e-10));
+  for (std::size_t k = 1; k < rs.size(); ++k)
+    BOOST_TEST(std::memcmp(rs[k].w.data(), rs[0].w.data(), ref.size() * sizeof(double)) == 0,
+               "rank " << k << " differs from rank 0");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ranks_train_like_one_process_on_the_whole_batch) {
+  const auto d = make_data(steps);
+  const auto ref = single_process(d);
+  for (int world : {2, 3, 4}) {
+    BOOST_TEST_CONTEXT("world " << world) {
+      const auto rs = data_parallel(d, world, {});
+      check_against_single(rs, ref);
+      BOOST_TEST(rs[0].buckets == 1u);  // 25 MiB holds every gradient
+      BOOST_TEST(rs[0].stats.steps == steps);
+      BOOST_TEST(rs[0].stats.collectives == steps);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(buckets_and_overlap_do_not_change_the_result) {
+  const auto d = make_data(steps);
+  const auto ref = single_process(d);
+  // 200 bytes: every gradient its own bucket (the biggest, fc1/w, alone exceeds it)
+  const auto many = data_parallel(d, 2, {.bucket_bytes = 200});
+  check_against_single(many, ref);
+  BOOST_TEST(many[0].buckets == 4u);
+  BOOST_TEST(many[0].stats.collectives == 4 * steps);
+  const auto serial = data_parallel(d, 2, {.bucket_bytes = 200, .overlap = false});
+  check_against_single(serial, ref);
+  BOOST_TEST(std::memcmp(serial[0].w.data(), many[0].w.data(), ref.size() * sizeof(double)) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(gradients_arrive_during_the_backward_pass_last_layer_first) {
+  mlp m;
+  g::session<g::cpu_simd> s;
+  m.init(s, 1);
+  auto step = g::minimize(s, m.loss(), optimizer);
+  const auto d = make_data(1);
+  std::vector<std::size_t> order;
+  std::vector<double> seen_sum;
+  step.compute_gradients_hooked(
+      [&](std::size_t i, const g::gradient_buffer& gb) {
+        order.push_back(i);
+        double sum = 0;  // the value must be final when the hook runs: compare below
+        for (g::index_t k = 0; k < gb.size; ++k) sum += static_cast<const double*>(gb.data)[k];
+        seen_sum.push_back(sum);
+      },
+      x = g::view(d.xs.data(), {batch, n_in}), y = g::view(d.ys.data(), {batch}));
+  BOOST_REQUIRE_EQUAL(order.size(), 4u);  // each of fc1/w, fc1/b, fc2/w, fc2/b once
+  std::vector<std::size_t> sorted = order;
+  std::sort(sorted.begin(), sorted.end());
+  BOOST_TEST(sorted == (std::vector<std::size_t>{0, 1, 2, 3}), boost::test_tools::per_element());
+  // fc2's gradients (variables 2, 3) are final before fc1's (0, 1)
+  const auto pos = [&](std::size_t v) { return std::find(order.begin(), order.end(), v) - order.begin(); };
+  BOOST_TEST(std::max(pos(2), pos(3)) < std::min(pos(0), pos(1)));
+  auto grads = step.gradients();
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    double sum = 0;
+    for (g::index_t j = 0; j < grads[order[k]].size; ++j) sum += static_cast<const double*>(grads[order[k]].data)[j];
+    BOOST_TEST(seen_sum[k] == sum);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_collective_reaches_run_with_its_message) {
+  const auto d = make_data(steps);
+  // rank 1 fails its 3rd all-reduce; rank 0 then waits at the barrier and times out: both
+  // report, neither hangs (the board's wait is bounded)
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto rs = data_parallel(d, 2, {}, 2);
+  BOOST_TEST(rs[1].error.find("peer rank 1 at inproc://test is gone") != std::string::npos, rs[1].error);
+  BOOST_TEST(rs[0].error.find("did not arrive in time") != std::string::npos, rs[0].error);
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)));
+}
+
+BOOST_AUTO_TEST_CASE(a_world_of_one_is_the_plain_step) {
+  const auto d = make_data(steps);
+  const auto ref = single_process(d);
+  mlp m;
+  g::trainer<g::cpu_simd, g::dist::local> t;
+  m.init(t.session(), 11);
+  auto step = t.minimize(m.loss(), optimizer);
+  for (int k = 0; k < steps; ++k)
+    step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+  const auto w = weights(t.session(), m);
+  BOOST_TEST(std::memcmp(w.data(), ref.data(), ref.size() * sizeof(double)) == 0);
+}
