@@ -140,7 +140,13 @@ class zmq_ring {
       transport_ = "none";
       return;
     }
-    setup(o);
+    try {
+      setup(o);
+    } catch (...) {
+      close_sockets(0);
+      for (const auto& f : ipc_files_) ::unlink(f.c_str());
+      throw;
+    }
   }
 
   zmq_ring(const zmq_ring&) = delete;
@@ -461,7 +467,7 @@ class zmq_ring {
     items[n++] = {pull_->handle(), 0, ZMQ_POLLIN, 0};
     if (pull_mon_) items[n++] = {pull_mon_->handle(), 0, ZMQ_POLLIN, 0};
     if (push_mon_) items[n++] = {push_mon_->handle(), 0, ZMQ_POLLIN, 0};
-    if (wait_ms > 0) zmq::poll(items.data(), n, std::chrono::milliseconds(wait_ms));
+    zmq::poll(items.data(), n, std::chrono::milliseconds(wait_ms));  // also when 0: recv alone may not see new messages for ~1 ms (ZeroMQ throttles its command processing)
     auto events = [&](std::optional<zmq::socket_t>& mon, bool& gone, clock::time_point& at) {
       if (!mon) return;
       zmq::message_t ev, addr;
@@ -531,8 +537,10 @@ class zmq_ring {
                    bool block) {
     zmq::message_t head(&h, sizeof h);
     zmq::message_t body;
+    // Small payloads are copied: cheaper than tracking when ZeroMQ lets go of them.
+    constexpr std::size_t zero_copy_from = 64 << 10;
     if (!payload.empty()) {
-      if (flag_out) {
+      if (flag_out && payload.size() >= zero_copy_from) {
         auto flag = std::make_shared<detail::send_flag>();
         auto* hint = new std::shared_ptr<detail::send_flag>(flag);
         try {
@@ -600,7 +608,7 @@ inline bool zmq_pair::sent(std::uint64_t ticket) {
 }
 
 inline void zmq_pair::wait_sent(std::uint64_t ticket, clock::time_point deadline, std::string_view doing) {
-  while (true) {
+  for (int spins = 0;; ++spins) {
     ring_->prune();
     if (ticket < ring_->first_ticket_) return;
     ring_->pump(0);
@@ -608,8 +616,10 @@ inline void zmq_pair::wait_sent(std::uint64_t ticket, clock::time_point deadline
     if (clock::now() >= deadline)
       throw comm_error(ring_->prefix(doing) + ring_->peer_name(peer_) + " did not take this rank's data within " +
                        std::to_string(ring_->timeout_.count()) + " ms");
-    // Completion is set from another thread; no socket becomes readable for it.
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    // Completion is set from another thread (no socket becomes readable for it): yield a
+    // while, as it usually comes within microseconds, then sleep.
+    if (spins < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
 }
 
