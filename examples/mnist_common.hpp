@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <exception>
 #include <filesystem>
 #include <iostream>
@@ -46,6 +47,9 @@
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
+#include <gradus/backends/ring_allreduce.hpp>
+#include <gradus/dist/cluster.hpp>
+#include <gradus/dist/data_parallel.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/io/checkpoint.hpp>
 #include <gradus/util/metrics_log.hpp>
@@ -68,6 +72,9 @@ struct mnist_options {
   std::string metrics, plot, checkpoint;
   std::int64_t train_limit = 0;  // 0: all 60,000
   std::int64_t log_every = 0;    // plain progress: a line every this many steps (0: per epoch)
+  std::string comm = "local";    // local | ring
+  double comm_timeout = 30;      // seconds any one wait of a collective may last
+  std::int64_t bucket_mb = 25;   // gradient bucket size of the data-parallel step
 };
 
 inline void add_mnist_options(CLI::App& app, mnist_options& o) {
@@ -89,6 +96,34 @@ inline void add_mnist_options(CLI::App& app, mnist_options& o) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}));
   app.add_option("--log-every", o.log_every, "without a terminal: a progress line every N steps (0: one per epoch)")
       ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--comm", o.comm,
+                 "communicator: local (one process) or ring (ring all-reduce over ZeroMQ between the processes "
+                 "that gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe)")
+      ->check(CLI::IsMember({"local", "ring"}));
+  app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
+}
+
+// The communicator --comm names; for ring, the world comes from the environment
+// (cluster::from_env: TF_CONFIG, torchrun's, Slurm's, OpenMPI's variables or GRADUS_CLUSTER).
+inline g::dist::any_communicator make_communicator(const mnist_options& o) {
+  if (o.comm == "local") return {};
+  const g::cluster::spec c = g::cluster::from_env();
+  if (!c.is_worker())
+    throw g::error("gradus: --comm ring: this process is a '" + c.task_type + "' task of the " + c.source +
+                   " cluster spec, not a worker");
+  g::ring_options ro;
+  ro.rank = c.rank;
+  ro.world_size = c.world_size;
+  ro.rendezvous = c.rendezvous();
+  ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+  return g::dist::any_communicator::make<g::ring_allreduce>(ro);
+}
+
+inline g::dist::data_parallel_options data_parallel_options(const mnist_options& o) {
+  return {.bucket_bytes = static_cast<std::size_t>(o.bucket_mb) << 20, .overlap = true};
 }
 
 struct mnist_data {
@@ -143,6 +178,23 @@ int guarded(F&& f) {
   return 1;
 }
 
+// FNV-1a over every tensor of the session (variables and optimizer state, by name): data-
+// parallel replicas print it at the end, and must agree bit for bit.
+template <class Session>
+std::uint64_t session_checksum(Session& s) {
+  auto entries = s.entries();
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  std::uint64_t h = 1469598103934665603ull;
+  std::vector<unsigned char> host;
+  for (const auto& e : entries) {
+    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == std::string_view("float64") ? 8 : 4);
+    host.resize(bytes);
+    if (bytes) Session::backend_type::copy_to_host(host.data(), e.data, bytes);
+    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
+  }
+  return h;
+}
+
 // Accuracy of `logits` on the test set, in batches of 1000.
 template <class Session, class Logits, class X>
 double mnist_test_accuracy(Session& s, const Logits& logits, const X& x, const mnist_data& d) {
@@ -161,8 +213,18 @@ template <class Session, class Step, class Logits, class X, class Y>
 int train_mnist(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s, Step& step,
                 const Logits& logits, const X& x, const Y& y) {
   g::cpu_simd::set_threads(o.threads);
-  const auto batches = d.train.batch(o.batch);
-  const std::int64_t steps_per_epoch = batches.count();
+  auto& comm = step.communicator();
+  const int rank = comm.rank(), world = comm.world_size();
+  const bool chief = rank == 0;
+  // Rank r trains on examples r, r + world, ... of each epoch's shuffle (the same shuffle on
+  // every rank), in batches of --batch: the world's batch is world x --batch. Every rank
+  // takes the same number of steps: those of the smallest shard.
+  const g::index_t shard_n = d.train.size() / world;
+  const std::int64_t steps_per_epoch = (shard_n + o.batch - 1) / o.batch;
+  if (shard_n == 0)
+    throw g::error("gradus: " + example + ": " + std::to_string(d.train.size()) + " training examples for " +
+                   std::to_string(world) + " ranks");
+  const bool quiet = o.quiet || !chief;
 
   // ---- resume: the checkpoint's global step says how many epochs it holds
   int first = 0;
@@ -180,16 +242,16 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
       throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' already holds " +
                      std::to_string(first) + " epochs; ask for more with --epochs (now " + std::to_string(o.epochs) +
                      ")");
-  } else if (o.resume && !o.quiet) {
+  } else if (o.resume && !quiet) {
     std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
   }
 
   // ---- metrics CSV (appended to when resuming) and the in-memory table the plot draws
-  const std::vector<std::string> columns{"epoch",         "step",          "train_loss",
-                                         "test_accuracy", "train_seconds", "examples_per_second"};
+  const std::vector<std::string> columns{"epoch",         "step",          "train_loss",         "test_accuracy",
+                                         "train_seconds", "examples_per_second", "comm_wait_seconds"};
   std::optional<g::util::metrics_log> log;
   g::util::metrics_table history{columns, {}};
-  if (!o.metrics.empty()) {
+  if (!o.metrics.empty() && chief) {
     log = first > 0 ? g::util::metrics_log::append(o.metrics, columns, first)
                     : g::util::metrics_log::create(o.metrics, columns);
     history = log->table();
@@ -198,25 +260,34 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   g::util::progress::options popt;
   popt.every = o.log_every;
   g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr), popt);
-  double train_seconds = 0, last_loss = 0, acc = 0;
+  double train_seconds = 0, last_loss = 0, acc = 0, wait_total = 0;
   for (int e = first; e < o.epochs; ++e) {
-    if (!o.quiet) bar.start_epoch(e + 1, o.epochs, steps_per_epoch);
+    if (!quiet) bar.start_epoch(e + 1, o.epochs, steps_per_epoch);
     const auto t0 = std::chrono::steady_clock::now();
+    const double wait0 = step.stats().wait_seconds;
     double sum = 0;
-    for (auto [xb, yb] : d.train.shuffle(o.seed, static_cast<std::uint64_t>(e)).batch(o.batch)) {
+    std::int64_t k = 0;
+    for (auto [xb, yb] : d.train.shuffle(o.seed, static_cast<std::uint64_t>(e)).shard(rank, world).batch(o.batch)) {
+      if (k++ == steps_per_epoch) break;
       const double l = step.run(x = xb, y = yb);
       sum += l;
-      if (!o.quiet) bar.step(l, xb.shape.d[0]);
+      if (!quiet) bar.step(l, xb.shape.d[0] * world);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!o.quiet) bar.stop();
+    const double wait = step.stats().wait_seconds - wait0;
+    if (!quiet) bar.stop();
     train_seconds += secs;
+    wait_total += wait;
     last_loss = sum / static_cast<double>(steps_per_epoch);
+    if (world > 1 && !o.quiet)  // every rank: a straggler's peers wait longest
+      std::cerr << example << ": rank " << rank << " of " << world << ": epoch " << e + 1 << ": " << secs
+                << " s training, " << wait << " s waiting for the all-reduce\n";
+    if (!chief) continue;  // the replicas are identical: rank 0 evaluates, saves and reports
     acc = mnist_test_accuracy(s, logits, x, d);
-    if (!o.quiet) bar.end_epoch({{"test_accuracy", acc}});
+    if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
     if (!o.checkpoint.empty()) g::save_checkpoint(s, o.checkpoint);
     const std::vector<double> row{static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc,
-                                  secs, static_cast<double>(d.train.size()) / secs};
+                                  secs, static_cast<double>(d.train.size()) / secs, wait};
     if (log) {
       log->write(row);
       history = log->table();
@@ -226,7 +297,12 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     if (!o.plot.empty()) g::util::write_svg(o.plot, g::util::training_curves(history));
   }
 
-  if (o.json) {
+  if (world > 1) {  // every rank: the replicas must hold the same bits
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session_checksum(s)));
+    std::cerr << example << ": rank " << rank << " of " << world << ": replica checksum " << hex << "\n";
+  }
+  if (o.json && chief) {
     const int run = o.epochs - first;
     const nlohmann::json j = {{"example", example},
                               {"epochs", o.epochs},
@@ -239,6 +315,9 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
                               {"epoch_seconds", train_seconds / run},
                               {"examples_per_second", static_cast<double>(d.train.size()) * run / train_seconds},
                               {"final_loss", last_loss},
+                              {"world_size", world},
+                              {"comm", comm.name()},
+                              {"comm_wait_seconds", wait_total / run},
                               {"peak_rss_mb", peak_rss_mb()}};
     std::cout << j.dump() << std::endl;
   }

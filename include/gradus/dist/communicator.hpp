@@ -13,9 +13,11 @@
 // the peer and the operation; it never blocks forever.
 #include <algorithm>
 #include <concepts>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "gradus/core/error.hpp"
 
@@ -46,6 +48,59 @@ struct local {
   void barrier() {}
 };
 static_assert(communicator<local>);
+
+// A communicator chosen at run time (a program's --comm option): any policy behind one
+// virtual call per collective, so the trainer is compiled once for all of them.
+//   auto comm = dist::any_communicator::make<ring_allreduce>(options);
+class any_communicator {
+  struct iface {
+    virtual ~iface() = default;
+    virtual int rank() = 0;
+    virtual int world_size() = 0;
+    virtual const char* name() = 0;
+    virtual void allreduce_average(std::span<float>) = 0;
+    virtual void allreduce_average(std::span<double>) = 0;
+    virtual void broadcast(std::span<float>, int) = 0;
+    virtual void broadcast(std::span<double>, int) = 0;
+    virtual void barrier() = 0;
+  };
+  template <class C>
+  struct holder final : iface {
+    C c;
+    template <class... A>
+    explicit holder(A&&... a) : c(std::forward<A>(a)...) {}
+    int rank() override { return c.rank(); }
+    int world_size() override { return c.world_size(); }
+    const char* name() override { return C::name; }
+    void allreduce_average(std::span<float> x) override { c.allreduce_average(x); }
+    void allreduce_average(std::span<double> x) override { c.allreduce_average(x); }
+    void broadcast(std::span<float> x, int root) override { c.broadcast(x, root); }
+    void broadcast(std::span<double> x, int root) override { c.broadcast(x, root); }
+    void barrier() override { c.barrier(); }
+  };
+  std::unique_ptr<iface> p_;
+  explicit any_communicator(std::unique_ptr<iface> p) : p_(std::move(p)) {}
+
+ public:
+  any_communicator() : p_(std::make_unique<holder<local>>()) {}
+  template <class C, class... A>
+  static any_communicator make(A&&... args) {
+    return any_communicator(std::make_unique<holder<C>>(std::forward<A>(args)...));
+  }
+  int rank() const { return p_->rank(); }
+  int world_size() const { return p_->world_size(); }
+  const char* name() const { return p_->name(); }
+  template <class T>
+  void allreduce_average(std::span<T> x) {
+    p_->allreduce_average(x);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    p_->broadcast(x, root);
+  }
+  void barrier() { p_->barrier(); }
+};
+static_assert(communicator<any_communicator>);
 
 // Average every gradient of a train step's last compute_gradients() over the world.
 template <communicator Comm, class Step>

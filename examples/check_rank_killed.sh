@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# A rank killed mid-training: the other rank must stop with an error naming the dead peer
+# (its rank) within LIMIT seconds — not hang until the 30 s collective timeout.
+#   check_rank_killed.sh <example> <mnist dir> [LIMIT = 10]
+# Starts two ranks itself (torchrun's variables on 127.0.0.1, a free port), waits until
+# rank 0 reports training progress, SIGKILLs rank 1, and times rank 0's exit. Every wait is
+# bounded; both processes are ended by PID on the way out.
+set -u
+exe=$1 data=$2 limit=${3:-10}
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "check_rank_killed: $*" >&2; echo "--- rank 0 stderr:" >&2; cat "$work/r0.err" >&2; exit 1; }
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+    "$exe" --data "$data" --epochs 20 --threads 1 --comm ring --comm-timeout 30 --log-every 10 \
+    >"$work/r$r.out" 2>"$work/r$r.err" </dev/null &
+  pids+=($!)
+done
+
+# until rank 0 trains (at most 30 s)
+for _ in $(seq 300); do
+  grep -q "step" "$work/r0.err" 2>/dev/null && break
+  kill -0 "${pids[0]}" 2>/dev/null || fail "rank 0 exited before training"
+  sleep 0.1
+done
+grep -q "step" "$work/r0.err" || fail "rank 0 did not start training within 30 s"
+
+kill -9 "${pids[1]}"
+start=$(date +%s%3N)
+for _ in $(seq $((limit * 20))); do
+  kill -0 "${pids[0]}" 2>/dev/null || break
+  sleep 0.05
+done
+kill -0 "${pids[0]}" 2>/dev/null && fail "rank 0 still runs ${limit} s after rank 1 was killed"
+wait "${pids[0]}"
+rc=$?
+elapsed=$(( $(date +%s%3N) - start ))
+[[ $rc -ne 0 ]] || fail "rank 0 exited 0 after its peer died"
+grep -Eq "rank 1" "$work/r0.err" || fail "rank 0's error does not name rank 1"
+echo "check_rank_killed: rank 0 exited $rc ${elapsed} ms after rank 1 was killed:"
+grep -E "rank 1" "$work/r0.err" | tail -2
