@@ -75,6 +75,7 @@ struct mnist_options {
   std::string comm = "local";    // local | ring
   double comm_timeout = 30;      // seconds any one wait of a collective may last
   std::int64_t bucket_mb = 25;   // gradient bucket size of the data-parallel step
+  std::string transport = "auto";  // the ring's data path: auto | tcp | ipc
 };
 
 inline void add_mnist_options(CLI::App& app, mnist_options& o) {
@@ -102,6 +103,9 @@ inline void add_mnist_options(CLI::App& app, mnist_options& o) {
       ->check(CLI::IsMember({"local", "ring"}));
   app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
       ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--comm-transport", o.transport,
+                 "the ring's data path: tcp, ipc (one host), or auto (ipc when every rank is on this host)")
+      ->check(CLI::IsMember({"auto", "tcp", "ipc"}));
   app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
 }
@@ -119,6 +123,7 @@ inline g::dist::any_communicator make_communicator(const mnist_options& o) {
   ro.world_size = c.world_size;
   ro.rendezvous = c.rendezvous();
   ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+  ro.transport = o.transport;
   return g::dist::any_communicator::make<g::ring_allreduce>(ro);
 }
 

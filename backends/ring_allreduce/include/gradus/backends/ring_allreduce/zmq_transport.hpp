@@ -66,6 +66,32 @@ inline std::string hostname() {
   return std::string(buf.data());
 }
 
+// The local address this host uses to reach `host` (the source address of its route: a
+// UDP socket is "connected", which sends nothing, and asked for its name); empty when
+// there is no route. A rank advertises it, not its host name, which other hosts (or
+// network namespaces, whose host name is the host's) may not resolve to this interface.
+inline std::string route_source_address(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return {};
+  std::string out;
+  const int fd = ::socket(res->ai_family, SOCK_DGRAM, 0);
+  if (fd >= 0) {
+    sockaddr_storage me{};
+    socklen_t len = sizeof me;
+    if (::connect(fd, res->ai_addr, res->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0) {
+      std::array<char, NI_MAXHOST> buf{};
+      if (::getnameinfo(reinterpret_cast<sockaddr*>(&me), len, buf.data(), buf.size(), nullptr, 0, NI_NUMERICHOST) == 0)
+        out = buf.data();
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
 inline std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
@@ -228,6 +254,7 @@ class zmq_ring {
     s.set(zmq::sockopt::heartbeat_ivl, 1000);
     s.set(zmq::sockopt::heartbeat_timeout, 3000);
     s.set(zmq::sockopt::heartbeat_ttl, 6000);
+    if (std::getenv("XBUF")) { s.set(zmq::sockopt::sndbuf, std::atoi(std::getenv("XBUF"))); s.set(zmq::sockopt::rcvbuf, std::atoi(std::getenv("XBUF"))); }
     return s;
   }
 
@@ -286,10 +313,13 @@ class zmq_ring {
             host = "127.0.0.1";
           }
         }
-        if (host.empty()) {  // every interface, advertised under this host's name
+        if (host.empty()) {  // every interface, advertised as the address that routes to rank 0
           pull_->bind("tcp://*:*");
           const std::string ep = pull_->get(zmq::sockopt::last_endpoint);
-          mine.push_back("tcp://" + detail::hostname() + ep.substr(ep.rfind(':')));
+          std::string me = scheme == "tcp" ? detail::route_source_address(detail::tcp_host_of(rdv)) : std::string();
+          if (me.empty()) me = detail::hostname();
+          else if (me.find(':') != std::string::npos) me = "[" + me + "]";
+          mine.push_back("tcp://" + me + ep.substr(ep.rfind(':')));
         } else {
           const bool v6 = host.find(':') != std::string::npos;
           if (v6) pull_->set(zmq::sockopt::ipv6, 1);
