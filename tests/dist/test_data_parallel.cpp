@@ -6,7 +6,8 @@
 // the whole batch's mean gradient); rank 0's initial variables reach every rank; replicas
 // stay bit-identical; buckets (one, several, no overlap) give the same result; gradients
 // arrive during the backward pass, last layer first; a collective's error reaches run()
-// with its message and nothing hangs.
+// with its message and nothing hangs; a parameter-server policy (a fake in-memory BSP
+// server with SGD) trains through the same step and matches the single process too.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -15,10 +16,12 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <mutex>
 #include <random>
 #include <span>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -61,7 +64,7 @@ struct thread_comm {
   int rank() const { return r; }
   int world_size() const { return b->n; }
   template <class T>
-  void allreduce_average(std::span<T> x) {
+  void allreduce_sum(std::span<T> x) {
     if (calls++ == fail_at) throw g::error("test comm: allreduce failed: peer rank 1 at inproc://test is gone");
     b->ptr[static_cast<std::size_t>(r)] = x.data();
     b->sync();
@@ -71,7 +74,12 @@ struct thread_comm {
       for (std::size_t i = 0; i < x.size(); ++i) sum[i] += p[i];
     }
     b->sync();  // everyone has read every buffer
-    for (std::size_t i = 0; i < x.size(); ++i) x[i] = sum[i] / static_cast<T>(b->n);
+    std::copy(sum.begin(), sum.end(), x.begin());
+  }
+  template <class T>
+  void allreduce_average(std::span<T> x) {
+    allreduce_sum(x);
+    for (auto& v : x) v /= static_cast<T>(b->n);
   }
   template <class T>
   void broadcast(std::span<T> x, int root) {
@@ -264,4 +272,120 @@ BOOST_AUTO_TEST_CASE(a_world_of_one_is_the_plain_step) {
     step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
   const auto w = weights(t.session(), m);
   BOOST_TEST(std::memcmp(w.data(), ref.data(), ref.size() * sizeof(double)) == 0);
+}
+
+// ---- a parameter server behind the same step ---------------------------------------------
+namespace {
+
+// BSP with plain SGD at the server, in memory: rank 0's offered values are kept;
+// a step's pushes are summed; when every worker has ended the step the server applies
+// w -= lr * sum / workers; pull waits (bounded) until the server has applied this worker's
+// last step.
+struct fake_server {
+  explicit fake_server(int n, double lr) : n(n), lr(lr) {}
+  int n;
+  double lr;
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::string, std::vector<double>, std::less<>> w, sum;
+  int done = 0;
+  long applied = 0;  // steps applied
+};
+
+struct ps_comm {
+  fake_server* srv;
+  int r;
+  long steps = 0;
+  int rank() const { return r; }
+  int world_size() const { return srv->n; }
+  template <class T>
+  void allreduce_sum(std::span<T>) {}
+  template <class T>
+  void allreduce_average(std::span<T>) {}
+  template <class T>
+  void broadcast(std::span<T>, int) {}
+  void barrier() {}
+  void initialize(std::string_view key, std::span<const double> v) {
+    if (r != 0) return;  // rank 0's values (a real server: the first offer)
+    std::lock_guard lk(srv->m);
+    srv->w.try_emplace(std::string(key), v.begin(), v.end());
+    srv->cv.notify_all();
+  }
+  void initialize(std::string_view, std::span<const float>) { throw g::error("fake_server: double only"); }
+  void push(std::string_view key, std::span<const double> gr) {
+    std::lock_guard lk(srv->m);
+    auto& acc = srv->sum[std::string(key)];
+    acc.resize(gr.size(), 0.0);
+    for (std::size_t i = 0; i < gr.size(); ++i) acc[i] += gr[i];
+  }
+  void push(std::string_view, std::span<const float>) { throw g::error("fake_server: double only"); }
+  void step_done() {
+    std::lock_guard lk(srv->m);
+    ++steps;
+    if (++srv->done == srv->n) {
+      for (auto& [key, acc] : srv->sum) {
+        auto& wv = srv->w.at(key);
+        for (std::size_t i = 0; i < wv.size(); ++i) wv[i] -= srv->lr * (acc[i] / srv->n);
+        std::fill(acc.begin(), acc.end(), 0.0);
+      }
+      srv->done = 0;
+      ++srv->applied;
+      srv->cv.notify_all();
+    }
+  }
+  void pull(std::string_view key, std::span<double> out) {
+    std::unique_lock lk(srv->m);
+    if (!srv->cv.wait_for(lk, std::chrono::seconds(20),
+                          [&] { return srv->applied >= steps && srv->w.find(key) != srv->w.end(); }))
+      throw g::error("fake_server: pull timed out");
+    const auto& wv = srv->w.at(std::string(key));
+    std::copy(wv.begin(), wv.end(), out.begin());
+  }
+  void pull(std::string_view, std::span<float>) { throw g::error("fake_server: double only"); }
+};
+static_assert(g::dist::parameter_server_policy<ps_comm>);
+static_assert(!g::dist::parameter_server_policy<thread_comm>);
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_parameter_server_policy_trains_through_the_same_step) {
+  const auto d = make_data(steps);
+  // the reference: one process, whole batches, plain SGD (what the fake server applies)
+  std::vector<double> ref;
+  {
+    mlp m;
+    g::session<g::cpu_simd> s;
+    m.init(s, 11);
+    auto step = g::minimize(s, m.loss(), g::sgd{.lr = 0.1});
+    for (int k = 0; k < steps; ++k)
+      step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+    ref = weights(s, m);
+  }
+  constexpr int world = 2;
+  fake_server srv(world, 0.1);
+  std::vector<rank_result> out(world);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < world; ++r)
+    ts.emplace_back([&, r] {
+      auto& res = out[static_cast<std::size_t>(r)];
+      try {
+        ps_comm comm{&srv, r};
+        mlp m;
+        g::session<g::cpu_simd> s;
+        m.init(s, r == 0 ? 11 : 77);  // the server keeps rank 0's
+        auto step = g::dist::minimize(comm, s, m.loss(), g::sgd{.lr = 0.1});
+        const g::index_t part = batch / world, lo = r * part;
+        for (int k = 0; k < steps; ++k)
+          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+                   y = g::view(d.ys.data() + k * batch + lo, {part}));
+        res.w = weights(s, m);
+        res.stats = step.stats();
+        if (s.global_step() != steps) throw g::error("global step " + std::to_string(s.global_step()));
+      } catch (const std::exception& e) {
+        res.error = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  check_against_single(out, ref);
+  BOOST_TEST(out[0].stats.steps == steps);
 }

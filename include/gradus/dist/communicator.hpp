@@ -8,7 +8,8 @@
 //   g::dist::reduce_gradients(comm, step);   // average every gradient over the world
 //   step.apply_gradients();
 //
-// allreduce_average / broadcast work in place on host-visible buffers of float or double;
+// (dist::data_parallel_step does this with buckets on a background thread.)
+// allreduce_sum / allreduce_average / broadcast work in place on host-visible buffers of float or double;
 // any length, including 0. A policy that cannot finish (a dead peer) throws an error naming
 // the peer and the operation; it never blocks forever.
 #include <algorithm>
@@ -27,6 +28,8 @@ template <class C>
 concept communicator = requires(C& c, std::span<float> f, std::span<double> d) {
   { c.rank() } -> std::convertible_to<int>;
   { c.world_size() } -> std::convertible_to<int>;
+  c.allreduce_sum(f);
+  c.allreduce_sum(d);
   c.allreduce_average(f);
   c.allreduce_average(d);
   c.broadcast(f, 0);
@@ -34,11 +37,35 @@ concept communicator = requires(C& c, std::span<float> f, std::span<double> d) {
   c.barrier();
 };
 
+// A communicator that holds the variables itself — a parameter server (the policy of the
+// next issue: sharded servers, BSP / bounded-staleness / asynchronous modes). The
+// data-parallel step (data_parallel.hpp) sees it and, instead of averaging the gradients
+// and applying them locally, pushes each gradient under its variable's name as soon as it
+// is final, ends its step, and pulls every variable back; the server's optimizer applies
+// the updates. `initialize` offers a variable's first value (the server keeps the first it
+// gets: rank 0's). When and what `pull` waits for is the mode: BSP waits for every
+// worker's push of this step, bounded staleness for all but the last few steps, async for
+// nothing. The collectives above stay available (barrier, broadcast of other state).
+template <class C>
+concept parameter_server_policy =
+    communicator<C> && requires(C& c, std::string_view key, std::span<const float> gf, std::span<float> wf,
+                                std::span<const double> gd, std::span<double> wd) {
+      c.initialize(key, gf);
+      c.initialize(key, gd);
+      c.push(key, gf);
+      c.push(key, gd);
+      c.step_done();
+      c.pull(key, wf);
+      c.pull(key, wd);
+    };
+
 // A world of one: every collective is the identity.
 struct local {
   static constexpr const char* name = "local";
   int rank() const { return 0; }
   int world_size() const { return 1; }
+  template <class T>
+  void allreduce_sum(std::span<T>) {}
   template <class T>
   void allreduce_average(std::span<T>) {}
   template <class T>
@@ -58,6 +85,8 @@ class any_communicator {
     virtual int rank() = 0;
     virtual int world_size() = 0;
     virtual const char* name() = 0;
+    virtual void allreduce_sum(std::span<float>) = 0;
+    virtual void allreduce_sum(std::span<double>) = 0;
     virtual void allreduce_average(std::span<float>) = 0;
     virtual void allreduce_average(std::span<double>) = 0;
     virtual void broadcast(std::span<float>, int) = 0;
@@ -72,6 +101,8 @@ class any_communicator {
     int rank() override { return c.rank(); }
     int world_size() override { return c.world_size(); }
     const char* name() override { return C::name; }
+    void allreduce_sum(std::span<float> x) override { c.allreduce_sum(x); }
+    void allreduce_sum(std::span<double> x) override { c.allreduce_sum(x); }
     void allreduce_average(std::span<float> x) override { c.allreduce_average(x); }
     void allreduce_average(std::span<double> x) override { c.allreduce_average(x); }
     void broadcast(std::span<float> x, int root) override { c.broadcast(x, root); }
@@ -90,6 +121,10 @@ class any_communicator {
   int rank() const { return p_->rank(); }
   int world_size() const { return p_->world_size(); }
   const char* name() const { return p_->name(); }
+  template <class T>
+  void allreduce_sum(std::span<T> x) {
+    p_->allreduce_sum(x);
+  }
   template <class T>
   void allreduce_average(std::span<T> x) {
     p_->allreduce_average(x);

@@ -20,6 +20,7 @@
 // belong to one thread). An error there (a dead peer) is rethrown by run(), naming what
 // the communicator named. stats() reports the time the training thread waited for the
 // collectives (a straggler's peers wait longest) and the time spent inside them.
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -144,6 +145,7 @@ class data_parallel_step {
   // the update). The first run broadcasts rank 0's variables and optimizer state first.
   template <class... Feeds>
   loss_type run(const Feeds&... feeds) {
+    if constexpr (parameter_server_policy<Comm>) return run_with_server(feeds...);
     if (comm_.world_size() == 1) {
       ++stats_.steps;
       return step_.run(feeds...);
@@ -188,6 +190,44 @@ class data_parallel_step {
     synced_ = true;
   }
 
+  // A parameter server keeps the variables: push each gradient as it is final, end the
+  // step, pull every variable back (the server's optimizer has applied the updates).
+  template <class... Feeds>
+  loss_type run_with_server(const Feeds&... feeds) {
+    auto& s = step_.owner();
+    const auto& names = Step::variable_names();
+    if (!synced_) {  // offer this rank's first values (the server keeps rank 0's), then pull
+      locate_storage();
+      for (std::size_t i = 0; i < Step::variable_count; ++i) {
+        backend::copy_to_host(host_[i].data(), storage_[i], host_[i].size());
+        worker_.submit([this, i, key = names[i]] { with_span(i, [&](auto sp) { comm_.initialize(key, as_const(sp)); }); });
+      }
+      pull_all();
+      synced_ = true;
+    }
+    std::exception_ptr hook_error;
+    const loss_type l = step_.compute_gradients_hooked(
+        [&](std::size_t i, const gradient_buffer& g) {
+          try {
+            if (g.sparse()) throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a parameter server");
+            backend::copy_to_host(grad_host_[i].data(), g.data, grad_host_[i].size());
+            worker_.submit([this, i, key = names[i]] { with_grad_span(i, [&](auto sp) { comm_.push(key, as_const(sp)); }); });
+          } catch (...) {
+            if (!hook_error) hook_error = std::current_exception();
+          }
+        },
+        feeds...);
+    if (hook_error) {
+      worker_.wait();
+      std::rethrow_exception(hook_error);
+    }
+    worker_.submit([this] { comm_.step_done(); });
+    pull_all();
+    s.set_global_step(s.global_step() + 1);
+    ++stats_.steps;
+    return l;
+  }
+
   const comm_stats& stats() const { return stats_; }
   std::size_t bucket_count() const { return buckets_.size(); }
   Step& local_step() { return step_; }
@@ -206,6 +246,49 @@ class data_parallel_step {
     std::vector<std::byte> data;  // host memory the communicator reduces in place
     std::size_t pending = 0;
   };
+
+  template <class T>
+  static std::span<const T> as_const(std::span<T> x) {
+    return {x.data(), x.size()};
+  }
+  // f(span of the host copy of variable i / of its gradient), typed by the variable's dtype
+  template <class F>
+  void with_span(std::size_t i, F&& f) {
+    typed_at(i, host_[i], f);
+  }
+  template <class F>
+  void with_grad_span(std::size_t i, F&& f) {
+    typed_at(i, grad_host_[i], f);
+  }
+  template <class F>
+  void typed_at(std::size_t i, std::vector<std::byte>& b, F& f) {
+    if (Step::variable_dtypes()[i] == std::string_view("float64"))
+      f(std::span<double>(reinterpret_cast<double*>(b.data()), b.size() / 8));
+    else
+      f(std::span<float>(reinterpret_cast<float*>(b.data()), b.size() / 4));
+  }
+  void locate_storage() {
+    auto entries = step_.owner().entries();
+    const auto& names = Step::variable_names();
+    for (std::size_t i = 0; i < Step::variable_count; ++i) {
+      for (const auto& e : entries)
+        if (e.name == names[i]) storage_[i] = e.data;
+      const std::size_t bytes = static_cast<std::size_t>(Step::variable_sizes()[i]) *
+                                (Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4);
+      host_[i].resize(bytes);
+      grad_host_[i].resize(bytes);
+    }
+  }
+  void pull_all() {
+    const auto& names = Step::variable_names();
+    for (std::size_t i = 0; i < Step::variable_count; ++i)
+      worker_.submit([this, i, key = names[i]] { with_span(i, [&](auto sp) { comm_.pull(key, sp); }); });
+    const auto t0 = std::chrono::steady_clock::now();
+    worker_.wait();
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (std::size_t i = 0; i < Step::variable_count; ++i)
+      backend::copy_to_device(storage_[i], host_[i].data(), host_[i].size());
+  }
 
   // Reverse variable order (DDP's heuristic: the backward pass finishes the last layers'
   // gradients first), one dtype per bucket, at most bucket_bytes unless one gradient alone
@@ -267,6 +350,9 @@ class data_parallel_step {
   Step step_;
   std::vector<bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
+  // parameter-server mode: each variable's storage, its host copy and its gradient's
+  std::array<void*, Step::variable_count> storage_{};
+  std::array<std::vector<std::byte>, Step::variable_count> host_{}, grad_host_{};
   std::size_t next_ = 0;
   bool synced_ = false;
   std::mutex stats_m_;
