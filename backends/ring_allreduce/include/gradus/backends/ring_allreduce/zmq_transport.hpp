@@ -254,7 +254,6 @@ class zmq_ring {
     s.set(zmq::sockopt::heartbeat_ivl, 1000);
     s.set(zmq::sockopt::heartbeat_timeout, 3000);
     s.set(zmq::sockopt::heartbeat_ttl, 6000);
-    if (std::getenv("XBUF")) { s.set(zmq::sockopt::sndbuf, std::atoi(std::getenv("XBUF"))); s.set(zmq::sockopt::rcvbuf, std::atoi(std::getenv("XBUF"))); }
     return s;
   }
 
