@@ -13,6 +13,9 @@
 // header of the first message each receives. After a comm_error the communicator is
 // unusable: destroy it (before freeing the buffers of the failed collective, which ZeroMQ
 // may still be sending from).
+//
+// One thread at a time: a communicator may move between threads (a trainer's background
+// all-reduce thread), but two collectives must never run on it at once.
 #include <algorithm>
 #include <concepts>
 #include <cstring>

@@ -24,7 +24,8 @@ struct ring_options {
   std::string transport = "auto";
   // The interface a tcp data socket binds (an ephemeral port). Default: rank 0 binds the
   // rendezvous' host; the others bind 127.0.0.1 when that host is a loopback address, else
-  // every interface, advertising this host's name.
+  // every interface, advertising the local address that routes to rank 0 (or, without a
+  // route, this host's name).
   std::string bind_host;
   // The longest any one wait may last (rendezvous, a message from a peer, a send to
   // complete). A dead peer whose connection drops is noticed within a few seconds instead.
