@@ -159,8 +159,7 @@ class ring_allreduce {
   // all-gather copies the owner's bits to everyone. Same world size, same inputs: the
   // same bits on every rank and in every run, whatever the timing.
   //
-  // Each chunk travels as segments (segment_bytes at most, at least 4 per chunk unless they
-  // would be under 256 KiB). Steps are pipelined per segment: as
+  // Each chunk travels as segments of segment_bytes. Steps are pipelined per segment: as
   // soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
   // s+1, while later segments are still arriving, so sending, receiving and reducing
   // overlap and up to a whole chunk is in flight.
@@ -175,13 +174,10 @@ class ring_allreduce {
   void allreduce_ring(std::span<T> x, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t n = x.size(), base = n / N, rem = n % N;
-    // Segments of at most segment_bytes, and at least 4 per chunk down to 256 KiB, so that
-    // the pipeline has several in flight when a chunk is large. Smaller segments cost more
-    // than they overlap: each message is a few thread wake-ups in ZeroMQ (measured on 2
-    // cores: a 16 KiB floor made 256 KiB all-reduces 2.5-4.6x slower).
-    const std::size_t most = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));
-    const std::size_t quarter = (base + (rem ? 1 : 0) + 3) / 4;
-    const std::size_t seg = std::min(most, std::max(quarter, (std::size_t{256} << 10) / sizeof(T)));
+    // Segments of segment_bytes: a larger chunk streams as several. Splitting smaller chunks
+    // further (at least 4 segments, down to 64 or 256 KiB) measured slower on 2 cores: each
+    // message costs a few thread wake-ups in ZeroMQ (benchmarks/README.md).
+    const std::size_t seg = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));
     auto mod = [N](int a) { return ((a % N) + N) % N; };
     auto chunk_begin = [&](int c) { return static_cast<std::size_t>(c) * base + std::min<std::size_t>(c, rem); };
     auto chunk_size = [&](int c) { return base + (static_cast<std::size_t>(c) < rem ? 1 : 0); };
