@@ -119,12 +119,9 @@ inline g::dist::any_communicator make_communicator(const mnist_options& o) {
     throw g::error("gradus: --comm ring: this process is a '" + c.task_type + "' task of the " + c.source +
                    " cluster spec, not a worker");
   g::ring_options ro;
-  ro.rank = c.rank;
-  ro.world_size = c.world_size;
-  ro.rendezvous = c.rendezvous();
   ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
   ro.transport = o.transport;
-  return g::dist::any_communicator::make<g::ring_allreduce>(ro);
+  return g::dist::any_communicator::make<g::ring_allreduce>(c, ro);
 }
 
 inline g::dist::data_parallel_options data_parallel_options(const mnist_options& o) {

@@ -17,6 +17,9 @@
 #include <cstring>
 #include <exception>
 #include <map>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <mutex>
 #include <random>
 #include <span>
@@ -26,6 +29,8 @@
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
+#include <gradus/backends/ring_allreduce.hpp>
+#include <gradus/dist/cluster.hpp>
 #include <gradus/dist/data_parallel.hpp>
 #include <gradus/gradus.hpp>
 
@@ -388,4 +393,56 @@ BOOST_AUTO_TEST_CASE(a_parameter_server_policy_trains_through_the_same_step) {
   for (auto& t : ts) t.join();
   check_against_single(out, ref);
   BOOST_TEST(out[0].stats.steps == steps);
+}
+
+// ---- the design's program: trainer<cpu_simd, ring_allreduce> from a cluster spec ----------
+namespace {
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw g::error("test: no free loopback port");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(trainer_over_the_ring_from_torchrun_variables) {
+  const auto d = make_data(steps);
+  const auto ref = single_process(d);
+  constexpr int world = 2;
+  const std::string port = std::to_string(free_loopback_port());
+  std::vector<rank_result> out(world);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < world; ++r)
+    ts.emplace_back([&, r] {
+      auto& res = out[static_cast<std::size_t>(r)];
+      try {
+        const auto spec = g::cluster::from_env(std::map<std::string, std::string>{
+            {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+        g::ring_options base;
+        base.timeout = std::chrono::seconds(20);
+        g::trainer<g::cpu_simd, g::ring_allreduce> t(spec, base);
+        if (t.rank() != r || t.world_size() != world) throw g::error("trainer: wrong rank or world");
+        mlp m;
+        m.init(t.session(), r == 0 ? 11 : 900);
+        auto step = t.minimize(m.loss(), optimizer);
+        const g::index_t part = batch / world, lo = r * part;
+        for (int k = 0; k < steps; ++k)
+          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+                   y = g::view(d.ys.data() + k * batch + lo, {part}));
+        res.w = weights(t.session(), m);
+        res.stats = step.stats();
+      } catch (const std::exception& e) {
+        res.error = e.what();
+      }
+    });
+  for (auto& t : ts) t.join();
+  check_against_single(out, ref);
+  BOOST_TEST(out[0].stats.collectives == steps);
 }

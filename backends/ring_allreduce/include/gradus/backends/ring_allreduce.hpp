@@ -66,6 +66,17 @@ class ring_allreduce {
       run(fp, [&] { token_ring(fp); });
     }
   }
+  // From a cluster spec (gradus::cluster::from_env(): TF_CONFIG, torchrun, Slurm, OpenMPI,
+  // GRADUS_CLUSTER): its rank, world size and rendezvous; the rest from `base`.
+  //   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());
+  template <class Spec>
+    requires requires(const Spec& c) {
+      { c.rank } -> std::convertible_to<int>;
+      { c.world_size } -> std::convertible_to<int>;
+      { c.rendezvous() } -> std::convertible_to<std::string>;
+    }
+  explicit ring_allreduce(const Spec& cluster, ring_options base = {})
+      : ring_allreduce(with_cluster(cluster, std::move(base))) {}
   ring_allreduce(const ring_allreduce&) = delete;
   ring_allreduce& operator=(const ring_allreduce&) = delete;
   ~ring_allreduce() = default;
@@ -106,6 +117,16 @@ class ring_allreduce {
   }
 
  private:
+  template <class Spec>
+  static ring_options with_cluster(const Spec& c, ring_options o) {
+    if (c.rank < 0)
+      throw error("gradus: ring_allreduce: this process is not a worker of its cluster spec (rank " +
+                  std::to_string(c.rank) + ")");
+    o.rank = c.rank;
+    o.world_size = c.world_size;
+    o.rendezvous = c.rendezvous();
+    return o;
+  }
   ring::fingerprint next(ring::op_code op, ring::dtype_code dt, std::size_t count, int root) {
     return ring::fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
   }
