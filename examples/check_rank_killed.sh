@@ -10,7 +10,11 @@ exe=$1 data=$2 limit=${3:-10}
 work=$(mktemp -d)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do
+    kill -9 "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+    rm -f /tmp/gradus-ring-"$p"-*  # the ipc socket a killed rank could not remove
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
