@@ -166,7 +166,12 @@ class data_parallel_step {
     if (!opts_.overlap)
       for (std::size_t b = 0; b < buckets_.size(); ++b) worker_.submit([this, b] { reduce(b); });
     const auto t0 = std::chrono::steady_clock::now();
-    worker_.wait();  // rethrows a collective's error (a dead peer, a mismatch)
+    try {
+      worker_.wait();  // rethrows a collective's error (a dead peer, a mismatch)
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (hook_error) std::rethrow_exception(hook_error);
     if (next_ != buckets_.size())
@@ -226,6 +231,15 @@ class data_parallel_step {
     s.set_global_step(s.global_step() + 1);
     ++stats_.steps;
     return l;
+  }
+
+  data_parallel_step(const data_parallel_step&) = delete;
+  data_parallel_step& operator=(const data_parallel_step&) = delete;
+  // After a failed collective the communicator may still be sending from the buckets
+  // (zero-copy), and it may outlive this step: their memory is then left allocated.
+  ~data_parallel_step() {
+    if (failed_)
+      for (auto& b : buckets_) new std::vector<std::byte>(std::move(b.data));  // NOLINT: deliberately never freed
   }
 
   const comm_stats& stats() const { return stats_; }
@@ -355,6 +369,7 @@ class data_parallel_step {
   std::array<std::vector<std::byte>, Step::variable_count> host_{}, grad_host_{};
   std::size_t next_ = 0;
   bool synced_ = false;
+  bool failed_ = false;
   std::mutex stats_m_;
   comm_stats stats_;
   comm_worker worker_;  // last: its thread stops before the buckets it reads go away
