@@ -27,12 +27,13 @@ trap cleanup EXIT
 fail() { echo "check_netns: $*" >&2; for f in "$work"/*.err; do [[ -f $f ]] && { echo "--- $f" >&2; tail -5 "$f" >&2; }; done; exit 1; }
 
 ip netns add "$br" 2>/dev/null || { echo "check_netns: cannot create a network namespace"; exit 77; }
-ip -n "$br" link add br0 type bridge || fail "no bridge"
+skip() { echo "check_netns: $* (skipped)"; exit 77; }
+ip -n "$br" link add br0 type bridge || skip "this kernel makes no bridge devices"
 ip -n "$br" link set br0 up
 for ((r = 0; r < np; ++r)); do
   ns="${tag}n$r"
   ip netns add "$ns" || fail "ip netns add $ns"
-  ip link add "${tag}h$r" netns "$ns" type veth peer name "p$r" netns "$br" || fail "veth $r"
+  ip link add "${tag}h$r" netns "$ns" type veth peer name "p$r" netns "$br" || skip "this kernel makes no veth pairs"
   ip -n "$ns" link set lo up
   ip -n "$ns" link set "${tag}h$r" name eth0
   ip -n "$ns" addr add "10.77.$net.$((r + 1))/24" dev eth0
@@ -75,7 +76,8 @@ run() {
 
 run plain
 # every rank's link limited to 200 Mbit/s by a token bucket (queueing delay up to 20 ms)
+shaped=1
 for ((r = 0; r < np; ++r)); do
-  ip netns exec "${tag}n$r" tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 20ms || fail "tc tbf"
+  ip netns exec "${tag}n$r" tc qdisc add dev eth0 root tbf rate 200mbit burst 64kb latency 20ms || shaped=0
 done
-run shaped
+if ((shaped)); then run shaped; else echo "check_netns: no tc tbf here: the shaped run is left out"; fi
