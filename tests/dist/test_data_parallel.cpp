@@ -156,35 +156,43 @@ struct rank_result {
   std::string error;
 };
 
-// `world` threads, rank r on rows [r*batch/world, (r+1)*batch/world) of each batch. Only
-// rank 0 initialises like the single process; the others start elsewhere on purpose.
-std::vector<rank_result> data_parallel(const data& d, int world, g::dist::data_parallel_options opts, int fail_at = -1) {
-  board b(world, std::chrono::milliseconds(fail_at >= 0 ? 1000 : 20000));
+// Runs body(r, result of rank r) on `world` threads; an exception becomes the rank's error.
+template <class Body>
+std::vector<rank_result> on_ranks(int world, Body body) {
   std::vector<rank_result> out(static_cast<std::size_t>(world));
   std::vector<std::thread> ts;
   for (int r = 0; r < world; ++r)
     ts.emplace_back([&, r] {
       auto& res = out[static_cast<std::size_t>(r)];
       try {
-        thread_comm comm{&b, r};
-        if (r == 1) comm.fail_at = fail_at;
-        mlp m;
-        g::session<g::cpu_simd> s;
-        m.init(s, r == 0 ? 11 : 500 + static_cast<std::uint64_t>(r));
-        auto step = g::dist::minimize(comm, opts, s, m.loss(), optimizer);
-        res.buckets = step.bucket_count();
-        const g::index_t part = batch / world, lo = r * part;
-        for (int k = 0; k < steps; ++k)
-          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
-                   y = g::view(d.ys.data() + k * batch + lo, {part}));
-        res.w = weights(s, m);
-        res.stats = step.stats();
+        body(r, res);
       } catch (const std::exception& e) {
         res.error = e.what();
       }
     });
   for (auto& t : ts) t.join();
   return out;
+}
+
+// `world` threads, rank r on rows [r*batch/world, (r+1)*batch/world) of each batch. Only
+// rank 0 initialises like the single process; the others start elsewhere on purpose.
+std::vector<rank_result> data_parallel(const data& d, int world, g::dist::data_parallel_options opts, int fail_at = -1) {
+  board b(world, std::chrono::milliseconds(fail_at >= 0 ? 1000 : 20000));
+  return on_ranks(world, [&](int r, rank_result& res) {
+    thread_comm comm{&b, r};
+    if (r == 1) comm.fail_at = fail_at;
+    mlp m;
+    g::session<g::cpu_simd> s;
+    m.init(s, r == 0 ? 11 : 500 + static_cast<std::uint64_t>(r));
+    auto step = g::dist::minimize(comm, opts, s, m.loss(), optimizer);
+    res.buckets = step.bucket_count();
+    const g::index_t part = batch / world, lo = r * part;
+    for (int k = 0; k < steps; ++k)
+      step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+               y = g::view(d.ys.data() + k * batch + lo, {part}));
+    res.w = weights(s, m);
+    res.stats = step.stats();
+  });
 }
 
 void check_against_single(const std::vector<rank_result>& rs, const std::vector<double>& ref) {
@@ -368,29 +376,20 @@ BOOST_AUTO_TEST_CASE(a_parameter_server_policy_trains_through_the_same_step) {
   }
   constexpr int world = 2;
   fake_server srv(world, 0.1);
-  std::vector<rank_result> out(world);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < world; ++r)
-    ts.emplace_back([&, r] {
-      auto& res = out[static_cast<std::size_t>(r)];
-      try {
-        ps_comm comm{&srv, r};
-        mlp m;
-        g::session<g::cpu_simd> s;
-        m.init(s, r == 0 ? 11 : 77);  // the server keeps rank 0's
-        auto step = g::dist::minimize(comm, s, m.loss(), g::sgd{.lr = 0.1});
-        const g::index_t part = batch / world, lo = r * part;
-        for (int k = 0; k < steps; ++k)
-          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
-                   y = g::view(d.ys.data() + k * batch + lo, {part}));
-        res.w = weights(s, m);
-        res.stats = step.stats();
-        if (s.global_step() != steps) throw g::error("global step " + std::to_string(s.global_step()));
-      } catch (const std::exception& e) {
-        res.error = e.what();
-      }
-    });
-  for (auto& t : ts) t.join();
+  const auto out = on_ranks(world, [&](int r, rank_result& res) {
+    ps_comm comm{&srv, r};
+    mlp m;
+    g::session<g::cpu_simd> s;
+    m.init(s, r == 0 ? 11 : 77);  // the server keeps rank 0's
+    auto step = g::dist::minimize(comm, s, m.loss(), g::sgd{.lr = 0.1});
+    const g::index_t part = batch / world, lo = r * part;
+    for (int k = 0; k < steps; ++k)
+      step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+               y = g::view(d.ys.data() + k * batch + lo, {part}));
+    res.w = weights(s, m);
+    res.stats = step.stats();
+    if (s.global_step() != steps) throw g::error("global step " + std::to_string(s.global_step()));
+  });
   check_against_single(out, ref);
   BOOST_TEST(out[0].stats.steps == steps);
 }
@@ -417,32 +416,23 @@ BOOST_AUTO_TEST_CASE(trainer_over_the_ring_from_torchrun_variables) {
   const auto ref = single_process(d);
   constexpr int world = 2;
   const std::string port = std::to_string(free_loopback_port());
-  std::vector<rank_result> out(world);
-  std::vector<std::thread> ts;
-  for (int r = 0; r < world; ++r)
-    ts.emplace_back([&, r] {
-      auto& res = out[static_cast<std::size_t>(r)];
-      try {
-        const auto spec = g::cluster::from_env(std::map<std::string, std::string>{
-            {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
-        g::ring_options base;
-        base.timeout = std::chrono::seconds(20);
-        g::trainer<g::cpu_simd, g::ring_allreduce> t(spec, base);
-        if (t.rank() != r || t.world_size() != world) throw g::error("trainer: wrong rank or world");
-        mlp m;
-        m.init(t.session(), r == 0 ? 11 : 900);
-        auto step = t.minimize(m.loss(), optimizer);
-        const g::index_t part = batch / world, lo = r * part;
-        for (int k = 0; k < steps; ++k)
-          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
-                   y = g::view(d.ys.data() + k * batch + lo, {part}));
-        res.w = weights(t.session(), m);
-        res.stats = step.stats();
-      } catch (const std::exception& e) {
-        res.error = e.what();
-      }
-    });
-  for (auto& t : ts) t.join();
+  const auto out = on_ranks(world, [&](int r, rank_result& res) {
+    const auto spec = g::cluster::from_env(std::map<std::string, std::string>{
+        {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});
+    g::ring_options base;
+    base.timeout = std::chrono::seconds(20);
+    g::trainer<g::cpu_simd, g::ring_allreduce> t(spec, base);
+    if (t.rank() != r || t.world_size() != world) throw g::error("trainer: wrong rank or world");
+    mlp m;
+    m.init(t.session(), r == 0 ? 11 : 900);
+    auto step = t.minimize(m.loss(), optimizer);
+    const g::index_t part = batch / world, lo = r * part;
+    for (int k = 0; k < steps; ++k)
+      step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+               y = g::view(d.ys.data() + k * batch + lo, {part}));
+    res.w = weights(t.session(), m);
+    res.stats = step.stats();
+  });
   check_against_single(out, ref);
   BOOST_TEST(out[0].stats.collectives == steps);
 }
