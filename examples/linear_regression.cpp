@@ -5,6 +5,8 @@
 //
 //   linear_regression                 progress and the coefficients, human-readable
 //   linear_regression --json          one line of JSON metrics on stdout
+//   gradus-run -np 2 linear_regression --comm ring --json
+//                                     data-parallel: each rank on its share of the samples
 //
 // The features are independent standard normals, so XᵀX/n ≈ I and the least-squares
 // estimate of each coefficient differs from the true one by about noise/sqrt(n) (0.003
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "cli_checks.hpp"
+#include "comm_options.hpp"
 
 namespace g = gradus;
 
@@ -57,12 +60,20 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
       ->check(non_negative);
   app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
+  gradus_examples::comm_options co;
+  gradus_examples::add_comm_options(app, co);
   CLI11_PARSE(app, argc, argv);
-  if (batch > samples) batch = samples;
-  const std::int64_t b = batch == 0 ? samples : batch;
 
   try {
     if (threads > 0) g::cpu_simd::set_threads(threads);
+    auto comm = gradus_examples::make_communicator(co);
+    const int rank = comm.rank(), world = comm.world_size();
+    // this rank's samples (all of them in one process); full batch = the whole share
+    const auto shard = gradus_examples::shard_of(samples, rank, world);
+    const std::int64_t mine = shard.end - shard.begin;
+    if (batch > mine) batch = mine;
+    const std::int64_t b = batch == 0 ? mine : batch;
+    if (rank != 0) json = true;  // progress is rank 0's alone (the other ranks print nothing)
 
     // ---- data: gradus' seeded generator gives the same numbers on every standard library
     const auto n = static_cast<std::size_t>(samples);
@@ -89,7 +100,7 @@ int main(int argc, char** argv) {
     g::session<g::cpu_simd> s;
     g::initialize(s, w, g::init::normal{0, 0.1}, seed);
     g::initialize(s, bias, g::init::zeros{}, seed);
-    auto step = g::minimize(s, loss, g::sgd{.lr = lr}, w, bias);
+    auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});
 
     if (!json) {
       std::printf("linear regression: n = %lld, %lld features, noise %.3g, %s, lr %g, %lld steps\n",
@@ -101,11 +112,11 @@ int main(int argc, char** argv) {
       std::printf(", b = %g\n", b_true);
     }
 
-    const std::int64_t batches = samples / b;  // a partial last batch is skipped
+    const std::int64_t batches = mine / b;  // a partial last batch is skipped
     const std::int64_t report = std::max<std::int64_t>(1, steps / 10);
     const auto t0 = std::chrono::steady_clock::now();
     for (std::int64_t k = 0; k < steps; ++k) {
-      const auto first = static_cast<std::size_t>((k % batches) * b);
+      const auto first = static_cast<std::size_t>(shard.begin + (k % batches) * b);
       const float l = step.run(x = g::view(xs.data() + first * features, {b, features}),
                                y = g::view(ys.data() + first, {b, 1}));
       if (!std::isfinite(l)) {
@@ -129,9 +140,12 @@ int main(int argc, char** argv) {
       max_err = std::max(max_err, std::abs(learned.back() - w_true[j]));
     }
 
+    if (rank != 0) return 0;  // the replicas are identical: rank 0 reports
     if (json) {
       nlohmann::ordered_json j;
       j["example"] = "linear_regression";
+      j["world_size"] = world;
+      j["comm"] = comm.name();
       j["samples"] = samples;
       j["features"] = features;
       j["noise"] = noise;

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cli_checks.hpp"
+#include "comm_options.hpp"
 
 namespace g = gradus;
 
@@ -151,6 +152,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
       ->check(non_negative);
   app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
+  gradus_examples::comm_options co;
+  gradus_examples::add_comm_options(app, co);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -187,19 +190,29 @@ int main(int argc, char** argv) {
     g::session<g::cpu_simd> s;
     g::initialize(s, w, g::init::glorot_uniform{}, seed);
     g::initialize(s, b, g::init::zeros{}, seed);
-    auto step = g::minimize(s, loss, g::adam{.lr = lr}, w, b);
+    // data-parallel (--comm ring): each rank trains on an equal contiguous share of the
+    // (shuffled) training set; progress and the JSON are rank 0's
+    auto comm = gradus_examples::make_communicator(co);
+    const int rank = comm.rank(), world = comm.world_size();
+    const auto shard = gradus_examples::shard_of(n_train, rank, world);
+    std::vector<std::size_t> share;
+    for (auto i = shard.begin; i < shard.end; ++i) share.push_back(static_cast<std::size_t>(i));
+    const dataset part = take(train, share);
+    const auto n_part = static_cast<g::index_t>(part.rows());
+    if (rank != 0) json = true;
+    auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::adam{.lr = lr});
 
-    const g::index_t bs = batch == 0 || batch > n_train ? n_train : static_cast<g::index_t>(batch);
+    const g::index_t bs = batch == 0 || batch > n_part ? n_part : static_cast<g::index_t>(batch);
     if (!json)
       std::printf("logistic regression on %s: %zu samples (%zu train, %zu test), %lld features; Adam lr %g, l2 %g, "
                   "%lld epochs, %s\n",
                   data.c_str(), all.rows(), train.rows(), test.rows(), static_cast<long long>(features), lr, l2,
                   static_cast<long long>(epochs),
-                  bs == n_train ? "full batch" : ("minibatches of " + std::to_string(bs)).c_str());
+                  bs == n_part ? "full batch" : ("minibatches of " + std::to_string(bs)).c_str());
 
-    std::vector<std::size_t> order(train.rows());
+    std::vector<std::size_t> order(part.rows());
     for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    dataset shuffled = train;
+    dataset shuffled = part;
     const auto eval = [&](const dataset& d, g::index_t n) {
       auto [l, a] = s.run(loss, accuracy, x = g::view(d.x.data(), {n, features}), y = g::view(d.y.data(), {n, 1}));
       return std::pair<double, double>{l[0], a[0]};
@@ -208,15 +221,15 @@ int main(int argc, char** argv) {
     const auto t0 = std::chrono::steady_clock::now();
     std::int64_t steps = 0;
     for (std::int64_t e = 0; e < epochs; ++e) {
-      const dataset* src = &train;
-      if (bs < n_train) {  // a new order each epoch
+      const dataset* src = &part;
+      if (bs < n_part) {  // a new order each epoch
         shuffle(order, rng);
-        shuffled = take(train, order);
+        shuffled = take(part, order);
         src = &shuffled;
       }
       double sum = 0;
       g::index_t seen = 0;
-      for (g::index_t first = 0; first + bs <= n_train; first += bs) {  // a partial last batch is skipped
+      for (g::index_t first = 0; first + bs <= n_part; first += bs) {  // a partial last batch is skipped
         const auto f = static_cast<std::size_t>(first);
         const float l = step.run(x = g::view(src->x.data() + f * features, {bs, features}),
                                  y = g::view(src->y.data() + f, {bs, 1}));
@@ -235,9 +248,12 @@ int main(int argc, char** argv) {
     const auto [train_loss, train_acc] = eval(train, n_train);
     const auto [test_loss, test_acc] = eval(test, n_test);
 
+    if (rank != 0) return 0;  // the replicas are identical: rank 0 reports
     if (json) {
       nlohmann::ordered_json j;
       j["example"] = "logistic_regression";
+      j["world_size"] = world;
+      j["comm"] = comm.name();
       j["data"] = data;
       j["samples"] = all.rows();
       j["train_samples"] = train.rows();

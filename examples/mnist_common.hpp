@@ -56,11 +56,13 @@
 #include <gradus/util/progress.hpp>
 #include <gradus/util/svg_plot.hpp>
 
+#include "comm_options.hpp"
+
 namespace gradus_examples {
 
 namespace g = gradus;
 
-struct mnist_options {
+struct mnist_options : comm_options {
   std::string data = "data/mnist";
   int epochs = 1;
   std::int64_t batch = 64;
@@ -72,13 +74,6 @@ struct mnist_options {
   std::string metrics, plot, checkpoint;
   std::int64_t train_limit = 0;  // 0: all 60,000
   std::int64_t log_every = 0;    // plain progress: a line every this many steps (0: per epoch)
-  std::string comm = "local";    // local | ring
-  double comm_timeout = 30;      // seconds any one wait of a collective may last
-  std::int64_t bucket_mb = 25;   // gradient bucket size of the data-parallel step
-  // the ring's data path: tcp | ipc | auto (ipc when every rank is on one host). tcp by
-  // default: over loopback it measured faster than ipc (1 MiB all-reduce, N = 2: 391 vs
-  // 953 us; data-parallel mnist_mlp 2x1: 0.86x vs 0.73x of one process, benchmarks/README.md)
-  std::string transport = "tcp";
 };
 
 inline void add_mnist_options(CLI::App& app, mnist_options& o) {
@@ -100,37 +95,9 @@ inline void add_mnist_options(CLI::App& app, mnist_options& o) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}));
   app.add_option("--log-every", o.log_every, "without a terminal: a progress line every N steps (0: one per epoch)")
       ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
-  app.add_option("--comm", o.comm,
-                 "communicator: local (one process) or ring (ring all-reduce over ZeroMQ between the processes "
-                 "that gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe)")
-      ->check(CLI::IsMember({"local", "ring"}));
-  app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
-      ->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--comm-transport", o.transport,
-                 "the ring's data path: tcp (default; the faster over loopback here), ipc (one host), or auto (ipc "
-                 "when every rank is on one host)")
-      ->check(CLI::IsMember({"auto", "tcp", "ipc"}));
-  app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
-      ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
+  add_comm_options(app, o);
 }
 
-// The communicator --comm names; for ring, the world comes from the environment
-// (cluster::from_env: TF_CONFIG, torchrun's, Slurm's, OpenMPI's variables or GRADUS_CLUSTER).
-inline g::dist::any_communicator make_communicator(const mnist_options& o) {
-  if (o.comm == "local") return {};
-  const g::cluster::spec c = g::cluster::from_env();
-  if (!c.is_worker())
-    throw g::error("gradus: --comm ring: this process is a '" + c.task_type + "' task of the " + c.source +
-                   " cluster spec, not a worker");
-  g::ring_options ro;
-  ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
-  ro.transport = o.transport;
-  return g::dist::any_communicator::make<g::ring_allreduce>(c, ro);
-}
-
-inline g::dist::data_parallel_options data_parallel_options(const mnist_options& o) {
-  return {.bucket_bytes = static_cast<std::size_t>(o.bucket_mb) << 20, .overlap = true};
-}
 
 struct mnist_data {
   g::data::dataset train;

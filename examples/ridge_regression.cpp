@@ -37,6 +37,7 @@
 #include <xtensor/xview.hpp>
 
 #include "cli_checks.hpp"
+#include "comm_options.hpp"
 
 namespace g = gradus;
 
@@ -69,6 +70,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
       ->check(non_negative);
   app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
+  gradus_examples::comm_options co;
+  gradus_examples::add_comm_options(app, co);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -138,7 +141,14 @@ int main(int argc, char** argv) {
     g::session<g::cpu_simd> s;
     g::initialize(s, w, g::init::zeros{}, seed);
     g::initialize(s, b, g::init::zeros{}, seed);
-    auto step = g::minimize(s, loss, g::sgd{.lr = lr}, w, b);
+    // data-parallel (--comm ring): each rank descends on its share of the rows; the averaged
+    // gradients (equal shares) are the full-batch gradient, and the same on every rank, so
+    // every rank stops at the same step
+    auto comm = gradus_examples::make_communicator(co);
+    const int rank = comm.rank(), world = comm.world_size();
+    const auto shard = gradus_examples::shard_of(samples, rank, world);
+    if (rank != 0) json = true;  // progress is rank 0's alone
+    auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});
 
     if (!json) {
       std::printf("ridge regression: n = %lld, %lld features, lambda %g, noise %g\n", static_cast<long long>(samples),
@@ -149,8 +159,8 @@ int main(int argc, char** argv) {
                   std::max(std::abs(1 - lr * eig_min), std::abs(1 - lr * eig_max)));
     }
 
-    const auto feed_x = x = g::view(X.data(), {samples, features});
-    const auto feed_y = yp = g::view(y.data(), {samples, 1});
+    const auto feed_x = x = g::view(X.data() + shard.begin * features, {shard.end - shard.begin, features});
+    const auto feed_y = yp = g::view(y.data() + shard.begin, {shard.end - shard.begin, 1});
     const auto t0 = std::chrono::steady_clock::now();
     std::int64_t done = 0;
     double gnorm = 0;
@@ -171,7 +181,8 @@ int main(int argc, char** argv) {
       if (gnorm <= tol) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double final_loss = s.run(loss, feed_x, feed_y)[0];
+    const double final_loss =
+        s.run(loss, x = g::view(X.data(), {samples, features}), yp = g::view(y.data(), {samples, 1}))[0];
 
     const auto wv = s.value(w);
     const double b_gd = s.value(b)[0];
@@ -185,9 +196,12 @@ int main(int argc, char** argv) {
     }
     const double rel = std::sqrt(diff / ref);
 
+    if (rank != 0) return 0;  // the replicas are identical: rank 0 reports
     if (json) {
       nlohmann::ordered_json j;
       j["example"] = "ridge_regression";
+      j["world_size"] = world;
+      j["comm"] = comm.name();
       j["samples"] = samples;
       j["features"] = features;
       j["lambda"] = lambda;

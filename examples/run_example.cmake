@@ -1,5 +1,6 @@
 # Runs an example and checks what it printed; the examples' CTest tests (CMakeLists.txt).
-#   cmake -DEXE=<path> [-DARGS="<args, as a shell would split them>"] [mode] -P run_example.cmake
+#   cmake -DEXE=<path> [-DARGS="<args, as a shell would split them>"] [-DLAUNCHER="gradus-run -np 2"]
+#         [mode] -P run_example.cmake
 # Modes:
 #   -DCHECKS="<key> <op> <value> ..."   run with --json: exit 0, stdout exactly one line, a
 #        JSON object whose every <key> satisfies `if(<number> <op> <value>)` (op: LESS,
@@ -27,10 +28,23 @@ if(DEFINED CHECKS)
   list(APPEND args --json)
 endif()
 
-string(JOIN " " shown ${EXE} ${args})
+# -DLAUNCHER="<gradus-run> -np N": run the example under it with --comm ring; only rank 0's
+# stdout counts (its "[0] " prefix removed), and it must be the only rank that prints
+set(launcher)
+if(DEFINED LAUNCHER)
+  separate_arguments(launcher UNIX_COMMAND "${LAUNCHER}")
+  list(APPEND args --comm ring)
+endif()
+string(JOIN " " shown ${launcher} ${EXE} ${args})
 message(STATUS "run_example: ${shown}")
-execute_process(COMMAND ${EXE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+execute_process(COMMAND ${launcher} ${EXE} ${args} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "stdout:\n${out}")
+if(DEFINED LAUNCHER)
+  if(out MATCHES "(^|\n)\\[[1-9][0-9]*\\] ")
+    message(FATAL_ERROR "run_example: a rank other than 0 printed on stdout")
+  endif()
+  string(REGEX REPLACE "(^|\n)\\[0\\] " "\\1" out "${out}")
+endif()
 if(NOT err STREQUAL "")
   message(STATUS "stderr:\n${err}")
 endif()

@@ -243,6 +243,8 @@ class data_parallel_step {
   }
 
   const comm_stats& stats() const { return stats_; }
+  // The last run's gradients, averaged over the world (what the optimizer applied).
+  std::span<gradient_buffer> gradients() { return step_.gradients(); }
   std::size_t bucket_count() const { return buckets_.size(); }
   Step& local_step() { return step_; }
   Comm& communicator() { return comm_; }
