@@ -17,9 +17,6 @@
 #include <cstring>
 #include <exception>
 #include <map>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 #include <mutex>
 #include <random>
 #include <span>
@@ -33,6 +30,8 @@
 #include <gradus/dist/cluster.hpp>
 #include <gradus/dist/data_parallel.hpp>
 #include <gradus/gradus.hpp>
+
+#include "../support/free_port.hpp"
 
 namespace g = gradus;
 
@@ -395,27 +394,12 @@ BOOST_AUTO_TEST_CASE(a_parameter_server_policy_trains_through_the_same_step) {
 }
 
 // ---- the design's program: trainer<cpu_simd, ring_allreduce> from a cluster spec ----------
-namespace {
-int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-    throw g::error("test: no free loopback port");
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(trainer_over_the_ring_from_torchrun_variables) {
   const auto d = make_data(steps);
   const auto ref = single_process(d);
   constexpr int world = 2;
-  const std::string port = std::to_string(free_loopback_port());
+  const std::string port = std::to_string(gradus_test::free_port());
   const auto out = on_ranks(world, [&](int r, rank_result& res) {
     const auto spec = g::cluster::from_env(std::map<std::string, std::string>{
         {"RANK", std::to_string(r)}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", port}});

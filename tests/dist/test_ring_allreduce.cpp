@@ -9,6 +9,8 @@
 
 #include <gradus/backends/ring_allreduce.hpp>
 
+#include "../support/free_port.hpp"
+
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -55,22 +57,7 @@ struct temp_dir {
   std::string ipc(const std::string& name) const { return "ipc://" + (path / name).string(); }
 };
 
-// A loopback port nobody listens on right now (for the rendezvous; data ports are ephemeral).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("free_port: bind failed");
-  }
-  const int port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+using gradus_test::free_port;
 
 // Rank r's input: deterministic, different per rank and element, not exactly summable.
 template <class T>
