@@ -27,5 +27,6 @@
 #include "gradus/graph/ops/select.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 #include "gradus/graph/ops/softmax.hpp"
+#include "gradus/graph/ops/stored.hpp"
 #include "gradus/nn/nn.hpp"
 #include "gradus/train/train.hpp"

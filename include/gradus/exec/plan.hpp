@@ -3,7 +3,16 @@
 // plain struct of pointers, strides and scalars (no allocation, no virtuals), so a
 // backend can copy it into each thread, or by value into a GPU kernel. It is evaluated
 // row by row: set_row(idx) positions every leaf on a row of the loop shape, then
-// eval(j) gives element j of that row as a scalar and load<B>(j) as a SIMD batch B.
+// load<B>(j) gives elements [j, j + B::size) of that row as a SIMD batch B, load_tail<B>(j, n)
+// the last n < B::size of them (the other lanes repeat element j + n - 1), and eval(j)
+// element j as a scalar (per-element evaluation, e.g. one GPU thread per element).
+// The CPU backend evaluates every element through load or load_tail, never eval: a
+// function's SIMD and scalar implementations can differ in the last bit (xsimd::tanh
+// and std::tanh do), and an element must have the same value wherever it lands in a
+// row — in a full batch or in the tail, in the forward pass or recomputed in the
+// backward pass — or a rule that compares values (max, relu's mask) can disagree with
+// the forward pass.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 
@@ -46,6 +55,15 @@ struct leaf_plan {
   B load(index_t j) const {
     return inner ? B::load_unaligned(cur + j) : B(*cur);
   }
+  // Reads only [j, j + n); the padding lanes repeat the last element, so they hold no
+  // value (inf, NaN, a denormal) that the row itself does not.
+  template <class B>
+  B load_tail(index_t j, index_t n) const {
+    if (!inner) return B(*cur);
+    alignas(sizeof(B)) T lanes[B::size];
+    for (std::size_t k = 0; k < B::size; ++k) lanes[k] = cur[j + std::min<index_t>(static_cast<index_t>(k), n - 1)];
+    return B::load_aligned(lanes);
+  }
   template <class F>
   void for_each_leaf(F&& f) {
     f(strides);
@@ -61,6 +79,10 @@ struct scalar_plan {
   B load(index_t) const {
     return B(v);
   }
+  template <class B>
+  B load_tail(index_t, index_t) const {
+    return B(v);
+  }
   template <class F>
   void for_each_leaf(F&&) {}
 };
@@ -74,6 +96,10 @@ struct unary_plan {
   template <class B>
   B load(index_t j) const {
     return f(p.template load<B>(j));
+  }
+  template <class B>
+  B load_tail(index_t j, index_t n) const {
+    return f(p.template load_tail<B>(j, n));
   }
   template <class G>
   void for_each_leaf(G&& g) {
@@ -94,6 +120,10 @@ struct binary_plan {
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j));
+  }
+  template <class B>
+  B load_tail(index_t j, index_t n) const {
+    return f(a.template load_tail<B>(j, n), b.template load_tail<B>(j, n));
   }
   template <class G>
   void for_each_leaf(G&& g) {
@@ -117,6 +147,10 @@ struct ternary_plan {
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j), c.template load<B>(j));
+  }
+  template <class B>
+  B load_tail(index_t j, index_t n) const {
+    return f(a.template load_tail<B>(j, n), b.template load_tail<B>(j, n), c.template load_tail<B>(j, n));
   }
   template <class G>
   void for_each_leaf(G&& g) {

@@ -63,15 +63,19 @@ auto vjp(const binary<fn::div, A, B>& n, const G& g) {
   if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g / n.b);
   else return ad::unbroadcast<shape_t<B>>(-(g * n) / n.b);  // -g a / b^2 = -g (a/b) / b
 }
+// maximum/minimum: at a tie each operand gets half of g (PyTorch's rule; the central
+// difference of max(a, b) in a at a == b is 1/2 too). The mask recomputes both operands
+// in the same pass, so it is consistent with itself; the forward's evaluation of them
+// has the same bits (one SIMD code path for body and tail, no contraction).
 template <std::size_t I, class A, class B, class G>
-auto vjp(const binary<fn::maximum, A, B>& n, const G& g) {  // ties go to a
-  if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g * greater_equal(n.a, n.b));
-  else return ad::unbroadcast<shape_t<B>>(g * less(n.a, n.b));
+auto vjp(const binary<fn::maximum, A, B>& n, const G& g) {
+  if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g * (greater(n.a, n.b) + equal(n.a, n.b) * 0.5));
+  else return ad::unbroadcast<shape_t<B>>(g * (less(n.a, n.b) + equal(n.a, n.b) * 0.5));
 }
 template <std::size_t I, class A, class B, class G>
-auto vjp(const binary<fn::minimum, A, B>& n, const G& g) {  // ties go to a
-  if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g * less_equal(n.a, n.b));
-  else return ad::unbroadcast<shape_t<B>>(g * greater(n.a, n.b));
+auto vjp(const binary<fn::minimum, A, B>& n, const G& g) {
+  if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g * (less(n.a, n.b) + equal(n.a, n.b) * 0.5));
+  else return ad::unbroadcast<shape_t<B>>(g * (greater(n.a, n.b) + equal(n.a, n.b) * 0.5));
 }
 template <std::size_t I, class A, class B, class G>
 auto vjp(const binary<fn::pow_fn, A, B>& n, const G& g) {

@@ -5,6 +5,7 @@
 #include "gradus/graph/ops/matmul.hpp"
 #include "gradus/graph/ops/select.hpp"
 #include "gradus/graph/ops/softmax.hpp"
+#include "gradus/graph/ops/stored.hpp"
 
 namespace gradus {
 
@@ -28,12 +29,22 @@ auto vjp(const reduce_node<reduce_kind::mean, false, Axis, Keep, A>& n, const G&
   constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
   return ad::spread<ax, Keep>(g, n.a) * inv_count<value_t<A>, ax>(n.a);
 }
-// max/min: the adjoint goes to every element equal to the extreme (ties share it whole).
+// max/min: the adjoint is split evenly among the elements equal to the extreme, as
+// TensorFlow's reduce_max/reduce_min gradient and PyTorch's amax/amin do: with k tied
+// elements each gets g/k, so the shares add up to g, and when the tied elements move
+// together (a broadcast operand) the result is the derivative that finite differences
+// see. (Giving each tied element the whole g, as this rule once did, multiplied the
+// gradient by k.) The mask compares the operand and the result as the forward reduction
+// left them in their buffers (stored()): recomputing the operand inside the backward
+// pass could round differently from the forward's evaluation (another code path, a
+// contracted multiply-add), match no element, and lose the gradient.
 template <std::size_t I, reduce_kind K, int Axis, bool Keep, class A, class G>
   requires(K == reduce_kind::max || K == reduce_kind::min)
 auto vjp(const reduce_node<K, false, Axis, Keep, A>& n, const G& g) {
   constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
-  return ad::spread<ax, Keep>(g, n.a) * equal(n.a, ad::spread<ax, Keep>(n, n.a));
+  const auto a = stored(n.a);
+  const auto hit = equal(a, ad::spread<ax, Keep>(n, a));
+  return ad::spread<ax, Keep>(g / sum<ax, Keep>(hit), a) * hit;
 }
 template <std::size_t I, reduce_kind K, int Axis, bool Keep, class A, class G>
 no_grad vjp(const reduce_node<K, true, Axis, Keep, A>&, const G&) {
@@ -110,6 +121,10 @@ no_grad vjp(const one_hot_node<T, D, Y>&, const G&) {
 template <std::size_t I, class A, class G>
 auto vjp(const select_node<A>& n, const G& g) {
   return select_backward(g, n.index, n.a);
+}
+template <std::size_t I, class A, class G>
+auto vjp(const stored_node<A>&, const G& g) {
+  return g;
 }
 template <std::size_t I, class Gs, class Like, class G>
 auto vjp(const select_backward_node<Gs, Like>& n, const G& g) {

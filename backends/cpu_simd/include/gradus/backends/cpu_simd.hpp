@@ -135,9 +135,10 @@ struct cpu_simd {
   }
 
   // ---- in-place update passes (optimizers) ------------------------------------------------
-  // rule(x...) is called with one SIMD batch (then scalars for the tail) of every array,
-  // as lvalues; the arrays given as non-const pointers are written back. All arrays have
-  // n elements of one dtype. Static chunks: each element always takes the same path.
+  // rule(x...) is called with one SIMD batch of every array, as lvalues; the arrays given
+  // as non-const pointers are written back. All arrays have n elements of one dtype. A
+  // chunk's last partial batch is padded (tail_batch), so every element goes through the
+  // rule's SIMD code: the same bits wherever it lands (see exec/plan.hpp).
   template <class F, class P0, class... P>
   static void for_each(index_t n, const F& rule, P0* p0, P*... p) {
     using T = std::remove_const_t<P0>;
@@ -155,10 +156,11 @@ struct cpu_simd {
         std::apply(rule, v);
         store_back(v, j, p0, p...);
       }
-      for (; j < j1; ++j) {
-        auto v = std::tuple{T(p0[j]), T(p[j])...};
+      if (j < j1) {
+        const index_t m = j1 - j;
+        auto v = std::tuple{tail_batch<B>(p0 + j, m), tail_batch<B>(p + j, m)...};
         std::apply(rule, v);
-        store_back(v, j, p0, p...);
+        store_tail(v, j, m, p0, p...);
       }
     }
   }
@@ -631,20 +633,49 @@ struct cpu_simd {
   }
   template <class V, class T>
   static void store_one(const V& v, T* dst) {
+    if constexpr (!std::is_const_v<T>) v.store_unaligned(dst);
+  }
+  template <class Tuple, class... P>
+  static void store_tail(const Tuple& v, index_t j, index_t m, P*... p) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (store_first(std::get<I>(v), m, p + j), ...);
+    }(std::index_sequence_for<P...>{});
+  }
+  // The first m lanes of v to dst (nothing for a read-only array).
+  template <class B, class T>
+  static void store_first(const B& v, index_t m, T* dst) {
     if constexpr (!std::is_const_v<T>) {
-      if constexpr (std::is_arithmetic_v<V>) *dst = v;
-      else v.store_unaligned(dst);
+      alignas(sizeof(B)) T lanes[B::size];
+      v.store_aligned(lanes);
+      std::copy(lanes, lanes + m, dst);
     }
   }
+  // The m < B::size elements at x as a batch; the other lanes repeat x[m - 1].
+  template <class B, class T>
+  static B tail_batch(const T* x, index_t m) {
+    alignas(sizeof(B)) std::remove_const_t<T> lanes[B::size];
+    for (std::size_t k = 0; k < B::size; ++k) lanes[k] = x[std::min<index_t>(static_cast<index_t>(k), m - 1)];
+    return B::load_aligned(lanes);
+  }
 
-  // Elements [j0, j1) of a row: full SIMD batches from j0, then scalars for the rest.
+  // Elements [j0, j1) of a row as SIMD batches. The part after the last full batch is one
+  // more batch: the batch ending at j1 where the row holds one (it overlaps the last full
+  // batch, whose lanes it recomputes with the same bits), else a padded one (load_tail).
+  // So every element, wherever it lies in its row, takes the SIMD code path.
   template <class T, class Plan>
   static void span(T* o, const Plan& p, index_t j0, index_t j1) {
     using B = xsimd::batch<T>;
     constexpr index_t W = static_cast<index_t>(B::size);
     index_t j = j0;
     for (; j + W <= j1; j += W) p.template load<B>(j).store_unaligned(o + j);
-    for (; j < j1; ++j) o[j] = p.eval(j);
+    if (j < j1) span_tail(o, p, j0, j, j1);
+  }
+  template <class T, class Plan>
+  static void span_tail(T* o, const Plan& p, index_t j0, index_t j, index_t j1) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size);
+    if (j1 - j0 >= W) return p.template load<B>(j1 - W).store_unaligned(o + j1 - W);
+    store_first(p.template load_tail<B>(j, j1 - j), j1 - j, o + j);
   }
 
   // Outputs of at least this many bytes are written with streaming stores: the
@@ -662,8 +693,8 @@ struct cpu_simd {
   }
 
   // span() with the batches stored by streaming stores, which need an aligned address.
-  // Every element still takes the same path as in span() (SIMD up to simd_end, scalar
-  // after; a batch's lanes do not depend on where the batch starts), so results are
+  // Every element still takes the same path as in span() (a batch's lanes do not depend
+  // on where the batch starts), so results are
   // bit-identical: a cached batch at j0 covers the unaligned head, streamed batches
   // follow from the first aligned element, and a cached batch ending at simd_end covers
   // what is left. Head and last batch may overlap streamed ones: the same values are
@@ -682,7 +713,7 @@ struct cpu_simd {
     }
     for (; j + W <= simd_end; j += W) stream_store(o + j, p.template load<B>(j));
     if (j < simd_end) p.template load<B>(simd_end - W).store_unaligned(o + simd_end - W);
-    for (j = simd_end; j < j1; ++j) o[j] = p.eval(j);
+    if (simd_end < j1) span_tail(o, p, j0, simd_end, j1);
   }
 
   // Non-temporal store of one batch (AVX-512 or AVX register; the address is aligned to
@@ -838,16 +869,21 @@ struct cpu_simd {
     index_t j = 0;
     for (; j + W <= n; j += W) acc += xsimd::exp(B::load_unaligned(x + j) - B(mx));
     T s = xsimd::hadd(acc);
-    for (; j < n; ++j) s += std::exp(x[j] - mx);
+    if (j < n) {  // the tail through the same xsimd::exp (exec/plan.hpp says why)
+      alignas(sizeof(B)) T e[W];
+      xsimd::exp(tail_batch<B>(x + j, n - j) - B(mx)).store_aligned(e);
+      for (index_t k = 0; k < n - j; ++k) s += e[k];
+    }
     return s;
   }
+  // y = f(x) over a row (y may be x); the tail as a padded batch
   template <class T, class F>
   static void map_row(const T* x, T* y, index_t n, F f) {
     using B = xsimd::batch<T>;
     constexpr index_t W = static_cast<index_t>(B::size);
     index_t j = 0;
     for (; j + W <= n; j += W) f(B::load_unaligned(x + j)).store_unaligned(y + j);
-    for (; j < n; ++j) y[j] = f(x[j]);
+    if (j < n) store_first(f(tail_batch<B>(x + j, n - j)), n - j, y + j);
   }
 
   static void check_indices(const char* op, const char* what, const std::int32_t* idx, index_t n, index_t bound) {
