@@ -136,3 +136,58 @@ BOOST_AUTO_TEST_CASE(kernel_shape_mismatches_with_dyn_extents) {
   // Every one of them is a gradus::error, catchable as such.
   BOOST_CHECK_THROW(s.run(g::matmul(a, b), a = x34, b = x52), g::error);
 }
+
+// check_numerics: the first NaN or infinity stops the run; the error names where it was
+// made (the fused pass as an expression, or the kernel and its inputs), what it reaches,
+// and the global step. Off, the same runs give NaN and Inf silently.
+BOOST_AUTO_TEST_CASE(check_numerics_names_node_gradient_and_step) {
+  g::placeholder<"x", double, g::dyn> x;
+  g::variable<"w", double, 4> w;
+  g::session<g::cpu_simd> s;
+  const std::vector<double> wv{1, 0, 4, 9}, xv{1, -1, 2, 3}, bad{1, 2, std::nan(""), 4};
+  s.assign(w, g::view(wv.data(), {4}));
+  const auto xf = (x = g::view(xv.data(), {4}));
+  // off: log(-1) is NaN, silently
+  BOOST_TEST(std::isnan(s.run(g::sum(g::log(x) * w), xf)[0]));
+  s.set_check_numerics(true);
+  s.set_global_step(7);
+  throws_with<g::numerics_error>([&] { s.run(g::sum(g::log(x) * w), xf); },
+                                 {"check_numerics", "fused pass mul(log(x), w)", "NaN at element 1", "global step 7"});
+  // a kernel: its op, shape and inputs
+  // log(x) materialised as sum's operand: found there, before the sum
+  throws_with<g::numerics_error>([&] { s.run(g::sum(g::log(x)), xf); },
+                                 {"the result of the fused pass log(x) (4,)", "NaN", "inputs: placeholder 'x' (4,)"});
+  // a kernel: named by its op, with its inputs
+  g::placeholder<"m", double, g::dyn, g::dyn> m;
+  const std::vector<double> mv{1e300, 1e300, 1, 1};
+  throws_with<g::numerics_error>([&] { s.run(g::sum(g::matmul(m, m)), m = g::view(mv.data(), {2, 2})); },
+                                 {"the result of 'matmul' (2, 2)", "+Inf at element 0", "inputs: placeholder 'm' (2, 2), placeholder 'm' (2, 2)"});
+  // a feed
+  throws_with<g::numerics_error>([&] { s.run(g::sum(x * w), x = g::view(bad.data(), {4})); },
+                                 {"placeholder 'x' (4,)", "NaN at element 2", "before the run"});
+  // finite values pass, and the session goes on
+  BOOST_TEST(s.run(g::sum(x * w), xf)[0] == 1 * 1 + 0 - 1 * 0 + 2 * 4 + 3 * 9);
+
+  // a training step: sqrt(w) is finite at w = 0, its gradient x/(2 sqrt(w)) is infinite there
+  auto step = g::minimize(s, g::sum(g::sqrt(w) * x), g::sgd{.lr = 0.1});
+  try {
+    step.run(xf);
+    BOOST_ERROR("no numerics_error");
+  } catch (const g::numerics_error& e) {
+    const std::string m = e.what();
+    for (const char* part : {"the fused pass div(", "Inf at element 1", "global step 7", "it reaches the gradient of 'w'"})
+      BOOST_TEST(m.find(part) != std::string::npos, part << " not in: " << m);
+    BOOST_TEST(m.find("the loss") == std::string::npos, m);  // the loss itself is finite
+  }
+  BOOST_TEST(s.value(w)[1] == 0.0);  // nothing was applied
+  BOOST_TEST(s.global_step() == 7);
+
+  // an update that overflows: the variable and the step are named
+  g::variable<"v", double, 2> v;
+  const std::vector<double> vv{-1.7e308, 1}, ones{1, 1};
+  s.assign(v, g::view(vv.data(), {2}));
+  g::placeholder<"k", double, g::dyn> k;
+  auto blow = g::minimize(s, g::sum(v * k), g::sgd{.lr = 1e308});
+  throws_with<g::numerics_error>([&] { blow.run(k = g::view(ones.data(), {2})); },
+                                 {"variable 'v'", "-Inf at element 0", "after the optimizer's update at global step 7"});
+}

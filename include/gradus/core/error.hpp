@@ -3,6 +3,8 @@
 // the shapes or names involved, and what was expected.
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace gradus {
 
@@ -23,6 +25,15 @@ struct feed_error : error {
 // An index input (labels, gather indices) holds a value outside its range.
 struct index_error : error {
   using error::error;
+};
+
+// A NaN or an infinity where check_numerics is on (TensorFlow's tf.debugging.check_numerics):
+// the message names the node that made it (op, shape, inputs), the variable, feed or
+// gradient it reached, and the global step. `outputs` lists the run's outputs that the
+// node feeds (by position), so a caller that knows their names can add them.
+struct numerics_error : error {
+  numerics_error(const std::string& what, std::vector<std::size_t> outs) : error(what), outputs(std::move(outs)) {}
+  std::vector<std::size_t> outputs;
 };
 
 // A collective could not finish: a peer died, left, timed out or called a different

@@ -12,6 +12,7 @@
 // Each run: bind feeds, infer dims (a `dyn` mismatch throws here, naming op and shapes),
 // grow buffers that are too small (so the same shapes allocate nothing), run the steps.
 #include <algorithm>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -35,9 +36,25 @@ struct variable_storage {
   bool initialized = false;  // declared storage has no value until assigned or restored
 };
 
-// Where a graph finds variables by name (implemented by the session).
+namespace detail {
+// prefix + 'name' (appended piecewise: g++ 12 warns falsely, -Wrestrict, on the same
+// concatenation written with operator+ once inlined)
+inline std::string quoted(std::string_view prefix, std::string_view name) {
+  std::string r;
+  r.reserve(prefix.size() + name.size() + 2);
+  r.append(prefix).append(1, '\'').append(name).append(1, '\'');
+  return r;
+}
+}  // namespace detail
+
+// What a graph asks of its session: variables by name, and how to run.
 struct variable_source {
   virtual const variable_storage* find_variable(std::string_view name) const = 0;
+  // check_numerics: after every step, the step's result is scanned for NaN and infinity
+  // (and every feed and variable before the first step); the first one found stops the
+  // run with a numerics_error. global_step: named in that error.
+  virtual bool check_numerics() const { return false; }
+  virtual std::int64_t global_step() const { return 0; }
 
  protected:
   ~variable_source() = default;
@@ -119,7 +136,18 @@ class compiled_graph final : public graph_base {
       slots_[v.slot].data = st->data;
       slots_[v.slot].d = st->d;
     }
-    if constexpr (std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
+    if (vars.check_numerics()) {
+      check_leaves(vars.global_step());
+      for (std::size_t k = 0; k < steps_.size(); ++k) {
+        steps_[k].fn(*this, steps_[k]);
+        check_step(k, vars.global_step());
+        if constexpr (!std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
+          if (k == 0)
+            for (std::size_t i : ready_first_) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
+          for (std::size_t i : ready_after_[k]) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
+        }
+      }
+    } else if constexpr (std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
       for (const auto& s : steps_) s.fn(*this, s);
     } else {
       for (std::size_t i : ready_first_) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
@@ -140,11 +168,15 @@ class compiled_graph final : public graph_base {
     bool owned = false;
     dims d;
   };
+  // index of the first NaN or infinity among n elements at p, or -1
+  using scan_fn = index_t (*)(const void* p, index_t n);
   struct step {
     void (*fn)(compiled_graph&, const step&);
     const void* node;
     int slot;
     std::size_t first;  // first entry of `inputs_` this step reads
+    scan_fn scan;       // null for views (their values were checked where they were made)
+    std::string_view dtype;
   };
   struct named_leaf {
     std::string_view name;
@@ -152,7 +184,13 @@ class compiled_graph final : public graph_base {
     dims expected;  // static dims, `dyn` where bound by the feed
     int slot;
     std::type_index type;
+    scan_fn scan;
   };
+  template <class T>
+  static index_t scan(const void* p, index_t n) {
+    if constexpr (real_dtype<T>) return Backend::first_nonfinite(static_cast<const T*>(p), n);
+    else return -1;
+  }
 
   std::tuple<Outs...> outs_;
   std::array<int, sizeof...(Outs)> out_slots_{};
@@ -163,6 +201,7 @@ class compiled_graph final : public graph_base {
   std::vector<int> inputs_;
   detail::node_registry registry_;
   std::vector<named_leaf> placeholders_, variables_;
+  std::vector<std::string> slot_labels_;  // what each slot holds, for errors
   graph_stats stats_;
 
   // ---- planning -----------------------------------------------------------------------
@@ -172,6 +211,9 @@ class compiled_graph final : public graph_base {
     slots_.push_back({});
     const int s = static_cast<int>(slots_.size()) - 1;
     registry_.add(n, s);
+    if constexpr (N::kind == node_kind::placeholder) slot_labels_.push_back(detail::quoted("placeholder ", N::name.view()));
+    else if constexpr (N::kind == node_kind::variable) slot_labels_.push_back(detail::quoted("variable ", N::name.view()));
+    else slot_labels_.push_back(detail::quoted("", N::op_name));
     return s;
   }
   template <class N>
@@ -185,7 +227,7 @@ class compiled_graph final : public graph_base {
       return l.slot;
     }
     const int s = new_slot(n);
-    list.push_back({N::name.view(), dtype_name<value_t<N>>(), static_dims<shape_t<N>>(), s, typeid(N)});
+    list.push_back({N::name.view(), dtype_name<value_t<N>>(), static_dims<shape_t<N>>(), s, typeid(N), &scan<value_t<N>>});
     return s;
   }
 
@@ -207,7 +249,9 @@ class compiled_graph final : public graph_base {
         return s;
       } else if constexpr (k == node_kind::scalar || k == node_kind::elementwise || k == node_kind::shape_scalar) {
         plan_fused(n, reads);
-        return add_step(n, reads, &run_elementwise<N>);
+        const int s = add_step(n, reads, &run_elementwise<N>);
+        slot_labels_[static_cast<std::size_t>(s)] = "the fused pass " + fused_label(n);
+        return s;
       } else {
         std::apply([&](const auto&... op) { (reads.push_back(plan_root(op)), ...); }, n.operands());
         if constexpr (k == node_kind::view) return add_step(n, reads, &run_view<N>);
@@ -218,13 +262,35 @@ class compiled_graph final : public graph_base {
   template <class N>
   int add_step(const N& n, const std::vector<int>& reads, void (*fn)(compiled_graph&, const step&)) {
     const int s = new_slot(n);
-    steps_.push_back({fn, &n, s, inputs_.size()});
+    steps_.push_back({fn, &n, s, inputs_.size(), N::kind == node_kind::view ? nullptr : &scan<value_t<N>>,
+                      dtype_name<value_t<N>>()});
     stats_.trace.push_back(N::op_name);
     constexpr node_kind k = N::kind;
     ++(k == node_kind::kernel ? stats_.kernels : k == node_kind::view ? stats_.views : stats_.fused_passes);
     inputs_.insert(inputs_.end(), reads.begin(), reads.end());
     return s;
   }
+  // A fused subtree as text for errors: "mul(log(x), w)", leaves by name, kernels by op.
+  template <class N>
+  static std::string fused_label(const N& n) {
+    if constexpr (N::kind == node_kind::scalar) {
+      std::ostringstream o;
+      o << +n.value;
+      return o.str();
+    } else if constexpr (N::kind == node_kind::elementwise) {
+      std::string r = std::string(N::op_name) + "(";
+      std::apply([&](const auto&... c) {
+        bool first = true;
+        ((r += (first ? "" : ", ") + fused_label(c), first = false), ...);
+      }, n.children());
+      return r + ")";
+    } else if constexpr (N::kind == node_kind::placeholder || N::kind == node_kind::variable) {
+      return std::string(N::name.view());
+    } else {
+      return N::op_name;
+    }
+  }
+
   // Walk a fused subtree; every node with storage under it is read through a slot.
   template <class N>
   void plan_fused(const N& n, std::vector<int>& reads) {
@@ -236,6 +302,61 @@ class compiled_graph final : public graph_base {
     } else {
       reads.push_back(plan_root(n));
     }
+  }
+
+  // ---- check_numerics -----------------------------------------------------------------
+
+  static std::string nonfinite_at(const void* p, index_t i, std::string_view dtype) {
+    double v = 0;
+    if (dtype == "float32") v = static_cast<double>(static_cast<const float*>(p)[i]);
+    else v = static_cast<const double*>(p)[i];
+    return std::string(v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at element " + std::to_string(i);
+  }
+  void check_leaves(std::int64_t global_step) const {
+    for (const auto* list : {&placeholders_, &variables_})
+      for (const auto& l : *list) {
+        const slot& sl = slots_[static_cast<std::size_t>(l.slot)];
+        const index_t i = l.scan(sl.data, sl.d.numel());
+        if (i < 0) continue;
+        std::vector<std::size_t> outs;
+        for (std::size_t o = 0; o < sizeof...(Outs); ++o) outs.push_back(o);  // all may read it
+        throw numerics_error("gradus: check_numerics: " + slot_labels_[static_cast<std::size_t>(l.slot)] + " " +
+                                 to_string(sl.d) + " holds " + nonfinite_at(sl.data, i, l.dtype) +
+                                 " before the run at global step " + std::to_string(global_step),
+                             std::move(outs));
+      }
+  }
+  // The first NaN or infinity in step k's result: the op, its shape, its inputs, the
+  // outputs it reaches, the global step.
+  void check_step(std::size_t k, std::int64_t global_step) const {
+    const step& st = steps_[k];
+    if (!st.scan) return;
+    const slot& sl = slots_[static_cast<std::size_t>(st.slot)];
+    const index_t i = st.scan(sl.data, sl.d.numel());
+    if (i < 0) return;
+    const std::size_t last = k + 1 < steps_.size() ? steps_[k + 1].first : inputs_.size();
+    std::string ins;
+    for (std::size_t j = st.first; j < last; ++j) {
+      const auto in = static_cast<std::size_t>(inputs_[j]);
+      ins += (ins.empty() ? "" : ", ") + slot_labels_[in] + " " + to_string(slots_[in].d);
+    }
+    // the outputs downstream of this step: slots marked as the later steps read them
+    std::vector<bool> reached(slots_.size(), false);
+    reached[static_cast<std::size_t>(st.slot)] = true;
+    for (std::size_t j = k + 1; j < steps_.size(); ++j) {
+      const std::size_t end = j + 1 < steps_.size() ? steps_[j + 1].first : inputs_.size();
+      for (std::size_t q = steps_[j].first; q < end; ++q)
+        if (reached[static_cast<std::size_t>(inputs_[q])]) reached[static_cast<std::size_t>(steps_[j].slot)] = true;
+    }
+    std::vector<std::size_t> outs;
+    for (std::size_t o = 0; o < sizeof...(Outs); ++o)
+      if (reached[static_cast<std::size_t>(out_slots_[o])]) outs.push_back(o);
+    throw numerics_error("gradus: check_numerics: the result of " + slot_labels_[static_cast<std::size_t>(st.slot)] +
+                             " " + to_string(sl.d) + " (#" + std::to_string(k + 1) + " of the graph's " +
+                             std::to_string(steps_.size()) + " steps) holds " +
+                             nonfinite_at(sl.data, i, st.dtype) + " at global step " + std::to_string(global_step) +
+                             "; its inputs: " + (ins.empty() ? std::string("none") : ins),
+                         std::move(outs));
   }
 
   // ---- running ------------------------------------------------------------------------

@@ -98,8 +98,16 @@ class session final : private variable_source {
 
   // The training step counter: optimizers read it (Adam's bias correction, learning-rate
   // schedules) and advance it; checkpoints save and restore it.
-  std::int64_t global_step() const { return global_step_; }
+  std::int64_t global_step() const override { return global_step_; }
   void set_global_step(std::int64_t s) { global_step_ = s; }
+
+  // check_numerics (tf.debugging.check_numerics for every node): every run scans its feeds,
+  // variables and each step's result for NaN and infinity, and the first one found throws
+  // a numerics_error naming the node, its inputs, the outputs it reaches and the global
+  // step; a training step also scans the variables it updated. Off by default: it costs a
+  // pass over every buffer.
+  void set_check_numerics(bool on) { check_numerics_ = on; }
+  bool check_numerics() const override { return check_numerics_; }
 
   // Storage by name, for optimizers (their per-variable state) and checkpoints. A state
   // tensor is created zero-filled and initialised; asking again with another dtype or
@@ -204,6 +212,7 @@ class session final : private variable_source {
 
   std::map<std::string, variable_storage, std::less<>> variables_;
   std::int64_t global_step_ = 0;
+  bool check_numerics_ = false;
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
   const graph_base* last_ = nullptr;
 };

@@ -184,7 +184,13 @@ class train_step {
     };
     std::apply(
         [&](const auto&... f) {
-          auto r = s_.run_hooked(fetch_ready, loss_, f..., feeds...);
+          auto r = [&] {
+            try {
+              return s_.run_hooked(fetch_ready, loss_, f..., feeds...);
+            } catch (const numerics_error& e) {
+              throw numerics_error(e.what() + reached(e.outputs), e.outputs);
+            }
+          }();
           [&]<std::size_t... I>(std::index_sequence<I...>) { (take_gradient<I>(r), ...); }(
               std::index_sequence_for<Vs...>{});
           Backend::copy_to_host(&last_loss_, std::get<0>(r).data(), sizeof(loss_type));
@@ -220,6 +226,8 @@ class train_step {
       ((storage_[I] = s_.template data<value_t<Vs>>(Vs::name.view())), ...);
     }(std::index_sequence_for<Vs...>{});
     [&]<std::size_t... I>(std::index_sequence<I...>) { (update<I>(step, scale), ...); }(std::index_sequence_for<Vs...>{});
+    if (s_.check_numerics())
+      [&]<std::size_t... I>(std::index_sequence<I...>) { (check_update<I>(step), ...); }(std::index_sequence_for<Vs...>{});
     s_.set_global_step(step + 1);
   }
 
@@ -238,6 +246,41 @@ class train_step {
   session<Backend>& owner() const { return s_; }
 
  private:
+  // "; it reaches the loss, the gradient of 'w'": the fetches a numerics_error names
+  std::string reached(const std::vector<std::size_t>& outs) const {
+    std::string r;
+    for (std::size_t o : outs) {
+      std::string what;
+      if (o == 0) what = "the loss";
+      else if (grad_of_fetch[o - 1] >= 0) what = "the gradient of '" + std::string(names_[static_cast<std::size_t>(grad_of_fetch[o - 1])]) + "'";
+      else
+        for (std::size_t i = 0; i < sizeof...(Vs); ++i)
+          if (fetch_at[i] == o - 1 || fetch_at[i] + 1 == o - 1) what = "the sparse gradient of '" + std::string(names_[i]) + "'";
+      if (r.find(what) == std::string::npos) r += (r.empty() ? "; it reaches " : ", ") + what;
+    }
+    return r;
+  }
+  // after the update of global step `step`: the variable and its optimizer state finite
+  template <std::size_t I>
+  void check_update(std::int64_t step) {
+    using T = value_t<var_t<I>>;
+    const index_t n = static_dims<shape_t<var_t<I>>>().numel();
+    auto check = [&](const T* p, const std::string& what) {
+      const index_t i = Backend::first_nonfinite(p, n);
+      if (i < 0) return;
+      T v{};
+      Backend::copy_to_host(&v, p + i, sizeof(T));
+      throw numerics_error("gradus: check_numerics: " + what + " holds " + (v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf") +
+                               " at element " + std::to_string(i) + " after the optimizer's update at global step " +
+                               std::to_string(step) + " (learning rate " + std::to_string(opt_.lr(step)) + ")",
+                           {});
+    };
+    check(static_cast<const T*>(storage_[I]), detail::quoted("variable ", names_[I]));
+    for (int k = 0; k < opt_.slot_count(); ++k)
+      check(static_cast<const T*>(slots_[I][static_cast<std::size_t>(k)]),
+            detail::quoted("optimizer state ", std::string(names_[I]).append("/").append(opt_.slot_name(k))));
+  }
+
   template <std::size_t I, class Hook>
   void notify_if_sparse(Hook& on_ready) {
     if constexpr (sparse_v<I>) on_ready(I, buffers_[I]);

@@ -18,6 +18,7 @@
 //   update   for_each(n, rule, p...)                  an optimizer's rule, in place, one pass
 //            sum_squares(x, n)                        host scalar (gradient clipping)
 //            copy(dst, src, bytes)                    device to device
+//   checks   first_nonfinite(x, n)                    host index of the first NaN/inf, or -1
 //   random   dropout_mask(out, n, keep, seed, draw)   counter-based inverted-dropout mask
 // CBLAS declarations: xtensor-blas's (xflens) rather than OpenBLAS's <cblas.h>, whose
 // enum and integer types differ; one set of declarations lets a program include this
@@ -189,6 +190,26 @@ struct cpu_simd {
 
   static void copy(void* dst, const void* src, std::size_t bytes) {
     if (bytes) std::memcpy(dst, src, bytes);
+  }
+
+  // The index of the first NaN or infinity among x[0, n), or -1 (check_numerics). Blocks
+  // are screened with SIMD (x * 0 is 0 for a finite x, NaN otherwise), then searched.
+  template <class T>
+  static index_t first_nonfinite(const T* x, index_t n) {
+    using B = xsimd::batch<T>;
+    constexpr index_t W = static_cast<index_t>(B::size), block = 1 << 12;
+    for (index_t i = 0; i < n; i += block) {
+      const index_t m = std::min(block, n - i);
+      B acc(T(0));
+      index_t j = 0;
+      for (; j + W <= m; j += W) acc += B::load_unaligned(x + i + j) * B(T(0));
+      T s = xsimd::hadd(acc);
+      for (; j < m; ++j) s += x[i + j] * T(0);
+      if (s == T(0)) continue;
+      for (j = 0; j < m; ++j)
+        if (!std::isfinite(x[i + j])) return i + j;
+    }
+    return -1;
   }
 
   // ---- reductions ----------------------------------------------------------------------
