@@ -5,6 +5,8 @@
 //   --comm-timeout S       how long any one wait of a collective may last
 //   --comm-transport T     the ring's data path (tcp | ipc | auto)
 //   --bucket-mb M          MiB of gradients all-reduced together
+//   --check-numerics       stop at the first NaN or infinity, naming the node, the
+//                          variable or gradient and the step (session::set_check_numerics)
 // An example builds its step with g::dist::minimize(comm, data_parallel_options(o), ...),
 // trains on its rank's share of the data, and lets rank 0 report.
 #include <CLI/CLI.hpp>
@@ -29,6 +31,7 @@ struct comm_options {
   // default: over loopback it measured faster than ipc (1 MiB all-reduce, N = 2: 391 vs
   // 953 us; data-parallel mnist_mlp 2x1: 0.86x vs 0.73x of one process, benchmarks/README.md)
   std::string transport = "tcp";
+  bool check_numerics = false;   // session::set_check_numerics
 };
 
 inline void add_comm_options(CLI::App& app, comm_options& o) {
@@ -44,6 +47,9 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
       ->check(CLI::IsMember({"auto", "tcp", "ipc"}));
   app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
+  app.add_flag("--check-numerics", o.check_numerics,
+               "stop at the first NaN or infinity in any node, naming the node, the variable or gradient it reaches "
+               "and the global step (tf.debugging.check_numerics; costs a pass over every buffer)");
 }
 
 // The communicator --comm names; for ring, the world comes from the environment

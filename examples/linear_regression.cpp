@@ -98,6 +98,7 @@ int main(int argc, char** argv) {
     const auto loss = g::mean(g::square(pred - y));
 
     g::session<g::cpu_simd> s;
+    s.set_check_numerics(co.check_numerics);
     g::initialize(s, w, g::init::normal{0, 0.1}, seed);
     g::initialize(s, bias, g::init::zeros{}, seed);
     auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});

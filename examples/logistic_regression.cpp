@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
     const auto accuracy = g::mean(g::greater(y * z, 0.f));  // the sign of z predicts the label
 
     g::session<g::cpu_simd> s;
+    s.set_check_numerics(co.check_numerics);
     g::initialize(s, w, g::init::glorot_uniform{}, seed);
     g::initialize(s, b, g::init::zeros{}, seed);
     // data-parallel (--comm ring): each rank trains on an equal contiguous share of the

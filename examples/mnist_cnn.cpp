@@ -41,6 +41,7 @@ int main(int argc, char** argv) {
     const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
 
     g::session<g::cpu_simd> s;
+    s.set_check_numerics(o.check_numerics);
     conv1.initialize(s, o.seed);
     conv2.initialize(s, o.seed);
     fc1.initialize(s, o.seed);

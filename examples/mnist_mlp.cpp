@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
     const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
 
     g::session<g::cpu_simd> s;
+    s.set_check_numerics(o.check_numerics);
     fc1.initialize(s, o.seed);
     fc2.initialize(s, o.seed);
     fc3.initialize(s, o.seed, g::init::glorot_uniform{});

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
     const auto loss = 0.5 * g::mean(g::square(residual)) + (0.5 * lambda) * g::sum(g::square(w));
 
     g::session<g::cpu_simd> s;
+    s.set_check_numerics(co.check_numerics);
     g::initialize(s, w, g::init::zeros{}, seed);
     g::initialize(s, b, g::init::zeros{}, seed);
     // data-parallel (--comm ring): each rank descends on its share of the rows; the averaged

@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
     const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
 
     g::session<g::cpu_simd> s;
+    s.set_check_numerics(o.check_numerics);
     lstm1.initialize(s, o.seed);
     fc.initialize(s, o.seed, g::init::glorot_uniform{});
     auto comm = gx::make_communicator(o);
