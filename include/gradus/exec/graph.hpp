@@ -136,18 +136,18 @@ class compiled_graph final : public graph_base {
       slots_[v.slot].data = st->data;
       slots_[v.slot].d = st->d;
     }
-    if (vars.check_numerics()) {
+    constexpr bool hooked = !std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>;
+    if (vars.check_numerics()) {  // the same run, each result scanned before anyone sees it
       check_leaves(vars.global_step());
+      if constexpr (hooked)
+        for (std::size_t i : ready_first_) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
       for (std::size_t k = 0; k < steps_.size(); ++k) {
         steps_[k].fn(*this, steps_[k]);
         check_step(k, vars.global_step());
-        if constexpr (!std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
-          if (k == 0)
-            for (std::size_t i : ready_first_) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
+        if constexpr (hooked)
           for (std::size_t i : ready_after_[k]) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
-        }
       }
-    } else if constexpr (std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
+    } else if constexpr (!hooked) {
       for (const auto& s : steps_) s.fn(*this, s);
     } else {
       for (std::size_t i : ready_first_) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
@@ -318,12 +318,10 @@ class compiled_graph final : public graph_base {
         const slot& sl = slots_[static_cast<std::size_t>(l.slot)];
         const index_t i = l.scan(sl.data, sl.d.numel());
         if (i < 0) continue;
-        std::vector<std::size_t> outs;
-        for (std::size_t o = 0; o < sizeof...(Outs); ++o) outs.push_back(o);  // all may read it
         throw numerics_error("gradus: check_numerics: " + slot_labels_[static_cast<std::size_t>(l.slot)] + " " +
                                  to_string(sl.d) + " holds " + nonfinite_at(sl.data, i, l.dtype) +
                                  " before the run at global step " + std::to_string(global_step),
-                             std::move(outs));
+                             {});
       }
   }
   // The first NaN or infinity in step k's result: the op, its shape, its inputs, the
