@@ -71,7 +71,7 @@ std::vector<double> gru_reference(const std::vector<double>& x, const std::vecto
         const auto at = static_cast<std::size_t>(r * H + j);
         next[at] = (1 - zg) * ng + zg * h[at];
       }
-    h = next;
+    h.swap(next);  // (h = next: a false -Warray-bounds of g++ 12 at -O3)
     std::copy(h.begin(), h.end(), hs.begin() + t * B * H);
   }
   return hs;

@@ -203,9 +203,8 @@ struct cpu_simd {
       B acc(T(0));
       index_t j = 0;
       for (; j + W <= m; j += W) acc += B::load_unaligned(x + i + j) * B(T(0));
-      T s = xsimd::hadd(acc);
-      for (; j < m; ++j) s += x[i + j] * T(0);
-      if (s == T(0)) continue;
+      if (j < m) acc += tail_batch<B>(x + i + j, m - j) * B(T(0));
+      if (xsimd::hadd(acc) == T(0)) continue;
       for (j = 0; j < m; ++j)
         if (!std::isfinite(x[i + j])) return i + j;
     }
