@@ -181,7 +181,11 @@ BOOST_AUTO_TEST_CASE(dnn_regressor_fits_a_sine) {
     x.push_back(static_cast<float>(v));
     y.push_back(static_cast<float>(std::sin(v)));
   }
-  g::dnn_regressor<1, g::hidden<32, 32>> m({.seed = 2, .batch_size = 32}, g::adam{.lr = 0.01});
+  // The learning rate anneals to 0 (cosine over the 60 epochs x 32 steps): with a constant
+  // 0.01 the last iterate bounces, and its grid mse ranged 0.00007-0.0126 over seeds and
+  // over one-ulp changes of the arithmetic; annealed, it is 0.00001-0.0005 for seeds 1-6.
+  g::dnn_regressor<1, g::hidden<32, 32>> m({.seed = 2, .batch_size = 32},
+                                           g::adam{.lr = g::lr_schedule::cosine(0.01, 60 * 32)});
   const g::tensor_view<const float> xv{x.data(), g::dims{std::array<g::index_t, 2>{n, 1}}};
   const g::tensor_view<const float> yv{y.data(), g::dims{std::array<g::index_t, 2>{n, 1}}};
   m.train(xv, yv, 60);
