@@ -286,6 +286,145 @@ BOOST_AUTO_TEST_CASE(a_world_of_one_is_the_plain_step) {
   BOOST_TEST(std::memcmp(w.data(), ref.data(), ref.size() * sizeof(double)) == 0);
 }
 
+// ---- ranks that disagree on the run, or whose replicas drift ---------------------------------
+
+namespace {
+
+// `world` threads; rank r builds its step with make(r, comm, session, model), calls
+// before(r, step, session), runs `run_steps` steps on its share, then after(r, step, session).
+template <class Make, class Before, class After>
+std::vector<rank_result> ranks_with(int world, int run_steps, Make make, Before before, After after) {
+  const auto d = make_data(run_steps);
+  board b(world, std::chrono::milliseconds(20000));
+  return on_ranks(world, [&](int r, rank_result& res) {
+    thread_comm comm{&b, r};
+    mlp m;
+    g::session<g::cpu_simd> s;
+    m.init(s, 11);
+    auto step = make(r, comm, s, m);
+    before(r, step, s);
+    const g::index_t part = batch / world, lo = r * part;
+    for (int k = 0; k < run_steps; ++k)
+      step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+               y = g::view(d.ys.data() + k * batch + lo, {part}));
+    after(r, step, s);
+    res.w = weights(s, m);
+  });
+}
+const auto nothing = [](int, auto&, auto&) {};
+
+// Adds `delta` to element 0 of the session tensor `name` (host memory: cpu_simd).
+void nudge(g::session<g::cpu_simd>& s, std::string_view name, double delta) {
+  for (const auto& e : s.entries())
+    if (e.name == name) static_cast<double*>(e.data)[0] += delta;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(ranks_given_another_learning_rate_fail_naming_it_and_both_values) {
+  const auto rs = ranks_with(
+      2, 1,
+      [](int r, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {}, s, m.loss(), g::sgd{.lr = r == 0 ? 0.05 : 0.1, .momentum = 0.9});
+      },
+      nothing, nothing);
+  for (int r = 0; r < 2; ++r)
+    BOOST_TEST(rs[static_cast<std::size_t>(r)].error ==
+                   "gradus: run fingerprint differs between ranks: rank 1 has optimizer.lr = 0.1, rank 0 has "
+                   "optimizer.lr = 0.05; noticed on rank " + std::to_string(r),
+               rs[static_cast<std::size_t>(r)].error);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_given_another_batch_or_optimizer_fail_naming_the_first_field) {
+  // the program's own fields: rank 1 and 2 were given another batch size
+  const auto rs = ranks_with(
+      3, 1,
+      [](int, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {}, s, m.loss(), optimizer);
+      },
+      [](int r, auto& step, auto&) { step.set_run_fingerprint({{"batch_size", r == 0 ? "64" : "32"}, {"epochs", "3"}}); },
+      nothing);
+  for (const auto& res : rs)
+    BOOST_TEST(res.error.find("rank 1 has batch_size = 32, rank 0 has batch_size = 64 (rank 2 differs from rank 0 too)") !=
+                   std::string::npos,
+               res.error);
+  // another optimizer: named before the tensors its slots add
+  const auto ro = ranks_with(
+      2, 1,
+      [](int, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {}, s, m.loss(), g::adam{.lr = 0.1});
+      },
+      [](int r, auto& step, auto&) {
+        if (r == 0) step.set_run_fingerprint({{"seed", "1"}});
+      },
+      nothing);
+  for (const auto& res : ro)
+    BOOST_TEST(res.error.find("rank 1 has tensor fc1/b = float64 (13,), rank 0 has seed = 1") != std::string::npos, res.error);
+}
+
+BOOST_AUTO_TEST_CASE(agreeing_ranks_pass_and_a_drifted_replica_is_named) {
+  // agreeing replicas pass check_replicas, at the end and every 2 steps
+  const auto ok = ranks_with(
+      2, 4,
+      [](int, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {.check_replicas_every = 2}, s, m.loss(), optimizer);
+      },
+      [](int, auto& step, auto&) { step.set_run_fingerprint({{"batch_size", "12"}}); },
+      [](int, auto& step, auto&) { step.check_replicas(); });
+  for (const auto& res : ok) BOOST_TEST(res.error.empty(), res.error);
+  // rank 1's fc2/b drifts by one ulp-sized nudge after training: named with both checksums
+  const auto bad = ranks_with(
+      2, 2,
+      [](int, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {}, s, m.loss(), optimizer);
+      },
+      nothing,
+      [](int r, auto& step, auto& s) {
+        if (r == 1) nudge(s, "fc2/b", 1e-15);
+        step.check_replicas();
+      });
+  for (const auto& res : bad) {
+    BOOST_TEST(res.error.find("gradus: replica check differs between ranks: rank 1 has checksum of fc2/b = ") !=
+                   std::string::npos,
+               res.error);
+    BOOST_TEST(res.error.find(", rank 0 has checksum of fc2/b = ") != std::string::npos, res.error);
+  }
+  // with check_replicas_every = 2, a drift after step 2 is caught inside run() at step 4
+  const auto during = ranks_with(
+      2, 2,
+      [](int, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {.check_replicas_every = 2}, s, m.loss(), optimizer);
+      },
+      nothing,
+      [](int r, auto& step, auto& s) {
+        if (r == 1) nudge(s, "fc1/w", 0.5);
+        const auto d = make_data(2);
+        const g::index_t part = batch / 2, lo = r * part;
+        for (int k = 0; k < 2; ++k)
+          step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+                   y = g::view(d.ys.data() + k * batch + lo, {part}));
+      });
+  for (const auto& res : during)
+    BOOST_TEST(res.error.find("replica check differs between ranks: rank 1 has checksum of fc1/w = ") != std::string::npos,
+               res.error);
+}
+
+BOOST_AUTO_TEST_CASE(the_global_step_comes_from_rank_0) {
+  // rank 0 restored a checkpoint of step 7 that rank 1 could not read: both go on from 7
+  const auto rs = ranks_with(
+      2, 1,
+      [](int, thread_comm& comm, g::session<g::cpu_simd>& s, const mlp& m) {
+        return g::dist::minimize(comm, {}, s, m.loss(), optimizer);
+      },
+      [](int r, auto&, auto& s) {
+        if (r == 0) s.set_global_step(7);
+      },
+      [](int, auto&, auto& s) {
+        if (s.global_step() != 8) throw g::error("global step " + std::to_string(s.global_step()));
+      });
+  for (const auto& res : rs) BOOST_TEST(res.error.empty(), res.error);
+}
+
 // ---- a parameter server behind the same step ---------------------------------------------
 namespace {
 
@@ -294,9 +433,10 @@ namespace {
 // w -= lr * sum / workers; pull waits (bounded) until the server has applied this worker's
 // last step.
 struct fake_server {
-  explicit fake_server(int n, double lr) : n(n), lr(lr) {}
+  explicit fake_server(int n, double lr) : n(n), lr(lr), b(n, std::chrono::milliseconds(20000)) {}
   int n;
   double lr;
+  board b;  // the workers' own collectives (the run fingerprint)
   std::mutex m;
   std::condition_variable cv;
   std::map<std::string, std::vector<double>, std::less<>> w, sum;
@@ -311,12 +451,18 @@ struct ps_comm {
   int rank() const { return r; }
   int world_size() const { return srv->n; }
   template <class T>
-  void allreduce_sum(std::span<T>) {}
+  void allreduce_sum(std::span<T> v) {
+    thread_comm{&srv->b, r}.allreduce_sum(v);
+  }
   template <class T>
-  void allreduce_average(std::span<T>) {}
+  void allreduce_average(std::span<T> v) {
+    thread_comm{&srv->b, r}.allreduce_average(v);
+  }
   template <class T>
-  void broadcast(std::span<T>, int) {}
-  void barrier() {}
+  void broadcast(std::span<T> v, int root) {
+    thread_comm{&srv->b, r}.broadcast(v, root);
+  }
+  void barrier() { srv->b.sync(); }
   void initialize(std::string_view key, std::span<const double> v) {
     if (r != 0) return;  // rank 0's values (a real server: the first offer)
     std::lock_guard lk(srv->m);

@@ -243,8 +243,9 @@ BOOST_AUTO_TEST_CASE(communicator_policy_is_used) {
   const auto d = moons(200, 8);
   using model = g::dnn_classifier<2, g::hidden<4>, 2, g::cpu_simd, counting_comm>;
   model m({.seed = 1, .batch_size = 10});
-  // rank 0 broadcast every tensor of the session: 4 variables + Adam's 2 slots each
-  BOOST_TEST(m.communicator().broadcasts == 12);
+  // rank 0 broadcast every tensor of the session (4 variables + Adam's 2 slots each) and
+  // its global step
+  BOOST_TEST(m.communicator().broadcasts == 13);
   m.train(d.xv(2), d.yv(), 1);
   // rank 0 of 2 trains on every other example: 100 examples, 10 steps, 4 gradients each
   BOOST_TEST(m.global_step() == 10);

@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <type_traits>
@@ -19,6 +20,13 @@ constexpr std::string_view dtype_name() {
   else if constexpr (std::is_same_v<T, double>) return "float64";
   else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
   else return "unknown";
+}
+
+// Bytes per element of a dtype named as dtype_name() names it (0 for an unknown name).
+constexpr std::size_t dtype_size(std::string_view name) {
+  if (name == "float64") return 8;
+  if (name == "float32" || name == "int32") return 4;
+  return 0;
 }
 
 }  // namespace gradus

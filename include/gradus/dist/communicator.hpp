@@ -9,11 +9,12 @@
 //   step.apply_gradients();
 //
 // (dist::data_parallel_step does this with buckets on a background thread.)
-// allreduce_sum / allreduce_average / broadcast work in place on host-visible buffers of float or double;
-// any length, including 0. A policy that cannot finish (a dead peer) throws an error naming
+// allreduce_sum / allreduce_average / broadcast work in place on host-visible buffers of float or double
+// (broadcast also of raw bytes: run fingerprints, serialized state); any length, including 0. A policy that cannot finish (a dead peer) throws an error naming
 // the peer and the operation; it never blocks forever.
 #include <algorithm>
 #include <concepts>
+#include <cstddef>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,7 +26,7 @@
 namespace gradus::dist {
 
 template <class C>
-concept communicator = requires(C& c, std::span<float> f, std::span<double> d) {
+concept communicator = requires(C& c, std::span<float> f, std::span<double> d, std::span<std::byte> b) {
   { c.rank() } -> std::convertible_to<int>;
   { c.world_size() } -> std::convertible_to<int>;
   c.allreduce_sum(f);
@@ -34,6 +35,7 @@ concept communicator = requires(C& c, std::span<float> f, std::span<double> d) {
   c.allreduce_average(d);
   c.broadcast(f, 0);
   c.broadcast(d, 0);
+  c.broadcast(b, 0);
   c.barrier();
 };
 
@@ -91,6 +93,7 @@ class any_communicator {
     virtual void allreduce_average(std::span<double>) = 0;
     virtual void broadcast(std::span<float>, int) = 0;
     virtual void broadcast(std::span<double>, int) = 0;
+    virtual void broadcast(std::span<std::byte>, int) = 0;
     virtual void barrier() = 0;
   };
   template <class C>
@@ -107,6 +110,7 @@ class any_communicator {
     void allreduce_average(std::span<double> x) override { c.allreduce_average(x); }
     void broadcast(std::span<float> x, int root) override { c.broadcast(x, root); }
     void broadcast(std::span<double> x, int root) override { c.broadcast(x, root); }
+    void broadcast(std::span<std::byte> x, int root) override { c.broadcast(x, root); }
     void barrier() override { c.barrier(); }
   };
   std::unique_ptr<iface> p_;
@@ -155,7 +159,8 @@ void reduce_gradients(Comm& comm, Step& step) {
 }
 
 // Every tensor of the session (variables and optimizer state) from rank 0 to all, in name
-// order: the replicas start identical.
+// order, and then its global step: the replicas start identical, and a job that only rank 0
+// could restore a checkpoint for resumes from rank 0's step on every rank.
 template <communicator Comm, class Session>
 void broadcast_variables(Comm& comm, Session& s) {
   if (comm.world_size() == 1) return;
@@ -167,6 +172,9 @@ void broadcast_variables(Comm& comm, Session& s) {
     else if (e.dtype == std::string_view("float64")) comm.broadcast(std::span<double>(static_cast<double*>(e.data), n), 0);
     else throw error("gradus: broadcast_variables: '" + std::string(e.name) + "' has dtype " + std::string(e.dtype));
   }
+  double step = static_cast<double>(s.global_step());  // exact below 2^53
+  comm.broadcast(std::span<double>(&step, 1), 0);
+  s.set_global_step(static_cast<std::int64_t>(step));
 }
 
 }  // namespace gradus::dist

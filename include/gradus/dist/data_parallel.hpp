@@ -20,6 +20,14 @@
 // belong to one thread). An error there (a dead peer) is rethrown by run(), naming what
 // the communicator named. stats() reports the time the training thread waited for the
 // collectives (a straggler's peers wait longest) and the time spent inside them.
+//
+// Before the first broadcast the ranks compare a run fingerprint (dist/agree.hpp): the
+// graph's tensors (names, dtypes, shapes), the optimizer and every hyper-parameter, the
+// world size, and what the program adds with set_run_fingerprint() (batch size, steps per
+// epoch, epochs, the data seed). Ranks that differ in any of them fail at once, every rank
+// naming the field and both values, instead of training on with diverging weights.
+// check_replicas() compares the replicas' bits (a checksum per tensor) and names the first
+// tensor that differs.
 #include <array>
 #include <chrono>
 #include <condition_variable>
@@ -38,6 +46,7 @@
 #include <vector>
 
 #include "gradus/core/error.hpp"
+#include "gradus/dist/agree.hpp"
 #include "gradus/dist/communicator.hpp"
 #include "gradus/train/train_step.hpp"
 
@@ -46,6 +55,9 @@ namespace gradus::dist {
 struct data_parallel_options {
   std::size_t bucket_bytes = std::size_t{25} << 20;  // as PyTorch DDP's bucket_cap_mb = 25
   bool overlap = true;  // false: reduce every bucket after the backward pass, on the caller's thread's turn
+  // Compare the replicas' contents (check_replicas()) after every this many steps; 0: only
+  // when the program calls check_replicas() (the examples do at the end of training).
+  std::int64_t check_replicas_every = 0;
 };
 
 // Cumulative over the runs so far.
@@ -137,6 +149,14 @@ class data_parallel_step {
                      const Vs&... vs)
       : comm_(comm), opts_(opts), step_(s, loss, opt, vs...) {
     if (opts_.bucket_bytes == 0) throw error("gradus: data_parallel: bucket_bytes must be positive");
+    if (opts_.check_replicas_every < 0)
+      throw error("gradus: data_parallel: check_replicas_every must be >= 0, got " +
+                  std::to_string(opts_.check_replicas_every));
+    optimizer_fields_.push_back({"optimizer", std::string(Opt::name)});
+    if constexpr (requires { opt.settings([](std::string_view, const std::string&) {}); })
+      opt.settings([&](std::string_view k, const std::string& v) {
+        optimizer_fields_.push_back({"optimizer." + std::string(k), v});
+      });
     if (comm_.world_size() > 1) step_.set_sparse_as_dense(true);  // reduced densely, as Horovod's sparse_as_dense
     plan_buckets();
   }
@@ -184,15 +204,46 @@ class data_parallel_step {
         backend::copy_to_device(static_cast<char*>(grads[m.var].data) + 0, b.data.data() + m.offset, m.bytes);
     step_.apply_gradients();
     ++stats_.steps;
+    if (opts_.check_replicas_every > 0 && stats_.steps % opts_.check_replicas_every == 0) check_replicas();
     return l;
   }
 
-  // Rank 0's variables and optimizer state to every rank (run() does it before its first
-  // step; call it again after restoring a checkpoint on rank 0 only).
+  // Rank 0's variables, optimizer state and global step to every rank (run() does it
+  // before its first step; call it again after restoring a checkpoint on rank 0 only). The
+  // first call compares the run fingerprint first.
   void broadcast_variables() {
-    worker_.submit([this] { dist::broadcast_variables(comm_, step_.owner()); });
-    worker_.wait();
+    check_run_fingerprint();
+    on_worker([this] { dist::broadcast_variables(comm_, step_.owner()); });
     synced_ = true;
+  }
+
+  // Fields every rank must agree on besides those the step knows (the graph's tensors, the
+  // optimizer, the world size): {{"batch_size", "64"}, {"epochs", "3"}, {"data_seed", "1"}}.
+  // Set before the first run.
+  void set_run_fingerprint(std::vector<run_field> fields) {
+    if (fingerprint_checked_)
+      throw error("gradus: data_parallel: set_run_fingerprint after the first run (the ranks already compared it)");
+    extra_fields_ = std::move(fields);
+  }
+  // What the ranks compare before their first collective.
+  std::vector<run_field> run_fingerprint() const {
+    std::vector<run_field> f{{"world_size", std::to_string(comm_.world_size())}};
+    f.insert(f.end(), optimizer_fields_.begin(), optimizer_fields_.end());
+    f.insert(f.end(), extra_fields_.begin(), extra_fields_.end());
+    for (auto& t : session_fields(step_.owner())) f.push_back(std::move(t));
+    return f;
+  }
+  // Compares the fingerprint now (once; broadcast_variables and run() call it).
+  void check_run_fingerprint() {
+    if (fingerprint_checked_) return;
+    on_worker([this] { dist::agree(comm_, "run fingerprint", run_fingerprint()); });
+    fingerprint_checked_ = true;
+  }
+  // Every rank's variables and optimizer state must hold the same bits as rank 0's: throws
+  // run_mismatch_error on every rank naming the first tensor that differs and the ranks.
+  // A collective: every rank calls it at the same step.
+  void check_replicas() {
+    on_worker([this] { dist::agree(comm_, "replica check", replica_fields(step_.owner())); });
   }
 
   // A parameter server keeps the variables: push each gradient as it is final, end the
@@ -202,6 +253,7 @@ class data_parallel_step {
     auto& s = step_.owner();
     const auto& names = Step::variable_names();
     if (!synced_) {  // offer this rank's first values (the server keeps rank 0's), then pull
+      check_run_fingerprint();
       locate_storage();
       for (std::size_t i = 0; i < Step::variable_count; ++i) {
         backend::copy_to_host(host_[i].data(), storage_[i], host_[i].size());
@@ -262,6 +314,20 @@ class data_parallel_step {
     std::vector<std::byte> data;  // host memory the communicator reduces in place
     std::size_t pending = 0;
   };
+
+  // f() on the communicator's thread, waited for; a failure there marks the step failed.
+  template <class F>
+  void on_worker(F&& f) {
+    worker_.submit(std::forward<F>(f));
+    try {
+      worker_.wait();
+    } catch (const run_mismatch_error&) {
+      throw;  // every rank failed the comparison together: the communicator is still sound
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+  }
 
   template <class T>
   static std::span<const T> as_const(std::span<T> x) {
@@ -369,6 +435,8 @@ class data_parallel_step {
   // parameter-server mode: each variable's storage, its host copy and its gradient's
   std::array<void*, Step::variable_count> storage_{};
   std::array<std::vector<std::byte>, Step::variable_count> host_{}, grad_host_{};
+  std::vector<run_field> optimizer_fields_, extra_fields_;
+  bool fingerprint_checked_ = false;
   std::size_t next_ = 0;
   bool synced_ = false;
   bool failed_ = false;

@@ -87,6 +87,16 @@ struct sgd {
     opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
     if (nesterov && momentum == 0) throw error("gradus: sgd: nesterov needs momentum > 0");
   }
+  // f(setting, value as exact text) for every hyper-parameter (dist/agree.hpp compares them
+  // between data-parallel ranks).
+  template <class F>
+  void settings(F&& f) const {
+    f("lr", lr.describe());
+    f("momentum", shortest_text(momentum));
+    f("nesterov", nesterov ? "true" : "false");
+    f("weight_decay", shortest_text(weight_decay));
+    f("clip_global_norm", shortest_text(clip_global_norm));
+  }
   int slot_count() const { return momentum > 0 ? 1 : 0; }
   static std::string_view slot_name(int) { return "momentum"; }
 
@@ -121,6 +131,15 @@ struct adam_optimizer {
     opt_detail::check_range(name, "eps", eps, 0, 1e30);
     opt_detail::check_range(name, "weight_decay", weight_decay, 0, 1e30);
     opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
+  }
+  template <class F>
+  void settings(F&& f) const {
+    f("lr", lr.describe());
+    f("beta1", shortest_text(beta1));
+    f("beta2", shortest_text(beta2));
+    f("eps", shortest_text(eps));
+    f("weight_decay", shortest_text(weight_decay));
+    f("clip_global_norm", shortest_text(clip_global_norm));
   }
   int slot_count() const { return 2; }
   static std::string_view slot_name(int i) { return i == 0 ? "adam_m" : "adam_v"; }

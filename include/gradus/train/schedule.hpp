@@ -14,6 +14,7 @@
 #include <string>
 
 #include "gradus/core/error.hpp"
+#include "gradus/core/text.hpp"
 
 namespace gradus {
 
@@ -76,6 +77,23 @@ class lr_schedule {
   }
   kind type() const { return kind_; }
   double base() const { return lr_; }
+  // Every parameter, exactly: "0.05", "cosine(lr=0.01, total_steps=1920, warmup_steps=0,
+  // min_lr=0)". Data-parallel ranks compare it (dist/agree.hpp).
+  std::string describe() const {
+    const auto n = [](double v) { return shortest_text(v); };
+    switch (kind_) {
+      case kind::constant: return n(lr_);
+      case kind::step:
+        return "step(lr=" + n(lr_) + ", step_size=" + std::to_string(steps_) + ", gamma=" + n(factor_) + ")";
+      case kind::exponential:
+        return "exponential(lr=" + n(lr_) + ", decay_rate=" + n(factor_) + ", decay_steps=" + std::to_string(steps_) +
+               ", staircase=" + (staircase_ ? "true" : "false") + ")";
+      case kind::cosine:
+        return "cosine(lr=" + n(lr_) + ", total_steps=" + std::to_string(steps_) + ", warmup_steps=" +
+               std::to_string(warmup_) + ", min_lr=" + n(min_lr_) + ")";
+    }
+    return n(lr_);
+  }
 
  private:
   void check() const {

@@ -24,6 +24,7 @@
 #include <system_error>
 #include <vector>
 
+#include "gradus/core/text.hpp"
 #include "gradus/data/csv.hpp"
 
 namespace gradus::util {
@@ -143,13 +144,7 @@ class metrics_log {
   const std::filesystem::path& path() const { return path_; }
 
   // shortest text that reads back as the same double; "nan", "inf", "-inf" otherwise
-  static std::string format(double v) {
-    if (std::isnan(v)) return "nan";
-    if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
-  }
+  static std::string format(double v) { return shortest_text(v); }
 
  private:
   metrics_log(std::filesystem::path path, std::vector<std::string> columns) : path_(std::move(path)) {

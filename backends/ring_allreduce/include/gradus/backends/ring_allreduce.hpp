@@ -36,7 +36,8 @@ namespace ring::detail {
 
 template <class T>
 constexpr dtype_code dtype_of() {
-  return std::same_as<T, float> ? dtype_code::float32 : dtype_code::float64;
+  if constexpr (std::same_as<T, std::byte>) return dtype_code::bytes;
+  else return std::same_as<T, float> ? dtype_code::float32 : dtype_code::float64;
 }
 
 // dst += src, a loop the compiler vectorises (no aliasing: src is a received message).
@@ -53,6 +54,9 @@ void scale(T* __restrict dst, T factor, std::size_t n) {
 
 template <class T>
 concept ring_element = std::same_as<T, float> || std::same_as<T, double>;
+// What broadcast also carries: raw bytes (run fingerprints, serialized state).
+template <class T>
+concept ring_broadcast_element = ring_element<T> || std::same_as<T, std::byte>;
 
 class ring_allreduce {
  public:
@@ -100,7 +104,7 @@ class ring_allreduce {
   }
 
   // x <- root's x, streamed segment by segment along the ring from root.
-  template <ring_element T>
+  template <ring_broadcast_element T>
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= world_size())
       throw error("gradus: ring_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " + std::to_string(world_size()));
@@ -272,7 +276,7 @@ class ring_allreduce {
 
   // A pipeline along the ring from root: rank root+1 receives each segment, forwards it to
   // root+2 before taking the next, and so on; the rank before root only receives.
-  template <ring_element T>
+  template <ring_broadcast_element T>
   void broadcast_ring(std::span<T> x, int root, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t seg = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));

@@ -20,7 +20,7 @@ namespace gradus::ring {
 using clock = std::chrono::steady_clock;
 
 enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier };
-enum class dtype_code : std::uint16_t { none = 0, float32, float64 };
+enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes };
 
 inline const char* op_name(op_code o) {
   switch (o) {
@@ -36,6 +36,7 @@ inline const char* dtype_name(dtype_code d) {
   switch (d) {
     case dtype_code::float32: return "float32";
     case dtype_code::float64: return "float64";
+    case dtype_code::bytes: return "bytes";
     case dtype_code::none: return "none";
   }
   return "unknown dtype";
