@@ -2,15 +2,25 @@
 // Checkpoints: save, restore into a fresh session, continue training — bit-identical to
 // an uninterrupted run (variables, Adam state, the step counter and the schedule it
 // drives); a mismatched checkpoint is refused with every difference listed and the
-// session left untouched; failed saves leave the previous checkpoint intact.
+// session left untouched; failed saves leave the previous checkpoint intact; a negative
+// step, NaN/Inf values and another world size are refused; temporaries of killed saves are
+// removed by the next save, those of live writers never.
 #include <boost/test/unit_test.hpp>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
@@ -191,4 +201,299 @@ BOOST_AUTO_TEST_CASE(saving_refuses_unset_variables_and_failures_keep_the_old_fi
   const auto before = snapshot(r);
   BOOST_TEST(error_of([&] { g::restore_checkpoint(r, cut); }).find("cut.npz") != std::string::npos);
   BOOST_TEST((snapshot(r) == before));
+}
+
+namespace {
+
+// A checkpoint of an Adam-trained session (4 variables, 8 optimizer arrays), step 3.
+fs::path trained_checkpoint(const fs::path& dir, const g::checkpoint_options& o = {}) {
+  const batches data;
+  g::session<g::cpu_simd> s;
+  init(s);
+  auto st = g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2);
+  train(st, data, 0, 3);
+  const fs::path file = dir / "ckpt.npz";
+  g::save_checkpoint(s, file, o);
+  return file;
+}
+
+// The file's arrays after f(arrays), written back.
+void edit(const fs::path& file, auto&& f) {
+  auto arrays = g::io::read_npz(file);
+  f(arrays);
+  std::vector<g::io::npz_array_ref> refs;
+  for (const auto& a : arrays) refs.push_back({a.name, a.dtype, a.shape, a.bytes.data()});
+  g::io::write_npz(file, refs);
+}
+
+g::io::npz_array& array_named(std::vector<g::io::npz_array>& arrays, const std::string& name) {
+  for (auto& a : arrays)
+    if (a.name == name) return a;
+  BOOST_FAIL("no array " << name);
+  return arrays.front();
+}
+
+template <class T>
+void set_element(g::io::npz_array& a, std::size_t i, T v) {
+  BOOST_REQUIRE((i + 1) * sizeof(T) <= a.bytes.size());
+  std::memcpy(a.bytes.data() + i * sizeof(T), &v, sizeof(T));
+}
+
+// A session ready for trained_checkpoint's file; its variables hold 7s so that a restore
+// that wrote anything would show.
+struct target {
+  g::session<g::cpu_simd> s;
+  decltype(g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2)) st =
+      g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2);
+  target() {
+    g::initialize(s, w1, g::init::constant{7}, 1);
+    g::initialize(s, b1, g::init::constant{7}, 1);
+    g::initialize(s, w2, g::init::constant{7}, 1);
+    g::initialize(s, b2, g::init::constant{7}, 1);
+  }
+};
+
+bool has(const std::string& hay, const std::string& needle) {
+  const bool found = hay.find(needle) != std::string::npos;
+  if (!found) BOOST_TEST_MESSAGE("missing: " << needle << "\n in: " << hay);
+  return found;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(world_size_is_recorded_and_a_mismatch_refused) {
+  temp_dir dir;
+  const fs::path file = trained_checkpoint(dir.p, {.world_size = 4});
+  // numpy sees an int64 scalar
+  auto arrays = g::io::read_npz(file);
+  const auto& w = array_named(arrays, "gradus/world_size");
+  BOOST_TEST(w.dtype == "int64");
+  BOOST_TEST(w.shape.rank == 0u);
+  std::int64_t v = 0;
+  std::memcpy(&v, w.bytes.data(), sizeof v);
+  BOOST_TEST(v == 4);
+
+  {  // another world size: refused, nothing restored
+    target t;
+    const auto before = snapshot(t.s);
+    const std::string msg = error_of([&] { g::restore_checkpoint(t.s, file, {.world_size = 2}); });
+    BOOST_TEST(has(msg, "ckpt.npz"));
+    BOOST_TEST(has(msg, "written by a job of 4 ranks; this job has 2: the global step counts steps of 4 x batch "
+                        "examples"));
+    BOOST_TEST(has(msg, "nothing was restored"));
+    BOOST_TEST((snapshot(t.s) == before));
+    BOOST_TEST(t.s.global_step() == 0);
+  }
+  for (const int world : {4, 0}) {  // the same world size, or none expected: accepted
+    BOOST_TEST_CONTEXT("world_size " << world) {
+      target t;
+      g::restore_checkpoint(t.s, file, {.world_size = world});
+      BOOST_TEST(t.s.global_step() == 3);
+      BOOST_TEST(snapshot(t.s).at("dense1/w") != snapshot(target{}.s).at("dense1/w"));
+    }
+  }
+  {  // the old API: no world size
+    target t;
+    g::restore_checkpoint(t.s, file);
+    BOOST_TEST(t.s.global_step() == 3);
+  }
+  // A file without the field (older gradus, or saved without it) restores under any world size.
+  const fs::path old = trained_checkpoint(dir.p);
+  arrays = g::io::read_npz(old);
+  for (const auto& a : arrays) BOOST_TEST(a.name != "gradus/world_size");
+  target t;
+  g::restore_checkpoint(t.s, old, {.world_size = 2});
+  BOOST_TEST(t.s.global_step() == 3);
+  // a recorded world size below 1 is a corrupt file
+  edit(old, [](auto& as) {
+    const std::int64_t zero = 0;
+    g::io::npz_array a{"gradus/world_size", "int64", g::dims{}, std::vector<std::byte>(8)};
+    std::memcpy(a.bytes.data(), &zero, 8);
+    as.push_back(a);
+  });
+  target u;
+  BOOST_TEST(has(error_of([&] { g::restore_checkpoint(u.s, old); }), "'gradus/world_size' is 0"));
+  BOOST_TEST(u.s.global_step() == 0);
+  BOOST_TEST(has(error_of([&] { g::save_checkpoint(u.s, old, {.world_size = -1}); }), "world_size -1 is negative"));
+}
+
+BOOST_AUTO_TEST_CASE(a_negative_global_step_is_refused) {
+  temp_dir dir;
+  const fs::path file = trained_checkpoint(dir.p);
+  edit(file, [](auto& as) { set_element<std::int64_t>(array_named(as, "global_step"), 0, -3); });
+  target t;
+  const auto before = snapshot(t.s);
+  const std::string msg = error_of([&] { g::restore_checkpoint(t.s, file); });
+  BOOST_TEST(has(msg, "ckpt.npz"));
+  BOOST_TEST(has(msg, "'global_step' is -3"));
+  BOOST_TEST((snapshot(t.s) == before));
+  BOOST_TEST(t.s.global_step() == 0);
+  // step 0 is a step counter like any other
+  edit(file, [](auto& as) { set_element<std::int64_t>(array_named(as, "global_step"), 0, 0); });
+  g::restore_checkpoint(t.s, file);
+  BOOST_TEST(t.s.global_step() == 0);
+  BOOST_TEST((snapshot(t.s) != before));
+}
+
+BOOST_AUTO_TEST_CASE(nan_and_inf_are_refused_naming_array_and_element) {
+  temp_dir dir;
+  const fs::path file = trained_checkpoint(dir.p);
+  edit(file, [](auto& as) {
+    auto& w = array_named(as, "dense1/w");  // (20, 16)
+    set_element(w, 37, std::nanf(""));
+    set_element(w, 300, std::numeric_limits<float>::infinity());
+    set_element(array_named(as, "dense2/b/adam_v"), 2, -std::numeric_limits<float>::infinity());
+  });
+  target t;
+  const auto before = snapshot(t.s);
+  const std::string msg = error_of([&] { g::restore_checkpoint(t.s, file); });
+  BOOST_TEST(has(msg, "ckpt.npz"));
+  BOOST_TEST(has(msg, "NaN or Inf"));
+  BOOST_TEST(has(msg, "'dense1/w' (20, 16) float32: element 37 [2, 5] is nan (2 of 320 elements are not finite)"));
+  BOOST_TEST(has(msg, "'dense2/b/adam_v' (4,) float32: element 2 is -inf (1 of 4 elements are not finite)"));
+  BOOST_TEST(!has(msg, "'dense1/b'"));
+  BOOST_TEST((snapshot(t.s) == before));
+  BOOST_TEST(t.s.global_step() == 0);
+  // the same file with finite values (large, tiny, negative zero) restores
+  edit(file, [](auto& as) {
+    auto& w = array_named(as, "dense1/w");
+    set_element(w, 37, std::numeric_limits<float>::max());
+    set_element(w, 300, -0.0f);
+    set_element(array_named(as, "dense2/b/adam_v"), 2, std::numeric_limits<float>::denorm_min());
+  });
+  g::restore_checkpoint(t.s, file);
+  BOOST_TEST(t.s.global_step() == 3);
+}
+
+namespace {
+
+// A pid that is certainly not alive: a child's, after it exited and was reaped.
+pid_t dead_pid() {
+  const pid_t p = ::fork();
+  BOOST_REQUIRE(p >= 0);
+  if (p == 0) ::_exit(0);
+  int st = 0;
+  BOOST_REQUIRE(::waitpid(p, &st, 0) == p);
+  return p;
+}
+
+// A live child that sleeps (at most 60 s), ended by pid when this goes out of scope.
+struct live_child {
+  pid_t pid = ::fork();
+  live_child() {
+    BOOST_REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::sleep(60);
+      ::_exit(0);
+    }
+  }
+  ~live_child() {
+    ::kill(pid, SIGKILL);
+    int st = 0;
+    ::waitpid(pid, &st, 0);
+  }
+};
+
+std::set<std::string> names_in(const fs::path& dir) {
+  std::set<std::string> r;
+  for (const auto& f : fs::directory_iterator(dir)) r.insert(f.path().filename().string());
+  return r;
+}
+
+void touch(const fs::path& p) { std::ofstream(p) << "partial checkpoint"; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(stale_temporaries_of_the_file_are_removed_live_ones_kept) {
+  temp_dir dir;
+  const std::string host = g::io::detail::host_tag();
+  const pid_t dead = dead_pid(), self = ::getpid();
+  live_child live;
+  const auto tmp = [&](const std::string& file, pid_t pid, int n, const std::string& h) {
+    return file + ".tmp." + std::to_string(pid) + "." + std::to_string(n) + "." + h;
+  };
+  const std::set<std::string> stale = {
+      tmp("ckpt.npz", dead, 0, host),              // a killed writer's
+      tmp("ckpt.npz", dead, 1, host) + ".a1B2c3",  // libzip's own temporary inside it
+      tmp("ckpt.npz", self, 99999, host),          // our pid, not being written: a former pid 1
+  };
+  const std::set<std::string> kept = {
+      tmp("ckpt.npz", live.pid, 0, host),              // a live writer's
+      tmp("ckpt.npz", live.pid, 0, host) + ".XyZ123",  // and libzip's
+      tmp("ckpt.npz", dead, 2, host + "x"),            // another host's: its pid means nothing here
+      tmp("other.npz", dead, 0, host),                 // another checkpoint's
+      tmp("ckpt.npz.1", dead, 0, host),
+      "ckpt.npz.tmp.notes",
+      "ckpt.npz.tmp." + std::to_string(dead) + ".0",  // not our pattern
+      tmp("ckpt.npz", dead, 0, host) + ".with-dash",
+      "ckpt.npz.bak",
+  };
+  for (const auto& n : stale) touch(dir.p / n);
+  for (const auto& n : kept) touch(dir.p / n);
+
+  g::session<g::cpu_simd> s;
+  init(s);
+  g::save_checkpoint(s, dir.p / "ckpt.npz");
+  std::set<std::string> want = kept;
+  want.insert("ckpt.npz");
+  BOOST_TEST(names_in(dir.p) == want, boost::test_tools::per_element());
+  // once the live writer is gone, its temporaries go with the next save
+  ::kill(live.pid, SIGKILL);
+  int st = 0;
+  BOOST_REQUIRE(::waitpid(live.pid, &st, 0) == live.pid);
+  g::save_checkpoint(s, dir.p / "ckpt.npz");
+  want.erase(tmp("ckpt.npz", live.pid, 0, host));
+  want.erase(tmp("ckpt.npz", live.pid, 0, host) + ".XyZ123");
+  BOOST_TEST(names_in(dir.p) == want, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_save_killed_midway_leaves_nothing_after_the_next_save) {
+  temp_dir dir;
+  const fs::path file = dir.p / "big.npz";
+  const std::string prefix = "big.npz.tmp.";
+  const auto temporaries = [&] {
+    std::vector<std::string> r;
+    for (const auto& n : names_in(dir.p))
+      if (n.starts_with(prefix)) r.push_back(n);
+    return r;
+  };
+  std::vector<float> big(std::size_t{12} << 20, 0.5f);  // 48 MB
+  const g::io::npz_array_ref array{"big", "float32", g::dims{static_cast<g::index_t>(big.size())}, big.data()};
+  std::vector<std::string> left;
+  for (int attempt = 0; attempt < 5 && left.empty(); ++attempt) {
+    const pid_t child = ::fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {  // saves in a loop until killed (or 200 saves)
+      try {
+        for (int i = 0; i < 200; ++i) g::io::write_npz(file, {array});
+      } catch (...) {
+        ::_exit(1);
+      }
+      ::_exit(0);
+    }
+    // Kill it while a temporary of its own is on disk (wait at most 20 s for one).
+    const std::string mine = prefix + std::to_string(child) + ".";
+    const auto t0 = std::chrono::steady_clock::now();
+    bool seen = false;
+    while (!seen && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+      for (const auto& n : temporaries()) seen = seen || n.starts_with(mine);
+      if (!seen) std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    ::kill(child, SIGKILL);
+    int st = 0;
+    BOOST_REQUIRE(::waitpid(child, &st, 0) == child);
+    BOOST_TEST_REQUIRE(seen, "the saving child never showed a temporary");
+    BOOST_TEST(WIFSIGNALED(st));
+    left = temporaries();  // empty when the kill landed between rename and the next save
+  }
+  BOOST_TEST_MESSAGE("left by the killed save: " << (left.empty() ? "-" : left.front()));
+  BOOST_TEST_REQUIRE(!left.empty());
+  // The next save, of anything, to the same file removes them.
+  g::session<g::cpu_simd> s;
+  init(s);
+  g::save_checkpoint(s, file);
+  BOOST_TEST(temporaries().empty());
+  g::session<g::cpu_simd> r;
+  init(r);
+  g::restore_checkpoint(r, file);
 }

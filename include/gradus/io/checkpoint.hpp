@@ -6,10 +6,29 @@
 //   g::save_checkpoint(s, "run/ckpt.npz");     // atomic: temporary file + rename
 //   g::restore_checkpoint(s, "run/ckpt.npz");  // all or nothing
 //
+//   // a data-parallel job: record the world size, and refuse to resume with another one
+//   g::save_checkpoint(s, "run/ckpt.npz", {.world_size = spec.world_size});
+//   g::restore_checkpoint(s, "run/ckpt.npz", {.world_size = spec.world_size});
+//
 // restore compares the file with the session — the variables the graph declared
 // (minimize() declares its variables and creates the optimizer state) — and refuses a
 // file whose names, dtypes or shapes differ, listing every difference; nothing is written
-// into the session unless everything matches.
+// into the session unless everything matches. It also refuses, naming the file and the
+// array, a negative global_step and any NaN or Inf in a variable or optimizer array (the
+// first bad element's index and the count of bad elements in each such array): resuming
+// from a diverged run would only diverge again, silently, one epoch later.
+//
+// World size. In data-parallel training one global step consumes world_size x batch
+// examples, so the step counter, the learning-rate schedule it drives and the position in
+// the data all mean something else under another world size. With options.world_size > 0,
+// save records it as the int64 scalar "gradus/world_size" (np.load(f)["gradus/world_size"])
+// and restore refuses a file recorded with another one. A file without the field (written
+// before it existed, or without the option) restores under any world size, as does any
+// file when restore is given no world size.
+//
+// A save killed mid-write leaves its temporary behind; the next save of the same file
+// removes it (io::write_npz).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -24,18 +43,70 @@
 namespace gradus {
 
 inline constexpr std::string_view global_step_key = "global_step";
+inline constexpr std::string_view world_size_key = "gradus/world_size";
+
+// What a checkpoint records about the job besides the session, and what restore expects.
+struct checkpoint_options {
+  // The number of data-parallel ranks of the job (cluster_spec::world_size). save: recorded
+  // when > 0. restore: when > 0, a file recorded with another world size is refused.
+  int world_size = 0;
+};
+
+namespace detail {
+
+// The first non-finite element of a float32/float64 array held as bytes, and how many there
+// are; count 0 when every element is finite (or the dtype is not floating point).
+struct nonfinite_scan {
+  std::size_t first = 0, count = 0;
+  double value = 0;
+};
+inline nonfinite_scan scan_nonfinite(const io::npz_array& a) {
+  nonfinite_scan r;
+  const auto scan = [&]<class T>(T) {
+    const std::size_t n = a.bytes.size() / sizeof(T);
+    for (std::size_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, a.bytes.data() + i * sizeof(T), sizeof(T));
+      if (!std::isfinite(v)) {
+        if (r.count++ == 0) {
+          r.first = i;
+          r.value = static_cast<double>(v);
+        }
+      }
+    }
+  };
+  if (a.dtype == "float32") scan(float{});
+  if (a.dtype == "float64") scan(double{});
+  return r;
+}
+
+// "[2, 5]": the C-order index of flat element i of shape.
+inline std::string multi_index(const dims& shape, std::size_t i) {
+  std::vector<index_t> idx(shape.rank);
+  for (std::size_t k = shape.rank; k-- > 0;) {
+    const auto e = static_cast<std::size_t>(shape.d[k]);
+    idx[k] = static_cast<index_t>(e ? i % e : 0);
+    i = e ? i / e : 0;
+  }
+  std::string out = "[";
+  for (std::size_t k = 0; k < idx.size(); ++k) out += (k ? ", " : "") + std::to_string(idx[k]);
+  return out + "]";
+}
+
+}  // namespace detail
 
 template <class Backend>
-void save_checkpoint(const session<Backend>& s, const std::filesystem::path& file) {
+void save_checkpoint(const session<Backend>& s, const std::filesystem::path& file,
+                     const checkpoint_options& options = {}) {
   const auto entries = s.entries();
   std::vector<std::vector<std::byte>> host(entries.size());
   std::vector<io::npz_array_ref> arrays;
   arrays.reserve(entries.size() + 1);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
-    if (e.name == global_step_key)
-      throw error("gradus: save_checkpoint '" + file.string() + "': a variable is named '" +
-                  std::string(global_step_key) + "', the key of the step counter");
+    if (e.name == global_step_key || e.name == world_size_key)
+      throw error("gradus: save_checkpoint '" + file.string() + "': a variable is named '" + std::string(e.name) +
+                  "', a key the checkpoint keeps for itself");
     if (!e.initialized)
       throw error("gradus: save_checkpoint '" + file.string() + "': variable '" + std::string(e.name) +
                   "' has no value yet; nothing was written");
@@ -44,13 +115,19 @@ void save_checkpoint(const session<Backend>& s, const std::filesystem::path& fil
     Backend::copy_to_host(host[i].data(), e.data, bytes);
     arrays.push_back({std::string(e.name), e.dtype, e.shape, host[i].data()});
   }
+  if (options.world_size < 0)
+    throw error("gradus: save_checkpoint '" + file.string() + "': world_size " + std::to_string(options.world_size) +
+                " is negative (0: not recorded)");
   const std::int64_t step = s.global_step();
+  const std::int64_t world = options.world_size;
   arrays.push_back({std::string(global_step_key), "int64", dims{}, &step});
+  if (world > 0) arrays.push_back({std::string(world_size_key), "int64", dims{}, &world});
   io::write_npz(file, arrays);
 }
 
 template <class Backend>
-void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file) {
+void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
+                        const checkpoint_options& options = {}) {
   const std::vector<io::npz_array> arrays = io::read_npz(file);
   std::map<std::string, const io::npz_array*, std::less<>> by_name;
   for (const auto& a : arrays) by_name.emplace(a.name, &a);
@@ -70,12 +147,12 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file) 
                       std::string(e.dtype) + ", the file " + to_string(a.shape) + " " + a.dtype);
   }
   const io::npz_array* step = nullptr;
+  const io::npz_array* world = nullptr;
   for (const auto& a : arrays) {
-    if (a.name == global_step_key) {
-      step = &a;
+    if (a.name == global_step_key || a.name == world_size_key) {
+      (a.name == global_step_key ? step : world) = &a;
       if (a.dtype != "int64" || a.shape.rank != 0)
-        diffs.push_back("'" + std::string(global_step_key) + "' must be a scalar int64, the file has " +
-                        to_string(a.shape) + " " + a.dtype);
+        diffs.push_back("'" + a.name + "' must be a scalar int64, the file has " + to_string(a.shape) + " " + a.dtype);
       continue;
     }
     bool known = false;
@@ -90,13 +167,52 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file) 
     for (const auto& d : diffs) msg += "\n  " + d;
     throw error(msg);
   }
+
+  // The contents: a step counter that counts, a world size that matches, finite values.
+  const std::string ctx = "gradus: restore_checkpoint '" + file.string() + "': ";
+  const auto scalar = [](const io::npz_array& a) {
+    std::int64_t v = 0;
+    std::memcpy(&v, a.bytes.data(), sizeof v);
+    return v;
+  };
+  const std::int64_t st = scalar(*step);
+  if (st < 0)
+    throw error(ctx + "'" + std::string(global_step_key) + "' is " + std::to_string(st) +
+                "; a step counter is never negative (a corrupt or hand-edited file?); nothing was restored");
+  if (world) {
+    const std::int64_t w = scalar(*world);
+    if (w < 1)
+      throw error(ctx + "'" + std::string(world_size_key) + "' is " + std::to_string(w) +
+                  "; a world has at least one rank (a corrupt or hand-edited file?); nothing was restored");
+    if (options.world_size > 0 && w != options.world_size) {
+      const std::string ws = std::to_string(w);
+      throw error(ctx + "written by a job of " + ws + " ranks; this job has " + std::to_string(options.world_size) +
+                  ": the global step counts steps of " + ws + " x batch examples, so the learning-rate schedule " +
+                  "and the position in the data would be wrong. Resume with " + ws +
+                  " ranks, or start a new run; nothing was restored");
+    }
+  }
+  std::vector<std::string> bad;
+  for (const auto& e : entries) {
+    const io::npz_array& a = *by_name.find(e.name)->second;
+    const auto r = detail::scan_nonfinite(a);
+    if (r.count)
+      bad.push_back("'" + a.name + "' " + to_string(a.shape) + " " + a.dtype + ": element " + std::to_string(r.first) +
+                    (a.shape.rank > 1 ? " " + detail::multi_index(a.shape, r.first) : std::string()) + " is " +
+                    (std::isnan(r.value) ? "nan" : r.value > 0 ? "inf" : "-inf") + " (" + std::to_string(r.count) +
+                    " of " + std::to_string(a.shape.numel()) + " elements are not finite)");
+  }
+  if (!bad.empty()) {
+    std::string msg = ctx + "the checkpoint holds NaN or Inf (a diverged run?); nothing was restored:";
+    for (const auto& b : bad) msg += "\n  " + b;
+    throw error(msg);
+  }
+
   for (const auto& e : entries) {
     const io::npz_array& a = *by_name.find(e.name)->second;
     Backend::copy_to_device(e.data, a.bytes.data(), a.bytes.size());
     s.mark_initialized(e.name);
   }
-  std::int64_t st = 0;
-  std::memcpy(&st, step->bytes.data(), sizeof st);
   s.set_global_step(st);
 }
 
