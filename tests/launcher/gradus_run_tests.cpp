@@ -282,9 +282,11 @@ BOOST_AUTO_TEST_CASE(timeout) {
 BOOST_AUTO_TEST_CASE(parameter_servers) {
   scratch s;
   // The workers finish; the parameter servers (sleeping) are then stopped, and that is success.
-  const auto r = run({"-np", "2", "--ps", "2", child, "pidfile", s.dir.string(), "env", "spec", "sleep", "1000", "exit-if",
-                      "0", "0", "exit-if", "1", "0", "sleep", "20000"},
+  const auto r = run({"-np", "2", "--ps", "2", child, "pidfile", s.dir.string(), "env", "spec", "fault-file", "sleep", "1000",
+                      "exit-if", "0", "0", "exit-if", "1", "0", "sleep", "20000"},
                      15);
+  BOOST_TEST(contains(r.out, "[ps0] GRADUS_FAULT_FILE=-\n"));  // only workers have communicators that blame
+  BOOST_TEST(contains(r.out, "[1] GRADUS_FAULT_FILE=/"));
   BOOST_TEST(r.exit_code() == 0, r.err);
   const std::regex ps_env(R"(\[ps(\d)\] RANK=- WORLD_SIZE=2 LOCAL_RANK=- LOCAL_WORLD_SIZE=- MASTER_ADDR=127\.0\.0\.1 )"
                           R"(MASTER_PORT=\d+ GRADUS_ROLE=ps GRADUS_PS=127\.0\.0\.1:(\d+),127\.0\.0\.1:(\d+) GRADUS_PS_INDEX=(\d) )");
@@ -355,10 +357,12 @@ BOOST_AUTO_TEST_CASE(hosts) {
 
 BOOST_AUTO_TEST_CASE(dry_run_and_mpirun_style_arguments) {
   // "-np" before the program is gradus-run's; the program's own "-np" is left alone.
-  const auto r = run({"-np", "2", "--port", "4000", "--dry-run", child, "-np", "7"});
+  const auto r = run({"-np", "2", "--port", "4000", "--dry-run", child, "-np", "7"}, 30, {{"TMPDIR", "/tmp"}});
   BOOST_TEST(r.exit_code() == 0);
-  BOOST_TEST(contains(r.out, "[0] GRADUS_ROLE=worker LOCAL_RANK=0 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=4000 "
-                             "RANK=0 WORLD_SIZE=2 " + child + " -np 7\n"));
+  BOOST_TEST(contains(r.out, "[0] GRADUS_FAULT_FILE=/tmp/gradus-run.XXXXXX/faults GRADUS_ROLE=worker LOCAL_RANK=0 "
+                             "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=4000 RANK=0 WORLD_SIZE=2 " +
+                                 child + " -np 7\n"),
+             r.out);
   BOOST_TEST(lines(r.out).size() == 2u);
 }
 
@@ -400,4 +404,101 @@ BOOST_AUTO_TEST_CASE(sweep_timeout_and_interrupt) {
   BOOST_TEST(std::regex_search(r.out, std::regex(R"(\n2\s+3\s+not started)")));
   BOOST_TEST(s.pids().size() == 1u);
   for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), label << " is alive");
+}
+
+namespace {
+
+// "[label] GRADUS_FAULT_FILE=<path>" lines of a run's stdout: the paths.
+strings fault_files(const std::string& out) {
+  strings r;
+  const std::regex line(R"(\] GRADUS_FAULT_FILE=(\S+))");
+  for (const auto& l : lines(out)) {
+    std::smatch m;
+    if (std::regex_search(l, m, line)) r.push_back(m[1]);
+  }
+  return r;
+}
+
+std::string last_line(const std::string& text) {
+  const auto ls = lines(text);
+  return ls.empty() ? std::string() : ls.back();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_killed_gradus_run_takes_its_ranks_along) {
+  // SIGKILL cannot be passed on; PR_SET_PDEATHSIG gives each child SIGTERM when gradus-run dies.
+  scratch s;
+  const auto r = run({"-np", "2", child, "fault-file", "pidfile", s.dir.string(), "sleep", "20000"}, 15, {}, 1.5, SIGKILL);
+  BOOST_TEST(WIFSIGNALED(r.status));
+  const auto pids = s.pids();
+  BOOST_TEST(pids.size() == 2u);
+  bool all_gone = false;
+  for (int i = 0; i < 100 && !all_gone; ++i) {  // at most 5 s
+    all_gone = true;
+    for (const auto& [label, pid] : pids) all_gone = all_gone && !scratch::alive(pid);
+    if (!all_gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (const auto& [label, pid] : pids) BOOST_TEST(!scratch::alive(pid), "rank " << label << " (pid " << pid << ") is alive");
+  // The job's private directory outlives a SIGKILLed gradus-run: ours to remove.
+  const auto files = fault_files(r.out);
+  BOOST_TEST(files.size() == 2u);
+  for (const auto& f : files) {
+    const fs::path dir = fs::path(f).parent_path();
+    if (dir.filename().string().rfind("gradus-run.", 0) == 0) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_rank_blamed_by_its_neighbour_is_named) {
+  // Rank 0 blames rank 1 and exits 1, as a ring communicator's owner would after a timeout.
+  for (const std::string kind : {"silent", "gone"}) {
+    BOOST_TEST_CONTEXT(kind) {
+      scratch s;
+      const auto r = run({"-np", "3", "--grace", "2", child, "fault-file", "pidfile", s.dir.string(), "sleep", "300",
+                          "blame-if", "0", "1", kind, "exit-if", "0", "1", "sleep", "20000"},
+                         15);
+      BOOST_TEST(r.exit_code() == 1);  // the first failing rank's status, as before
+      BOOST_TEST(r.seconds < 8.0);
+      const std::string what = kind == "silent" ? "stopped responding" : "died";
+      BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 " + what + " (" + kind +
+                                         "; noticed by rank 0) \u2014 rank 0 exited with status 1",
+                 r.err);
+      for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), "rank " << label << " is alive");
+      // one file for the job, in a private directory that is gone now
+      const auto files = fault_files(r.out);
+      BOOST_TEST(files.size() == 3u);
+      BOOST_TEST(std::set<std::string>(files.begin(), files.end()).size() == 1u);
+      for (const auto& f : files) BOOST_TEST(!fs::exists(fs::path(f).parent_path()), f);
+    }
+  }
+  {  // a rank killed by a signal is named as it was: its neighbour's verdict would only repeat it
+    const auto r = run({"-np", "2", child, "sleep", "200", "abort-if", "1", "sleep", "300", "blame-if", "0", "1", "gone",
+                        "exit-if", "0", "1", "sleep", "20000"},
+                       15);
+    BOOST_TEST(r.exit_code() == 128 + SIGABRT);
+    BOOST_TEST(contains(last_line(r.err), "gradus-run: failed: rank 1 was killed by signal " + std::to_string(SIGABRT)),
+               r.err);
+  }
+  {  // the failing rank is the one blamed: the usual line
+    const auto r = run({"-np", "2", child, "sleep", "200", "blame-if", "0", "1", "gone", "sleep", "300", "exit-if", "1",
+                        "4", "sleep", "20000"},
+                       15);
+    BOOST_TEST(r.exit_code() == 4);
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 4", r.err);
+  }
+  {  // no verdicts: the usual line; the fault file of a successful job is gone too
+    const auto r = run({"-np", "2", child, "fault-file", "exit-if", "1", "2"}, 15);
+    BOOST_TEST(r.exit_code() == 2);
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 2", r.err);
+    const auto ok = run({"-np", "2", child, "fault-file"}, 15);
+    BOOST_TEST(ok.exit_code() == 0);
+    for (const auto& f : fault_files(ok.out)) BOOST_TEST(!fs::exists(fs::path(f).parent_path()), f);
+  }
+  {  // an inherited GRADUS_FAULT_FILE is not passed on (a sweep's runs get none)
+    const auto r = run({"--sweep", "x=1", child, "fault-file"}, 15, {{"GRADUS_FAULT_FILE", "/tmp/elsewhere"}});
+    BOOST_TEST(contains(r.out, "] GRADUS_FAULT_FILE=-\n"), r.out);
+  }
 }

@@ -6,12 +6,16 @@
 //   partial TEXT        write TEXT to stdout without a newline
 //   lines N             print N numbered lines
 //   pidfile DIR         write its pid to DIR/<label>.pid (label: GRADUS_PS_INDEX for ps, else RANK)
+//   fault-file          print "GRADUS_FAULT_FILE=<its value, or ->"
+//   blame-if R PEER KIND  when RANK is R, append "rank R blames rank PEER (KIND): test" to
+//                       $GRADUS_FAULT_FILE, one write(2) on an O_APPEND fd, as communicators do
 //   exit-if R CODE      exit with CODE when RANK (a sweep: GRADUS_SWEEP_INDEX) is R
 //   abort-if R          abort() when RANK is R
 //   ignore-term         ignore SIGTERM (gradus-run must SIGKILL it)
 //   sleep MS            sleep MS milliseconds
 //   --NAME VALUE        ignored (what gradus-run --sweep appends)
 // Exit status 0 at the end.
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -82,6 +86,25 @@ int main(int argc, char** argv) {
       const char* ps = std::getenv("GRADUS_PS_INDEX");
       const std::string label = ps ? "ps" + std::string(ps) : var("RANK");
       std::ofstream(dir + "/" + label + ".pid") << ::getpid() << "\n";
+    } else if (cmd == "fault-file") {
+      std::printf("GRADUS_FAULT_FILE=%s\n", var("GRADUS_FAULT_FILE").c_str());
+    } else if (cmd == "blame-if") {
+      const int r = std::atoi(next().c_str());
+      const std::string peer = next(), kind = next();
+      if (index_of_this_run() == r && !std::getenv("GRADUS_PS_INDEX")) {
+        const char* file = std::getenv("GRADUS_FAULT_FILE");
+        if (!file) {
+          std::fprintf(stderr, "launcher_child: GRADUS_FAULT_FILE is not set\n");
+          return 93;
+        }
+        const std::string line = "rank " + std::to_string(r) + " blames rank " + peer + " (" + kind + "): test\n";
+        const int fd = ::open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+          std::perror("launcher_child: blame-if");
+          return 94;
+        }
+        ::close(fd);
+      }
     } else if (cmd == "exit-if") {
       const int r = std::atoi(next().c_str());
       const int code = std::atoi(next().c_str());

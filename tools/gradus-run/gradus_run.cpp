@@ -10,21 +10,33 @@
 // to gradus-run's own stdout/stderr behind a "[rank] " prefix, one write() per line so that
 // lines of different ranks never mix. A rank that fails (non-zero exit, signal) stops the
 // others: SIGTERM to their process groups, SIGKILL after --grace seconds.
+//
+// Children die with gradus-run: each is started (fork, from the main thread: gradus-run has
+// no other) with PR_SET_PDEATHSIG = SIGTERM, so that a SIGKILLed launcher leaves no ranks
+// training on. A job's workers get GRADUS_FAULT_FILE, a file in a private directory made for
+// the job (removed on exit), where a ring communicator writes "rank A blames rank B (gone|
+// silent): ..." when a peer dies or stops answering; when the job fails, the final line names
+// the blamed rank rather than the neighbour that noticed first.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <set>
@@ -126,7 +138,8 @@ struct child {
 // TF_CONFIG goes too: cluster::from_env() would read it before RANK and friends.
 const std::set<std::string> managed_vars = {"RANK",        "WORLD_SIZE", "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
                                             "MASTER_ADDR", "MASTER_PORT", "GRADUS_ROLE",    "GRADUS_PS",
-                                            "GRADUS_PS_INDEX", "GRADUS_SWEEP_INDEX", "GRADUS_SWEEP", "TF_CONFIG"};
+                                            "GRADUS_PS_INDEX", "GRADUS_SWEEP_INDEX", "GRADUS_SWEEP", "TF_CONFIG",
+                                            "GRADUS_FAULT_FILE"};
 
 std::vector<std::string> child_environment(const child& c) {
   std::vector<std::string> env;
@@ -147,9 +160,12 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
 }
 
 // Starts c: stdin from /dev/null, stdout and stderr on pipes, its own process group, default
-// signal dispositions. Returns 0 or the errno of the failure.
+// signal dispositions, SIGTERM when gradus-run dies (Linux). Returns 0 or the errno of the
+// failure. fork, not posix_spawn: PR_SET_PDEATHSIG must be set between fork and exec.
+// The signal that PR_SET_PDEATHSIG names is sent when the thread that forked exits, so every
+// child is started from the main thread (gradus-run has no other thread).
 int spawn(child& c) {
-  int out[2], err[2];
+  int out[2], err[2], exec_err[2];
   if (::pipe2(out, O_CLOEXEC) != 0) return errno;
   if (::pipe2(err, O_CLOEXEC) != 0) {
     const int e = errno;
@@ -157,35 +173,78 @@ int spawn(child& c) {
     ::close(out[1]);
     return e;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (const int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGPIPE}) sigaddset(&defaults, sig);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  if (::pipe2(exec_err, O_CLOEXEC) != 0) {
+    const int e = errno;
+    for (const int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
+    return e;
+  }
+  const int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  // Everything the child needs is made before fork: between fork and exec it only makes
+  // system calls.
   auto argv = c.argv;
   auto envv = child_environment(c);
   auto argp = c_strings(argv);
   auto envp = c_strings(envv);
-  const int rc = ::posix_spawnp(&c.pid, argp[0], &fa, &attr, argp.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  ::close(out[1]);
-  ::close(err[1]);
-  if (rc != 0) {
+  const pid_t launcher = ::getpid();
+  sigset_t all, old;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, &old);  // no handler of ours runs in the child
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (const int sig : {SIGINT, SIGTERM, SIGCHLD, SIGHUP, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+#if defined(__linux__)
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != launcher) ::_exit(128 + SIGTERM);  // gradus-run died before prctl
+#endif
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const auto place = [](int from, int to) {
+      if (from == to) return ::fcntl(to, F_SETFD, 0) == 0;  // dup2 would keep O_CLOEXEC
+      return ::dup2(from, to) == to;
+    };
+    int e = 0;
+    if (devnull < 0 || !place(devnull, 0) || !place(out[1], 1) || !place(err[1], 2)) e = errno ? errno : EBADF;
+    if (e == 0) {
+      ::execvpe(argp[0], argp.data(), envp.data());
+      e = errno;
+    }
+    [[maybe_unused]] const auto n = ::write(exec_err[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::sigprocmask(SIG_SETMASK, &old, nullptr);
+  for (const int fd : {out[1], err[1], exec_err[1]}) ::close(fd);
+  if (devnull >= 0) ::close(devnull);
+  int e = 0;
+  if (pid < 0) {
+    e = fork_errno;
+  } else {
+    ::setpgid(pid, pid);  // as the child does: whichever runs first, kill(-pid) finds the group
+    // The exec's outcome: EOF (exec closed the pipe) or the child's errno.
+    ssize_t n = -1;
+    for (int tries = 0; tries < 1000 && n < 0; ++tries) {
+      n = ::read(exec_err[0], &e, sizeof e);
+      if (n < 0 && errno != EINTR) break;
+    }
+    if (n != static_cast<ssize_t>(sizeof e)) e = 0;
+    if (e != 0) {
+      int status = 0;
+      for (int tries = 0; tries < 1000 && ::waitpid(pid, &status, 0) < 0 && errno == EINTR; ++tries) {
+      }
+    }
+  }
+  ::close(exec_err[0]);
+  if (e != 0) {
     ::close(out[0]);
     ::close(err[0]);
-    return rc;
+    return e;
   }
+  c.pid = pid;
   ::fcntl(out[0], F_SETFL, O_NONBLOCK);
   ::fcntl(err[0], F_SETFL, O_NONBLOCK);
   c.out = {out[0], 1, {}};
@@ -337,6 +396,78 @@ bool is_local_host(const std::string& h) {
   return ::gethostname(name, sizeof name - 1) == 0 && h == name;
 }
 
+// ---- faults: who stopped responding --------------------------------------------------------
+// A private directory for the job (mkdtemp, mode 0700) holding the file that the workers'
+// communicators append their verdicts to; removed with everything in it when gradus-run
+// returns or throws (a SIGKILLed gradus-run leaves it behind: it is small).
+struct job_directory {
+  std::filesystem::path dir, fault_file;
+  job_directory() {
+    const char* t = std::getenv("TMPDIR");
+    std::string templ = (t && *t ? std::string(t) : std::string("/tmp")) + "/gradus-run.XXXXXX";
+    if (!::mkdtemp(templ.data()))
+      throw std::runtime_error("cannot create a private directory " + templ + ": " + std::strerror(errno) +
+                               " (set TMPDIR to a writable directory)");
+    dir = templ;
+    fault_file = dir / "faults";
+    const int fd = ::open(fault_file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) ::close(fd);
+  }
+  job_directory(const job_directory&) = delete;
+  job_directory& operator=(const job_directory&) = delete;
+  ~job_directory() {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+};
+
+// What dry runs show for GRADUS_FAULT_FILE: where it would be.
+std::string fault_file_pattern() {
+  const char* t = std::getenv("TMPDIR");
+  return (t && *t ? std::string(t) : std::string("/tmp")) + "/gradus-run.XXXXXX/faults";
+}
+
+// One line of the fault file: "rank <observer> blames rank <peer> (<gone|silent>): <message>".
+struct blame {
+  std::string observer, peer, kind;
+};
+
+std::optional<blame> parse_blame(const std::string& line) {
+  const auto digits = [&](std::size_t& p, std::string& out) {
+    const auto b = p;
+    while (p < line.size() && p - b < 9 && line[p] >= '0' && line[p] <= '9') ++p;
+    out = line.substr(b, p - b);
+    return !out.empty();
+  };
+  const auto literal = [&](std::size_t& p, const std::string& text) {
+    if (line.compare(p, text.size(), text) != 0) return false;
+    p += text.size();
+    return true;
+  };
+  blame b;
+  std::size_t p = 0;
+  if (!literal(p, "rank ") || !digits(p, b.observer) || !literal(p, " blames rank ") || !digits(p, b.peer) ||
+      !literal(p, " ("))
+    return std::nullopt;
+  if (literal(p, "gone): ")) {
+    b.kind = "gone";
+  } else if (literal(p, "silent): ")) {
+    b.kind = "silent";
+  } else {
+    return std::nullopt;
+  }
+  return b;
+}
+
+// The first verdict in the fault file (in the order they were appended), if any.
+std::optional<blame> first_blame(const std::filesystem::path& file) {
+  std::ifstream in(file);
+  std::string line;
+  for (int n = 0; n < 100000 && std::getline(in, line); ++n)
+    if (auto b = parse_blame(line)) return b;
+  return std::nullopt;
+}
+
 // ---- options --------------------------------------------------------------------------------
 struct options {
   int np = 1;
@@ -418,12 +549,14 @@ void print_dry_run(const std::vector<child>& cs) {
   write_all(1, out);
 }
 
-// A job: every process at once; the first failure stops the rest.
-int run_job(std::vector<child>& cs, const options& o) {
+// A job: every process at once; the first failure stops the rest. fault_file: where the
+// workers' communicators write whom they blame (empty: not read).
+int run_job(std::vector<child>& cs, const options& o, const std::filesystem::path& fault_file) {
   const auto job_start = steady::now();
   std::optional<steady::time_point> deadline;
   if (o.timeout > 0) deadline = job_start + std::chrono::duration_cast<steady::duration>(seconds(o.timeout));
   child* failure = nullptr;
+  std::optional<blame> blamed;  // the fault file's first verdict when the failure was seen
   int spawn_error = 0;
   std::string spawn_failed;
   int interrupted = 0;
@@ -457,10 +590,16 @@ int run_job(std::vector<child>& cs, const options& o) {
         stop_all(SIGKILL);
       }
     }
-    for (child* c : finished) {
-      if (c->failed() && !c->stopped_by_us && !failure && !interrupted && !timed_out) {
-        failure = c;
-        say("rank " + c->label + " " + describe_status(c->status) + "; stopping the other ranks");
+    // The first failure; of several reaped together, one killed by a signal of its own
+    // first: the others are more likely its neighbours, failing because of it.
+    if (!failure && !interrupted && !timed_out) {
+      for (child* c : finished)
+        if (c->failed() && !c->stopped_by_us && (!failure || (WIFSIGNALED(c->status) && !WIFSIGNALED(failure->status))))
+          failure = c;
+      if (failure) {
+        // Read now: verdicts written after the others are stopped would blame their victims.
+        if (!fault_file.empty()) blamed = first_blame(fault_file);
+        say("rank " + failure->label + " " + describe_status(failure->status) + "; stopping the other ranks");
         stop_all(SIGTERM);
       }
     }
@@ -481,7 +620,18 @@ int run_job(std::vector<child>& cs, const options& o) {
   }
   if (spawn_error) return 127;
   if (failure) {
-    say("failed: rank " + failure->label + " " + describe_status(failure->status));
+    // A rank that was killed by a signal is its own explanation; otherwise the rank blamed by
+    // the first verdict, if it is not the failed rank itself.
+    std::string culprit;
+    if (blamed && !WIFSIGNALED(failure->status) && blamed->peer != failure->label) {
+      culprit = "rank " + blamed->peer + (blamed->kind == "silent" ? " stopped responding" : " died") + " (" +
+                blamed->kind + "; noticed by rank " + blamed->observer + ")";
+      for (const auto& c : cs)
+        if (!c.is_ps && c.label == blamed->peer && c.failed() && !c.stopped_by_us && WIFSIGNALED(c.status))
+          culprit += ", it " + describe_status(c.status);
+      culprit += " \u2014 ";
+    }
+    say("failed: " + culprit + "rank " + failure->label + " " + describe_status(failure->status));
     if (WIFEXITED(failure->status)) return WEXITSTATUS(failure->status);
     return 128 + WTERMSIG(failure->status);
   }
@@ -761,11 +911,16 @@ int main(int argc, char** argv) {
     }
     auto cs = plan_job(o);
     if (o.dry_run) {
+      for (auto& c : cs)
+        if (!c.is_ps) c.env_set["GRADUS_FAULT_FILE"] = fault_file_pattern();
       print_dry_run(cs);
       return 0;
     }
+    const job_directory job;
+    for (auto& c : cs)
+      if (!c.is_ps) c.env_set["GRADUS_FAULT_FILE"] = job.fault_file.string();
     install_signal_handlers();
-    return run_job(cs, o);
+    return run_job(cs, o, job.fault_file);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
