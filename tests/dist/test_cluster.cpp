@@ -113,10 +113,14 @@ BOOST_AUTO_TEST_CASE(tf_config_as_tensorflow_writes_it) {
   s = c::from_env(env{{"TF_CONFIG", R"({"cluster": {"master": ["m:1"], "worker": ["w0:1"]}, "task": {"type": "worker", "index": "0"}})"}});
   BOOST_TEST(s.rank == 1);
   BOOST_TEST(s.master_addr == "m");
-  // No cluster: TensorFlow's single process.
+  // {} says nothing (TensorFlow's single process): as if TF_CONFIG were not set, so the
+  // next format is read.
   s = c::from_env(env{{"TF_CONFIG", "{}"}});
-  BOOST_TEST(s.source == "TF_CONFIG");
+  BOOST_TEST(s.source == "default");
   BOOST_TEST(s.world_size == 1);
+  s = c::from_env(env{{"TF_CONFIG", R"({"environment": "cloud"})"}, {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "m"}});
+  BOOST_TEST(s.source == "torchrun");
+  BOOST_TEST(s.rank == 1);
   // One worker and no task: that worker. IPv6 in brackets.
   s = c::from_env(env{{"TF_CONFIG", R"({"cluster": {"worker": ["[::1]:5000"]}})"}});
   BOOST_TEST(s.master_addr == "::1");
@@ -233,6 +237,64 @@ BOOST_AUTO_TEST_CASE(gradus_json_inline_and_file) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+// Where master_addr and master_port came from, in each format, and how an error says it.
+BOOST_AUTO_TEST_CASE(origins_of_the_master_address_and_port) {
+  auto s = c::from_env(env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29400"}});
+  BOOST_TEST(s.master_addr_from == "MASTER_ADDR");
+  BOOST_TEST(s.master_port_from == "MASTER_PORT");
+  BOOST_TEST(s.rendezvous_origin() == "MASTER_ADDR=localhost and MASTER_PORT=29400 (torchrun)");
+  s = c::from_env(env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "n0"}});
+  BOOST_TEST(s.master_port_from == "default 29500");
+  BOOST_TEST(s.rendezvous_origin() == "MASTER_ADDR=n0 and the default port 29500 (torchrun)");
+
+  s = c::from_env(env{{"TF_CONFIG", tf(R"({"type": "worker", "index": 1})")}});
+  BOOST_TEST(s.master_addr_from == "TF_CONFIG cluster.chief[0]");
+  BOOST_TEST(s.master_port_from == "TF_CONFIG cluster.chief[0]");
+  BOOST_TEST(s.rendezvous_origin() == "TF_CONFIG cluster.chief[0] = c0:2222");
+  s = c::from_env(env{{"TF_CONFIG", R"({"cluster": {"worker": ["localhost:12345", "localhost:23456"]}, "task": {"type": "worker", "index": 1}})"}});
+  BOOST_TEST(s.rendezvous_origin() == "TF_CONFIG cluster.worker[0] = localhost:12345");
+  s = c::from_env(env{{"TF_CONFIG", R"({"cluster": {"master": ["m:1"], "worker": ["w:1"]}, "task": {"type": "master"}})"}});
+  BOOST_TEST(s.master_addr_from == "TF_CONFIG cluster.master[0]");
+
+  s = c::from_env(env{{"GRADUS_CLUSTER", R"({"workers": ["[fd00::1]:7000", "b:7000"], "rank": 1})"}});
+  BOOST_TEST(s.rendezvous_origin() == "GRADUS_CLUSTER workers[0] = [fd00::1]:7000");
+
+  env slurm{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "node[01-02]"}, {"SLURM_JOB_ID", "1234"}};
+  s = c::from_env(slurm);
+  BOOST_TEST(s.master_addr_from == "SLURM_JOB_NODELIST (first node)");
+  BOOST_TEST(s.master_port_from == "29500 + SLURM_JOB_ID mod 10000");
+  BOOST_TEST(s.rendezvous_origin() ==
+             "node01 from SLURM_JOB_NODELIST (first node) and port 30734 from 29500 + SLURM_JOB_ID mod 10000 (slurm)");
+  slurm["MASTER_PORT"] = "29600";
+  BOOST_TEST(c::from_env(slurm).master_port_from == "MASTER_PORT");
+  slurm["GRADUS_MASTER_PORT"] = "29700";
+  slurm["GRADUS_MASTER_ADDR"] = "head";
+  s = c::from_env(slurm);
+  BOOST_TEST(s.rendezvous_origin() == "GRADUS_MASTER_ADDR=head and GRADUS_MASTER_PORT=29700 (slurm)");
+  slurm.erase("SLURM_JOB_ID");
+  slurm.erase("MASTER_PORT");
+  slurm.erase("GRADUS_MASTER_PORT");
+  BOOST_TEST(c::from_env(slurm).master_port_from == "default 29500");
+
+  s = c::from_env(env{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  BOOST_TEST(s.rendezvous_origin() == "the default 127.0.0.1 and the default port 29500 (openmpi)");
+  s = c::from_env(env{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"GRADUS_MASTER_PORT", "1"}});
+  BOOST_TEST(s.rendezvous_origin() == "MASTER_ADDR=h and GRADUS_MASTER_PORT=1 (openmpi)");
+
+  s = c::from_env(env{});
+  BOOST_TEST(s.rendezvous_origin() == "the default 127.0.0.1 and the default port 29500");
+}
+
+BOOST_AUTO_TEST_CASE(gradus_bind_addr) {
+  // Every format takes it; it is passed on as it is (an address, an interface or "*").
+  BOOST_TEST(c::from_env(env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "n0"}, {"GRADUS_BIND_ADDR", "10.0.0.5"}}).bind_addr == "10.0.0.5");
+  BOOST_TEST(c::from_env(env{{"TF_CONFIG", tf(R"({"type": "chief"})")}, {"GRADUS_BIND_ADDR", "*"}}).bind_addr == "*");
+  BOOST_TEST(c::from_env(env{{"GRADUS_CLUSTER", R"({"workers": ["a:1"]})"}, {"GRADUS_BIND_ADDR", "eth0"}}).bind_addr == "eth0");
+  BOOST_TEST(c::from_env(env{{"GRADUS_BIND_ADDR", "::1"}}).bind_addr == "::1");
+  BOOST_TEST(c::from_env(env{{"RANK", "0"}, {"WORLD_SIZE", "1"}}).bind_addr.empty());
+  expect_error(env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"GRADUS_BIND_ADDR", " "}}, {"GRADUS_BIND_ADDR is empty"});
+}
+
 BOOST_AUTO_TEST_SUITE(precedence)
 
 BOOST_AUTO_TEST_CASE(tf_config_then_torchrun_then_slurm_then_openmpi_then_gradus_json) {
@@ -309,6 +371,17 @@ BOOST_AUTO_TEST_CASE(tf_config) {
   expect_error(env{{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"index": 0}})"}},
                {"TF_CONFIG: task.type missing"});
   expect_error(env{{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}})"}}, {"TF_CONFIG: task missing"});
+  // A task without a cluster, or an empty cluster: not a world of one (--comm ring would
+  // train alone without a word).
+  expect_error(env{{"TF_CONFIG", R"({"task": {"type": "worker", "index": 0}})"}}, {"TF_CONFIG: cluster missing (task is worker 0 of what?)"});
+  expect_error(env{{"TF_CONFIG", R"({"cluster": null, "task": {"type": "chief", "index": 0}})"}},
+               {"TF_CONFIG: cluster missing (task is chief 0 of what?)"});
+  expect_error(env{{"TF_CONFIG", R"({"cluster": {}, "task": {"type": "worker", "index": 1}})"}},
+               {"TF_CONFIG: cluster is empty (task is worker 1 of what?)"});
+  expect_error(env{{"TF_CONFIG", R"({"cluster": {}})"}}, {"TF_CONFIG: cluster is empty"});
+  // and TF_CONFIG still wins over the formats after it
+  expect_error(env{{"TF_CONFIG", R"({"task": {"type": "worker", "index": 0}})"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}},
+               {"TF_CONFIG: cluster missing"});
   expect_error(env{{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": -1}})"}},
                {"TF_CONFIG: task.index = -1"});
   expect_error(env{{"TF_CONFIG", R"({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": "x"}})"}},

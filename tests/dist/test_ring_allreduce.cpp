@@ -10,6 +10,7 @@
 #include <gradus/backends/ring_allreduce.hpp>
 
 #include "../support/free_port.hpp"
+#include "rank_harness.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -42,21 +43,11 @@ namespace {
 
 using steady = std::chrono::steady_clock;
 
-// A fresh directory for ipc:// paths, removed at the end of the test.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    std::string tmpl = (fs::temp_directory_path() / "gradus-ring-test-XXXXXX").string();
-    if (!::mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
-    path = tmpl;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string ipc(const std::string& name) const { return "ipc://" + (path / name).string(); }
-};
-
+using gradus_test::contains;
+using gradus_test::on_threads;
+using gradus_test::rank_result;
+using gradus_test::slurp;
+using gradus_test::temp_dir;
 using gradus_test::free_port;
 
 // Rank r's input: deterministic, different per rank and element, not exactly summable.
@@ -96,34 +87,6 @@ double max_error(const std::vector<T>& got, int world, bool average) {
   }
   return worst;
 }
-
-struct rank_result {
-  std::optional<std::string> error;  // what() of the first exception
-  bool comm_error = false;
-  steady::time_point ended{};         // when fn returned or threw
-};
-
-// Runs fn(rank) on `world` threads and returns what each one threw.
-std::vector<rank_result> on_threads(int world, const std::function<void(int)>& fn) {
-  std::vector<rank_result> res(world);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < world; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        fn(r);
-      } catch (const g::comm_error& e) {
-        res[r].error = e.what();
-        res[r].comm_error = true;
-      } catch (const std::exception& e) {
-        res[r].error = e.what();
-      }
-      res[r].ended = steady::now();
-    });
-  for (auto& t : threads) t.join();
-  return res;
-}
-
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 void require_no_errors(const std::vector<rank_result>& res) {
   for (std::size_t r = 0; r < res.size(); ++r) BOOST_TEST_REQUIRE(!res[r].error.has_value(), "rank " << r << ": " << *res[r].error);
@@ -166,76 +129,8 @@ void check_allreduce(int world, std::size_t n, bool average, const std::function
 
 namespace {
 
-struct child {
-  pid_t pid = -1;
-  int rank = 0;
-};
-
-// Forks one process per rank running body(rank); a child exits with body's return value,
-// 90 on an uncaught exception, never returning into the test framework.
-std::vector<child> fork_ranks(int world, const std::function<int(int)>& body) {
-  std::vector<child> kids;
-  std::fflush(nullptr);  // or each child prints what the parent has buffered again
-  for (int r = 0; r < world; ++r) {
-    const pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("fork failed");
-    if (pid == 0) {
-      int rc = 90;
-      try {
-        rc = body(r);
-      } catch (...) {
-      }
-      std::fflush(nullptr);
-      ::_exit(rc);
-    }
-    kids.push_back({pid, r});
-  }
-  return kids;
-}
-
-// Waits for the children (at most `limit`); kills and reaps any still running after it.
-// Returns each child's exit status (-signal when killed) and when it ended.
-struct ended {
-  int status = 0;
-  steady::time_point at;
-};
-std::vector<ended> reap(const std::vector<child>& kids, std::chrono::seconds limit) {
-  std::vector<ended> out(kids.size());
-  std::vector<bool> done(kids.size(), false);
-  const auto until = steady::now() + limit;
-  std::size_t left = kids.size();
-  while (left > 0) {
-    for (std::size_t i = 0; i < kids.size(); ++i) {
-      if (done[i]) continue;
-      int st = 0;
-      if (::waitpid(kids[i].pid, &st, WNOHANG) == kids[i].pid) {
-        done[i] = true;
-        --left;
-        out[i] = {WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st), steady::now()};
-      }
-    }
-    if (left == 0) break;
-    if (steady::now() > until) {
-      for (std::size_t i = 0; i < kids.size(); ++i)
-        if (!done[i]) {
-          ::kill(kids[i].pid, SIGKILL);
-          int st = 0;
-          ::waitpid(kids[i].pid, &st, 0);
-          out[i] = {-1000, steady::now()};  // timed out
-        }
-      break;
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  return out;
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream f(p);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+using gradus_test::fork_ranks;
+using gradus_test::reap;
 
 void process_allreduce(const std::string& name, bool tcp) {
   const int world = 3;

@@ -37,9 +37,16 @@ struct numerics_error : error {
 };
 
 // A collective could not finish: a peer died, left, timed out or called a different
-// collective. The message names the operation, the peer's rank and its address.
+// collective. The message names the operation, the peer's rank and its address. Where the
+// error blames a neighbour, `peer` is its rank and `peer_state` says what became of it:
+// "gone" (its connection closed: the process died or closed its communicator) or "silent"
+// (it sent nothing for the timeout: stopped, paused, hung or unreachable); otherwise -1
+// and "".
 struct comm_error : error {
   using error::error;
+  comm_error(const std::string& what, int blamed, std::string state) : error(what), peer(blamed), peer_state(std::move(state)) {}
+  int peer = -1;
+  std::string peer_state;
 };
 
 }  // namespace gradus

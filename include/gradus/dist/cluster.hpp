@@ -35,9 +35,21 @@
 //                     errors (a typo must not silently make a world of one).
 //   6. none of these  a world of one (source "default").
 //
+// TF_CONFIG without a cluster: `{}` (or one with neither "cluster" nor "task") says
+// nothing and counts as absent, as an empty TF_CONFIG does (TensorFlow reads both as a
+// local run), so the next format is tried. A task without a cluster, or an empty
+// cluster, is an error: TensorFlow would run it as a single local process, but here
+// `--comm ring` would then train alone without a word, and a task index only means
+// something in a cluster.
+//
 // With formats 2-4, GRADUS_PS="h:p,h:p" lists the parameter-server tasks (gradus-run --ps
-// sets it). A malformed spec throws gradus::error naming the variable and the field, e.g.
+// sets it). With every format, GRADUS_BIND_ADDR picks the interface to listen on
+// (spec::bind_addr: an address, an interface name, or "*" for every one). spec records
+// where master_addr and master_port came from (master_addr_from, master_port_from), so
+// that an error can say which variable to change (spec::rendezvous_origin()). A malformed
+// spec throws gradus::error naming the variable and the field, e.g.
 //   TF_CONFIG: task.index = 5 but cluster.worker has 2 entries
+//   TF_CONFIG: cluster missing (task is worker 0 of what?)
 //   RANK = 'x' is not an integer
 //   WORLD_SIZE missing while RANK is set
 #include <algorithm>
@@ -76,6 +88,16 @@ struct spec {
   int local_world_size = 1;  // workers on this host
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // Where master_addr and master_port came from: a variable ("MASTER_ADDR", "MASTER_PORT",
+  // "GRADUS_MASTER_ADDR", "GRADUS_MASTER_PORT"), an entry ("TF_CONFIG cluster.chief[0]",
+  // "TF_CONFIG cluster.worker[0]", "GRADUS_CLUSTER workers[0]", "SLURM_JOB_NODELIST (first
+  // node)"), a rule ("29500 + SLURM_JOB_ID mod 10000") or "default 127.0.0.1" / "default 29500".
+  std::string master_addr_from = "default 127.0.0.1";
+  std::string master_port_from = "default 29500";
+  // GRADUS_BIND_ADDR: the interface rank 0's rendezvous and every data socket listen on (an
+  // address, an interface name, or "*" for every one); empty: chosen from the rendezvous
+  // address (ring_options::bind_host).
+  std::string bind_addr;
   std::vector<std::string> hosts;  // "host:port" per worker rank, where the format lists them
                                    // (TF_CONFIG, GRADUS_CLUSTER); empty otherwise
   std::vector<std::string> nodes;  // Slurm: the expanded node list (one per node, not per rank)
@@ -88,6 +110,23 @@ struct spec {
   bool is_chief() const { return is_worker() && rank == 0; }
   // Where the ranks meet: "tcp://master_addr:master_port".
   std::string rendezvous() const { return "tcp://" + endpoint{master_addr, master_port}.str(); }
+  // Where the rendezvous came from, for errors: "MASTER_ADDR=node1 and MASTER_PORT=29500
+  // (torchrun)", "TF_CONFIG cluster.worker[0] = localhost:12345", "node01 from
+  // SLURM_JOB_NODELIST (first node) and port 31234 from 29500 + SLURM_JOB_ID mod 10000
+  // (slurm)", "the default 127.0.0.1 and the default port 29500".
+  std::string rendezvous_origin() const {
+    if (master_addr_from == master_port_from) return master_addr_from + " = " + endpoint{master_addr, master_port}.str();
+    const auto is_variable = [](const std::string& from) {
+      return !from.empty() && std::all_of(from.begin(), from.end(), [](char ch) { return (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_'; });
+    };
+    const auto part = [&](const std::string& from, const std::string& value, const std::string& what) {
+      if (is_variable(from)) return from + "=" + value;
+      if (from.rfind("default", 0) == 0) return "the default " + what + value;
+      return what + value + " from " + from;
+    };
+    std::string s = part(master_addr_from, master_addr, "") + " and " + part(master_port_from, std::to_string(master_port), "port ");
+    return source == "default" ? s : s + " (" + source + ")";
+  }
 };
 
 // Where from_env looks a variable up: the process environment, a map (tests), or any
@@ -337,20 +376,33 @@ inline int json_index(const nlohmann::json& j, const std::string& var, const std
   throw error(var + ": " + field + " = " + j.dump() + " is not a non-negative integer");
 }
 
-inline void master_from_first(spec& s) {
+// The master is hosts[0], which the format calls `from` ("TF_CONFIG cluster.worker[0]").
+inline void master_from_first(spec& s, const std::string& from) {
   const auto e = parse_endpoint(s.hosts.front(), s.source);
   s.master_addr = e.host;
   s.master_port = e.port;
+  s.master_addr_from = s.master_port_from = from;
 }
 
-inline spec from_tf_config(const std::string& text) {
+// nullopt: a TF_CONFIG that says nothing (no cluster, no task), which counts as absent.
+inline std::optional<spec> from_tf_config(const std::string& text) {
   const std::string var = "TF_CONFIG";
   const auto j = parse_json(text, var);
   if (!j.is_object()) throw error(var + ": must be a JSON object, not " + j.dump());
   spec s;
   s.source = var;
-  // TF treats a config without a cluster as a single process.
-  if (!j.contains("cluster") || j["cluster"].is_null() || (j["cluster"].is_object() && j["cluster"].empty())) return s;
+  const bool has_cluster = j.contains("cluster") && !j["cluster"].is_null();
+  const bool has_task = j.contains("task") && !j["task"].is_null();
+  if (!has_cluster || (j["cluster"].is_object() && j["cluster"].empty())) {
+    if (!has_cluster && !has_task) return std::nullopt;
+    std::string which = "this task";
+    if (has_task && j["task"].is_object() && j["task"].contains("type") && j["task"]["type"].is_string())
+      which = j["task"]["type"].get<std::string>() + " " + (j["task"].contains("index") ? j["task"]["index"].dump() : "0");
+    throw error(var + ": cluster " + (has_cluster ? "is empty" : "missing") + " (" +
+                (has_task ? "task is " + which + " of what?" : "a cluster with no tasks") +
+                ") — TF_CONFIG must list the cluster's tasks, e.g. {\"cluster\": {\"worker\": [\"host1:2222\", "
+                "\"host2:2222\"]}, \"task\": {\"type\": \"worker\", \"index\": 0}}; unset it to train alone");
+  }
   const auto& c = j["cluster"];
   if (!c.is_object()) throw error(var + ": cluster must be an object of task lists, not " + c.dump());
   const auto list = [&](const char* name) {
@@ -370,7 +422,7 @@ inline spec from_tf_config(const std::string& text) {
   s.hosts = chief;
   s.hosts.insert(s.hosts.end(), worker.begin(), worker.end());
   s.world_size = static_cast<int>(s.hosts.size());
-  master_from_first(s);
+  master_from_first(s, var + " cluster." + (chief.empty() ? std::string("worker") : chief_name) + "[0]");
 
   if (!j.contains("task")) {
     if (s.world_size == 1 && s.ps.empty()) return s;  // the only task there is
@@ -436,10 +488,14 @@ inline spec from_torchrun(const env_lookup& env) {
   if (const auto addr = env("MASTER_ADDR")) {
     if (addr->empty()) throw error("MASTER_ADDR is empty");
     s.master_addr = *addr;
+    s.master_addr_from = "MASTER_ADDR";
   } else if (s.world_size > 1) {
     throw error("MASTER_ADDR missing while RANK is set (world size " + std::to_string(s.world_size) + ")");
   }
-  if (const int p = port_var(env, "MASTER_PORT")) s.master_port = p;
+  if (const int p = port_var(env, "MASTER_PORT")) {
+    s.master_port = p;
+    s.master_port_from = "MASTER_PORT";
+  }
   return s;
 }
 
@@ -470,17 +526,24 @@ inline spec from_slurm(const env_lookup& env) {
     s.nodes = expand_hostlist(*list, list_var);
     if (s.nodes.empty()) throw error(list_var + " is empty");
     s.master_addr = s.nodes.front();
+    s.master_addr_from = list_var + " (first node)";
   } else if (s.world_size > 1 && !env("GRADUS_MASTER_ADDR")) {
     throw error("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST missing while SLURM_PROCID is set (world size " +
                 std::to_string(s.world_size) + ")");
   }
-  if (const auto addr = env("GRADUS_MASTER_ADDR")) s.master_addr = *addr;
+  if (const auto addr = env("GRADUS_MASTER_ADDR")) {
+    s.master_addr = *addr;
+    s.master_addr_from = "GRADUS_MASTER_ADDR";
+  }
   if (const int p = port_var(env, "GRADUS_MASTER_PORT")) {
     s.master_port = p;
+    s.master_port_from = "GRADUS_MASTER_PORT";
   } else if (const int q = port_var(env, "MASTER_PORT")) {
     s.master_port = q;
+    s.master_port_from = "MASTER_PORT";
   } else if (const auto job = int_var(env, "SLURM_JOB_ID", 0, 1LL << 62)) {
     s.master_port = 29500 + *job % 10000;
+    s.master_port_from = "29500 + SLURM_JOB_ID mod 10000";
   }
   return s;
 }
@@ -496,13 +559,17 @@ inline spec from_openmpi(const env_lookup& env) {
   check_ranks(s, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
   if (const auto addr = env("GRADUS_MASTER_ADDR")) {
     s.master_addr = *addr;
+    s.master_addr_from = "GRADUS_MASTER_ADDR";
   } else if (const auto maddr = env("MASTER_ADDR")) {
     s.master_addr = *maddr;
+    s.master_addr_from = "MASTER_ADDR";
   }
   if (const int p = port_var(env, "GRADUS_MASTER_PORT")) {
     s.master_port = p;
+    s.master_port_from = "GRADUS_MASTER_PORT";
   } else if (const int q = port_var(env, "MASTER_PORT")) {
     s.master_port = q;
+    s.master_port_from = "MASTER_PORT";
   }
   return s;
 }
@@ -531,7 +598,7 @@ inline spec from_gradus_json(const env_lookup& env, const std::string& value) {
   if (s.hosts.empty()) throw error(where + ": workers is empty");
   if (j.contains("ps")) s.ps = endpoint_list(j["ps"], where, "ps");
   s.world_size = static_cast<int>(s.hosts.size());
-  master_from_first(s);
+  master_from_first(s, var + " workers[0]");
 
   std::string role = "worker";
   if (const auto r = env("GRADUS_ROLE")) {
@@ -588,21 +655,28 @@ inline spec from_env(const env_lookup& env) {
     const auto v = env(name);
     return v && v->find_first_not_of(" \t\r\n") != std::string::npos;
   };
-  if (present("TF_CONFIG")) return detail::from_tf_config(*env("TF_CONFIG"));
   spec s;
-  if (env("RANK") || env("WORLD_SIZE")) {
+  std::optional<spec> tf;
+  if (present("TF_CONFIG")) tf = detail::from_tf_config(*env("TF_CONFIG"));
+  if (tf) {
+    s = std::move(*tf);
+  } else if (env("RANK") || env("WORLD_SIZE")) {
     s = detail::from_torchrun(env);
+    detail::ps_from_env(s, env);
   } else if (env("SLURM_PROCID")) {
     s = detail::from_slurm(env);
+    detail::ps_from_env(s, env);
   } else if (env("OMPI_COMM_WORLD_RANK") || env("OMPI_COMM_WORLD_SIZE")) {
     if (!env("OMPI_COMM_WORLD_RANK")) throw error("OMPI_COMM_WORLD_RANK missing while OMPI_COMM_WORLD_SIZE is set");
     s = detail::from_openmpi(env);
+    detail::ps_from_env(s, env);
   } else if (const auto file = env("GRADUS_CLUSTER")) {
-    return detail::from_gradus_json(env, *file);
-  } else {
-    return s;  // a world of one
+    s = detail::from_gradus_json(env, *file);
+  }  // else a world of one
+  if (const auto bind = env("GRADUS_BIND_ADDR")) {
+    if (bind->find_first_not_of(" \t\r\n") == std::string::npos) throw error("GRADUS_BIND_ADDR is empty");
+    s.bind_addr = *bind;
   }
-  detail::ps_from_env(s, env);
   return s;
 }
 

@@ -15,20 +15,40 @@ struct ring_options {
   int world_size = 1;
   // Where the ranks meet: rank 0 binds it, the others connect to it and register
   // (rank, data address, hostname); rank 0 answers with the whole table.
-  //   "tcp://127.0.0.1:29500"      between processes or hosts
+  //   "tcp://127.0.0.1:29500"      between processes or hosts (a host name, or an IPv6
+  //                                address in brackets: "tcp://[fd00::1]:29500")
   //   "ipc:///tmp/gradus-job/rdv"  between processes on one host
   //   "inproc://job"               ranks as threads sharing `context`
+  // A tcp host is resolved (getaddrinfo) before rank 0 binds it: a numeric address is bound
+  // as given; "localhost", or any name that resolves only to loopback addresses, binds
+  // each of them (127.0.0.1 and ::1 when both resolve, so that a rank reaches it whichever
+  // family its resolver prefers); this host's own name, and any other name, binds every
+  // interface (IPv6 and IPv4), because Debian maps the host's own name to 127.0.1.1 while
+  // other hosts reach it at its real address. The other ranks connect to the first
+  // address their own resolver returns.
   std::string rendezvous;
+  // Where `rendezvous` came from, for errors: e.g. "MASTER_ADDR=node1 and MASTER_PORT=29500
+  // (torchrun)" (cluster::spec::rendezvous_origin()); empty: the options themselves.
+  std::string origin;
   // The data path: "tcp", "ipc", "inproc" or "auto" (the rendezvous' scheme; for a tcp
-  // rendezvous, ipc when every rank reports the same hostname, else tcp).
+  // rendezvous, ipc when every rank reports the same hostname and network namespace, else
+  // tcp). ipc data sockets are Linux abstract sockets ("ipc://@gradus-ring-...": nothing on
+  // the filesystem, gone with the process) unless the rendezvous is an ipc:// path.
   std::string transport = "auto";
-  // The interface a tcp data socket binds (an ephemeral port). Default: rank 0 binds the
-  // rendezvous' host; the others bind 127.0.0.1 when that host is a loopback address, else
-  // every interface, advertising the local address that routes to rank 0 (or, without a
-  // route, this host's name).
+  // The interface to listen on: rank 0's tcp rendezvous and every rank's tcp data socket
+  // (an ephemeral port). A numeric address, an interface name ("eth0"), a host name (its
+  // addresses), or "*" (every interface). Default (empty): rank 0's data socket binds as
+  // its rendezvous does; another rank binds the loopback address of the family it reaches
+  // rank 0 by when that address is a loopback one, else every interface, advertising the
+  // local address that routes to rank 0 (or, without a route, this host's name).
+  // cluster::from_env() reads it from GRADUS_BIND_ADDR.
   std::string bind_host;
   // The longest any one wait may last (rendezvous, a message from a peer, a send to
-  // complete). A dead peer whose connection drops is noticed within a few seconds instead.
+  // complete). A peer whose connection closes (a killed process) is noticed within about
+  // half a second instead. A peer that answers nothing at all (stopped, hung, unreachable)
+  // is dropped by ZeroMQ heartbeats after timeout - 2 s (at least 3 s), so that its own
+  // neighbours blame it before every other rank's wait times out: a rank may be paused
+  // (SIGSTOP, a debugger) for up to that long and the job goes on.
   std::chrono::milliseconds timeout{30000};
   // Messages carry at most this many bytes: a collective streams segment by segment, so
   // sending, receiving and reducing overlap.

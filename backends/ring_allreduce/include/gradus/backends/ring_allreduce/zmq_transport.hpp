@@ -6,34 +6,85 @@
 // complete).
 //
 // Rendezvous: rank 0 binds a ROUTER at the rendezvous address; every other rank connects a
-// DEALER and registers "rank, world_size, hostname, data addresses"; rank 0 checks the
-// registrations (duplicate ranks, world sizes), picks the data transport and answers with
-// every rank's address. A rank that never registers is named when the timeout passes.
+// DEALER and registers "rank, world_size, hostname, machine, data addresses"; rank 0 checks
+// the registrations (duplicate ranks, world sizes), picks the data transport and answers
+// with every rank's address. A rank that never registers is named when the timeout passes.
+//
+// Addresses. libzmq binds only interfaces and numeric addresses, so a tcp rendezvous host
+// is resolved (getaddrinfo) first. Rank 0's rendezvous listens on
+//   - a numeric address: that one, as given;
+//   - "localhost", or any name that resolves only to loopback addresses: each of them
+//     (127.0.0.1 and ::1 when both resolve), so that a rank reaches it whichever family
+//     its own resolver prefers;
+//   - this host's own name, and any other name: every interface (dual-stack "::", or
+//     0.0.0.0 where the kernel has no IPv6: libzmq falls back by itself on EAFNOSUPPORT).
+//     Debian maps the host's own name to 127.0.1.1 locally while other hosts reach it at
+//     its real address, so what the name resolves to here is not what the others dial
+//     (PyTorch's TCPStore listens on every interface for the same reason);
+//   - ring_options::bind_host (GRADUS_BIND_ADDR) instead, when set: an address, a name,
+//     an interface, or "*".
+// The other ranks resolve the name themselves and connect to the first address their
+// resolver returns (errors name it). Data sockets bind an ephemeral port: rank 0's where
+// its rendezvous listens (advertising the rendezvous host, which every rank can reach);
+// another rank's on the loopback address of the family it reaches rank 0 by when that is
+// a loopback address, else on every interface, advertising its source address on the route
+// to rank 0. Every socket has ZMQ_IPV6 on, so "[fd00::1]" works anywhere. ipc data sockets
+// are Linux abstract sockets (ipc://@...: nothing on the filesystem, gone with the process,
+// so a killed rank leaves nothing behind) unless the rendezvous is an ipc:// path. Abstract
+// sockets are per network namespace: transport "auto" picks ipc only when every rank has
+// the same host name, boot id and network namespace.
 //
 // Failure detection, so that no rank waits for a dead peer until the timeout:
 //   - socket monitors (ZMQ_EVENT_DISCONNECTED) on both data sockets: a killed process's
-//     connections drop at once; ZMTP heartbeats (1 s, 3 s timeout) drop a silent one;
+//     connections close at once. After a grace for its last messages (0.3 s), a fresh
+//     connection to the peer's data address says what became of it: refused -> "gone"
+//     (the process died or closed its communicator); accepted (the kernel still listens
+//     for a stopped process) or unanswered -> "silent" (stopped, hung or unreachable).
+//     Connections that never finish their ZMTP handshake (such probes, port scanners) are
+//     not the peer's and are ignored;
+//   - ZMTP heartbeats (every second) drop a connection that answers nothing, not even to
+//     the peer's I/O thread, for timeout - 2 s (at least 3 s): a rank paused (SIGSTOP, a
+//     debugger) for less costs nothing, and a stopped rank's own neighbours notice it before
+//     every other rank's wait runs out (each would blame its own waiting neighbour);
 //   - a rank that fails sends an abort (its error message) to its right neighbour, which
 //     forwards it, so ranks not adjacent to the dead one fail too; a destroyed
 //     communicator sends `leave` after its last data (needed for inproc://, which has no
 //     connection events).
+// The rank that blames a neighbour (gone or silent) says so in comm_error::peer and
+// peer_state and, when GRADUS_FAULT_FILE is set, appends one line there with a single
+// write(2) on an O_APPEND descriptor (lines of concurrent ranks never interleave):
+//   rank 3 blames rank 2 (gone): <the error message>
+// Ranks that fail because an abort reached them write nothing.
 #include <zmq.hpp>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <net/if.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "gradus/backends/ring_allreduce/options.hpp"
@@ -57,14 +108,117 @@ inline std::string tcp_host_of(const std::string& endpoint) {
   return rest;
 }
 
-inline bool is_loopback(const std::string& host) {
-  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+// "tcp://host:port" -> "port"
+inline std::string tcp_port_of(const std::string& endpoint) {
+  const auto colon = endpoint.rfind(':');
+  return colon == std::string::npos ? std::string() : endpoint.substr(colon + 1);
+}
+
+// An IPv6 address in brackets, as endpoints write it.
+inline std::string bracketed(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
+// "tcp://host:port" from a host (an IPv6 address gets its brackets) and a port.
+inline std::string tcp_endpoint(const std::string& host, const std::string& port) {
+  return "tcp://" + bracketed(host) + ":" + port;
+}
+
+// A socket with ZMQ_IPV6 on binds an IPv4 address as IPv4-mapped IPv6 and reports it so:
+// "tcp://[::ffff:127.0.0.1]:5" -> "tcp://127.0.0.1:5", which also a peer without IPv6 dials.
+inline std::string unmapped(const std::string& endpoint) {
+  const std::string mapped = "tcp://[::ffff:";
+  if (endpoint.rfind(mapped, 0) != 0) return endpoint;
+  const auto close = endpoint.find(']');
+  const std::string v4 = endpoint.substr(mapped.size(), close - mapped.size());
+  in_addr a{};
+  if (close == std::string::npos || ::inet_pton(AF_INET, v4.c_str(), &a) != 1) return endpoint;
+  return "tcp://" + v4 + endpoint.substr(close + 1);
+}
+
+// An IPv4 or IPv6 address written out (no name lookup).
+inline bool is_numeric_host(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (res) ::freeaddrinfo(res);
+  return rc == 0;
+}
+
+// 127.0.0.0/8, ::1 or an IPv4-mapped 127.x address (numeric addresses only).
+inline bool is_loopback_address(const std::string& numeric) {
+  in_addr a4{};
+  in6_addr a6{};
+  if (::inet_pton(AF_INET, numeric.c_str(), &a4) == 1) return (ntohl(a4.s_addr) >> 24) == 127;
+  if (::inet_pton(AF_INET6, numeric.c_str(), &a6) == 1)
+    return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+  return false;
+}
+
+// The numeric addresses `host` resolves to, in the resolver's order, without duplicates;
+// when there are none, `failure` says why.
+struct resolution {
+  std::vector<std::string> addresses;
+  std::string failure;
+};
+inline resolution resolve(const std::string& host) {
+  resolution out;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (rc != 0) {
+    out.failure = rc == EAI_SYSTEM ? std::string(std::strerror(errno)) : std::string(::gai_strerror(rc));
+    return out;
+  }
+  for (const addrinfo* p = res; p; p = p->ai_next) {
+    std::array<char, NI_MAXHOST> buf{};
+    if (::getnameinfo(p->ai_addr, p->ai_addrlen, buf.data(), buf.size(), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    std::string a = buf.data();
+    if (std::find(out.addresses.begin(), out.addresses.end(), a) == out.addresses.end()) out.addresses.push_back(std::move(a));
+  }
+  ::freeaddrinfo(res);
+  if (out.addresses.empty()) out.failure = "no IPv4 or IPv6 address";
+  return out;
+}
+
+inline std::string join(const std::vector<std::string>& items, const std::string& sep = ", ") {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
+  return s;
 }
 
 inline std::string hostname() {
   std::array<char, 256> buf{};
   if (::gethostname(buf.data(), buf.size() - 1) != 0) return "unknown-host";
   return std::string(buf.data());
+}
+
+// Whether `name` is this host's own name (either may be the other's first label: "node1"
+// and "node1.cluster"); never a "localhost" name, which some containers are called.
+inline bool names_this_host(const std::string& name) {
+  const auto lower = [](std::string t) {
+    for (auto& ch : t) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
+    return t;
+  };
+  const std::string n = lower(name), me = lower(hostname());
+  if (n.rfind("localhost", 0) == 0 || n.empty()) return false;
+  const auto label = [](const std::string& t) { return t.substr(0, t.find('.')); };
+  return n == me || (n.find('.') == std::string::npos && n == label(me)) || (me.find('.') == std::string::npos && label(n) == me);
+}
+
+// Which machine and network namespace this process is in: the kernel's boot id (unique
+// per machine and boot) and the namespace's inode. Ranks that share both reach each
+// other's abstract ipc sockets; a host name alone is shared by namespaces (and containers).
+inline std::string machine_and_netns() {
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  std::array<char, 64> buf{};
+  const auto n = ::readlink("/proc/self/ns/net", buf.data(), buf.size() - 1);
+  return (boot.empty() ? "?" : boot) + " " + (n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "?");
 }
 
 // The local address this host uses to reach `host` (the source address of its route: a
@@ -114,9 +268,82 @@ inline std::vector<std::string> split_lines(std::string_view s) {
   return out;
 }
 
+// Unique per process (its pid, and a random salt: pids repeat across pid namespaces that
+// share a network namespace) and per call.
 inline std::string unique_suffix() {
   static std::atomic<unsigned long> counter{0};
-  return std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  static const unsigned salt = std::random_device{}();
+  std::array<char, 16> hex{};
+  std::snprintf(hex.data(), hex.size(), "%08x", salt);
+  return std::to_string(::getpid()) + "-" + hex.data() + "-" + std::to_string(counter.fetch_add(1));
+}
+
+// What a fresh connection to a peer's data address says about the peer.
+enum class reach {
+  alive,    // accepted: its process still listens (the kernel accepts even while it is stopped)
+  refused,  // nothing listens there: the process died or closed its communicator
+  unknown,  // no answer within the wait (unreachable), or not a tcp:// or ipc:// address
+};
+inline reach probe(const std::string& endpoint, int wait_ms) {
+  const std::string scheme = scheme_of(endpoint);
+  sockaddr_storage addr{};
+  socklen_t len = 0;
+  int family = AF_UNSPEC;
+  if (scheme == "tcp") {
+    addrinfo hints{};
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* res = nullptr;
+    if (::getaddrinfo(tcp_host_of(endpoint).c_str(), tcp_port_of(endpoint).c_str(), &hints, &res) != 0 || !res) return reach::unknown;
+    std::memcpy(&addr, res->ai_addr, res->ai_addrlen);
+    len = res->ai_addrlen;
+    family = res->ai_family;
+    ::freeaddrinfo(res);
+  } else if (scheme == "ipc") {
+    const std::string path = endpoint.substr(6);
+    sockaddr_un un{};
+    if (path.empty() || path.size() >= sizeof un.sun_path) return reach::unknown;
+    un.sun_family = AF_UNIX;
+    std::memcpy(un.sun_path, path.data(), path.size());
+    if (path.front() == '@') un.sun_path[0] = '\0';  // abstract: the name is not NUL-terminated
+    len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + path.size() + (path.front() == '@' ? 0 : 1));
+    std::memcpy(&addr, &un, sizeof un);
+    family = AF_UNIX;
+  } else {
+    return reach::unknown;
+  }
+  const int fd = ::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return reach::unknown;
+  reach out = reach::unknown;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
+    out = reach::alive;
+  } else if (errno == ECONNREFUSED || errno == ENOENT) {
+    out = reach::refused;
+  } else if (errno == EAGAIN) {
+    out = reach::alive;  // a unix socket whose backlog is full: someone listens
+  } else if (errno == EINPROGRESS) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, wait_ms) == 1) {
+      int err = 0;
+      socklen_t elen = sizeof err;
+      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &elen) == 0)
+        out = err == 0 ? reach::alive : err == ECONNREFUSED ? reach::refused : reach::unknown;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+// Appends `line` to the file GRADUS_FAULT_FILE names, if set: one write(2) on an O_APPEND
+// descriptor, so that lines from concurrent ranks never interleave. Never throws.
+inline void append_fault_line(const std::string& line) noexcept {
+  const char* path = std::getenv("GRADUS_FAULT_FILE");
+  if (!path || !*path) return;
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  const auto n = ::write(fd, line.data(), line.size());
+  (void)n;
+  ::close(fd);
 }
 
 // ZeroMQ allocates every received message with malloc. glibc serves blocks above its
@@ -182,7 +409,8 @@ class zmq_pair final : public pair {
 
 class zmq_ring {
  public:
-  explicit zmq_ring(const ring_options& o) : rank_(o.rank), world_(o.world_size), timeout_(o.timeout) {
+  explicit zmq_ring(const ring_options& o)
+      : rank_(o.rank), world_(o.world_size), timeout_(o.timeout), heartbeat_timeout_ms_(heartbeat_timeout_ms(o.timeout)) {
     if (world_ < 1) throw error("gradus: ring_allreduce: world_size " + std::to_string(world_) + " must be at least 1");
     if (rank_ < 0 || rank_ >= world_)
       throw error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " is outside world_size " + std::to_string(world_));
@@ -190,11 +418,19 @@ class zmq_ring {
       transport_ = "none";
       return;
     }
-    try {
-      setup(o);
-    } catch (...) {
+    const auto undo = [&] {
       close_sockets(0);
       for (const auto& f : ipc_files_) ::unlink(f.c_str());
+    };
+    try {
+      setup(o);
+    } catch (const zmq::error_t& e) {
+      undo();
+      throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
+                       " could not set up its communicator (rendezvous " + o.rendezvous + ", " + origin_of(o) +
+                       "): ZeroMQ: " + e.what());
+    } catch (...) {
+      undo();
       throw;
     }
   }
@@ -263,6 +499,21 @@ class zmq_ring {
  private:
   friend class zmq_pair;
 
+  // ZMTP heartbeats drop a connection that answers nothing for this long: timeout - 2 s
+  // (at least 3 s). A peer whose process is stopped answers nothing, not even from its I/O
+  // thread (a busy one still does); the 2 s (a heartbeat interval and a margin) let its two
+  // neighbours notice before the other ranks' waits, which began no earlier than its
+  // silence, run out.
+  static int heartbeat_timeout_ms(std::chrono::milliseconds timeout) {
+    const long long t = std::max<long long>(3000, static_cast<long long>(timeout.count()) - 2000);
+    return static_cast<int>(std::min<long long>(t, std::numeric_limits<int>::max()));
+  }
+
+  // Where the rendezvous address came from, for errors.
+  static std::string origin_of(const ring_options& o) {
+    return o.origin.empty() ? "from ring_options::rendezvous" : "from " + o.origin;
+  }
+
   std::string prefix(std::string_view doing) const {
     return "gradus: ring_allreduce: " + std::string(doing) + " on rank " + std::to_string(rank_) + ": ";
   }
@@ -270,25 +521,126 @@ class zmq_ring {
     return "rank " + std::to_string(peer) + " at " + (peer >= 0 && peer < static_cast<int>(table_.size()) ? table_[peer] : "?");
   }
 
+  // An error that blames neighbour `peer` ("gone" or "silent"); the first one this rank
+  // makes goes to GRADUS_FAULT_FILE as well.
+  comm_error blame(int peer, const char* state, const std::string& text) {
+    if (!blamed_) {
+      blamed_ = true;
+      std::string flat = text;
+      std::replace(flat.begin(), flat.end(), '\n', ' ');
+      std::replace(flat.begin(), flat.end(), '\r', ' ');
+      detail::append_fault_line("rank " + std::to_string(rank_) + " blames rank " + std::to_string(peer) + " (" + state + "): " + flat + "\n");
+    }
+    return comm_error(text, peer, state);
+  }
+
+  // A neighbour's connection closed (or its heartbeats stopped): ask its address which.
+  comm_error lost(std::string_view doing, int peer) {
+    const std::string& dial = peer == right_->peer() && !right_dial_.empty() ? right_dial_ : table_[peer];
+    const auto seen = detail::probe(dial, 500);
+    const std::string head = prefix(doing) + "lost the connection to " + peer_name(peer) + ": it is ";
+    if (seen == detail::reach::refused)
+      return blame(peer, "gone", head + "gone (its connection closed and nothing listens at its address: the process died or closed its communicator)");
+    if (seen == detail::reach::alive)
+      return blame(peer, "silent", head + "silent (it answered nothing, not even heartbeats, for " + std::to_string(heartbeat_timeout_ms_) +
+                                       " ms, so its connection was dropped, though its process still listens: stopped, paused or hung)");
+    return blame(peer, "silent", head + "silent (its connection was dropped and its address does not answer: its host or the network is down, or it hangs)");
+  }
+
   zmq::socket_t data_socket(zmq::socket_type type) {
     zmq::socket_t s(*ctx_, type);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndhwm, 0);  // a collective's messages are bounded by its size
     s.set(zmq::sockopt::rcvhwm, 0);
+    s.set(zmq::sockopt::ipv6, 1);
     s.set(zmq::sockopt::heartbeat_ivl, 1000);
-    s.set(zmq::sockopt::heartbeat_timeout, 3000);
-    s.set(zmq::sockopt::heartbeat_ttl, 6000);
+    s.set(zmq::sockopt::heartbeat_timeout, heartbeat_timeout_ms_);
+    // The TTL asks the peer to drop the connection too; it travels in 16 bits of
+    // deciseconds (at most 6553.5 s): beyond that, each side's own timeout alone does it.
+    s.set(zmq::sockopt::heartbeat_ttl, heartbeat_timeout_ms_ <= 6553500 ? heartbeat_timeout_ms_ : 0);
     return s;
   }
 
   // A PAIR socket receiving `s`'s connection events; connected before `s` binds or connects.
   zmq::socket_t monitor(zmq::socket_t& s) {
     const std::string ep = "inproc://gradus-ring-monitor-" + detail::unique_suffix();
-    if (zmq_socket_monitor(s.handle(), ep.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
+    constexpr int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
+    if (zmq_socket_monitor(s.handle(), ep.c_str(), events) != 0) throw zmq::error_t();
     zmq::socket_t m(*ctx_, zmq::socket_type::pair);
     m.set(zmq::sockopt::linger, 0);
     m.connect(ep);
     return m;
+  }
+
+  // "127.0.0.1:29500", "[::1]:29500", "*:29500 (every interface)", "ipc://@name"
+  static std::string shown(const std::string& endpoint) {
+    if (detail::scheme_of(endpoint) != "tcp") return endpoint;
+    const std::string rest = endpoint.substr(6);
+    return rest.rfind("*:", 0) == 0 ? rest + " (every interface)" : rest;
+  }
+
+  // "MASTER_PORT" from "MASTER_ADDR=h and MASTER_PORT=29500 (torchrun)": the variable to
+  // change; "port" when the origin names none.
+  static std::string port_variable(const std::string& origin) {
+    const auto at = origin.find("PORT=");
+    if (at == std::string::npos) return "port";
+    std::size_t b = at;
+    while (b > 0 && (std::isupper(static_cast<unsigned char>(origin[b - 1])) || std::isdigit(static_cast<unsigned char>(origin[b - 1])) ||
+                     origin[b - 1] == '_'))
+      --b;
+    return origin.substr(b, at + 4 - b);
+  }
+
+  // Binds `s` to `endpoint`; a failure names this rank, the address and port, what it was
+  // for and where it came from, and what to do.
+  void bind_or_explain(zmq::socket_t& s, const std::string& endpoint, const std::string& what, const ring_options& o) {
+    try {
+      s.bind(endpoint);
+    } catch (const zmq::error_t& e) {
+      throw comm_error(listen_failure(endpoint, what, o, e.num()));
+    }
+  }
+  std::string listen_failure(const std::string& endpoint, const std::string& what, const ring_options& o, int err) const {
+    std::string hint;
+    if (err == EADDRINUSE) hint = " — another job on this port? pick another " + port_variable(o.origin);
+    else if (err == EADDRNOTAVAIL) hint = " — it is not an address of this host (rank 0 must run on the host the rendezvous names)";
+    else if (err == EACCES) hint = " — ports below 1024 need privileges; pick another " + port_variable(o.origin);
+    else if (err == ENODEV) hint = " — no interface or address of this host by that name";
+    return "gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot listen on " + shown(endpoint) + " (" + what + "): " +
+           zmq_strerror(err) + hint;
+  }
+
+  // The hosts to listen on for `host` ("*": every interface). `chosen`: the user's
+  // bind_host, bound as named (an interface name goes to libzmq as it is); otherwise the
+  // rendezvous host, by the rules at the top of this file.
+  std::vector<std::string> listen_hosts(std::string host, bool chosen, const std::string& what) const {
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "*" || detail::is_numeric_host(host)) return {host};
+    if (chosen && ::if_nametoindex(host.c_str()) != 0) return {host};
+    const auto r = detail::resolve(host);
+    if (r.addresses.empty())
+      throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot resolve '" + host + "' (" + what +
+                       "): " + r.failure + " — is the name spelled right, and known to this host's resolver (/etc/hosts, DNS)?");
+    if (chosen) return r.addresses;
+    const bool loopback = std::all_of(r.addresses.begin(), r.addresses.end(), detail::is_loopback_address);
+    if (loopback && !detail::names_this_host(host)) return r.addresses;
+    return {"*"};
+  }
+
+  // Rank != 0: the numeric tcp endpoint to dial for `endpoint` (a name resolved here, the
+  // first address the resolver returns); `note` tells what a name resolved to.
+  std::string dial_of(const std::string& endpoint, const std::string& what, std::string& note) const {
+    note.clear();
+    if (detail::scheme_of(endpoint) != "tcp") return endpoint;
+    const std::string host = detail::tcp_host_of(endpoint);
+    if (host.empty() || detail::is_numeric_host(host)) return endpoint;
+    const auto r = detail::resolve(host);
+    if (r.addresses.empty())
+      throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot resolve '" + host + "' (" + what +
+                       "): " + r.failure + " — is the name spelled right, and known to this host's resolver (/etc/hosts, DNS)?");
+    note = host + " resolved to " + detail::join(r.addresses) + (r.addresses.size() > 1 ? "; the first one dialled" : "");
+    return detail::tcp_endpoint(r.addresses.front(), detail::tcp_port_of(endpoint));
   }
 
   void setup(const ring_options& o) {
@@ -314,52 +666,39 @@ class zmq_ring {
 
     detail::keep_heap_for_segments(o.segment_bytes);
 
+    // ---- where the ranks meet: rank 0 listens, the others dial (names resolved here) ----
+    const std::string rdv_what = "the rendezvous, " + origin_of(o);
+    if (scheme == "tcp") {
+      if (rank_ == 0) {
+        listen_ = o.bind_host.empty() ? listen_hosts(detail::tcp_host_of(rdv), false, rdv_what)
+                                      : listen_hosts(o.bind_host, true, "ring_options::bind_host for " + rdv_what);
+      } else {
+        rdv_dial_ = dial_of(rdv, rdv_what, rdv_note_);
+      }
+    } else {
+      rdv_dial_ = rdv;
+    }
+
     // ---- this rank's data socket: bound before registering ----
     pull_.emplace(data_socket(zmq::socket_type::pull));
     if (scheme != "inproc") pull_mon_.emplace(monitor(*pull_));
     std::vector<std::string> mine;
-    auto bind = [&](const std::string& ep) {
-      pull_->bind(ep);
-      mine.push_back(pull_->get(zmq::sockopt::last_endpoint));
-    };
     if (scheme == "inproc") {
-      bind(rdv + ".rank" + std::to_string(rank_) + "-" + detail::unique_suffix());
+      const std::string ep = rdv + ".rank" + std::to_string(rank_) + "-" + detail::unique_suffix();
+      bind_or_explain(*pull_, ep, "its data socket", o);
+      mine.push_back(ep);
     } else {
       const bool want_tcp = want == "tcp" || (want == "auto" && scheme == "tcp");
       const bool want_ipc = want == "ipc" || want == "auto";
-      if (want_tcp) {
-        std::string host = o.bind_host;
-        std::string advertise;
-        if (host.empty()) {
-          if (scheme == "tcp") {
-            const std::string rh = detail::tcp_host_of(rdv);
-            if (rank_ == 0 || detail::is_loopback(rh)) host = detail::is_loopback(rh) ? "127.0.0.1" : rh;
-          } else {
-            host = "127.0.0.1";
-          }
-        }
-        if (host.empty()) {  // every interface, advertised as the address that routes to rank 0
-          pull_->bind("tcp://*:*");
-          const std::string ep = pull_->get(zmq::sockopt::last_endpoint);
-          std::string me = scheme == "tcp" ? detail::route_source_address(detail::tcp_host_of(rdv)) : std::string();
-          if (me.empty()) me = detail::hostname();
-          else if (me.find(':') != std::string::npos) me = "[" + me + "]";
-          mine.push_back("tcp://" + me + ep.substr(ep.rfind(':')));
-        } else {
-          const bool v6 = host.find(':') != std::string::npos;
-          if (v6) pull_->set(zmq::sockopt::ipv6, 1);
-          bind("tcp://" + (v6 ? "[" + host + "]" : host) + ":*");
-        }
-      }
+      if (want_tcp) mine.push_back(bind_tcp_data(o, scheme));
       if (want_ipc) {
-        std::string path;
-        if (scheme == "ipc") {
-          path = rdv.substr(6) + ".rank" + std::to_string(rank_);
-        } else {
-          path = (std::filesystem::temp_directory_path() / ("gradus-ring-" + detail::unique_suffix() + "-rank" + std::to_string(rank_))).string();
-        }
-        bind("ipc://" + path);
-        ipc_files_.push_back(path);
+        // Beside an ipc:// rendezvous (a path, or an abstract @name); else an abstract
+        // socket, which nothing can leave behind.
+        const std::string name = scheme == "ipc" ? rdv.substr(6) + ".rank" + std::to_string(rank_)
+                                                 : "@gradus-ring-" + detail::unique_suffix() + "-rank" + std::to_string(rank_);
+        bind_or_explain(*pull_, "ipc://" + name, "its ipc data socket", o);
+        if (name.front() != '@') ipc_files_.push_back(name);
+        mine.push_back("ipc://" + name);
       }
     }
 
@@ -369,14 +708,54 @@ class zmq_ring {
     const int right = (rank_ + 1) % world_, left = (rank_ + world_ - 1) % world_;
     push_.emplace(data_socket(zmq::socket_type::push));
     if (transport_ != "inproc") push_mon_.emplace(monitor(*push_));
-    if (table_[right].rfind("tcp://[", 0) == 0) push_->set(zmq::sockopt::ipv6, 1);
-    push_->connect(table_[right]);
+    std::string note;
+    right_dial_ = dial_of(table_[right], "the data address of rank " + std::to_string(right), note);
+    try {
+      push_->connect(right_dial_);
+    } catch (const zmq::error_t& e) {
+      throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot connect to rank " + std::to_string(right) +
+                       "'s data address " + table_[right] + (note.empty() ? "" : " (" + note + ")") + ": " + e.what());
+    }
     left_.emplace(*this, left, table_[left]);
     right_.emplace(*this, right, table_[right]);
   }
 
+  // Binds the tcp data socket (an ephemeral port) and returns the address to advertise:
+  // numeric, or a name every rank resolves (rank 0's rendezvous host).
+  std::string bind_tcp_data(const ring_options& o, const std::string& scheme) {
+    std::string what = "its data socket, an ephemeral port";
+    std::vector<std::string> hosts;
+    if (!o.bind_host.empty()) {
+      what += ", ring_options::bind_host";
+      hosts = rank_ == 0 && scheme == "tcp" ? listen_ : listen_hosts(o.bind_host, true, what);
+    } else if (scheme != "tcp") {
+      hosts = {"127.0.0.1"};
+    } else if (rank_ == 0) {
+      hosts = listen_;
+    } else {
+      // The loopback of the family rank 0 is dialled by, or every interface.
+      const std::string to = detail::tcp_host_of(rdv_dial_);
+      if (detail::is_loopback_address(to)) hosts = {to.find(':') != std::string::npos && to.rfind("::ffff:", 0) != 0 ? "::1" : "127.0.0.1"};
+      else hosts = {"*"};
+    }
+    if (hosts.front() != "*") {
+      bind_or_explain(*pull_, detail::tcp_endpoint(hosts.front(), "*"), what, o);
+      return detail::unmapped(pull_->get(zmq::sockopt::last_endpoint));
+    }
+    bind_or_explain(*pull_, "tcp://*:*", what, o);
+    const std::string ep = pull_->get(zmq::sockopt::last_endpoint);
+    const std::string port = detail::tcp_port_of(ep);
+    if (scheme == "tcp" && rank_ == 0) return detail::tcp_endpoint(detail::tcp_host_of(o.rendezvous), port);
+    // The address that routes to rank 0 (other hosts, or network namespaces that share
+    // this host's name, may not resolve its name to this interface); else the name.
+    std::string me = scheme == "tcp" ? detail::route_source_address(detail::tcp_host_of(rdv_dial_)) : std::string();
+    if (me.empty()) me = detail::hostname();
+    return detail::tcp_endpoint(me, port);
+  }
+
   std::string registration(int world, const std::string& host, const std::vector<std::string>& addrs) const {
-    std::string s = "gradus-ring/1\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n";
+    std::string s = "gradus-ring/2\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
+                    detail::machine_and_netns() + "\n";
     for (const auto& a : addrs) s += a + "\n";
     return s;
   }
@@ -385,14 +764,20 @@ class zmq_ring {
     const auto deadline = clock::now() + timeout_;
     const std::string host = detail::hostname();
     const std::string where = "gradus: ring_allreduce: rendezvous at " + o.rendezvous + " (rank " + std::to_string(rank_) + " of " +
-                              std::to_string(world_) + "): ";
+                              std::to_string(world_) + ", " + origin_of(o) + "): ";
     if (rank_ != 0) {
       // Rank 0 gives up on missing ranks after the timeout and says which; wait a little
       // longer than it, so that its verdict arrives.
       const auto answer_by = deadline + std::chrono::seconds(1);
       zmq::socket_t dealer(*ctx_, zmq::socket_type::dealer);
       dealer.set(zmq::sockopt::linger, 0);
-      dealer.connect(o.rendezvous);
+      dealer.set(zmq::sockopt::ipv6, 1);
+      const std::string dialled = rdv_dial_ + (rdv_note_.empty() ? "" : " (" + rdv_note_ + ")");
+      try {
+        dealer.connect(rdv_dial_);
+      } catch (const zmq::error_t& e) {
+        throw comm_error(where + "cannot connect to " + dialled + ": " + e.what());
+      }
       const std::string reg = registration(world_, host, mine);
       dealer.send(zmq::buffer(reg), zmq::send_flags::none);
       zmq::message_t reply;
@@ -401,8 +786,8 @@ class zmq_ring {
         zmq::poll(&item, 1, std::chrono::milliseconds(detail::ms_until(answer_by, 100)));
         if (dealer.recv(reply, zmq::recv_flags::dontwait)) break;
         if (clock::now() >= answer_by)
-          throw comm_error(where + "no answer from rank 0 within " + std::to_string(timeout_.count()) +
-                           " ms (is rank 0 running, with the same rendezvous address and world_size?)");
+          throw comm_error(where + "no answer from rank 0 at " + dialled + " within " + std::to_string(timeout_.count()) +
+                           " ms (is rank 0 running, with the same rendezvous address and world_size, and reachable at that address?)");
       }
       const auto lines = detail::split_lines(reply.to_string_view());
       if (lines.empty()) throw comm_error(where + "empty answer from rank 0");
@@ -417,15 +802,42 @@ class zmq_ring {
     // ---- rank 0 ----
     zmq::socket_t router(*ctx_, zmq::socket_type::router);
     router.set(zmq::sockopt::linger, 2000);  // the answers must get out before close
-    router.bind(o.rendezvous);
+    router.set(zmq::sockopt::ipv6, 1);
+    const std::string what = "the rendezvous, " + origin_of(o);
+    if (scheme != "tcp") {
+      bind_or_explain(router, o.rendezvous, what, o);
+      // libzmq leaves an ipc path behind; the destructor (or a failed setup) removes it
+      if (scheme == "ipc" && o.rendezvous.size() > 6 && o.rendezvous[6] != '@') ipc_files_.push_back(o.rendezvous.substr(6));
+    } else {
+      // Every address of listen_; one that this host lacks (::1 without IPv6) is skipped
+      // while another one is bound.
+      const std::string port = detail::tcp_port_of(o.rendezvous);
+      int bound = 0, first_err = 0;
+      std::string first_failed;
+      for (const auto& h : listen_) {
+        const std::string ep = h == "*" ? "tcp://*:" + port : detail::tcp_endpoint(h, port);
+        try {
+          router.bind(ep);
+          ++bound;
+        } catch (const zmq::error_t& e) {
+          if (listen_.size() == 1 || (e.num() != EADDRNOTAVAIL && e.num() != EAFNOSUPPORT)) throw comm_error(listen_failure(ep, what, o, e.num()));
+          if (first_failed.empty()) {
+            first_failed = ep;
+            first_err = e.num();
+          }
+        }
+      }
+      if (bound == 0) throw comm_error(listen_failure(first_failed, what, o, first_err));
+    }
     struct entry {
       bool present = false;
-      std::string host;
+      std::string host, machine;
       std::vector<std::string> addrs;
       std::string identity;
     };
     std::vector<entry> reg(static_cast<std::size_t>(world_));
-    reg[0] = {true, host, mine, {}};
+    const std::string machine = detail::machine_and_netns();
+    reg[0] = {true, host, machine, mine, {}};
     std::vector<std::string> identities;
     auto refuse = [&](const std::string& text) {
       for (const auto& id : identities) {
@@ -453,7 +865,8 @@ class zmq_ring {
       if (!id.more() || !router.recv(body)) continue;
       identities.push_back(id.to_string());
       const auto lines = detail::split_lines(body.to_string_view());
-      if (lines.size() < 5 || lines[0] != "gradus-ring/1") refuse(where + "a malformed registration (not a gradus ring rank?)");
+      if (lines.size() < 6 || lines[0] != "gradus-ring/2")
+        refuse(where + "a malformed registration (not a gradus ring rank, or one of another gradus version?)");
       int r = -1, w = -1;
       try {
         r = std::stoi(lines[1]);
@@ -469,19 +882,20 @@ class zmq_ring {
                std::to_string(world_));
       if (reg[r].present)
         refuse(where + "rank " + std::to_string(r) + " registered twice: by host " + reg[r].host + " (" +
-               (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + lines[3] + " (" + lines[4] + ")");
-      reg[r] = {true, lines[3], std::vector<std::string>(lines.begin() + 4, lines.end()), identities.back()};
+               (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + lines[3] + " (" + lines[5] + ")");
+      reg[r] = {true, lines[3], lines[4], std::vector<std::string>(lines.begin() + 5, lines.end()), identities.back()};
       ++present;
     }
 
     // The data transport: what was asked for, or for auto the rendezvous' scheme, with ipc
-    // when all ranks share a host.
+    // when all ranks share a machine and a network namespace (abstract sockets are per
+    // namespace).
     std::string chosen = want;
     if (want == "auto") {
       chosen = scheme;
       if (scheme == "tcp") {
         bool same = true;
-        for (const auto& e : reg) same = same && e.host == host;
+        for (const auto& e : reg) same = same && e.host == host && e.machine == machine;
         if (same) chosen = "ipc";
       }
     }
@@ -523,21 +937,28 @@ class zmq_ring {
     if (pull_mon_) items[n++] = {pull_mon_->handle(), 0, ZMQ_POLLIN, 0};
     if (push_mon_) items[n++] = {push_mon_->handle(), 0, ZMQ_POLLIN, 0};
     zmq::poll(items.data(), n, std::chrono::milliseconds(wait_ms));  // also when 0: recv alone may not see new messages for ~1 ms (ZeroMQ throttles its command processing)
-    auto events = [&](std::optional<zmq::socket_t>& mon, bool& gone, clock::time_point& at) {
+    auto events = [&](std::optional<zmq::socket_t>& mon, link_state& link) {
       if (!mon) return;
       zmq::message_t ev, addr;
       while (mon->recv(ev, zmq::recv_flags::dontwait)) {
         if (ev.more()) (void)mon->recv(addr);
         std::uint16_t id = 0;
         if (ev.size() >= 2) std::memcpy(&id, ev.data(), 2);
-        if (id == ZMQ_EVENT_DISCONNECTED && !gone) {
-          gone = true;
-          at = clock::now();
+        if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+            id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+          ++link.unestablished;  // its DISCONNECTED follows: a connection that was never the peer's
+        } else if (id == ZMQ_EVENT_DISCONNECTED) {
+          if (link.unestablished > 0) {
+            --link.unestablished;
+          } else if (!link.gone) {
+            link.gone = true;
+            link.gone_at = clock::now();
+          }
         }
       }
     };
-    events(pull_mon_, left_gone_, left_gone_at_);
-    events(push_mon_, right_gone_, right_gone_at_);
+    events(pull_mon_, left_link_);
+    events(push_mon_, right_link_);
     while (true) {
       zmq::message_t head;
       if (!pull_->recv(head, zmq::recv_flags::dontwait)) break;
@@ -580,12 +1001,14 @@ class zmq_ring {
     if (!protocol_error_.empty()) throw comm_error(prefix(doing) + peer_name(left_->peer()) + " sent " + protocol_error_);
     const auto now = clock::now();
     constexpr auto grace = std::chrono::milliseconds(300);
-    if (waiting_on_left && left_gone_ && inbox_.empty() && now - left_gone_at_ > grace)
-      throw comm_error(prefix(doing) + "lost the connection to " + peer_name(left_->peer()) +
-                       " (the peer process died or closed its communicator)");
-    if (need_right && right_gone_ && now - right_gone_at_ > grace)
-      throw comm_error(prefix(doing) + "lost the connection to " + peer_name(right_->peer()) +
-                       " (the peer process died or closed its communicator)");
+    if (waiting_on_left && left_link_.gone && inbox_.empty() && now - left_link_.gone_at > grace) throw lost(doing, left_->peer());
+    if (need_right && right_link_.gone && now - right_link_.gone_at > grace) throw lost(doing, right_->peer());
+  }
+
+  // The text of an error that blames a neighbour for sending or taking nothing in time.
+  std::string silent_for() const {
+    return "within " + std::to_string(timeout_.count()) +
+           " ms: it is silent (stopped, paused, hung or unreachable, or the ranks are running different collectives)";
   }
 
   void send_frames(const frame_header& h, std::span<const std::byte> payload, std::shared_ptr<detail::send_flag>* flag_out,
@@ -613,8 +1036,7 @@ class zmq_ring {
     while (!push_->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
       if (!block) return;
       if (clock::now() >= deadline)
-        throw comm_error(prefix(to_string(h.fp)) + "could not send to " + peer_name(right_->peer()) + " within " +
-                         std::to_string(timeout_.count()) + " ms");
+        throw blame(right_->peer(), "silent", prefix(to_string(h.fp)) + "could not send to " + peer_name(right_->peer()) + " " + silent_for());
       zmq::pollitem_t item{push_->handle(), 0, ZMQ_POLLOUT, 0};
       zmq::poll(&item, 1, std::chrono::milliseconds(10));
       pump(0);
@@ -636,8 +1058,18 @@ class zmq_ring {
   std::deque<message> inbox_;
   std::deque<std::shared_ptr<detail::send_flag>> inflight_;
   std::uint64_t first_ticket_ = 0, next_ticket_ = 0;
-  bool left_gone_ = false, right_gone_ = false;
-  clock::time_point left_gone_at_{}, right_gone_at_{};
+  // What the socket monitors said about a neighbour's connection.
+  struct link_state {
+    bool gone = false;         // its connection closed (or heartbeats dropped it)
+    clock::time_point gone_at{};
+    int unestablished = 0;     // connections that failed their handshake, whose DISCONNECTED is still to come
+  };
+  link_state left_link_, right_link_;
+  int heartbeat_timeout_ms_;
+  std::vector<std::string> listen_;   // rank 0, tcp: the hosts its rendezvous binds ("*": every interface)
+  std::string rdv_dial_, rdv_note_;   // rank != 0: the rendezvous endpoint dialled, and what its name resolved to
+  std::string right_dial_;            // the right neighbour's data endpoint as dialled (numeric)
+  bool blamed_ = false;
   bool aborted_ = false;
   int abort_origin_ = -1;
   std::string abort_text_, protocol_error_;
@@ -669,8 +1101,7 @@ inline void zmq_pair::wait_sent(std::uint64_t ticket, clock::time_point deadline
     ring_->pump(0);
     ring_->check(doing, false, true);
     if (clock::now() >= deadline)
-      throw comm_error(ring_->prefix(doing) + ring_->peer_name(peer_) + " did not take this rank's data within " +
-                       std::to_string(ring_->timeout_.count()) + " ms");
+      throw ring_->blame(peer_, "silent", ring_->prefix(doing) + ring_->peer_name(peer_) + " did not take this rank's data " + ring_->silent_for());
     // Completion is set from another thread (no socket becomes readable for it): yield a
     // while, as it usually comes within microseconds, then sleep.
     if (spins < 64) std::this_thread::yield();
@@ -688,14 +1119,12 @@ inline message zmq_pair::recv(clock::time_point deadline, std::string_view doing
       message m = std::move(r.inbox_.front());
       r.inbox_.pop_front();
       if (m.header.kind == frame_kind::leave)
-        throw comm_error(r.prefix(doing) + r.peer_name(peer_) + " left the ring (its communicator was destroyed)");
+        throw r.blame(peer_, "gone", r.prefix(doing) + r.peer_name(peer_) + " left the ring: it is gone (its communicator was destroyed)");
       return m;
     }
     r.prune();
     r.check(doing, true, !r.inflight_.empty());
-    if (clock::now() >= deadline)
-      throw comm_error(r.prefix(doing) + "no message from " + r.peer_name(peer_) + " within " + std::to_string(r.timeout_.count()) +
-                       " ms (a rank stopped, or the ranks are running different collectives)");
+    if (clock::now() >= deadline) throw r.blame(peer_, "silent", r.prefix(doing) + "no message from " + r.peer_name(peer_) + " " + r.silent_for());
     r.pump(detail::ms_until(deadline, 20));
   }
 }
