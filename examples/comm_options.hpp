@@ -5,6 +5,7 @@
 //   --comm-timeout S       how long any one wait of a collective may last
 //   --comm-transport T     the ring's data path (tcp | ipc | auto)
 //   --bucket-mb M          MiB of gradients all-reduced together
+//   --check-replicas N     compare the replicas' bits every N steps (and always at the end)
 //   --check-numerics       stop at the first NaN or infinity, naming the node, the
 //                          variable or gradient and the step (session::set_check_numerics)
 // An example builds its step with g::dist::minimize(comm, data_parallel_options(o), ...),
@@ -13,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <iostream>
 #include <string>
 
 #include <gradus/backends/ring_allreduce.hpp>
@@ -32,6 +34,7 @@ struct comm_options {
   // 953 us; data-parallel mnist_mlp 2x1: 0.86x vs 0.73x of one process, benchmarks/README.md)
   std::string transport = "tcp";
   bool check_numerics = false;   // session::set_check_numerics
+  std::int64_t check_replicas = 0;  // data_parallel_options::check_replicas_every
 };
 
 inline void add_comm_options(CLI::App& app, comm_options& o) {
@@ -47,6 +50,10 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
       ->check(CLI::IsMember({"auto", "tcp", "ipc"}));
   app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
+  app.add_option("--check-replicas", o.check_replicas,
+                 "data-parallel: compare every replica's variables and optimizer state with rank 0's every N steps "
+                 "(they are always compared at the end; 0: only then)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   app.add_flag("--check-numerics", o.check_numerics,
                "stop at the first NaN or infinity in any node, naming the node, the variable or gradient it reaches "
                "and the global step (tf.debugging.check_numerics; costs a pass over every buffer)");
@@ -55,7 +62,24 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
 // The communicator --comm names; for ring, the world comes from the environment
 // (cluster::from_env: TF_CONFIG, torchrun's, Slurm's, OpenMPI's variables or GRADUS_CLUSTER).
 inline g::dist::any_communicator make_communicator(const comm_options& o) {
-  if (o.comm == "local") return {};
+  if (o.comm == "local") {
+    // A process of a cluster that was not asked to join it trains alone on all the data,
+    // and every such process writes the same checkpoint path: say so.
+    std::string described;
+    try {
+      const g::cluster::spec c = g::cluster::from_env();
+      if (c.source != "default" && (c.world_size > 1 || !c.ps.empty()))
+        described = "describes a cluster (" + c.source + ": " + c.task_type + " " + std::to_string(c.task_index) +
+                    " of " + std::to_string(c.world_size) + " workers)";
+    } catch (const g::error& e) {
+      described = "holds a cluster spec that does not parse (" + std::string(e.what()) + ")";
+    }
+    if (!described.empty())
+      std::cerr << "gradus: warning: --comm local, but the environment " << described
+                << ": this process trains alone on all the data and writes its own checkpoints (pass --comm ring to "
+                   "train together)\n";
+    return {};
+  }
   const g::cluster::spec c = g::cluster::from_env();
   if (!c.is_worker())
     throw g::error("gradus: --comm ring: this process is a '" + c.task_type + "' task of the " + c.source +
@@ -67,7 +91,8 @@ inline g::dist::any_communicator make_communicator(const comm_options& o) {
 }
 
 inline g::dist::data_parallel_options data_parallel_options(const comm_options& o) {
-  return {.bucket_bytes = static_cast<std::size_t>(o.bucket_mb) << 20, .overlap = true};
+  return {.bucket_bytes = static_cast<std::size_t>(o.bucket_mb) << 20, .overlap = true,
+          .check_replicas_every = o.check_replicas};
 }
 
 // Rows [begin, end) of n that rank `rank` of `world` trains on: equal contiguous shares (the

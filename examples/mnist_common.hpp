@@ -23,10 +23,25 @@
 // (examples/check_resume.cmake). The epochs a checkpoint holds are its global_step divided
 // by the steps of an epoch.
 //
+// Data-parallel (--comm ring), every rank: the step compares a run fingerprint before its
+// first collective — the graph, the optimizer and its hyper-parameters, and here the batch
+// size, steps per epoch, epochs, data seed, training examples and --max-loss-ratio — so
+// ranks given another --lr or --batch fail at once, naming the field and both values.
+// Only rank 0 reads a checkpoint to resume (node-local disks need not hold it elsewhere):
+// its variables, optimizer state and global step are broadcast, so every rank resumes at
+// rank 0's epoch. Checkpoints record the world size that wrote them and refuse another.
+// At the end the replicas are compared tensor by tensor (step.check_replicas(); every N
+// steps with --check-replicas N).
+//
+// A diverging run stops with an error naming the global step: a step's loss that is not
+// finite or above --max-loss-ratio (1000) times the run's first loss. Alone it stops at
+// once; data-parallel ranks combine their verdicts with the epoch's losses in one
+// all-reduce at the epoch's end, so every rank stops together and names the same step.
+//
 // With --json, stdout is one JSON line: example, epochs, start_epoch, batch, threads, seed,
 // train_examples, test_accuracy (after the last epoch), epoch_seconds (mean training
 // seconds per epoch of this run, evaluation excluded), examples_per_second, final_loss
-// (mean training loss of the last epoch), peak_rss_mb. The progress goes to stderr
+// (mean training loss of the last epoch, over every rank), peak_rss_mb. The progress goes to stderr
 // (a live line on a terminal, plain lines otherwise; --quiet turns it off).
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
@@ -41,6 +56,7 @@
 #include <iostream>
 #include <limits>
 #include <optional>
+#include <span>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -74,6 +90,7 @@ struct mnist_options : comm_options {
   std::string metrics, plot, checkpoint;
   std::int64_t train_limit = 0;  // 0: all 60,000
   std::int64_t log_every = 0;    // plain progress: a line every this many steps (0: per epoch)
+  double max_loss_ratio = 1000;  // a step's loss above this times the run's first loss: diverged (0: off)
 };
 
 inline void add_mnist_options(CLI::App& app, mnist_options& o) {
@@ -95,6 +112,10 @@ inline void add_mnist_options(CLI::App& app, mnist_options& o) {
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}));
   app.add_option("--log-every", o.log_every, "without a terminal: a progress line every N steps (0: one per epoch)")
       ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--max-loss-ratio", o.max_loss_ratio,
+                 "stop with an error when a step's loss is not finite or exceeds this times the run's first loss "
+                 "(a diverging run; 0: only non-finite losses)")
+      ->check(CLI::Range(0.0, 1e300));
   add_comm_options(app, o);
 }
 
@@ -151,21 +172,26 @@ int guarded(F&& f) {
   return 1;
 }
 
-// FNV-1a over every tensor of the session (variables and optimizer state, by name): data-
-// parallel replicas print it at the end, and must agree bit for bit.
+// One checksum of the replica (FNV-1a over the per-tensor checksums of
+// dist::replica_fields): data-parallel ranks print it at the end; they must agree.
 template <class Session>
 std::uint64_t session_checksum(Session& s) {
-  auto entries = s.entries();
-  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   std::uint64_t h = 1469598103934665603ull;
-  std::vector<unsigned char> host;
-  for (const auto& e : entries) {
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == std::string_view("float64") ? 8 : 4);
-    host.resize(bytes);
-    if (bytes) Session::backend_type::copy_to_host(host.data(), e.data, bytes);
-    for (unsigned char c : host) h = (h ^ c) * 1099511628211ull;
-  }
+  for (const auto& f : g::dist::replica_fields(s))
+    for (const char c : f.name + "=" + f.value + ";") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
+}
+
+// The directory a file will be written to exists (or is created now), before any
+// training: a bad --checkpoint path fails at once, not after the first epoch.
+inline void ensure_parent_directory(const std::string& file, const std::string& option) {
+  const std::filesystem::path p(file);
+  if (p.filename().empty()) throw g::error("gradus: " + option + " '" + file + "' names a directory, not a file");
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec || (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path())))
+    throw g::error("gradus: " + option + " '" + file + "': cannot create the directory '" + p.parent_path().string() +
+                   "'" + (ec ? ": " + ec.message() : std::string()));
 }
 
 // Accuracy of `logits` on the test set, in batches of 1000.
@@ -198,25 +224,39 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     throw g::error("gradus: " + example + ": " + std::to_string(d.train.size()) + " training examples for " +
                    std::to_string(world) + " ranks");
   const bool quiet = o.quiet || !chief;
-
-  // ---- resume: the checkpoint's global step says how many epochs it holds
-  int first = 0;
   if (o.resume && o.checkpoint.empty())
     throw g::error("gradus: " + example + ": --resume needs --checkpoint FILE.npz");
-  if (o.resume && std::filesystem::exists(o.checkpoint)) {
-    g::restore_checkpoint(s, o.checkpoint);
-    const std::int64_t gs = s.global_step();
+  if (!o.checkpoint.empty() && chief) ensure_parent_directory(o.checkpoint, "--checkpoint");
+
+  // ---- what every rank must agree on besides the graph and the optimizer (the step adds
+  // those): ranks given another --batch, --epochs, --seed or --train-limit fail at once
+  step.set_run_fingerprint({{"batch_size", std::to_string(o.batch)},
+                            {"steps_per_epoch", std::to_string(steps_per_epoch)},
+                            {"epochs", std::to_string(o.epochs)},
+                            {"data_seed", std::to_string(o.seed)},
+                            {"train_examples", std::to_string(d.train.size())},
+                            {"max_loss_ratio", g::shortest_text(o.max_loss_ratio)}});
+
+  // ---- resume: rank 0 reads the checkpoint and every rank takes the state and the global
+  // step from it (node-local disks: the others need not see the file); the checkpoint's
+  // global step says how many epochs it holds
+  if (o.resume && chief && std::filesystem::exists(o.checkpoint)) {
+    g::restore_checkpoint(s, o.checkpoint, {.world_size = world});
+  } else if (o.resume && !quiet) {
+    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
+  }
+  step.broadcast_variables();  // compares the run fingerprint first
+  int first = 0;
+  if (const std::int64_t gs = s.global_step(); gs != 0) {
     if (gs % steps_per_epoch != 0)
       throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' holds " + std::to_string(gs) +
                      " steps, not a whole number of epochs of " + std::to_string(steps_per_epoch) +
                      " steps: was it written with another --batch or --train-limit?");
-    first = static_cast<int>(gs / steps_per_epoch);
-    if (first >= o.epochs)
+    if (gs / steps_per_epoch >= o.epochs)
       throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' already holds " +
-                     std::to_string(first) + " epochs; ask for more with --epochs (now " + std::to_string(o.epochs) +
-                     ")");
-  } else if (o.resume && !quiet) {
-    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
+                     std::to_string(gs / steps_per_epoch) + " epochs; ask for more with --epochs (now " +
+                     std::to_string(o.epochs) + ")");
+    first = static_cast<int>(gs / steps_per_epoch);
   }
 
   // ---- metrics CSV (appended to when resuming) and the in-memory table the plot draws
@@ -234,6 +274,9 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   popt.every = o.log_every;
   g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr), popt);
   double train_seconds = 0, last_loss = 0, acc = 0, wait_total = 0;
+  double first_loss = 0;                 // this run's first step's loss on this rank
+  std::int64_t diverged_at = -1;         // the first global step whose loss diverged here
+  double diverged_loss = 0;
   for (int e = first; e < o.epochs; ++e) {
     if (!quiet) bar.start_epoch(e + 1, o.epochs, steps_per_epoch);
     const auto t0 = std::chrono::steady_clock::now();
@@ -242,7 +285,15 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     std::int64_t k = 0;
     for (auto [xb, yb] : d.train.shuffle(o.seed, static_cast<std::uint64_t>(e)).shard(rank, world).batch(o.batch)) {
       if (k++ == steps_per_epoch) break;
+      const std::int64_t at = s.global_step();
       const double l = step.run(x = xb, y = yb);
+      if (e == first && k == 1) first_loss = l;
+      if (diverged_at < 0 &&
+          (!std::isfinite(l) || (o.max_loss_ratio > 0 && first_loss > 0 && l > o.max_loss_ratio * first_loss))) {
+        diverged_at = at;
+        diverged_loss = l;
+        if (world == 1) break;  // alone, stop now; a data-parallel rank must finish the epoch's collectives
+      }
       sum += l;
       if (!quiet) bar.step(l, xb.shape.d[0] * world);
     }
@@ -251,14 +302,33 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     if (!quiet) bar.stop();
     train_seconds += secs;
     wait_total += wait;
-    last_loss = sum / static_cast<double>(steps_per_epoch);
+    // The epoch's mean loss over every rank, and whether any rank diverged: one all-reduce
+    // (slot 0: the loss sums; slot 1 + r: rank r's first diverged step + 1), so that every
+    // rank stops at the same epoch end and names the same step.
+    std::vector<double> epoch(1 + static_cast<std::size_t>(world), 0.0);
+    epoch[0] = sum;
+    epoch[1 + static_cast<std::size_t>(rank)] = static_cast<double>(diverged_at + 1);
+    if (world > 1) comm.allreduce_sum(std::span<double>(epoch));
+    last_loss = epoch[0] / static_cast<double>(steps_per_epoch * world);
+    for (int r = 0; r < world; ++r)
+      if (const double bad = epoch[1 + static_cast<std::size_t>(r)]; bad > 0) {
+        std::string what = "gradus: " + example + ": training diverged at global step " +
+                           std::to_string(static_cast<std::int64_t>(bad) - 1) + " (epoch " + std::to_string(e + 1) + ")";
+        if (world > 1) what += " on rank " + std::to_string(r);
+        if (r == rank)
+          what += ": loss " + g::shortest_text(static_cast<float>(diverged_loss)) + ", the run's first loss " +
+                  g::shortest_text(static_cast<float>(first_loss));
+        what += " (the limit: a loss that is not finite or above --max-loss-ratio " + g::shortest_text(o.max_loss_ratio) +
+                " times the first); lower the learning rate (--lr)";
+        throw g::error(what);
+      }
     if (world > 1 && !o.quiet)  // every rank: a straggler's peers wait longest
       std::cerr << example << ": rank " << rank << " of " << world << ": epoch " << e + 1 << ": " << secs
                 << " s training, " << wait << " s waiting for the all-reduce\n";
     if (!chief) continue;  // the replicas are identical: rank 0 evaluates, saves and reports
     acc = mnist_test_accuracy(s, logits, x, d);
     if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
-    if (!o.checkpoint.empty()) g::save_checkpoint(s, o.checkpoint);
+    if (!o.checkpoint.empty()) g::save_checkpoint(s, o.checkpoint, {.world_size = world});
     const std::vector<double> row{static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc,
                                   secs, static_cast<double>(d.train.size()) / secs, wait};
     if (log) {
@@ -271,6 +341,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   }
 
   if (world > 1) {  // every rank: the replicas must hold the same bits
+    step.check_replicas();  // names the first tensor that differs, on every rank
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session_checksum(s)));
     std::cerr << example << ": rank " << rank << " of " << world << ": replica checksum " << hex << "\n";

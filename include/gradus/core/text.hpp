@@ -17,4 +17,13 @@ inline std::string shortest_text(double v) {
   return std::string(buf, r.ptr);
 }
 
+// The same for a float (a float loss 2.4277287 reads "2.4277287", not its double's digits).
+inline std::string shortest_text(float v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  char buf[32];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
 }  // namespace gradus
