@@ -1124,7 +1124,13 @@ inline message zmq_pair::recv(clock::time_point deadline, std::string_view doing
     }
     r.prune();
     r.check(doing, true, !r.inflight_.empty());
-    if (clock::now() >= deadline) throw r.blame(peer_, "silent", r.prefix(doing) + "no message from " + r.peer_name(peer_) + " " + r.silent_for());
+    if (clock::now() >= deadline) {
+      // While the ring connects, the likelier cause is a data address the peer cannot reach.
+      const std::string unreachable = doing.rfind("connect", 0) == 0 ? "; or rank " + std::to_string(peer_) + " cannot reach this rank's data address " + r.table_[r.rank_] +
+                                                                            " (GRADUS_BIND_ADDR / ring_options::bind_host picks the interface)"
+                                                                      : "";
+      throw r.blame(peer_, "silent", r.prefix(doing) + "no message from " + r.peer_name(peer_) + " " + r.silent_for() + unreachable);
+    }
     r.pump(detail::ms_until(deadline, 20));
   }
 }
