@@ -803,7 +803,8 @@ class zmq_ring {
     zmq::socket_t router(*ctx_, zmq::socket_type::router);
     router.set(zmq::sockopt::linger, 2000);  // the answers must get out before close
     router.set(zmq::sockopt::ipv6, 1);
-    const std::string what = "the rendezvous, " + origin_of(o);
+    const std::string what =
+        "the rendezvous, " + origin_of(o) + (o.bind_host.empty() ? "" : ", on ring_options::bind_host = " + o.bind_host + " (GRADUS_BIND_ADDR)");
     if (scheme != "tcp") {
       bind_or_explain(router, o.rendezvous, what, o);
       // libzmq leaves an ipc path behind; the destructor (or a failed setup) removes it
