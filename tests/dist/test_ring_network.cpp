@@ -585,7 +585,7 @@ BOOST_AUTO_TEST_CASE(an_occupied_port_is_named_with_where_it_came_from) {
   ::close(fd);
 }
 
-BOOST_AUTO_TEST_CASE(unresolvable_names_are_named) {
+BOOST_AUTO_TEST_CASE(names_that_do_not_resolve_or_answer_are_named) {
   const std::string rdv = "tcp://no-such-host.invalid:" + std::to_string(free_port());
   for (int r : {0, 1}) {
     std::string msg = "no error";
@@ -601,6 +601,17 @@ BOOST_AUTO_TEST_CASE(unresolvable_names_are_named) {
     }
     BOOST_TEST(contains(msg, "rank " + std::to_string(r) + " cannot resolve 'no-such-host.invalid' (the rendezvous, from MASTER_ADDR=no-such-host.invalid"), msg);
   }
+  // A name that resolves, but nobody listens there: the error says which address was dialled.
+  const std::string port = std::to_string(free_port());
+  std::string msg = "no error";
+  try {
+    auto o = options(1, 2, "tcp://localhost:" + port);
+    o.timeout = 300ms;
+    g::ring_allreduce comm(o);
+  } catch (const g::comm_error& e) {
+    msg = e.what();
+  }
+  BOOST_TEST(std::regex_search(msg, std::regex("no answer from rank 0 at tcp://(127\\.0\\.0\\.1|\\[::1\\]):" + port + " \\(localhost resolved to ")), msg);
 }
 
 BOOST_AUTO_TEST_CASE(a_tf_config_cluster_of_localhost_workers_trains) {
