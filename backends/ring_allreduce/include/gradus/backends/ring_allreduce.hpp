@@ -129,6 +129,11 @@ class ring_allreduce {
     o.rank = c.rank;
     o.world_size = c.world_size;
     o.rendezvous = c.rendezvous();
+    // where the address came from (MASTER_ADDR, a Slurm node list, TF_CONFIG...), for errors
+    if constexpr (requires { c.rendezvous_origin(); }) o.origin = c.rendezvous_origin();
+    if constexpr (requires { c.bind_addr; }) {
+      if (o.bind_host.empty()) o.bind_host = c.bind_addr;  // GRADUS_BIND_ADDR
+    }
     return o;
   }
   ring::fingerprint next(ring::op_code op, ring::dtype_code dt, std::size_t count, int root) {
