@@ -183,8 +183,8 @@ void process_killed(const std::string& name, bool tcp) {
     o.transport = tcp ? "tcp" : "ipc";
     o.timeout = 30s;  // failure must be noticed long before this
     try {
-      std::vector<float> x(1 << 18);  // outlives comm: a failed collective's sends may still read it
       g::ring_allreduce comm(o);
+      std::vector<float> x(1 << 18);  // freed before comm: a failed collective no longer reads it
       for (int it = 0; it < 200000; ++it) {  // ~ minutes; the kill comes after 0.3 s
         std::fill(x.begin(), x.end(), 1.f);
         comm.allreduce_average(std::span<float>(x));
@@ -420,8 +420,8 @@ BOOST_AUTO_TEST_CASE(a_rank_whose_context_closes_mid_training_is_named_within_5s
         [&](int r) {
           auto o = options(r, world, rdv, ctxs[r].get());
           o.transport = transport;
-          std::vector<float> x(1 << 16);  // outlives comm: a failed collective's sends may still read it
           g::ring_allreduce comm(o);
+          std::vector<float> x(1 << 16);  // freed before comm: a failed collective no longer reads it
           for (int it = 0; it < 100000; ++it) {  // bounded; the failure comes within ~0.2 s
             std::fill(x.begin(), x.end(), 1.f);
             comm.allreduce_sum(std::span<float>(x));

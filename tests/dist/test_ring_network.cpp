@@ -208,8 +208,8 @@ int looping_rank(int r, int world, const std::string& rdv, std::chrono::millisec
   o.transport = "tcp";
   o.timeout = timeout;
   try {
-    std::vector<float> x(1 << 16);  // outlives comm: a failed collective's sends may still read it
     g::ring_allreduce comm(o);
+    std::vector<float> x(1 << 16);  // freed before comm: a failed collective no longer reads it
     double longest = 0;
     const auto until = steady::now() + 90s;
     for (int it = 0; steady::now() < until; ++it) {

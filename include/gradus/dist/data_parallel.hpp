@@ -186,12 +186,7 @@ class data_parallel_step {
     if (!opts_.overlap)
       for (std::size_t b = 0; b < buckets_.size(); ++b) worker_.submit([this, b] { reduce(b); });
     const auto t0 = std::chrono::steady_clock::now();
-    try {
-      worker_.wait();  // rethrows a collective's error (a dead peer, a mismatch)
-    } catch (...) {
-      failed_ = true;
-      throw;
-    }
+    worker_.wait();  // rethrows a collective's error (a dead peer, a mismatch)
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (hook_error) std::rethrow_exception(hook_error);
     if (next_ != buckets_.size())
@@ -287,12 +282,10 @@ class data_parallel_step {
 
   data_parallel_step(const data_parallel_step&) = delete;
   data_parallel_step& operator=(const data_parallel_step&) = delete;
-  // After a failed collective the communicator may still be sending from the buckets
-  // (zero-copy), and it may outlive this step: their memory is then left allocated.
-  ~data_parallel_step() {
-    if (failed_)
-      for (auto& b : buckets_) new std::vector<std::byte>(std::move(b.data));  // NOLINT: deliberately never freed
-  }
+  // A communicator reads no buffer of a collective that has returned or thrown (the ring
+  // closes its sending socket on failure and waits for ZeroMQ to let go), so the buckets
+  // are freed with the step even after a failure.
+  ~data_parallel_step() = default;
 
   const comm_stats& stats() const { return stats_; }
   // The last run's gradients, averaged over the world (what the optimizer applied).
@@ -315,18 +308,11 @@ class data_parallel_step {
     std::size_t pending = 0;
   };
 
-  // f() on the communicator's thread, waited for; a failure there marks the step failed.
+  // f() on the communicator's thread, waited for; its failure is rethrown here.
   template <class F>
   void on_worker(F&& f) {
     worker_.submit(std::forward<F>(f));
-    try {
-      worker_.wait();
-    } catch (const run_mismatch_error&) {
-      throw;  // every rank failed the comparison together: the communicator is still sound
-    } catch (...) {
-      failed_ = true;
-      throw;
-    }
+    worker_.wait();
   }
 
   template <class T>
@@ -439,7 +425,6 @@ class data_parallel_step {
   bool fingerprint_checked_ = false;
   std::size_t next_ = 0;
   bool synced_ = false;
-  bool failed_ = false;
   std::mutex stats_m_;
   comm_stats stats_;
   comm_worker worker_;  // last: its thread stops before the buckets it reads go away

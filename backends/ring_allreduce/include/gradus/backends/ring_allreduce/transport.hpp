@@ -98,7 +98,9 @@ class pair {
   virtual const std::string& address() const = 0;
 
   // Posts header + payload to the peer without copying the payload and returns a ticket;
-  // the payload's bytes must stay unchanged until sent(ticket).
+  // the payload's bytes must stay unchanged until sent(ticket). A transport whose
+  // collective fails lets go of every posted payload before the error reaches the caller,
+  // who may free its buffer at once.
   virtual std::uint64_t send(const frame_header& h, std::span<const std::byte> payload) = 0;
   virtual bool sent(std::uint64_t ticket) = 0;
   // Waits until every send up to and including `ticket` has released its bytes.

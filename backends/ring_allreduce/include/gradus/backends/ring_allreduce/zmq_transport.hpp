@@ -486,12 +486,14 @@ class zmq_ring {
                   /*block=*/false);
     } catch (...) {
     }
+    release_sends(200);
   }
 
   // The context was shut down under us: close now, so that its termination can finish.
   void close_now() noexcept {
     failed_ = true;
     close_sockets(0);
+    release_sends(0);
   }
 
  private:
@@ -913,6 +915,30 @@ class zmq_ring {
     }
   }
 
+  // After a failure nothing may go on reading a caller's buffer once its collective has
+  // thrown (the caller may free it at once). Closes the sending socket, letting frames
+  // already queued (the abort among them) go out for `linger_ms`, and waits for ZeroMQ to
+  // let go of every zero-copy payload: on close its I/O thread drops what is left and calls
+  // the free callbacks, within milliseconds.
+  void release_sends(int linger_ms) noexcept {
+    prune();
+    if (inflight_.empty()) return;
+    try {
+      if (push_) push_->set(zmq::sockopt::linger, linger_ms);
+    } catch (...) {
+    }
+    unmonitor(push_, push_mon_);
+    push_.reset();
+    const auto until = clock::now() + std::chrono::milliseconds(linger_ms) + std::chrono::seconds(10);
+    while (!inflight_.empty() && clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      prune();
+    }
+    if (!inflight_.empty())
+      std::fprintf(stderr, "gradus: ring_allreduce: rank %d: ZeroMQ still holds %zu zero-copy sends 10 s after closing its socket\n",
+                   rank_, inflight_.size());
+  }
+
   void close_sockets(int linger_ms) noexcept {
     if (closed_) return;
     closed_ = true;
@@ -920,10 +946,18 @@ class zmq_ring {
       if (push_) push_->set(zmq::sockopt::linger, linger_ms);
     } catch (...) {
     }
-    push_mon_.reset();
-    pull_mon_.reset();
+    unmonitor(push_, push_mon_);
+    unmonitor(pull_, pull_mon_);
     push_.reset();
     pull_.reset();
+  }
+
+  // Stops a socket's monitor before closing its reader. libzmq 4.3 leaks every event it
+  // cannot deliver (socket_base_t::monitor_event does not close a message whose send
+  // failed), and closing a socket raises DISCONNECTED events.
+  static void unmonitor(std::optional<zmq::socket_t>& s, std::optional<zmq::socket_t>& mon) noexcept {
+    if (s && mon) (void)zmq_socket_monitor(s->handle(), nullptr, 0);
+    mon.reset();
   }
 
   // Takes everything that has arrived: connection events, and the left neighbour's

@@ -1,0 +1,28 @@
+#!/bin/bash
+# Builds one test translation unit at -O1 under a sanitizer and runs it.
+#   tools/sanitize.sh asan tests/dist/test_data_parallel.cpp [test args...]
+#   tools/sanitize.sh tsan tests/dist/test_data_parallel.cpp
+# asan = AddressSanitizer + UndefinedBehaviorSanitizer (leaks included, UB fatal);
+# tsan = ThreadSanitizer with tests/sanitizers/tsan.supp (libzmq is not instrumented).
+# The binary goes to build/sanitize/<name>-<kind>; it runs from build/ci when that exists
+# (tests that start example programs find them there).
+set -euo pipefail
+kind=$1 src=$2; shift 2
+root=$(cd "$(dirname "$0")/.." && pwd)
+[[ $src = /* ]] || src=$PWD/$src
+out=$root/build/sanitize/$(basename "${src%.cpp}")-$kind
+mkdir -p "$root/build/sanitize"
+case $kind in
+  asan) san="-fsanitize=address,undefined -fno-sanitize-recover=undefined" ;;
+  tsan) san="-fsanitize=thread" ;;
+  *) echo "sanitize.sh: kind '$kind' is not asan or tsan" >&2; exit 2 ;;
+esac
+inc=()
+for d in "$root"/include "$root"/backends/*/include "$root"/tests; do inc+=("-I$d"); done
+# shellcheck disable=SC2086
+${CXX:-g++} -std=gnu++20 -O1 -g -fno-omit-frame-pointer -march=native -ffp-contract=off -fopenmp $san \
+  -DBOOST_TEST_DYN_LINK "${inc[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
+  "$src" -o "$out" -lboost_unit_test_framework -lopenblas -lzip -lzmq
+cd "$root/build/ci" 2>/dev/null || cd "$root"
+export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"
+exec "$out" "$@"
