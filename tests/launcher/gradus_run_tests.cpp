@@ -123,6 +123,12 @@ strings lines(const std::string& text) {
 
 bool contains(const std::string& hay, const std::string& needle) { return hay.find(needle) != std::string::npos; }
 
+// One start of a process, as launcher_child's "starts" records it.
+struct start {
+  pid_t pid = 0;
+  std::string restart_count;  // its GRADUS_RESTART_COUNT, "-" when unset
+};
+
 // A scratch directory for pid files, removed at the end of the case.
 struct scratch {
   fs::path dir;
@@ -135,6 +141,9 @@ struct scratch {
     // Processes this test started (through gradus-run) that are still alive: end them, by pid.
     for (const auto& [label, pid] : pids())
       if (alive(pid)) ::kill(pid, SIGKILL);
+    for (const auto& [label, list] : starts())
+      for (const auto& st : list)
+        if (alive(st.pid)) ::kill(st.pid, SIGKILL);
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
@@ -145,6 +154,16 @@ struct scratch {
         pid_t p = 0;
         std::ifstream(f.path()) >> p;
         if (p > 0) m[f.path().stem().string()] = p;
+      }
+    return m;
+  }
+  // Every start of every process (launcher_child's "starts"), by label, in order.
+  std::map<std::string, std::vector<start>> starts() const {
+    std::map<std::string, std::vector<start>> m;
+    for (const auto& f : fs::directory_iterator(dir))
+      if (f.path().extension() == ".starts") {
+        std::ifstream in(f.path());
+        for (start st; in >> st.pid >> st.restart_count;) m[f.path().stem().string()].push_back(st);
       }
     return m;
   }
@@ -342,6 +361,10 @@ BOOST_AUTO_TEST_CASE(hosts) {
   BOOST_TEST(contains(r.out, "gradus-run -np 4 --hosts node-a,node-b --node-rank 0 --port 29500 -- " + child + " env"));
   BOOST_TEST(contains(r.out, "gradus-run -np 4 --hosts node-a,node-b --node-rank 1 --port 29500 -- " + child + " env"));
   BOOST_TEST(!contains(r.out, "RANK="));
+  // Restart options travel with the per-host commands.
+  r = run({"-np", "2", "--hosts", "node-a,node-b", "--max-restarts", "2", "--restart-delay", "0.5", child, "env"});
+  BOOST_TEST(r.exit_code() == 0);
+  BOOST_TEST(contains(r.out, "--node-rank 1 --port 29500 --max-restarts 2 --restart-delay 0.5 -- " + child + " env"), r.out);
   // One host's share: ranks 2 and 3 of 4 here; the master is the first host (the children
   // only print it: nothing connects anywhere).
   r = run({"-np", "5", "--hosts", "node-a,node-b", "--node-rank", "1", "--port", "4321", child, "env"});
@@ -373,7 +396,10 @@ BOOST_AUTO_TEST_CASE(usage_errors) {
                                                   {"--sweep", "lr=1,,2", child},
                                                   {"--sweep", "lr=1", "-np", "2", child},
                                                   {"--node-rank", "1", child},
-                                                  {"-np", "1", "--hosts", "a,b", child}}) {
+                                                  {"-np", "1", "--hosts", "a,b", child},
+                                                  {"-np", "2", "--max-restarts", "-1", child},
+                                                  {"-np", "2", "--max-restarts", "1", "--restart-delay", "-1", child},
+                                                  {"--sweep", "lr=1", "--max-restarts", "1", child}}) {
     std::string joined;
     for (const auto& a : args) joined += a + " ";
     BOOST_TEST_CONTEXT(joined) {
@@ -500,5 +526,164 @@ BOOST_AUTO_TEST_CASE(the_rank_blamed_by_its_neighbour_is_named) {
   {  // an inherited GRADUS_FAULT_FILE is not passed on (a sweep's runs get none)
     const auto r = run({"--sweep", "x=1", child, "fault-file"}, 15, {{"GRADUS_FAULT_FILE", "/tmp/elsewhere"}});
     BOOST_TEST(contains(r.out, "] GRADUS_FAULT_FILE=-\n"), r.out);
+  }
+}
+
+// ---- --max-restarts ---------------------------------------------------------------------------
+namespace {
+
+// How many lines of text are exactly `line`.
+int count_lines(const std::string& text, const std::string& line) {
+  int n = 0;
+  for (const auto& l : lines(text)) n += l == line;
+  return n;
+}
+
+// The lines of text that begin with prefix.
+strings lines_starting(const std::string& text, const std::string& prefix) {
+  strings r;
+  for (const auto& l : lines(text))
+    if (l.rfind(prefix, 0) == 0) r.push_back(l);
+  return r;
+}
+
+void check_all_gone(const scratch& s) {
+  for (const auto& [label, list] : s.starts())
+    for (const auto& st : list) BOOST_TEST(!scratch::alive(st.pid), label << " (pid " << st.pid << ") is alive");
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_failed_rank_is_restarted_alone) {
+  // Rank 1 exits 3 at its first start; rank 0 waits (bounded) until rank 1 has started twice,
+  // so it was running all along, and exits 0.
+  scratch s;
+  const auto dir = s.dir.string();
+  const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "0.2", child, "starts", dir, "restart-count",
+                      "fault-file", "env", "exit-first", "1", "3", "await", "0", dir, "1", "2", "20000", "sleep", "200"},
+                     40);
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  BOOST_TEST(r.seconds >= 0.2);
+  auto st = s.starts();
+  BOOST_TEST(st["0"].size() == 1u);
+  BOOST_REQUIRE_EQUAL(st["1"].size(), 2u);
+  BOOST_TEST(st["1"][0].restart_count == "-");
+  BOOST_TEST(st["1"][1].restart_count == "1");
+  BOOST_TEST(st["1"][0].pid != st["1"][1].pid);
+  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.2 s (restart 1 of 1)\n"), r.err);
+  BOOST_TEST(!contains(r.err, "stopping the other ranks"));
+  BOOST_TEST(last_line(r.err) == "gradus-run: finished: the workers exited 0 (restarts used: rank 1: 1 of 1)", r.err);
+  // Its output keeps its prefix; the restart sees GRADUS_RESTART_COUNT, the first start and rank 0 do not.
+  BOOST_TEST(count_lines(r.out, "[0] GRADUS_RESTART_COUNT=-") == 1);
+  BOOST_TEST(count_lines(r.out, "[1] GRADUS_RESTART_COUNT=-") == 1);
+  BOOST_TEST(count_lines(r.out, "[1] GRADUS_RESTART_COUNT=1") == 1);
+  // The same environment (rank, ports) both times, and the same fault file, gone now.
+  const auto env = lines_starting(r.out, "[1] RANK=");
+  BOOST_REQUIRE_EQUAL(env.size(), 2u);
+  BOOST_TEST(env[0] == env[1]);
+  const auto files = fault_files(r.out);
+  BOOST_TEST(files.size() == 3u);
+  BOOST_TEST(std::set<std::string>(files.begin(), files.end()).size() == 1u);
+  for (const auto& f : files) BOOST_TEST(!fs::exists(fs::path(f).parent_path()), f);
+  check_all_gone(s);
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_keeps_failing_uses_up_its_restarts) {
+  scratch s;
+  const auto dir = s.dir.string();
+  const auto r = run({"-np", "2", "--max-restarts", "2", "--restart-delay", "0.1", "--grace", "2", child, "starts", dir,
+                      "sleep", "100", "exit-if", "1", "3", "sleep", "20000"},
+                     40);
+  BOOST_TEST(r.exit_code() == 3);
+  BOOST_TEST(r.seconds < 10.0);
+  auto st = s.starts();
+  BOOST_TEST(st["0"].size() == 1u);
+  BOOST_REQUIRE_EQUAL(st["1"].size(), 3u);
+  BOOST_TEST(st["1"][0].restart_count == "-");
+  BOOST_TEST(st["1"][1].restart_count == "1");
+  BOOST_TEST(st["1"][2].restart_count == "2");
+  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.1 s (restart 1 of 2)\n"), r.err);
+  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.1 s (restart 2 of 2)\n"), r.err);
+  BOOST_TEST(!contains(r.err, "(restart 3"));
+  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; stopping the other ranks\n"), r.err);
+  BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 3 (restarts used: rank 1: 2 of 2)", r.err);
+  check_all_gone(s);
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_parameter_server_is_restarted) {
+  // ps0 SIGKILLs itself at its first start; the worker waits (bounded) for its second start,
+  // then exits 0, and the restarted ps0 is stopped as parameter servers are (not restarted).
+  scratch s;
+  const auto dir = s.dir.string();
+  const auto r = run({"-np", "1", "--ps", "1", "--max-restarts", "2", "--restart-delay", "0.2", child, "starts", dir,
+                      "restart-count", "env", "kill-first", "ps0", std::to_string(SIGKILL), "await", "0", dir, "ps0", "2",
+                      "20000", "exit-if", "0", "0", "sleep", "20000"},
+                     40);
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  auto st = s.starts();
+  BOOST_TEST(st["0"].size() == 1u);
+  BOOST_REQUIRE_EQUAL(st["ps0"].size(), 2u);
+  BOOST_TEST(st["ps0"][0].restart_count == "-");
+  BOOST_TEST(st["ps0"][1].restart_count == "1");
+  BOOST_TEST(contains(r.err, "gradus-run: ps0 was killed by signal " + std::to_string(SIGKILL) + " (" +
+                                 ::strsignal(SIGKILL) + "); restarting it in 0.2 s (restart 1 of 2)\n"),
+             r.err);
+  BOOST_TEST(count_lines(r.out, "[ps0] GRADUS_RESTART_COUNT=1") == 1);
+  const auto env = lines_starting(r.out, "[ps0] RANK=");  // GRADUS_PS_INDEX, GRADUS_PS and ports
+  BOOST_REQUIRE_EQUAL(env.size(), 2u);
+  BOOST_TEST(env[0] == env[1]);
+  BOOST_TEST(contains(env[0], " GRADUS_ROLE=ps "));
+  BOOST_TEST(last_line(r.err) == "gradus-run: finished: the workers exited 0 (restarts used: ps0: 1 of 2)", r.err);
+  check_all_gone(s);
+}
+
+BOOST_AUTO_TEST_CASE(processes_gradus_run_stops_are_not_restarted) {
+  {  // --timeout, one rank ignoring SIGTERM: SIGTERM then SIGKILL, both from gradus-run
+    scratch s;
+    const auto r = run({"-np", "2", "--max-restarts", "3", "--restart-delay", "0.1", "--timeout", "1", "--grace", "1",
+                        child, "starts", s.dir.string(), "ignore-term", "sleep", "20000"},
+                       20);
+    BOOST_TEST(r.exit_code() == 124);
+    BOOST_TEST(r.seconds < 8.0);
+    BOOST_TEST(!contains(r.err, "restart"), r.err);
+    for (const char* rank : {"0", "1"}) BOOST_TEST(s.starts()[rank].size() == 1u, rank);
+    check_all_gone(s);
+  }
+  {  // SIGINT passed on
+    scratch s;
+    const auto r = run({"-np", "2", "--max-restarts", "3", "--restart-delay", "0.1", child, "starts", s.dir.string(),
+                        "sleep", "20000"},
+                       20, {}, 1.0, SIGINT);
+    BOOST_TEST(r.exit_code() == 128 + SIGINT);
+    BOOST_TEST(!contains(r.err, "restart"), r.err);
+    for (const char* rank : {"0", "1"}) BOOST_TEST(s.starts()[rank].size() == 1u, rank);
+    check_all_gone(s);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_restart_due_after_the_job_began_to_stop_is_called_off) {
+  // Rank 1 fails at once and would restart after 5 s; the job is stopped before that.
+  {
+    scratch s;
+    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "5", child, "starts", s.dir.string(),
+                        "exit-first", "1", "3", "sleep", "20000"},
+                       20, {}, 1.5, SIGINT);
+    BOOST_TEST(r.exit_code() == 128 + SIGINT);
+    BOOST_TEST(r.seconds < 5.0);
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 5 s (restart 1 of 1)\n"), r.err);
+    BOOST_TEST(last_line(r.err) == "gradus-run: interrupted (restarts used: rank 1: 1 of 1)", r.err);
+    BOOST_TEST(s.starts()["1"].size() == 1u);
+    check_all_gone(s);
+  }
+  {
+    scratch s;
+    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "5", "--timeout", "1", child, "starts",
+                        s.dir.string(), "exit-first", "1", "3", "sleep", "20000"},
+                       20);
+    BOOST_TEST(r.exit_code() == 124);
+    BOOST_TEST(r.seconds < 5.0);
+    BOOST_TEST(last_line(r.err) == "gradus-run: timed out (restarts used: rank 1: 1 of 1)", r.err);
+    BOOST_TEST(s.starts()["1"].size() == 1u);
+    check_all_gone(s);
   }
 }

@@ -5,13 +5,20 @@
 //   stderr TEXT         write TEXT and a newline to stderr
 //   partial TEXT        write TEXT to stdout without a newline
 //   lines N             print N numbered lines
-//   pidfile DIR         write its pid to DIR/<label>.pid (label: GRADUS_PS_INDEX for ps, else RANK)
+//   pidfile DIR         write its pid to DIR/<label>.pid (label: "ps" GRADUS_PS_INDEX for ps, else RANK)
 //   fault-file          print "GRADUS_FAULT_FILE=<its value, or ->"
 //   blame-if R PEER KIND  when RANK is R, append "rank R blames rank PEER (KIND): test" to
 //                       $GRADUS_FAULT_FILE, one write(2) on an O_APPEND fd, as communicators do
 //   exit-if R CODE      exit with CODE when RANK (a sweep: GRADUS_SWEEP_INDEX) is R
 //   abort-if R          abort() when RANK is R
 //   ignore-term         ignore SIGTERM (gradus-run must SIGKILL it)
+//   restart-count       print "GRADUS_RESTART_COUNT=<its value, or ->"
+//   starts DIR          append "<pid> <GRADUS_RESTART_COUNT or ->" to DIR/<label>.starts: one line a start
+//   exit-first L CODE   exit with CODE when its label is L and it is not a restart (no
+//                       GRADUS_RESTART_COUNT, or 0)
+//   kill-first L SIG    send itself signal SIG when its label is L and it is not a restart
+//   await L DIR M N MS  when its label is L, wait until DIR/M.starts has N lines (M started
+//                       N times); exit 95 after MS milliseconds without
 //   sleep MS            sleep MS milliseconds
 //   --NAME VALUE        ignored (what gradus-run --sweep appends)
 // Exit status 0 at the end.
@@ -33,6 +40,24 @@ namespace {
 std::string var(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "-";
+}
+
+// "ps1" for a parameter server, else RANK.
+std::string label() {
+  const char* ps = std::getenv("GRADUS_PS_INDEX");
+  return ps ? "ps" + std::string(ps) : var("RANK");
+}
+
+bool restarted() {
+  const char* n = std::getenv("GRADUS_RESTART_COUNT");
+  return n && std::atoi(n) > 0;
+}
+
+int count_lines(const std::string& file) {
+  std::ifstream in(file);
+  int n = 0;
+  for (std::string l; std::getline(in, l);) ++n;
+  return n;
 }
 
 int index_of_this_run() {
@@ -83,9 +108,7 @@ int main(int argc, char** argv) {
       for (int k = 0; k < n; ++k) std::printf("line %d of %d\n", k, n);
     } else if (cmd == "pidfile") {
       const std::string dir = next();
-      const char* ps = std::getenv("GRADUS_PS_INDEX");
-      const std::string label = ps ? "ps" + std::string(ps) : var("RANK");
-      std::ofstream(dir + "/" + label + ".pid") << ::getpid() << "\n";
+      std::ofstream(dir + "/" + label() + ".pid") << ::getpid() << "\n";
     } else if (cmd == "fault-file") {
       std::printf("GRADUS_FAULT_FILE=%s\n", var("GRADUS_FAULT_FILE").c_str());
     } else if (cmd == "blame-if") {
@@ -117,6 +140,46 @@ int main(int argc, char** argv) {
       if (index_of_this_run() == r && !std::getenv("GRADUS_PS_INDEX")) {
         std::fflush(stdout);
         std::abort();
+      }
+    } else if (cmd == "restart-count") {
+      std::printf("GRADUS_RESTART_COUNT=%s\n", var("GRADUS_RESTART_COUNT").c_str());
+    } else if (cmd == "starts") {
+      const std::string file = next() + "/" + label() + ".starts";
+      const std::string line = std::to_string(::getpid()) + " " + var("GRADUS_RESTART_COUNT") + "\n";
+      const int fd = ::open(file.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+      if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+        std::perror("launcher_child: starts");
+        return 94;
+      }
+      ::close(fd);
+    } else if (cmd == "exit-first") {
+      const std::string l = next();
+      const int code = std::atoi(next().c_str());
+      if (label() == l && !restarted()) {
+        std::fflush(stdout);
+        return code;
+      }
+    } else if (cmd == "kill-first") {
+      const std::string l = next();
+      const int sig = std::atoi(next().c_str());
+      if (label() == l && !restarted()) {
+        std::fflush(stdout);
+        ::kill(::getpid(), sig);
+        std::this_thread::sleep_for(std::chrono::seconds(10));  // a signal it handles or ignores
+        return 96;
+      }
+    } else if (cmd == "await") {
+      const std::string l = next(), dir = next(), other = next();
+      const int n = std::atoi(next().c_str()), ms = std::atoi(next().c_str());
+      if (label() == l) {
+        const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+        while (count_lines(dir + "/" + other + ".starts") < n) {
+          if (std::chrono::steady_clock::now() >= until) {
+            std::fprintf(stderr, "launcher_child: %s was not started %d times within %d ms\n", other.c_str(), n, ms);
+            return 95;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
       }
     } else if (cmd == "ignore-term") {
       ::signal(SIGTERM, SIG_IGN);

@@ -1,7 +1,8 @@
 // gradus-run: start a data-parallel job's processes on this host, or a hyper-parameter
 // sweep of independent single-process runs. See tools/gradus-run/README.md and --help.
 //
-//   gradus-run -np N [--ps M] [--hosts h1,h2 [--node-rank R]] [--port P] [--timeout S] program args...
+//   gradus-run -np N [--ps M] [--hosts h1,h2 [--node-rank R]] [--port P] [--timeout S] [--max-restarts K]
+//              program args...
 //   gradus-run --sweep 'lr=0.01,0.05,0.1' [--sweep 'batch=32,64'] [--parallel K] program args...
 //
 // Each child gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
@@ -17,6 +18,11 @@
 // the job (removed on exit), where a ring communicator writes "rank A blames rank B (gone|
 // silent): ..." when a peer dies or stops answering; when the job fails, the final line names
 // the blamed rank rather than the neighbour that noticed first.
+//
+// With --max-restarts K, a process (worker or parameter server) that fails by itself is
+// started again, alone, up to K times: same argv, same environment, plus GRADUS_RESTART_COUNT
+// (1, 2, ...) so that it knows to resume from its checkpoint; the others run on. A process
+// gradus-run stopped is never restarted, and nothing is restarted once the job is stopping.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -98,6 +104,13 @@ std::string describe_status(int status) {
   return "ended with wait status " + std::to_string(status);
 }
 
+// 1, 0.5, 2.25: seconds as an option takes them.
+std::string format_seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", s);
+  return text;
+}
+
 std::string shell_quote(const std::string& s) {
   if (!s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-+=./:,@%") ==
                         std::string::npos)
@@ -127,6 +140,8 @@ struct child {
   bool stopped_by_us = false;        // we sent it SIGTERM/SIGKILL
   bool timed_out = false;
   std::optional<steady::time_point> kill_at;  // SIGKILL then, unless it has exited
+  int restarts = 0;                           // how often it was started again (--max-restarts)
+  std::optional<steady::time_point> restart_at;  // failed, to be started again then
   steady::time_point start_time, end_time;
   stream out, err;
 
@@ -139,7 +154,7 @@ struct child {
 const std::set<std::string> managed_vars = {"RANK",        "WORLD_SIZE", "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
                                             "MASTER_ADDR", "MASTER_PORT", "GRADUS_ROLE",    "GRADUS_PS",
                                             "GRADUS_PS_INDEX", "GRADUS_SWEEP_INDEX", "GRADUS_SWEEP", "TF_CONFIG",
-                                            "GRADUS_FAULT_FILE"};
+                                            "GRADUS_FAULT_FILE", "GRADUS_RESTART_COUNT"};
 
 std::vector<std::string> child_environment(const child& c) {
   std::vector<std::string> env;
@@ -304,6 +319,17 @@ void close_stream(const std::string& label, stream& s) {
   emit(label, s, true);
 }
 
+// Before a restarted child's new pipes replace the old ones: what its last run wrote and we
+// have not read yet is passed on first (bounded: a grandchild may hold the pipe and write on).
+void drain_stream(const std::string& label, stream& s) {
+  for (int i = 0; i < 64 && s.fd >= 0; ++i) {
+    pollfd p{s.fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) break;
+    read_stream(label, s);
+  }
+  close_stream(label, s);
+}
+
 // Waits up to timeout for output or a signal, copies output, reaps exited children.
 // Returns the signals received (SIGINT/SIGTERM/SIGHUP), and appends newly finished children.
 std::vector<int> pump(std::vector<child>& cs, steady::duration timeout, std::vector<child*>& finished) {
@@ -459,9 +485,11 @@ std::optional<blame> parse_blame(const std::string& line) {
   return b;
 }
 
-// The first verdict in the fault file (in the order they were appended), if any.
-std::optional<blame> first_blame(const std::filesystem::path& file) {
+// The first verdict in the fault file (in the order they were appended) from byte `from` on,
+// if any.
+std::optional<blame> first_blame(const std::filesystem::path& file, std::uintmax_t from) {
   std::ifstream in(file);
+  in.seekg(static_cast<std::streamoff>(from));
   std::string line;
   for (int n = 0; n < 100000 && std::getline(in, line); ++n)
     if (auto b = parse_blame(line)) return b;
@@ -481,6 +509,8 @@ struct options {
   std::vector<std::string> sweeps;
   int parallel = 0;
   bool dry_run = false;
+  int max_restarts = 0;
+  double restart_delay = 1;
   std::vector<std::string> command;
 };
 
@@ -549,37 +579,61 @@ void print_dry_run(const std::vector<child>& cs) {
   write_all(1, out);
 }
 
-// A job: every process at once; the first failure stops the rest. fault_file: where the
-// workers' communicators write whom they blame (empty: not read).
+// "rank 1" or "ps0": how the lines about one process name it.
+std::string process_name(const child& c) { return c.is_ps ? c.label : "rank " + c.label; }
+
+// "rank 1: 2 of 2, ps0: 1 of 2": the processes that were restarted; "" when none was.
+std::string restarts_used(const std::vector<child>& cs, int max_restarts) {
+  std::string used;
+  for (const auto& c : cs)
+    if (c.restarts > 0)
+      used += (used.empty() ? "" : ", ") + process_name(c) + ": " + std::to_string(c.restarts) + " of " +
+              std::to_string(max_restarts);
+  return used;
+}
+
+// A job: every process at once; the first failure stops the rest, unless --max-restarts lets
+// the failed process start again by itself. fault_file: where the workers' communicators
+// write whom they blame (empty: not read).
 int run_job(std::vector<child>& cs, const options& o, const std::filesystem::path& fault_file) {
   const auto job_start = steady::now();
   std::optional<steady::time_point> deadline;
   if (o.timeout > 0) deadline = job_start + std::chrono::duration_cast<steady::duration>(seconds(o.timeout));
+  const auto restart_delay = std::chrono::duration_cast<steady::duration>(seconds(o.restart_delay));
   child* failure = nullptr;
   std::optional<blame> blamed;  // the fault file's first verdict when the failure was seen
+  std::uintmax_t verdicts_from = 0;  // the fault file's length at the latest restart: older verdicts are dealt with
   int spawn_error = 0;
-  std::string spawn_failed;
   int interrupted = 0;
   bool timed_out = false, ps_stopping = false;
 
   const auto stop_all = [&](int sig) {
     for (auto& c : cs) signal_child(c, sig, o.grace);
   };
+  const auto stopping = [&] { return failure || interrupted || timed_out || spawn_error; };
+  // Whether a process that failed by itself may start again: restarts left, the job not
+  // stopping, and (a parameter server) the workers still there to serve.
+  const auto restartable = [&](const child& c) {
+    return c.restarts < o.max_restarts && !stopping() && !(c.is_ps && ps_stopping);
+  };
   for (auto& c : cs) {
     if (const int e = spawn(c)) {
       spawn_error = e;
-      spawn_failed = c.label;
       say("cannot start '" + c.argv[0] + "' for rank " + c.label + ": " + std::strerror(e));
       stop_all(SIGTERM);
       break;
     }
   }
   const auto busy = [&] {
-    return std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.running || c.has_open_streams(); });
+    return std::any_of(cs.begin(), cs.end(),
+                       [](const child& c) { return c.running || c.has_open_streams() || c.restart_at; });
   };
   while (busy()) {
+    auto wait = steady::duration(std::chrono::milliseconds(200));
+    for (const auto& c : cs)
+      if (c.restart_at) wait = std::min(wait, *c.restart_at - steady::now());
     std::vector<child*> finished;
-    const auto signals = pump(cs, std::chrono::milliseconds(200), finished);
+    const auto signals = pump(cs, wait, finished);
     for (const int sig : signals) {
       if (!interrupted) {
         interrupted = sig;
@@ -590,22 +644,41 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
         stop_all(SIGKILL);
       }
     }
-    // The first failure; of several reaped together, one killed by a signal of its own
-    // first: the others are more likely its neighbours, failing because of it.
+    // A process that failed by itself starts again while it has restarts left; otherwise it is
+    // the job's failure. Of several failures reaped together, one killed by a signal of its
+    // own first: the others are more likely its neighbours, failing because of it.
     if (!failure && !interrupted && !timed_out) {
+      std::vector<child*> failed, to_restart;
       for (child* c : finished)
-        if (c->failed() && !c->stopped_by_us && (!failure || (WIFSIGNALED(c->status) && !WIFSIGNALED(failure->status))))
-          failure = c;
+        if (c->failed() && !c->stopped_by_us) (restartable(*c) ? to_restart : failed).push_back(c);
+      for (child* c : failed)
+        if (!failure || (WIFSIGNALED(c->status) && !WIFSIGNALED(failure->status))) failure = c;
       if (failure) {
         // Read now: verdicts written after the others are stopped would blame their victims.
-        if (!fault_file.empty()) blamed = first_blame(fault_file);
+        if (!fault_file.empty()) blamed = first_blame(fault_file, verdicts_from);
         say("rank " + failure->label + " " + describe_status(failure->status) + "; stopping the other ranks");
         stop_all(SIGTERM);
+        to_restart.clear();  // the job is stopping
+      }
+      for (child* c : to_restart) {
+        ++c->restarts;
+        c->restart_at = steady::now() + restart_delay;
+        // What is left of its process group (a helper it started) would hold its ports.
+        ::kill(-c->pid, SIGKILL);
+        if (!fault_file.empty()) {
+          std::error_code ec;
+          const auto length = std::filesystem::file_size(fault_file, ec);
+          if (!ec) verdicts_from = length;
+        }
+        say(process_name(*c) + " " + describe_status(c->status) + "; restarting it in " +
+            format_seconds(o.restart_delay) + " s (restart " +
+            std::to_string(c->restarts) + " of " + std::to_string(o.max_restarts) + ")");
       }
     }
     // Workers all done and fine: the parameter servers have served their purpose.
-    if (!ps_stopping && std::none_of(cs.begin(), cs.end(), [](const child& c) { return !c.is_ps && !c.done; }) &&
-        std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.is_ps && c.running; })) {
+    if (!ps_stopping &&
+        std::none_of(cs.begin(), cs.end(), [](const child& c) { return !c.is_ps && (!c.done || c.restart_at); }) &&
+        std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.is_ps && (c.running || c.restart_at); })) {
       ps_stopping = true;
       for (auto& c : cs)
         if (c.is_ps) signal_child(c, SIGTERM, o.grace);
@@ -615,10 +688,40 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
       say("timeout: the job ran past " + std::to_string(static_cast<long>(o.timeout)) + " s; stopping the ranks");
       stop_all(SIGTERM);
     }
+    // Restarts that are due, with the same argv and environment plus GRADUS_RESTART_COUNT;
+    // called off when the job has begun to stop since they were planned.
+    for (auto& c : cs) {
+      if (!c.restart_at) continue;
+      if (stopping() || (c.is_ps && ps_stopping)) {
+        c.restart_at.reset();
+        continue;
+      }
+      if (steady::now() < *c.restart_at) continue;
+      c.restart_at.reset();
+      drain_stream(c.label, c.out);
+      drain_stream(c.label, c.err);
+      c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(c.restarts);
+      c.stopped_by_us = c.timed_out = false;
+      c.kill_at.reset();
+      if (const int e = spawn(c)) {
+        spawn_error = e;
+        say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
+            "; stopping the other ranks");
+        stop_all(SIGTERM);
+        continue;
+      }
+      c.done = false;
+      c.status = 0;
+    }
     enforce_kill_deadlines(cs);
     close_orphaned_streams(cs, o.grace);
   }
-  if (spawn_error) return 127;
+  const auto used = restarts_used(cs, o.max_restarts);
+  const auto restarts_note = used.empty() ? std::string() : " (restarts used: " + used + ")";
+  if (spawn_error) {
+    if (!used.empty()) say("failed" + restarts_note);
+    return 127;
+  }
   if (failure) {
     // A rank that was killed by a signal is its own explanation; otherwise the rank blamed by
     // the first verdict, if it is not the failed rank itself.
@@ -631,14 +734,21 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
           culprit += ", it " + describe_status(c.status);
       culprit += " \u2014 ";
     }
-    say("failed: " + culprit + "rank " + failure->label + " " + describe_status(failure->status));
+    say("failed: " + culprit + "rank " + failure->label + " " + describe_status(failure->status) + restarts_note);
     if (WIFEXITED(failure->status)) return WEXITSTATUS(failure->status);
     return 128 + WTERMSIG(failure->status);
   }
-  if (timed_out) return 124;
-  if (interrupted) return 128 + interrupted;
-  // A parameter server that failed by itself (not stopped by us) is a failure too; handled
-  // above. Everything exited 0.
+  if (timed_out) {
+    if (!used.empty()) say("timed out" + restarts_note);
+    return 124;
+  }
+  if (interrupted) {
+    if (!used.empty()) say("interrupted" + restarts_note);
+    return 128 + interrupted;
+  }
+  // A parameter server that failed by itself (not stopped by us, not restarted) is a failure
+  // too; handled above. Everything exited 0.
+  if (!used.empty()) say("finished: the workers exited 0" + restarts_note);
   return 0;
 }
 
@@ -802,7 +912,7 @@ int run_sweep(const options& o) {
 std::vector<std::string> normalise_args(int argc, char** argv) {
   static const std::set<std::string> with_value = {"-n",          "--np",     "-np",    "--ps",          "--hosts",
                                                    "--node-rank", "--port",   "--timeout", "--grace",    "--sweep",
-                                                   "--parallel",  "--master-addr"};
+                                                   "--parallel",  "--master-addr", "--max-restarts", "--restart-delay"};
   std::vector<std::string> args(argv, argv + argc);
   for (std::size_t i = 1; i < args.size();) {
     const auto& a = args[i];
@@ -822,12 +932,16 @@ int main(int argc, char** argv) {
       "output with [rank], and stop them all when one fails; or run a hyper-parameter sweep.\n\n"
       "  gradus-run -np 4 ./mnist_mlp --comm ring\n"
       "  gradus-run -np 2 --ps 1 ./train\n"
+      "  gradus-run -np 2 --ps 1 --max-restarts 3 ./train --resume ckpt\n"
       "  gradus-run --sweep lr=0.01,0.05,0.1 --sweep batch=32,64 --parallel 2 ./mnist_mlp --epochs 1\n\n"
       "Several hosts: --hosts h1,h2 without --node-rank prints the command to run on each host (gradus-run does\n"
       "not ssh: start them with your scheduler, pdsh or ssh); with --node-rank R it starts host R's share of the\n"
       "ranks (block distribution), meeting at the first host (--master-addr to change) on --port (default 29500).\n"
       "Under Slurm, mpirun or Kubernetes, start the program directly: gradus::cluster::from_env() reads their\n"
       "variables (tools/gradus-run/README.md).\n\n"
+      "With --max-restarts K, a process that fails by itself (worker or parameter server) is started again alone, up\n"
+      "to K times, after --restart-delay seconds, with its same arguments and environment plus GRADUS_RESTART_COUNT=n\n"
+      "(n = 1, 2, ...: resume from your checkpoint); the others run on. Its next failure stops the job as usual.\n\n"
       "Exit status: 0 when every process exited 0; else the failed rank's exit status (128+signal when killed),\n"
       "124 after --timeout, 127 when the program cannot be started, 128+signal when interrupted; a sweep: 1 when\n"
       "any run failed.",
@@ -854,6 +968,12 @@ int main(int argc, char** argv) {
       ->allow_extra_args(false);
   app.add_option("--parallel", o.parallel, "sweep: runs at a time (default: the number of cores)")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--max-restarts", o.max_restarts,
+                 "restart a process that fails (non-zero exit, a signal not sent by gradus-run) up to this many "
+                 "times, by itself, with GRADUS_RESTART_COUNT=1, 2, ...; 0 (default): the first failure stops the job")
+      ->check(CLI::Range(0, 1000000));
+  app.add_option("--restart-delay", o.restart_delay, "seconds between a process's failure and its restart (default 1)")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_flag("--dry-run", o.dry_run, "print each process's environment and command instead of starting it");
   app.prefix_command();
   const auto args = normalise_args(argc, argv);
@@ -873,6 +993,8 @@ int main(int argc, char** argv) {
     if (o.command.empty()) throw CLI::ValidationError("program", "no program to run (gradus-run -np N program args...)");
     if (!o.sweeps.empty() && (o.np != 1 || o.ps != 0 || !o.hosts.empty()))
       throw CLI::ValidationError("--sweep", "a sweep runs single-process trainings: no -np, --ps or --hosts with it");
+    if (!o.sweeps.empty() && o.max_restarts > 0)
+      throw CLI::ValidationError("--max-restarts", "restarts a job's processes; a sweep's runs are not restarted");
     if (o.node_rank >= 0 && o.hosts.empty()) throw CLI::ValidationError("--node-rank", "needs --hosts");
     if (o.node_rank >= static_cast<int>(o.hosts.size()) && o.node_rank >= 0)
       throw CLI::ValidationError("--node-rank", std::to_string(o.node_rank) + " but --hosts lists " +
@@ -902,6 +1024,8 @@ int main(int argc, char** argv) {
                std::to_string(o.port ? o.port : 29500);
         if (!o.master_addr.empty()) out += " --master-addr " + shell_quote(o.master_addr);
         if (o.timeout > 0) out += " --timeout " + std::to_string(static_cast<long>(o.timeout));
+        if (o.max_restarts > 0) out += " --max-restarts " + std::to_string(o.max_restarts);
+        if (o.restart_delay != options{}.restart_delay) out += " --restart-delay " + format_seconds(o.restart_delay);
         out += " --";
         for (const auto& a : o.command) out += " " + shell_quote(a);
         out += "\n";
