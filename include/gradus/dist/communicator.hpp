@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -61,6 +62,14 @@ concept parameter_server_policy =
       c.pull(key, wd);
     };
 
+// Whether c holds the variables (a parameter server) at run time: any_communicator
+// answers for the policy it wraps.
+template <class C>
+bool holds_variables(C& c) {
+  if constexpr (requires { c.holds_variables(); }) return c.holds_variables();
+  else return parameter_server_policy<C>;
+}
+
 // A world of one: every collective is the identity.
 struct local {
   static constexpr const char* name = "local";
@@ -95,6 +104,17 @@ class any_communicator {
     virtual void broadcast(std::span<double>, int) = 0;
     virtual void broadcast(std::span<std::byte>, int) = 0;
     virtual void barrier() = 0;
+    // a parameter server's interface (holds_variables(): the others throw)
+    virtual bool holds_variables() = 0;
+    virtual void initialize(std::string_view, std::span<const float>) = 0;
+    virtual void initialize(std::string_view, std::span<const double>) = 0;
+    virtual void push(std::string_view, std::span<const float>) = 0;
+    virtual void push(std::string_view, std::span<const double>) = 0;
+    virtual void pull(std::string_view, std::span<float>) = 0;
+    virtual void pull(std::string_view, std::span<double>) = 0;
+    virtual void step_done() = 0;
+    virtual void set_optimizer(std::string, std::map<std::string, std::string>) = 0;
+    virtual void set_learning_rate(double) = 0;
   };
   template <class C>
   struct holder final : iface {
@@ -112,6 +132,25 @@ class any_communicator {
     void broadcast(std::span<double> x, int root) override { c.broadcast(x, root); }
     void broadcast(std::span<std::byte> x, int root) override { c.broadcast(x, root); }
     void barrier() override { c.barrier(); }
+    bool holds_variables() override { return parameter_server_policy<C>; }
+    template <class F>
+    void on_server(const char* what, F&& f) {
+      if constexpr (parameter_server_policy<C>) f(c);
+      else throw error(std::string("gradus: ") + C::name + " is not a parameter server (" + what + ")");
+    }
+    void initialize(std::string_view k, std::span<const float> x) override { on_server("initialize", [&](auto& p) { p.initialize(k, x); }); }
+    void initialize(std::string_view k, std::span<const double> x) override { on_server("initialize", [&](auto& p) { p.initialize(k, x); }); }
+    void push(std::string_view k, std::span<const float> x) override { on_server("push", [&](auto& p) { p.push(k, x); }); }
+    void push(std::string_view k, std::span<const double> x) override { on_server("push", [&](auto& p) { p.push(k, x); }); }
+    void pull(std::string_view k, std::span<float> x) override { on_server("pull", [&](auto& p) { p.pull(k, x); }); }
+    void pull(std::string_view k, std::span<double> x) override { on_server("pull", [&](auto& p) { p.pull(k, x); }); }
+    void step_done() override { on_server("step_done", [](auto& p) { p.step_done(); }); }
+    void set_optimizer(std::string n, std::map<std::string, std::string> s) override {
+      if constexpr (requires { c.set_optimizer(std::move(n), std::move(s)); }) c.set_optimizer(std::move(n), std::move(s));
+    }
+    void set_learning_rate(double lr) override {
+      if constexpr (requires { c.set_learning_rate(lr); }) c.set_learning_rate(lr);
+    }
   };
   std::unique_ptr<iface> p_;
   explicit any_communicator(std::unique_ptr<iface> p) : p_(std::move(p)) {}
@@ -138,8 +177,25 @@ class any_communicator {
     p_->broadcast(x, root);
   }
   void barrier() { p_->barrier(); }
+  bool holds_variables() const { return p_->holds_variables(); }
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> x) {
+    p_->initialize(key, x);
+  }
+  template <class T>
+  void push(std::string_view key, std::span<const T> x) {
+    p_->push(key, x);
+  }
+  template <class T>
+  void pull(std::string_view key, std::span<T> x) {
+    p_->pull(key, x);
+  }
+  void step_done() { p_->step_done(); }
+  void set_optimizer(std::string name, std::map<std::string, std::string> settings) { p_->set_optimizer(std::move(name), std::move(settings)); }
+  void set_learning_rate(double lr) { p_->set_learning_rate(lr); }
 };
 static_assert(communicator<any_communicator>);
+static_assert(parameter_server_policy<any_communicator>);
 
 // Average every gradient of a train step's last compute_gradients() over the world.
 template <communicator Comm, class Step>

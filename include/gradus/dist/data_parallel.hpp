@@ -37,6 +37,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <span>
 #include <string>
@@ -165,7 +166,8 @@ class data_parallel_step {
   // the update). The first run broadcasts rank 0's variables and optimizer state first.
   template <class... Feeds>
   loss_type run(const Feeds&... feeds) {
-    if constexpr (parameter_server_policy<Comm>) return run_with_server(feeds...);
+    if constexpr (parameter_server_policy<Comm>)
+      if (dist::holds_variables(comm_)) return run_with_server(feeds...);
     if (comm_.world_size() == 1) {
       ++stats_.steps;
       return step_.run(feeds...);
@@ -249,6 +251,12 @@ class data_parallel_step {
     const auto& names = Step::variable_names();
     if (!synced_) {  // offer this rank's first values (the server keeps rank 0's), then pull
       check_run_fingerprint();
+      if constexpr (requires { comm_.set_optimizer(std::string(), std::map<std::string, std::string>()); }) {
+        std::map<std::string, std::string> settings;
+        for (const auto& f : optimizer_fields_)
+          if (f.name.rfind("optimizer.", 0) == 0) settings[f.name.substr(10)] = f.value;
+        comm_.set_optimizer(optimizer_fields_.front().value, std::move(settings));
+      }
       locate_storage();
       for (std::size_t i = 0; i < Step::variable_count; ++i) {
         backend::copy_to_host(host_[i].data(), storage_[i], host_[i].size());
@@ -256,6 +264,10 @@ class data_parallel_step {
       }
       pull_all();
       synced_ = true;
+    }
+    if constexpr (requires { comm_.set_learning_rate(1.0); }) {
+      const double lr = step_.learning_rate();
+      worker_.submit([this, lr] { comm_.set_learning_rate(lr); });
     }
     std::exception_ptr hook_error;
     const loss_type l = step_.compute_gradients_hooked(

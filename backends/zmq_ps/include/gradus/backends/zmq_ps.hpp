@@ -1,0 +1,606 @@
+#pragma once
+// gradus::parameter_server<Mode>: the parameter-server communicator policy over ZeroMQ.
+// `ps` tasks hold the variables (sharded: balanced_by_bytes, or any partitioner), workers
+// push each gradient as it is final and pull the variables back; the servers' optimizer
+// applies the updates. Plugs into the trainer, dist::minimize and any_communicator like
+// the ring:
+//
+//   auto comm = gradus::parameter_server<gradus::ps_ssp<4>>(cluster::from_env());
+//   auto step = dist::minimize(comm, {}, s, loss, adam{...}, w, b);
+//
+// and a ps process serves with gradus::ps::serve(cluster::from_env()).
+//
+// Mode: ps_async, ps_bsp, ps_ssp<S>, or ps_dynamic (the default: the mode comes from
+// ps_options::consistency, for a program's --consistency option). See server.hpp for what
+// each mode guarantees.
+//
+// Client: push_async / pull_async / push_pull return a handle to wait() on (ps-lite's
+// timestamps); payloads go in chunks of ps_options::chunk_bytes (1 MiB: raw ZeroMQ moves
+// 1 MiB messages faster than large ones), chunks of 64 KiB and more zero-copy (the caller
+// keeps the bytes unchanged until the handle completes). Every wait has a deadline and
+// its error names the server, its address and the operation. Collectives (allreduce,
+// broadcast, barrier: the trainer's fingerprint and agreement checks) run through server 0.
+#include <zmq.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "gradus/backends/zmq_ps/partition.hpp"
+#include "gradus/backends/zmq_ps/server.hpp"
+#include "gradus/backends/zmq_ps/wire.hpp"
+#include "gradus/core/error.hpp"
+#include "gradus/dist/communicator.hpp"
+
+namespace gradus {
+
+struct ps_async {
+  static constexpr ps::mode mode = ps::mode::async;
+  static constexpr int staleness = 0;
+};
+struct ps_bsp {
+  static constexpr ps::mode mode = ps::mode::bsp;
+  static constexpr int staleness = 0;
+};
+template <int S>
+struct ps_ssp {
+  static_assert(S >= 0);
+  static constexpr ps::mode mode = ps::mode::ssp;
+  static constexpr int staleness = S;
+};
+struct ps_dynamic {};
+
+struct ps_options {
+  std::vector<std::string> servers;  // "host:port" of each ps task, in task order
+  int rank = 0, world_size = 1;
+  ps::mode consistency = ps::mode::bsp;  // ps_dynamic only
+  int staleness = 0;                     // ps_dynamic with ssp
+  std::chrono::milliseconds timeout{60000};  // one wait's deadline
+  std::size_t chunk_bytes = std::size_t(1) << 20;
+  ps::partitioner partition = ps::balanced_by_bytes;
+  std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
+  zmq::context_t* context = nullptr;  // nullptr: an own context
+};
+
+// "async", "bsp", "ssp:S" (also "ssp" = ssp:0 and "ssp<S>").
+inline void parse_consistency(const std::string& text, ps_options& o) {
+  if (text == "async") o.consistency = ps::mode::async;
+  else if (text == "bsp") o.consistency = ps::mode::bsp;
+  else if (text.rfind("ssp", 0) == 0) {
+    o.consistency = ps::mode::ssp;
+    std::string s = text.substr(3);
+    if (!s.empty() && (s.front() == ':' || s.front() == '<')) s = s.substr(1);
+    if (!s.empty() && s.back() == '>') s.pop_back();
+    char* end = nullptr;
+    const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
+    if ((!s.empty() && *end) || v < 0 || v > 1000000)
+      throw error("gradus: consistency '" + text + "': the staleness bound of ssp:S is an integer >= 0");
+    o.staleness = static_cast<int>(v);
+  } else {
+    throw error("gradus: consistency '" + text + "' is not async, bsp or ssp:S");
+  }
+}
+
+namespace ps::detail {
+struct send_flag {
+  std::atomic<bool> done{false};
+};
+inline void release_send(void*, void* hint) {
+  auto* f = static_cast<std::shared_ptr<send_flag>*>(hint);
+  (*f)->done.store(true, std::memory_order_release);
+  delete f;
+}
+}  // namespace ps::detail
+
+template <class Mode = ps_dynamic>
+class parameter_server {
+ public:
+  static constexpr const char* name = "parameter_server";
+
+  struct handle {
+    std::uint64_t first = 0, last = 0;  // request ids [first, last)
+  };
+  struct client_stats {
+    std::uint64_t pushes = 0, pulls = 0, bytes_pushed = 0, bytes_pulled = 0;
+    std::uint64_t max_staleness = 0;  // ssp/bsp: the largest clock - (clock the values were known to include)
+    double wait_seconds = 0;
+  };
+
+  explicit parameter_server(ps_options o) : o_(std::move(o)) { connect(); }
+  // From a cluster spec (cluster::from_env): the servers are its ps tasks.
+  template <class Spec>
+    requires requires(const Spec& c) { c.ps; c.rank; c.world_size; }
+  explicit parameter_server(const Spec& c, ps_options o = {}) : o_(std::move(o)) {
+    if (o_.servers.empty()) o_.servers = c.ps;
+    o_.rank = c.rank;
+    o_.world_size = c.world_size;
+    if (o_.origin.empty()) o_.origin = c.source == "TF_CONFIG" ? "TF_CONFIG cluster.ps" : "GRADUS_PS";
+    if (!c.is_worker()) throw error("gradus: parameter_server: this process is a '" + c.task_type + "' task, not a worker (a ps task serves: ps::serve)");
+    connect();
+  }
+  parameter_server(const parameter_server&) = delete;
+  parameter_server& operator=(const parameter_server&) = delete;
+
+  ~parameter_server() {
+    try {
+      {
+        // say goodbye (and, from the chief, end the job), briefly; after a failure too, so
+        // that the servers do not wait for this worker
+        broken_ = false;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(broken_text_.empty() ? 5 : 2);
+        std::vector<std::uint64_t> ids;
+        for (std::size_t k = 0; k < socks_.size(); ++k) {
+          auto h = ps::wire::make(o_.rank == 0 && shutdown_on_exit_ ? ps::wire::type::shutdown : ps::wire::type::bye);
+          ids.push_back(request(static_cast<int>(k), h, {}, req_kind::ack));
+        }
+        for (const auto id : ids) wait_id(id, until, "goodbye", /*throw_on_error=*/false);
+      }
+    } catch (...) {
+    }
+    for (auto& s : socks_) s.set(zmq::sockopt::linger, 0);
+    socks_.clear();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!flags_.empty() && std::chrono::steady_clock::now() < until) {
+      prune_flags();
+      if (!flags_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  int rank() const { return o_.rank; }
+  int world_size() const { return o_.world_size; }
+  ps::mode consistency() const { return mode_; }
+  int staleness() const { return staleness_; }
+  int servers() const { return static_cast<int>(o_.servers.size()); }
+  const client_stats& stats() const { return stats_; }
+  std::uint64_t clock() const { return clock_; }
+  // Whether the chief's destructor ends the servers' run (default true; false keeps them
+  // serving for another client, as tests do).
+  void set_shutdown_on_exit(bool v) { shutdown_on_exit_ = v; }
+
+  // ---- collectives, through server 0 ----
+  template <class T>
+  void allreduce_sum(std::span<T> x) {
+    collective(ps::wire::coll_op::sum, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
+  }
+  template <class T>
+  void allreduce_average(std::span<T> x) {
+    collective(ps::wire::coll_op::average, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    if (root < 0 || root >= o_.world_size)
+      throw error("gradus: parameter_server: broadcast from rank " + std::to_string(root) + " of " + std::to_string(o_.world_size));
+    collective(ps::wire::coll_op::broadcast, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), root);
+  }
+  void barrier() { collective(ps::wire::coll_op::barrier, {}, ps::wire::dtype::none, 0, 0); }
+
+  // ---- the parameter-server interface (dist::parameter_server_policy) ----
+  // The optimizer the servers apply: its name and settings() text (data_parallel_step
+  // sends them before the first initialize).
+  void set_optimizer(std::string opt, std::map<std::string, std::string> settings) {
+    if (flushed_) throw error("gradus: parameter_server: set_optimizer after the variables went to the servers");
+    opt_name_ = std::move(opt);
+    opt_settings_ = std::move(settings);
+  }
+  // The learning rate of the pushes that follow (the worker's schedule at its step).
+  void set_learning_rate(double lr) { lr_ = lr; }
+
+  // Declares a variable and offers its first value (the chief's is kept). Every variable
+  // must be declared, in the same order on every worker, before the first push or pull.
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> values) {
+    if (flushed_) throw error("gradus: parameter_server: '" + std::string(key) + "' declared after the first push or pull");
+    if (index_.count(std::string(key))) throw error("gradus: parameter_server: '" + std::string(key) + "' declared twice");
+    index_[std::string(key)] = vars_.size();
+    vars_.push_back({std::string(key), values.size(), sizeof(T)});
+    dtypes_.push_back(ps::wire::dtype_of<T>());
+    const auto b = std::as_bytes(values);
+    first_values_.emplace_back(b.begin(), b.end());
+  }
+
+  template <class T>
+  handle push_async(std::string_view key, std::span<const T> grad) {
+    flush();
+    const std::size_t v = var_of(key, grad.size(), ps::wire::dtype_of<T>(), "push");
+    handle hd{next_id_, next_id_};
+    for (const std::size_t s : shards_of_[v]) {
+      const auto& sh = shards_[s];
+      for (std::size_t at = 0; at < sh.count; at += chunk_elems(sizeof(T))) {
+        const std::size_t n = std::min(chunk_elems(sizeof(T)), sh.count - at);
+        auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), sh.offset + at, n, ps::wire::dtype_of<T>());
+        h.clock = clock_;
+        h.scalar = lr_;
+        request(sh.server, h, std::as_bytes(grad.subspan(sh.offset + at, n)), req_kind::ack);
+        stats_.bytes_pushed += n * sizeof(T);
+      }
+    }
+    ++stats_.pushes;
+    hd.last = next_id_;
+    return hd;
+  }
+  template <class T>
+  handle pull_async(std::string_view key, std::span<T> out) {
+    flush();
+    const std::size_t v = var_of(key, out.size(), ps::wire::dtype_of<T>(), "pull");
+    handle hd{next_id_, next_id_};
+    for (const std::size_t s : shards_of_[v]) {
+      const auto& sh = shards_[s];
+      for (std::size_t at = 0; at < sh.count; at += chunk_elems(sizeof(T))) {
+        const std::size_t n = std::min(chunk_elems(sizeof(T)), sh.count - at);
+        auto h = ps::wire::make(ps::wire::type::pull, static_cast<std::uint32_t>(s), sh.offset + at, n, ps::wire::dtype_of<T>());
+        h.clock = clock_;
+        const auto id = request(sh.server, h, {}, req_kind::pull);
+        auto& r = reqs_.at(id);
+        r.dst = std::as_writable_bytes(out.subspan(sh.offset + at, n));
+        r.dt = ps::wire::dtype_of<T>();
+        stats_.bytes_pulled += n * sizeof(T);
+      }
+    }
+    ++stats_.pulls;
+    hd.last = next_id_;
+    return hd;
+  }
+  // Push a gradient and pull the variable it updates into `out` (after the update, as the
+  // mode allows: push then pull at the next clock is the usual pattern instead).
+  template <class T>
+  handle push_pull(std::string_view key, std::span<const T> grad, std::span<T> out) {
+    const auto a = push_async(key, grad);
+    const auto b = pull_async(key, out);
+    return {a.first, b.last};
+  }
+  void wait(handle h) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::uint64_t id = h.first; id < h.last; ++id) wait_id(id, t0 + o_.timeout, nullptr, true);
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Everything posted so far has completed.
+  void wait_all() { wait({first_open(), next_id_}); }
+
+  template <class T>
+  void push(std::string_view key, std::span<const T> grad) {
+    (void)push_async(key, grad);
+  }
+  // Blocking pull: waits for it and for everything posted before it.
+  template <class T>
+  void pull(std::string_view key, std::span<T> out) {
+    const auto h = pull_async(key, out);
+    wait({first_open(), h.last});
+  }
+  // This worker finished a step: its clock advances on every server.
+  void step_done() {
+    flush();
+    ++clock_;
+    for (std::size_t k = 0; k < socks_.size(); ++k) {
+      auto h = ps::wire::make(ps::wire::type::clock);
+      h.clock = clock_;
+      send(static_cast<int>(k), h, {}, nullptr);
+    }
+  }
+
+ private:
+  enum class req_kind { ack, pull, coll };
+  struct req {
+    int server = 0;
+    req_kind kind = req_kind::ack;
+    ps::wire::type type = ps::wire::type::push;
+    std::uint32_t key = 0;
+    std::span<std::byte> dst;
+    ps::wire::dtype dt = ps::wire::dtype::none;
+    std::shared_ptr<ps::detail::send_flag> flag;
+    bool answered = false;
+    std::string failure;
+    std::uint64_t clock = 0;
+  };
+
+  std::size_t chunk_elems(std::size_t elem) const { return std::max<std::size_t>(1, o_.chunk_bytes / elem); }
+
+  std::string server_name(int k) const {
+    return "server " + std::to_string(k) + " (" + o_.servers[static_cast<std::size_t>(k)] + (o_.origin.empty() ? "" : ", from " + o_.origin) + ")";
+  }
+  std::string prefix() const { return "gradus: parameter_server: worker " + std::to_string(o_.rank) + ": "; }
+
+  void connect() {
+    if constexpr (std::is_same_v<Mode, ps_dynamic>) {
+      mode_ = o_.consistency;
+      staleness_ = mode_ == ps::mode::ssp ? o_.staleness : 0;
+    } else {
+      mode_ = Mode::mode;
+      staleness_ = Mode::staleness;
+    }
+    if (o_.servers.empty())
+      throw error("gradus: parameter_server: no ps tasks (gradus-run --ps M, GRADUS_PS=host:port,..., or TF_CONFIG cluster.ps)");
+    if (o_.world_size < 1 || o_.rank < 0 || o_.rank >= o_.world_size)
+      throw error("gradus: parameter_server: rank " + std::to_string(o_.rank) + " of a world of " + std::to_string(o_.world_size));
+    if (o_.chunk_bytes < 64) throw error("gradus: parameter_server: chunk_bytes must be at least 64");
+    if (!o_.context) {
+      own_ctx_ = std::make_unique<zmq::context_t>(1);
+      o_.context = own_ctx_.get();
+    }
+    for (const auto& s : o_.servers) {
+      zmq::socket_t d(*o_.context, zmq::socket_type::dealer);
+      d.set(zmq::sockopt::linger, 200);
+      d.set(zmq::sockopt::ipv6, 1);
+      d.set(zmq::sockopt::sndhwm, 0);
+      d.set(zmq::sockopt::rcvhwm, 0);
+      d.set(zmq::sockopt::heartbeat_ivl, 1000);
+      d.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
+      const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
+      try {
+        d.connect(ep);
+      } catch (const zmq::error_t& e) {
+        throw comm_error(prefix() + "cannot connect to " + server_name(static_cast<int>(socks_.size())) + ": " + e.what());
+      }
+      socks_.push_back(std::move(d));
+    }
+    // Hello to every server, waited for: a worker that cannot reach its servers says so
+    // here (ZeroMQ retries the connection, so servers may start after the workers).
+    nlohmann::json j;
+    j["rank"] = o_.rank;
+    j["world_size"] = o_.world_size;
+    j["mode"] = ps::mode_name(mode_);
+    j["staleness"] = staleness_;
+    everyone(ps::wire::type::hello, j.dump(), "hello");
+  }
+
+  // One message to every server, and their answers.
+  void everyone(ps::wire::type t, const std::string& text, const char* what) {
+    std::vector<std::uint64_t> ids;
+    for (std::size_t k = 0; k < socks_.size(); ++k)
+      ids.push_back(request(static_cast<int>(k), ps::wire::make(t), std::as_bytes(std::span<const char>(text.data(), text.size())),
+                            req_kind::ack, /*copy=*/true));
+    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    for (const auto id : ids) wait_id(id, until, what, true);
+  }
+
+  // The optimizer, then the variables to the servers: the partition, one init per shard.
+  void flush() {
+    if (flushed_) return;
+    flushed_ = true;
+    nlohmann::json j;
+    j["optimizer"] = opt_name_;
+    j["settings"] = opt_settings_;
+    everyone(ps::wire::type::config, j.dump(), "config");
+    shards_ = o_.partition(vars_, servers());
+    ps::check_partition(vars_, servers(), shards_);
+    shards_of_.assign(vars_.size(), {});
+    for (std::size_t s = 0; s < shards_.size(); ++s) shards_of_[shards_[s].var].push_back(s);
+    std::vector<std::uint64_t> ids;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      const auto& sh = shards_[s];
+      const auto& v = vars_[sh.var];
+      auto h = ps::wire::make(ps::wire::type::init, static_cast<std::uint32_t>(s), sh.offset, sh.count, dtypes_[sh.var]);
+      h.scalar = static_cast<double>(v.elements);
+      std::vector<std::byte> payload(4 + v.name.size());
+      const auto len = static_cast<std::uint32_t>(v.name.size());
+      std::memcpy(payload.data(), &len, 4);
+      std::memcpy(payload.data() + 4, v.name.data(), v.name.size());
+      if (o_.rank == 0) {
+        const auto& b = first_values_[sh.var];
+        payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
+                       b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
+      }
+      ids.push_back(request(sh.server, h, payload, req_kind::ack, /*copy=*/true));
+    }
+    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    for (const auto id : ids) wait_id(id, until, "init", true);
+    first_values_.clear();
+  }
+
+  std::size_t var_of(std::string_view key, std::size_t n, ps::wire::dtype dt, const char* what) const {
+    const auto it = index_.find(std::string(key));
+    if (it == index_.end()) throw error(prefix() + std::string(what) + " of '" + std::string(key) + "', which was never declared (initialize)");
+    const auto& v = vars_[it->second];
+    if (v.elements != n || dtypes_[it->second] != dt)
+      throw error(prefix() + std::string(what) + " of '" + std::string(key) + "' with " + std::to_string(n) + " " + ps::wire::dtype_name(dt) +
+                  " elements; it has " + std::to_string(v.elements) + " " + ps::wire::dtype_name(dtypes_[it->second]));
+    return it->second;
+  }
+
+  std::uint64_t first_open() const { return reqs_.empty() ? next_id_ : reqs_.begin()->first; }
+
+  // Posts a request and returns its id.
+  std::uint64_t request(int server, ps::wire::header h, std::span<const std::byte> payload, req_kind kind, bool copy = false) {
+    if (broken_) throw comm_error(prefix() + "the communicator failed earlier: " + broken_text_);
+    h.id = next_id_++;
+    h.rank = o_.rank;
+    req r;
+    r.server = server;
+    r.kind = kind;
+    r.type = static_cast<ps::wire::type>(h.type);
+    r.key = h.key;
+    r.clock = h.clock;
+    send(server, h, payload, copy ? nullptr : &r.flag);
+    reqs_.emplace(h.id, std::move(r));
+    return h.id;
+  }
+
+  void send(int server, ps::wire::header h, std::span<const std::byte> payload, std::shared_ptr<ps::detail::send_flag>* flag) {
+    h.rank = o_.rank;
+    h.payload_bytes = payload.size();
+    auto& s = socks_[static_cast<std::size_t>(server)];
+    try {
+      if (payload.empty()) {
+        s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::none);
+        return;
+      }
+      zmq::message_t body;
+      if (flag && payload.size() >= (64u << 10)) {
+        auto f = std::make_shared<ps::detail::send_flag>();
+        auto* hint = new std::shared_ptr<ps::detail::send_flag>(f);
+        try {
+          body = zmq::message_t(const_cast<std::byte*>(payload.data()), payload.size(), &ps::detail::release_send, hint);
+        } catch (...) {
+          delete hint;
+          throw;
+        }
+        *flag = f;
+        flags_.push_back(std::move(f));
+      } else {
+        body = zmq::message_t(payload.data(), payload.size());
+      }
+      s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+      s.send(body, zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      fail(prefix() + "cannot send " + ps::wire::type_name(static_cast<ps::wire::type>(h.type)) + " to " + server_name(server) + ": " + e.what());
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& text) {
+    broken_ = true;
+    broken_text_ = text;
+    throw comm_error(text);
+  }
+
+  void prune_flags() {
+    while (!flags_.empty() && flags_.front()->done.load(std::memory_order_acquire)) flags_.pop_front();
+  }
+
+  // Reads every message waiting on any socket (up to wait_ms for the first).
+  void pump(int wait_ms) {
+    std::vector<zmq::pollitem_t> items;
+    for (auto& s : socks_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
+    for (std::size_t k = 0; k < socks_.size(); ++k) {
+      if (!(items[k].revents & ZMQ_POLLIN)) continue;
+      for (int budget = 0; budget < 1024; ++budget) {
+        std::vector<zmq::message_t> parts;
+        zmq::message_t m;
+        if (!socks_[k].recv(m, zmq::recv_flags::dontwait)) break;
+        parts.push_back(std::move(m));
+        while (parts.back().more() && parts.size() < 4) {
+          zmq::message_t p;
+          (void)socks_[k].recv(p, zmq::recv_flags::none);
+          parts.push_back(std::move(p));
+        }
+        on_message(static_cast<int>(k), parts);
+      }
+    }
+  }
+
+  void on_message(int server, std::vector<zmq::message_t>& parts) {
+    std::vector<std::span<const std::byte>> frames;
+    for (auto& p : parts) frames.emplace_back(static_cast<const std::byte*>(p.data()), p.size());
+    ps::wire::limits lim;
+    lim.max_payload = std::max<std::size_t>(lim.max_payload, o_.chunk_bytes);
+    const auto d = ps::wire::decode(frames, lim);
+    if (!d.msg) fail(prefix() + server_name(server) + " sent a " + d.error);
+    const auto& h = d.msg->h;
+    const auto it = reqs_.find(h.id);
+    if (it == reqs_.end()) return;  // an answer to a request already failed or abandoned
+    auto& r = it->second;
+    r.answered = true;
+    if (static_cast<ps::wire::type>(h.type) == ps::wire::type::fail) {
+      r.failure = std::string(reinterpret_cast<const char*>(d.msg->payload.data()), d.msg->payload.size());
+      return;
+    }
+    if (r.kind == req_kind::pull || r.kind == req_kind::coll) {
+      if (d.msg->payload.size() != r.dst.size())
+        fail(prefix() + server_name(server) + " answered a " + ps::wire::type_name(r.type) + " of " + std::to_string(r.dst.size()) +
+             " bytes with " + std::to_string(d.msg->payload.size()));
+      if (!r.dst.empty()) std::memcpy(r.dst.data(), d.msg->payload.data(), r.dst.size());
+      if (r.kind == req_kind::pull && r.clock > 0) {
+        const auto known = static_cast<std::uint64_t>(h.scalar);
+        if (r.clock > known) stats_.max_staleness = std::max(stats_.max_staleness, r.clock - known);
+      }
+    }
+  }
+
+  // Waits for request `id` (answered, and its zero-copy payload released).
+  void wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error) {
+    auto it = reqs_.find(id);
+    if (it == reqs_.end()) return;
+    while (true) {
+      auto& r = it->second;
+      if (r.answered && (!r.flag || r.flag->done.load(std::memory_order_acquire))) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        const std::string text = prefix() + "no answer from " + server_name(r.server) + " to " + (what ? what : ps::wire::type_name(r.type)) +
+                                 (r.type == ps::wire::type::pull || r.type == ps::wire::type::push ? " of '" + key_name(r.key) + "'" : std::string()) +
+                                 " at clock " + std::to_string(r.clock) + " within " + std::to_string(o_.timeout.count()) +
+                                 " ms (is it running and reachable? in bsp/ssp a pull also waits for the slowest worker)";
+        reqs_.erase(it);
+        if (!throw_on_error) return;
+        fail(text);
+      }
+      pump(static_cast<int>(std::min<long long>(left, r.answered ? 1 : 50)));
+      it = reqs_.find(id);
+      if (it == reqs_.end()) return;
+    }
+    auto r = std::move(it->second);
+    reqs_.erase(it);
+    prune_flags();
+    if (!r.failure.empty() && throw_on_error) {
+      // every worker got the same refusal: the connections and the collective count stay sound
+      if (r.kind == req_kind::coll) throw comm_error(r.failure);
+      throw error(r.failure);
+    }
+  }
+
+  std::string key_name(std::uint32_t key) const {
+    return key < shards_.size() ? vars_[shards_[key].var].name : "key " + std::to_string(key);
+  }
+
+  void collective(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
+    auto h = ps::wire::make(ps::wire::type::coll, static_cast<std::uint32_t>(op), static_cast<std::uint64_t>(root), count, dt);
+    h.clock = coll_seq_++;
+    const auto id = request(0, h, data, req_kind::coll, /*copy=*/true);
+    reqs_.at(id).dst = op == ps::wire::coll_op::barrier ? std::span<std::byte>{} : data;
+    static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier"};
+    wait_id(id, std::chrono::steady_clock::now() + o_.timeout, names[static_cast<int>(op)], true);
+  }
+
+  ps_options o_;
+  std::unique_ptr<zmq::context_t> own_ctx_;
+  std::vector<zmq::socket_t> socks_;
+  ps::mode mode_ = ps::mode::bsp;
+  int staleness_ = 0;
+  bool flushed_ = false, broken_ = false, shutdown_on_exit_ = true;
+  std::string broken_text_;
+  std::string opt_name_ = "sgd";
+  std::map<std::string, std::string> opt_settings_;
+  double lr_ = 0.01;
+  std::vector<ps::variable_info> vars_;
+  std::vector<ps::wire::dtype> dtypes_;
+  std::vector<std::vector<std::byte>> first_values_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::vector<ps::shard> shards_;
+  std::vector<std::vector<std::size_t>> shards_of_;
+  std::map<std::uint64_t, req> reqs_;
+  std::deque<std::shared_ptr<ps::detail::send_flag>> flags_;
+  std::uint64_t next_id_ = 1, clock_ = 0, coll_seq_ = 0;
+  client_stats stats_;
+};
+
+static_assert(dist::parameter_server_policy<parameter_server<ps_bsp>>);
+
+namespace ps {
+// Serves as parameter-server task `c.task_index` of the cluster spec (its address is
+// c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
+// the chief ends the job.
+template <class Spec>
+void serve(const Spec& c, server_options o = {}) {
+  if (c.task_type != "ps") throw error("gradus: ps::serve: this process is a '" + c.task_type + "' task, not a ps task");
+  if (c.task_index < 0 || c.task_index >= static_cast<int>(c.ps.size()))
+    throw error("gradus: ps::serve: ps task " + std::to_string(c.task_index) + " of " + std::to_string(c.ps.size()));
+  if (o.address.empty()) {
+    o.address = c.ps[static_cast<std::size_t>(c.task_index)];
+    if (!c.bind_addr.empty()) o.address = c.bind_addr + o.address.substr(o.address.rfind(':'));
+  }
+  o.index = c.task_index;
+  zmq::context_t ctx(1);
+  server s(ctx, o);
+  s.run();
+}
+}  // namespace ps
+
+}  // namespace gradus

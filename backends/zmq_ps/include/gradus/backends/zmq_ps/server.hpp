@@ -1,0 +1,722 @@
+#pragma once
+// A parameter server task: holds shards of the variables, applies the workers' gradients
+// with the server-side optimizer, answers pulls when the consistency mode allows, and runs
+// the workers' small collectives (server 0). One thread: it polls its ROUTER socket and
+// handles each message to the end (no hand-off to another thread, unlike ps-lite's
+// Van -> Customer hop). It never needs the model's types: shards are declared by the
+// workers (name, element range, dtype) and the optimizer by its name and settings.
+//
+//   gradus::ps::serve(cluster::from_env());   // in a program whose role is "ps"
+//
+// serves until the chief sends `shutdown` (the job is done, as TF's server.join()), or
+// until every worker has said goodbye or gone.
+//
+// Consistency (chosen by the workers, who must agree):
+//   async   each push is applied on arrival; pulls are answered at once.
+//   bsp     the pushes of step s are averaged (summed in rank order: the result does not
+//           depend on arrival order) and applied once; a pull at clock c waits until the
+//           shard holds the update of every step < c.
+//   ssp S   each push is applied on arrival as 1/N of a step; a pull at clock c waits until
+//           every live worker's clock is >= c - S, so no worker computes on parameters
+//           missing an update older than S steps (Ho et al. 2013). S = 0 reads as BSP.
+#include <zmq.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <netdb.h>
+#include <sys/socket.h>
+
+#include "gradus/backends/cpu_simd.hpp"
+#include "gradus/backends/zmq_ps/wire.hpp"
+#include "gradus/core/error.hpp"
+#include "gradus/train/optimizer.hpp"
+
+namespace gradus::ps {
+
+enum class mode : std::uint8_t { async = 0, bsp = 1, ssp = 2 };
+inline const char* mode_name(mode m) { return m == mode::async ? "async" : m == mode::bsp ? "bsp" : "ssp"; }
+
+// The optimizer a server applies, rebuilt from the name and settings a worker sends (the
+// text of each optimizer's settings(), exact: shortest round-trip decimals). The learning
+// rate comes with every push (the worker's schedule at its step), so a schedule never has
+// to cross the wire.
+class server_optimizer {
+ public:
+  server_optimizer() = default;
+  server_optimizer(const std::string& name, const std::map<std::string, std::string>& s) : name_(name) {
+    const auto num = [&](const char* k, double dflt) {
+      const auto it = s.find(k);
+      if (it == s.end()) return dflt;
+      char* end = nullptr;
+      const double v = std::strtod(it->second.c_str(), &end);
+      if (end == it->second.c_str() || *end) throw error("gradus: parameter server: optimizer setting " + std::string(k) + " = '" + it->second + "' is not a number");
+      return v;
+    };
+    if (num("clip_global_norm", 0) != 0)
+      throw error("gradus: parameter server: clip_global_norm needs every gradient of a step at once; the servers each hold a part");
+    if (name == "sgd") {
+      sgd o;
+      o.momentum = num("momentum", 0);
+      o.nesterov = s.count("nesterov") && s.at("nesterov") == "true";
+      o.weight_decay = num("weight_decay", 0);
+      o.validate();
+      opt_ = o;
+    } else if (name == "adam" || name == "adamw") {
+      adam a;
+      a.beta1 = num("beta1", 0.9);
+      a.beta2 = num("beta2", 0.999);
+      a.eps = num("eps", 1e-8);
+      a.weight_decay = num("weight_decay", name == "adamw" ? 0.01 : 0);
+      a.validate();
+      if (name == "adam") opt_ = a;
+      else opt_ = adamw{a.lr, a.beta1, a.beta2, a.eps, a.weight_decay, 0};
+    } else {
+      throw error("gradus: parameter server: optimizer '" + name + "' is not one the servers apply (sgd, adam, adamw)");
+    }
+  }
+  const std::string& name() const { return name_; }
+  int slot_count() const {
+    return std::visit([](const auto& o) { return o.slot_count(); }, opt_);
+  }
+  template <class T>
+  void apply(std::size_t n, T* w, const T* g, T* const* slots, std::int64_t step, double lr, double scale) const {
+    std::visit(
+        [&](auto o) {
+          o.lr = lr;
+          o.template apply<cpu_simd, T>(static_cast<index_t>(n), w, g, slots, step, scale);
+        },
+        opt_);
+  }
+
+ private:
+  std::string name_ = "sgd";
+  std::variant<sgd, adam, adamw> opt_ = sgd{};
+};
+
+struct server_options {
+  // Where to listen: "host:port" (a name is resolved and every address it has is bound:
+  // "localhost" binds 127.0.0.1 and ::1), "*:port" for every interface, or a full ZeroMQ
+  // endpoint ("tcp://...", "ipc://...").
+  std::string address;
+  int index = 0;  // this task's index among the ps tasks (for messages)
+  wire::limits limits;
+  // A worker whose connection is silent this long is dropped (ZMTP heartbeats; its I/O
+  // thread answers while its program computes).
+  std::chrono::milliseconds heartbeat_timeout{10000};
+  // Stop when nothing at all has been heard for this long (0: never). Tests use it as a
+  // bound; a job's servers end by `shutdown`.
+  std::chrono::milliseconds idle_exit{0};
+  std::function<void(const std::string&)> log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
+};
+
+struct server_stats {
+  std::uint64_t messages = 0, malformed = 0, rejected = 0, pushes = 0, pulls = 0, updates = 0, collectives = 0;
+};
+
+class server {
+ public:
+  server(zmq::context_t& ctx, server_options o) : ctx_(ctx), o_(std::move(o)), sock_(ctx, zmq::socket_type::router) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.set(zmq::sockopt::ipv6, 1);
+    sock_.set(zmq::sockopt::router_mandatory, 1);
+    sock_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(o_.limits.max_payload + sizeof(wire::header)));
+    sock_.set(zmq::sockopt::heartbeat_ivl, 1000);
+    sock_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o_.heartbeat_timeout.count()));
+    sock_.set(zmq::sockopt::sndhwm, 0);
+    sock_.set(zmq::sockopt::rcvhwm, 0);
+    for (const auto& ep : endpoints(o_.address)) {
+      try {
+        sock_.bind(ep);
+      } catch (const zmq::error_t& e) {
+        throw comm_error("gradus: parameter server " + std::to_string(o_.index) + ": cannot listen on " + ep + " (from '" + o_.address +
+                         "'): " + e.what());
+      }
+    }
+    bound_ = sock_.get(zmq::sockopt::last_endpoint);
+  }
+
+  // The endpoint actually bound (with the port the system chose for ":0").
+  const std::string& endpoint() const { return bound_; }
+  const server_stats& stats() const { return stats_; }
+
+  // Serves until shutdown, or until every worker that said hello has said bye.
+  void run() {
+    auto last_heard = std::chrono::steady_clock::now();
+    while (!done_) {
+      zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      if (item.revents & ZMQ_POLLIN) {
+        last_heard = std::chrono::steady_clock::now();
+        while (!done_ && receive_one()) {
+        }
+      } else if (shutdown_at_ && std::chrono::steady_clock::now() > *shutdown_at_) {
+        o_.log(prefix() + "the chief ended the job 10 s ago and not every worker has said goodbye; stopping");
+        return;
+      } else if (o_.idle_exit.count() > 0 && std::chrono::steady_clock::now() - last_heard > o_.idle_exit) {
+        o_.log("gradus: parameter server " + std::to_string(o_.index) + ": nothing heard for " +
+               std::to_string(o_.idle_exit.count()) + " ms; stopping");
+        return;
+      }
+    }
+  }
+
+ private:
+  struct worker {
+    std::string id;  // ZeroMQ routing id
+    std::uint64_t clock = 0;
+    bool joined = false, left = false;
+  };
+  struct pending_step {
+    std::vector<std::vector<std::byte>> grads;  // per rank
+    double lr = 0;
+  };
+  struct shard_state {
+    std::string name;
+    wire::dtype dt = wire::dtype::none;
+    std::uint64_t offset = 0, count = 0, total = 0;
+    std::vector<std::byte> values;
+    std::vector<std::vector<std::byte>> slots;
+    std::int64_t updates = 0;   // optimizer steps applied (Adam's t - 1)
+    std::uint64_t version = 0;  // bsp: steps applied
+    bool ready = false;         // the chief's values have arrived
+    std::map<std::uint64_t, pending_step> pending;
+  };
+  struct parked {
+    std::string id;
+    wire::header h;
+  };
+  struct collective {
+    wire::header first;
+    std::vector<std::vector<std::byte>> parts;
+    std::vector<std::string> ids;
+    std::vector<bool> in;
+    int got = 0;
+  };
+
+  static std::vector<std::string> endpoints(const std::string& a) {
+    if (a.find("://") != std::string::npos) return {a};
+    const auto colon = a.rfind(':');
+    if (colon == std::string::npos) throw error("gradus: parameter server: address '" + a + "' has no port (host:port)");
+    std::string host = a.substr(0, colon);
+    const std::string port = a.substr(colon + 1);
+    if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+    if (host == "*" || host.empty()) return {"tcp://*:" + port};
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || !res)
+      throw comm_error("gradus: parameter server: cannot resolve '" + host + "' (from '" + a + "'): " + ::gai_strerror(rc));
+    std::vector<std::string> out;
+    for (auto* p = res; p; p = p->ai_next) {
+      char buf[NI_MAXHOST];
+      if (::getnameinfo(p->ai_addr, p->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) continue;
+      std::string h = buf;
+      const std::string ep = "tcp://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
+      if (std::find(out.begin(), out.end(), ep) == out.end()) out.push_back(ep);
+    }
+    ::freeaddrinfo(res);
+    // Port 0 ("any") can only be bound once: keep the first address.
+    if (port == "0" && out.size() > 1) out.resize(1);
+    return out;
+  }
+
+  std::string who(int rank) const {
+    return "worker " + std::to_string(rank);
+  }
+  std::string prefix() const { return "gradus: parameter server " + std::to_string(o_.index) + ": "; }
+
+  // One message from the socket; false when none is waiting.
+  bool receive_one() {
+    std::vector<zmq::message_t> parts;
+    zmq::message_t m;
+    if (!sock_.recv(m, zmq::recv_flags::dontwait)) return false;
+    parts.push_back(std::move(m));
+    while (parts.back().more() && parts.size() < 8) {
+      zmq::message_t p;
+      (void)sock_.recv(p, zmq::recv_flags::none);
+      parts.push_back(std::move(p));
+    }
+    while (parts.back().more()) {  // drain what is left of an over-long message
+      zmq::message_t p;
+      (void)sock_.recv(p, zmq::recv_flags::none);
+      parts.back() = std::move(p);
+      ++stats_.malformed;
+    }
+    ++stats_.messages;
+    const std::string id = parts[0].to_string();
+    std::vector<std::span<const std::byte>> frames;
+    for (std::size_t i = 1; i < parts.size(); ++i)
+      frames.emplace_back(static_cast<const std::byte*>(parts[i].data()), parts[i].size());
+    auto d = wire::decode(frames, o_.limits);
+    if (!d.msg) {
+      ++stats_.malformed;
+      note_malformed(d.error);
+      return true;
+    }
+    try {
+      handle(id, d.msg->h, d.msg->payload);
+    } catch (const std::exception& e) {
+      ++stats_.rejected;
+      send(id, fail_header(d.msg->h), std::string_view(e.what()));
+    }
+    return true;
+  }
+
+  void note_malformed(const std::string& why) {
+    if (stats_.malformed <= 3 || (stats_.malformed & (stats_.malformed - 1)) == 0)
+      o_.log(prefix() + why + " (dropped; " + std::to_string(stats_.malformed) + " so far)");
+  }
+
+  static wire::header reply_header(const wire::header& req) {
+    auto h = wire::make(wire::type::reply, req.key, req.offset, 0, wire::dtype::none);
+    h.id = req.id;
+    h.clock = req.clock;
+    h.rank = req.rank;
+    return h;
+  }
+  static wire::header fail_header(const wire::header& req) {
+    auto h = reply_header(req);
+    h.type = static_cast<std::uint8_t>(wire::type::fail);
+    return h;
+  }
+
+  void send(const std::string& id, wire::header h, std::string_view text) {
+    send(id, h, std::span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size()));
+  }
+  void send(const std::string& id, wire::header h, std::span<const std::byte> payload) {
+    h.payload_bytes = payload.size();
+    try {
+      sock_.send(zmq::buffer(id), zmq::send_flags::sndmore);
+      if (payload.empty()) {
+        sock_.send(zmq::buffer(&h, sizeof h), zmq::send_flags::none);
+      } else {
+        sock_.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+        sock_.send(zmq::buffer(payload.data(), payload.size()), zmq::send_flags::none);
+      }
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EHOSTUNREACH) throw;
+      // the worker is gone (router_mandatory): nothing to answer
+    }
+  }
+
+  // The rank a message may speak for: the one its connection said hello as.
+  int sender(const std::string& id, const wire::header& h) {
+    for (std::size_t r = 0; r < workers_.size(); ++r)
+      if (workers_[r].joined && workers_[r].id == id) {
+        if (h.rank != static_cast<int>(r))
+          throw error(prefix() + "a message claims to come from worker " + std::to_string(h.rank) + " on the connection of worker " + std::to_string(r));
+        return static_cast<int>(r);
+      }
+    throw error(prefix() + std::string(wire::type_name(static_cast<wire::type>(h.type))) + " from a connection that has not said hello");
+  }
+
+  void handle(const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    switch (static_cast<wire::type>(h.type)) {
+      case wire::type::hello: return hello(id, h, payload);
+      case wire::type::config: return config(sender(id, h), id, h, payload);
+      case wire::type::init: return init(sender(id, h), id, h, payload);
+      case wire::type::push: return push(sender(id, h), id, h, payload);
+      case wire::type::pull: return pull(sender(id, h), id, h);
+      case wire::type::clock: return clock(sender(id, h), h);
+      case wire::type::coll: return coll(sender(id, h), id, h, payload);
+      case wire::type::bye: {
+        const int r = sender(id, h);
+        workers_[static_cast<std::size_t>(r)].left = true;
+        send(id, reply_header(h), std::span<const std::byte>{});
+        if (std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left; })) done_ = true;
+        serve_parked();
+        return;
+      }
+      case wire::type::shutdown: {
+        // The chief ends the job: it leaves, and the server stops once the others have
+        // said goodbye too (their last pulls are answered), or after a grace period.
+        const int r = sender(id, h);
+        if (r != 0) throw error(prefix() + "shutdown from worker " + std::to_string(r) + " (only the chief, worker 0, ends the job)");
+        workers_[0].left = true;
+        send(id, reply_header(h), std::span<const std::byte>{});
+        shutdown_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        if (std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left; })) done_ = true;
+        serve_parked();
+        return;
+      }
+      default: throw error(prefix() + "unexpected " + wire::type_name(static_cast<wire::type>(h.type)) + " message");
+    }
+  }
+
+  void hello(const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
+    } catch (const std::exception& e) {
+      throw error(prefix() + "hello is not JSON: " + e.what());
+    }
+    const int rank = j.value("rank", -1), world = j.value("world_size", 0);
+    const std::string m = j.value("mode", "");
+    const auto staleness = j.value("staleness", std::int64_t{0});
+    if (world < 1 || rank < 0 || rank >= world || h.rank != rank)
+      throw error(prefix() + "hello from rank " + std::to_string(rank) + " of a world of " + std::to_string(world));
+    const mode md = m == "async" ? mode::async : m == "bsp" ? mode::bsp : m == "ssp" ? mode::ssp : throw error(prefix() + "unknown consistency '" + m + "'");
+    if (workers_.empty()) {
+      workers_.resize(static_cast<std::size_t>(world));
+      mode_ = md;
+      staleness_ = static_cast<std::uint64_t>(std::max<std::int64_t>(0, staleness));
+      o_.log(prefix() + "serving " + std::to_string(world) + " workers, " + mode_name(md) +
+             (md == mode::ssp ? " " + std::to_string(staleness_) : "") + ", on " + bound_);
+    } else {
+      std::string diff;
+      if (static_cast<int>(workers_.size()) != world) diff = "world size " + std::to_string(world) + " (first: " + std::to_string(workers_.size()) + ")";
+      else if (md != mode_ || static_cast<std::uint64_t>(std::max<std::int64_t>(0, staleness)) != staleness_)
+        diff = "consistency " + m + " " + std::to_string(staleness) + " (first: " + mode_name(mode_) + " " + std::to_string(staleness_) + ")";
+      if (!diff.empty()) throw error(prefix() + "worker " + std::to_string(rank) + " says " + diff);
+    }
+    auto& w = workers_[static_cast<std::size_t>(rank)];
+    if (w.joined && w.id != id && !w.left)
+      throw error(prefix() + "worker " + std::to_string(rank) + " said hello twice from different connections (two processes with one rank?)");
+    w.id = id;
+    w.joined = true;
+    w.left = false;
+    auto r = reply_header(h);
+    r.clock = w.clock;  // a reconnecting worker learns where it was
+    send(id, r, std::span<const std::byte>{});
+  }
+
+  // The update rule: the first worker's (every worker sends the same; the run fingerprint
+  // compared them already), before any shard exists.
+  void config(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
+    } catch (const std::exception& e) {
+      throw error(prefix() + "config is not JSON: " + e.what());
+    }
+    const auto opt = j.value("optimizer", std::string("sgd"));
+    const auto settings = j.value("settings", std::map<std::string, std::string>{});
+    if (!configured_) {
+      if (!shards_.empty()) throw error(prefix() + "config after the first shard");
+      opt_ = server_optimizer(opt, settings);
+      opt_name_ = opt;
+      settings_ = settings;
+      configured_ = true;
+    } else if (opt != opt_name_ || settings != settings_) {
+      throw error(prefix() + "worker " + std::to_string(rank) + " applies " + opt + " with other settings than the first worker's " + opt_name_);
+    }
+    send(id, reply_header(h), std::span<const std::byte>{});
+  }
+
+  shard_state& find(const wire::header& h) {
+    const auto it = shards_.find(h.key);
+    if (it == shards_.end()) throw error(prefix() + "no shard with key " + std::to_string(h.key) + " (init it first)");
+    auto& s = it->second;
+    if (h.offset < s.offset || h.offset + h.count > s.offset + s.count)
+      throw error(prefix() + "'" + s.name + "' elements [" + std::to_string(h.offset) + ", " + std::to_string(h.offset + h.count) +
+                  ") are not within this server's shard [" + std::to_string(s.offset) + ", " + std::to_string(s.offset + s.count) + ")");
+    return s;
+  }
+
+  // init: payload = u32 name length, name, then the shard's values (the chief) or nothing.
+  void init(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    std::uint32_t len = 0;
+    if (payload.size() < 4) throw error(prefix() + "init without a name");
+    std::memcpy(&len, payload.data(), 4);
+    if (len == 0 || len > 4096 || payload.size() < 4 + std::size_t(len)) throw error(prefix() + "init with a malformed name");
+    const std::string name(reinterpret_cast<const char*>(payload.data() + 4), len);
+    const auto values = payload.subspan(4 + len);
+    const auto dt = static_cast<wire::dtype>(h.dtype);
+    const std::size_t elem = wire::dtype_size(dt);
+    if (dt != wire::dtype::f32 && dt != wire::dtype::f64) throw error(prefix() + "'" + name + "' has dtype " + wire::dtype_name(dt) + " (float32 or float64)");
+    if (h.count == 0) throw error(prefix() + "'" + name + "': an empty shard");
+    const auto total = static_cast<std::uint64_t>(h.scalar);
+    if (h.offset + h.count > total) throw error(prefix() + "'" + name + "': shard past the variable's end");
+    if (!values.empty() && values.size() != h.count * elem)
+      throw error(prefix() + "'" + name + "': init carries " + std::to_string(values.size()) + " bytes for " + std::to_string(h.count) + " elements");
+    if (!configured_) throw error(prefix() + "init of '" + name + "' before the optimizer's config");
+    auto [it, fresh] = shards_.try_emplace(h.key);
+    auto& s = it->second;
+    if (fresh) {
+      s.name = name;
+      s.dt = dt;
+      s.offset = h.offset;
+      s.count = h.count;
+      s.total = total;
+      s.values.assign(h.count * elem, std::byte{0});
+      s.slots.assign(static_cast<std::size_t>(opt_.slot_count()), std::vector<std::byte>(h.count * elem, std::byte{0}));
+    } else if (s.name != name || s.dt != dt || s.offset != h.offset || s.count != h.count || s.total != total) {
+      throw error(prefix() + "worker " + std::to_string(rank) + " declares key " + std::to_string(h.key) + " as '" + name + "' [" +
+                  std::to_string(h.offset) + ", +" + std::to_string(h.count) + ") " + wire::dtype_name(dt) + " but it is '" + s.name + "' [" +
+                  std::to_string(s.offset) + ", +" + std::to_string(s.count) + ") " + wire::dtype_name(s.dt) +
+                  " (the workers' models or partitioners differ)");
+    }
+    if (rank == 0 && !values.empty() && !s.ready) {  // the chief's values win; a restarted chief does not overwrite
+      std::memcpy(s.values.data(), values.data(), values.size());
+      s.ready = true;
+    }
+    // The others are answered once the chief's values are in: nobody pushes to a shard
+    // that has no values yet.
+    if (s.ready) send(id, reply_header(h), std::span<const std::byte>{});
+    else parked_inits_.push_back({id, h});
+    for (std::size_t i = 0; i < parked_inits_.size();) {
+      const auto it2 = shards_.find(parked_inits_[i].h.key);
+      if (it2 != shards_.end() && it2->second.ready) {
+        send(parked_inits_[i].id, reply_header(parked_inits_[i].h), std::span<const std::byte>{});
+        parked_inits_.erase(parked_inits_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+    serve_parked();
+  }
+
+  int live_workers() const {
+    return static_cast<int>(std::count_if(workers_.begin(), workers_.end(), [](const worker& w) { return !w.left; }));
+  }
+  std::uint64_t min_clock() const {
+    std::uint64_t m = std::numeric_limits<std::uint64_t>::max();
+    for (const auto& w : workers_)
+      if (!w.left) m = std::min(m, w.clock);
+    return m == std::numeric_limits<std::uint64_t>::max() ? 0 : m;
+  }
+
+  template <class T>
+  void apply_typed(shard_state& s, std::uint64_t first, std::size_t n, const T* g, double lr, double scale) {
+    T* w = reinterpret_cast<T*>(s.values.data()) + first;
+    std::vector<T*> slots;
+    for (auto& sl : s.slots) slots.push_back(reinterpret_cast<T*>(sl.data()) + first);
+    opt_.apply<T>(n, w, g, slots.data(), s.updates, lr, scale);
+  }
+  void apply(shard_state& s, std::uint64_t first, std::size_t n, const std::byte* g, double lr, double scale) {
+    if (s.dt == wire::dtype::f64) apply_typed(s, first, n, reinterpret_cast<const double*>(g), lr, scale);
+    else apply_typed(s, first, n, reinterpret_cast<const float*>(g), lr, scale);
+    ++stats_.updates;
+  }
+
+  void push(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    auto& s = find(h);
+    if (static_cast<wire::dtype>(h.dtype) != s.dt)
+      throw error(prefix() + "push of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+    if (!s.ready) throw error(prefix() + "push to '" + s.name + "' before the chief initialised it");
+    ++stats_.pushes;
+    const std::size_t elem = wire::dtype_size(s.dt);
+    const std::uint64_t first = h.offset - s.offset;
+    const double lr = h.scalar;
+    if (mode_ != mode::bsp) {
+      // 1/N of a step per push: the learning rate means the same in every mode. Adam's
+      // step count advances per push.
+      apply(s, first, h.count, payload.data(), lr, 1.0 / static_cast<double>(std::max(1, live_workers())));
+      if (h.offset + h.count == s.offset + s.count) ++s.updates;
+    } else {
+      if (h.clock < s.version)
+        throw error(prefix() + "worker " + std::to_string(rank) + " pushed '" + s.name + "' for step " + std::to_string(h.clock) +
+                    " after step " + std::to_string(s.version - 1) + " was applied");
+      auto& p = s.pending[h.clock];
+      if (p.grads.empty()) p.grads.resize(workers_.size());
+      auto& g = p.grads[static_cast<std::size_t>(rank)];
+      if (g.empty()) g.assign(s.count * elem, std::byte{0});  // pieces of one push add up to the shard
+      std::memcpy(g.data() + first * elem, payload.data(), payload.size());
+      if (rank == 0 || p.lr == 0) p.lr = lr;
+      // A step is complete when every live worker's last piece has arrived: pieces come in
+      // order on one connection, so the last one ends at the shard's end.
+      if (h.offset + h.count == s.offset + s.count) {
+        p_done_[{h.key, h.clock}].push_back(rank);
+        maybe_apply_bsp(s, h.key);
+      }
+    }
+    send(id, reply_header(h), std::span<const std::byte>{});
+    serve_parked();
+  }
+
+  template <class T>
+  void sum_in_rank_order(shard_state& s, pending_step& p) {
+    std::vector<T> acc(s.count, T(0));
+    int n = 0;
+    for (std::size_t r = 0; r < p.grads.size(); ++r) {
+      if (p.grads[r].empty()) continue;
+      const T* g = reinterpret_cast<const T*>(p.grads[r].data());
+      for (std::size_t i = 0; i < s.count; ++i) acc[i] += g[i];
+      ++n;
+    }
+    if (n > 1) {
+      const T inv = T(1) / static_cast<T>(n);
+      for (auto& v : acc) v *= inv;
+    }
+    apply_typed(s, 0, s.count, acc.data(), p.lr, 1.0);
+    ++stats_.updates;
+  }
+
+  void maybe_apply_bsp(shard_state& s, std::uint32_t key) {
+    while (true) {
+      const auto it = s.pending.find(s.version);
+      if (it == s.pending.end()) return;
+      auto& done = p_done_[{key, s.version}];
+      int complete = 0;
+      for (std::size_t r = 0; r < workers_.size(); ++r)
+        if (!workers_[r].left && std::find(done.begin(), done.end(), static_cast<int>(r)) != done.end()) ++complete;
+      if (complete < live_workers()) return;
+      if (s.dt == wire::dtype::f64) sum_in_rank_order<double>(s, it->second);
+      else sum_in_rank_order<float>(s, it->second);
+      ++s.updates;
+      p_done_.erase({key, s.version});
+      s.pending.erase(it);
+      ++s.version;
+    }
+  }
+
+  // Whether a pull may be answered now, and the clock its values are known to include.
+  bool pull_ready(const shard_state& s, const wire::header& h) const {
+    if (!s.ready) return false;
+    switch (mode_) {
+      case mode::async: return true;
+      case mode::bsp: return s.version >= h.clock;
+      case mode::ssp: return h.clock <= staleness_ || min_clock() >= h.clock - staleness_;
+    }
+    return true;
+  }
+
+  void pull(int, const std::string& id, const wire::header& h) {
+    auto& s = find(h);
+    ++stats_.pulls;
+    if (!pull_ready(s, h)) {
+      parked_.push_back({id, h});
+      return;
+    }
+    answer_pull(s, id, h);
+  }
+
+  void answer_pull(const shard_state& s, const std::string& id, const wire::header& h) {
+    const std::size_t elem = wire::dtype_size(s.dt);
+    auto r = reply_header(h);
+    r.dtype = static_cast<std::uint8_t>(s.dt);
+    r.count = h.count;
+    r.scalar = static_cast<double>(mode_ == mode::bsp ? s.version : min_clock());
+    send(id, r, std::span<const std::byte>(s.values.data() + (h.offset - s.offset) * elem, h.count * elem));
+  }
+
+  void serve_parked() {
+    for (std::size_t i = 0; i < parked_.size();) {
+      const auto it = shards_.find(parked_[i].h.key);
+      if (it != shards_.end() && pull_ready(it->second, parked_[i].h)) {
+        answer_pull(it->second, parked_[i].id, parked_[i].h);
+        parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
+
+  void clock(int rank, const wire::header& h) {
+    auto& w = workers_[static_cast<std::size_t>(rank)];
+    if (h.clock < w.clock) throw error(prefix() + "worker " + std::to_string(rank) + "'s clock went back from " + std::to_string(w.clock) + " to " + std::to_string(h.clock));
+    w.clock = h.clock;
+    serve_parked();
+  }
+
+  // Collectives through server 0: every worker's contribution to collective number
+  // h.clock, combined in rank order once all are in.
+  void coll(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    if (const auto f = failed_colls_.find(h.clock); f != failed_colls_.end()) {
+      send(id, fail_header(h), std::string_view(f->second));  // a late arrival at a collective that failed
+      return;
+    }
+    auto& c = colls_[h.clock];
+    if (c.ids.empty()) {
+      c.first = h;
+      c.parts.resize(workers_.size());
+      c.ids.resize(workers_.size());
+      c.in.assign(workers_.size(), false);
+    }
+    const auto op_name = [](const wire::header& x) {
+      static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier"};
+      return std::string(names[x.key]) + " of " + std::to_string(x.count) + " " + wire::dtype_name(static_cast<wire::dtype>(x.dtype)) +
+             (x.key == 3 ? " from rank " + std::to_string(x.offset) : "");
+    };
+    if (h.key != c.first.key || h.dtype != c.first.dtype || h.count != c.first.count || (h.key == 3 && h.offset != c.first.offset)) {
+      const std::string text = prefix() + "collective #" + std::to_string(h.clock) + ": worker " + std::to_string(rank) + " calls " + op_name(h) +
+                               " but worker " + std::to_string(c.first.rank) + " called " + op_name(c.first) +
+                               ": every worker must call the same collectives in the same order with the same sizes";
+      for (std::size_t r = 0; r < c.ids.size(); ++r)
+        if (c.in[r]) send(c.ids[r], fail_header(c.first), std::string_view(text));
+      send(id, fail_header(h), std::string_view(text));
+      failed_colls_[h.clock] = text;
+      colls_.erase(h.clock);
+      return;
+    }
+    if (c.in[static_cast<std::size_t>(rank)]) throw error(prefix() + "worker " + std::to_string(rank) + " entered collective #" + std::to_string(h.clock) + " twice");
+    c.in[static_cast<std::size_t>(rank)] = true;
+    c.ids[static_cast<std::size_t>(rank)] = id;
+    c.parts[static_cast<std::size_t>(rank)].assign(payload.begin(), payload.end());
+    if (++c.got < static_cast<int>(workers_.size())) return;
+    ++stats_.collectives;
+    std::vector<std::byte> result;
+    const auto op = static_cast<wire::coll_op>(c.first.key);
+    if (op == wire::coll_op::broadcast) {
+      if (c.first.offset >= workers_.size()) throw error(prefix() + "broadcast from rank " + std::to_string(c.first.offset));
+      result = c.parts[c.first.offset];
+    } else if (op != wire::coll_op::barrier) {
+      result = combine(c, op);
+    }
+    auto r = reply_header(c.first);
+    r.dtype = c.first.dtype;
+    r.count = c.first.count;
+    for (std::size_t k = 0; k < c.ids.size(); ++k) {
+      r.rank = static_cast<int>(k);
+      send(c.ids[k], r, std::span<const std::byte>(result));
+    }
+    colls_.erase(h.clock);
+  }
+
+  template <class T>
+  static void combine_typed(collective& c, wire::coll_op op, std::vector<std::byte>& out) {
+    const std::size_t n = c.first.count;
+    std::vector<T> acc(n, T(0));
+    for (const auto& p : c.parts) {
+      const T* x = reinterpret_cast<const T*>(p.data());
+      for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+    }
+    if (op == wire::coll_op::average)
+      for (auto& v : acc) v /= static_cast<T>(c.parts.size());
+    out.resize(n * sizeof(T));
+    std::memcpy(out.data(), acc.data(), out.size());
+  }
+  static std::vector<std::byte> combine(collective& c, wire::coll_op op) {
+    std::vector<std::byte> out;
+    switch (static_cast<wire::dtype>(c.first.dtype)) {
+      case wire::dtype::f32: combine_typed<float>(c, op, out); break;
+      case wire::dtype::f64: combine_typed<double>(c, op, out); break;
+      default: throw error("gradus: parameter server: a sum of " + std::string(wire::dtype_name(static_cast<wire::dtype>(c.first.dtype))));
+    }
+    return out;
+  }
+
+  zmq::context_t& ctx_;
+  server_options o_;
+  zmq::socket_t sock_;
+  std::string bound_;
+  bool done_ = false, configured_ = false;
+  std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
+  mode mode_ = mode::bsp;
+  std::uint64_t staleness_ = 0;
+  server_optimizer opt_;
+  std::string opt_name_;
+  std::map<std::string, std::string> settings_;
+  std::vector<worker> workers_;
+  std::map<std::uint32_t, shard_state> shards_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<int>> p_done_;
+  std::vector<parked> parked_, parked_inits_;
+  std::map<std::uint64_t, collective> colls_;
+  std::map<std::uint64_t, std::string> failed_colls_;
+  server_stats stats_;
+};
+
+}  // namespace gradus::ps

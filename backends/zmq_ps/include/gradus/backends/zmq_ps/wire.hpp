@@ -1,0 +1,169 @@
+#pragma once
+// The parameter server's wire format. Every message is a ZeroMQ multi-part message:
+//
+//   [routing id]  (added by ROUTER on the server side; not part of the format)
+//   header        exactly 64 bytes, little-endian, the struct below
+//   payload       0 or 1 frame of header.payload_bytes bytes
+//
+// The header is fixed and versioned; decode() validates every field against the frames
+// actually received and against the receiver's limits before anything is used, so a
+// malformed, truncated or oversized message is reported (and dropped by the server) and
+// never read out of bounds. The fuzz target tests/fuzz/fuzz_ps_wire.cpp feeds decode()
+// arbitrary bytes.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace gradus::ps::wire {
+
+inline constexpr std::uint32_t magic = 0x53505247u;  // "GRPS"
+inline constexpr std::uint16_t version = 1;
+
+enum class type : std::uint8_t {
+  hello = 1,     // worker -> server: payload = JSON {rank, world_size, mode, staleness}
+  init = 2,      // worker -> server: declare a shard (key, offset, count of total); payload = name '\0' values (chief) or name
+  push = 3,      // worker -> server: a gradient range at `clock`, scaled by the server's rule; payload = values
+  pull = 4,      // worker -> server: a value range, wanted at `clock`; no payload
+  clock = 5,     // worker -> server: the worker finished step `clock` - 1 (its clock is now `clock`)
+  coll = 6,      // worker -> server 0: a contribution to collective `clock` (op in `key`, root in `offset`)
+  bye = 7,       // worker -> server: this worker is done
+  shutdown = 8,  // chief -> server: the job is done, stop serving
+  reply = 9,     // server -> worker: answer to request `id` (values for a pull or a collective; empty ack otherwise)
+  fail = 10,     // server -> worker: request `id` failed; payload = the error text
+  snapshot = 11, // worker -> server: the shard's values and optimizer state (checkpoints); reply payload = see server.hpp
+  config = 12,   // worker -> server: payload = JSON {optimizer, settings}: the update rule, before the first init
+};
+inline constexpr std::uint8_t last_type = 12;
+
+enum class dtype : std::uint8_t { none = 0, f32 = 1, f64 = 2, bytes = 3 };
+
+inline std::size_t dtype_size(dtype d) {
+  switch (d) {
+    case dtype::f32: return 4;
+    case dtype::f64: return 8;
+    case dtype::bytes: return 1;
+    default: return 0;
+  }
+}
+template <class T>
+constexpr dtype dtype_of() {
+  if constexpr (std::is_same_v<T, float>) return dtype::f32;
+  else if constexpr (std::is_same_v<T, double>) return dtype::f64;
+  else return dtype::bytes;
+}
+inline const char* dtype_name(dtype d) {
+  switch (d) {
+    case dtype::f32: return "float32";
+    case dtype::f64: return "float64";
+    case dtype::bytes: return "bytes";
+    default: return "none";
+  }
+}
+inline const char* type_name(type t) {
+  switch (t) {
+    case type::hello: return "hello";
+    case type::init: return "init";
+    case type::push: return "push";
+    case type::pull: return "pull";
+    case type::clock: return "clock";
+    case type::coll: return "collective";
+    case type::bye: return "bye";
+    case type::shutdown: return "shutdown";
+    case type::reply: return "reply";
+    case type::fail: return "fail";
+    case type::snapshot: return "snapshot";
+    case type::config: return "config";
+  }
+  return "unknown";
+}
+
+// Collective operations (header.key of a coll message).
+enum class coll_op : std::uint32_t { sum = 1, average = 2, broadcast = 3, barrier = 4 };
+
+struct header {
+  std::uint32_t magic = wire::magic;
+  std::uint16_t version = wire::version;
+  std::uint8_t type = 0;
+  std::uint8_t dtype = 0;
+  std::uint32_t key = 0;         // shard key (init/push/pull/snapshot), coll_op (coll)
+  std::int32_t rank = -1;        // the sender's worker rank (checked against its connection)
+  std::uint64_t offset = 0;      // first element of the range within the variable; coll: root
+  std::uint64_t count = 0;       // elements in the range; init: also `total` below
+  std::uint64_t payload_bytes = 0;
+  std::uint64_t clock = 0;       // the worker's clock (push, pull, clock) or collective number
+  std::uint64_t id = 0;          // request id, echoed in the reply
+  double scalar = 0;             // push: learning rate; init: total elements of the variable; reply: the shard's clock
+};
+static_assert(sizeof(header) == 64 && std::is_trivially_copyable_v<header>);
+
+// What a receiver accepts.
+struct limits {
+  std::size_t max_payload = std::size_t(64) << 20;  // bytes in one message's payload
+  std::uint64_t max_elements = std::uint64_t(1) << 40;
+};
+
+struct decoded {
+  header h;
+  std::span<const std::byte> payload;
+};
+
+// Validates a received message given as its frames (after any routing id). Returns the
+// header and payload, or the reason it is malformed (error non-empty).
+struct decode_result {
+  std::optional<decoded> msg;
+  std::string error;
+};
+
+inline decode_result decode(std::span<const std::span<const std::byte>> frames, const limits& lim = {}) {
+  const auto bad = [](std::string why) { return decode_result{std::nullopt, "malformed message: " + std::move(why)}; };
+  if (frames.empty()) return bad("no frames");
+  if (frames.size() > 2) return bad(std::to_string(frames.size()) + " frames (at most 2: header, payload)");
+  if (frames[0].size() != sizeof(header)) return bad("header of " + std::to_string(frames[0].size()) + " bytes (expected 64)");
+  header h;
+  std::memcpy(&h, frames[0].data(), sizeof h);
+  if (h.magic != magic) return bad("bad magic");
+  if (h.version != version)
+    return bad("protocol version " + std::to_string(h.version) + " (this build speaks " + std::to_string(version) + ")");
+  if (h.type == 0 || h.type > last_type) return bad("unknown message type " + std::to_string(h.type));
+  if (h.dtype > static_cast<std::uint8_t>(dtype::bytes)) return bad("unknown dtype " + std::to_string(h.dtype));
+  const std::size_t have = frames.size() == 2 ? frames[1].size() : 0;
+  if (h.payload_bytes != have)
+    return bad(std::string(type_name(static_cast<type>(h.type))) + " announces " + std::to_string(h.payload_bytes) +
+               " payload bytes but carries " + std::to_string(have));
+  if (have > lim.max_payload)
+    return bad("payload of " + std::to_string(have) + " bytes exceeds the limit of " + std::to_string(lim.max_payload));
+  if (h.count > lim.max_elements) return bad("count " + std::to_string(h.count) + " exceeds the limit");
+  if (h.offset > lim.max_elements || h.offset + h.count > lim.max_elements) return bad("range past the element limit");
+  const auto t = static_cast<type>(h.type);
+  const auto dt = static_cast<dtype>(h.dtype);
+  const std::size_t elem = dtype_size(dt);
+  // Messages whose payload is a value range must carry exactly count elements.
+  if (t == type::push || (t == type::coll && static_cast<coll_op>(h.key) != coll_op::barrier)) {
+    if (elem == 0) return bad(std::string(type_name(t)) + " without a dtype");
+    if (h.count * elem != have)
+      return bad(std::string(type_name(t)) + " of " + std::to_string(h.count) + " " + dtype_name(dt) + " elements carries " +
+                 std::to_string(have) + " bytes");
+  }
+  if (t == type::coll && (h.key < 1 || h.key > 4)) return bad("unknown collective " + std::to_string(h.key));
+  if ((t == type::pull || t == type::push || t == type::init) && h.count == 0 && t != type::init)
+    return bad(std::string(type_name(t)) + " of an empty range");
+  return {decoded{h, frames.size() == 2 ? frames[1] : std::span<const std::byte>{}}, {}};
+}
+
+inline header make(type t, std::uint32_t key = 0, std::uint64_t offset = 0, std::uint64_t count = 0, dtype d = dtype::none) {
+  header h;
+  h.type = static_cast<std::uint8_t>(t);
+  h.key = key;
+  h.offset = offset;
+  h.count = count;
+  h.dtype = static_cast<std::uint8_t>(d);
+  return h;
+}
+
+}  // namespace gradus::ps::wire

@@ -1,0 +1,505 @@
+#define BOOST_TEST_MODULE dist_parameter_server
+// The ZeroMQ parameter server (backends/zmq_ps): servers on threads listening on loopback
+// tcp, workers on threads, each with its own parameter_server communicator, as separate
+// processes would have. Checked against independent references: the partition covers
+// every element once and balances bytes; the wire decoder refuses malformed headers;
+// pushes and pulls move exact values over 1, 2 and 3 servers with variables that are
+// split (sizes 1, odd, large; chunks smaller than a shard); BSP applies the mean gradient
+// once per step and with one worker trains bit for bit as a single process (SGD with
+// momentum, Adam); N workers on 1/N of each batch match one process on the whole batch;
+// SSP never lets a worker read parameters missing an update older than S steps (counted
+// in the values themselves); async converges; the collectives through server 0; errors
+// name the server, the variable and the operation; junk sent to a server while it trains
+// is counted and dropped.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/backends/zmq_ps.hpp>
+#include <gradus/dist/data_parallel.hpp>
+#include <gradus/gradus.hpp>
+
+#include "../support/free_port.hpp"
+
+namespace g = gradus;
+namespace wire = gradus::ps::wire;
+using namespace std::chrono_literals;
+
+namespace {
+
+// S servers on threads; they stop when every worker has said goodbye (or after 60 s of
+// silence: a bound for a test that fails half-way).
+struct server_pool {
+  zmq::context_t ctx{1};
+  std::vector<std::unique_ptr<g::ps::server>> servers;
+  std::vector<std::thread> threads;
+  std::vector<std::string> addresses;
+  explicit server_pool(int n) {
+    for (int i = 0; i < n; ++i) {
+      g::ps::server_options o;
+      o.address = "127.0.0.1:0";
+      o.index = i;
+      o.idle_exit = 60s;
+      o.log = [](const std::string&) {};
+      servers.push_back(std::make_unique<g::ps::server>(ctx, o));
+      addresses.push_back(servers.back()->endpoint());
+    }
+    for (auto& s : servers) threads.emplace_back([p = s.get()] { p->run(); });
+  }
+  ~server_pool() {
+    for (auto& t : threads) t.join();
+  }
+  g::ps_options options(int rank, int world, const std::string& consistency = "bsp") const {
+    g::ps_options o;
+    o.servers = addresses;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout = 20s;
+    g::parse_consistency(consistency, o);
+    return o;
+  }
+};
+
+// body(r) on `world` threads; the first exception is rethrown after all joined.
+template <class Body>
+void on_workers(int world, Body body) {
+  std::vector<std::thread> ts;
+  std::vector<std::exception_ptr> errs(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    ts.emplace_back([&, r] {
+      try {
+        body(r);
+      } catch (...) {
+        errs[static_cast<std::size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : ts) t.join();
+  for (auto& e : errs)
+    if (e) std::rethrow_exception(e);
+}
+
+std::vector<double> ramp(std::size_t n, double scale) {
+  std::vector<double> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = scale * (static_cast<double>(i % 97) - 48.0);
+  return v;
+}
+
+}  // namespace
+
+// ---- the partition --------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(the_partition_covers_every_element_once_and_balances_bytes) {
+  const std::vector<g::ps::variable_info> vars{
+      {"empty", 0, 4}, {"one", 1, 4}, {"odd", 7, 8}, {"large", 1000003, 4}, {"small", 10, 4}, {"mid", 4096, 8}};
+  std::size_t total = 0, largest_small = 0;
+  for (const auto& v : vars) total += v.elements * v.element_bytes;
+  for (const int servers : {1, 2, 3, 5}) {
+    const auto shards = g::ps::balanced_by_bytes(vars, servers);
+    BOOST_CHECK_NO_THROW(g::ps::check_partition(vars, servers, shards));
+    std::vector<std::size_t> load(static_cast<std::size_t>(servers), 0);
+    for (const auto& s : shards) load[static_cast<std::size_t>(s.server)] += s.count * vars[s.var].element_bytes;
+    // the large variable is cut so that no server holds much more than its share
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    largest_small = 4096 * 8;
+    BOOST_TEST(*hi - *lo <= total / static_cast<std::size_t>(servers) / 2 + largest_small, "servers " << servers);
+    if (servers > 1) {
+      int pieces = 0;
+      for (const auto& s : shards) pieces += s.var == 3;
+      BOOST_TEST(pieces >= servers - 1, "the large variable spans the servers");
+    }
+  }
+  // a partitioner that loses elements is refused, naming the variable
+  auto bad = g::ps::balanced_by_bytes(vars, 2);
+  bad.pop_back();
+  try {
+    g::ps::check_partition(vars, 2, bad);
+    BOOST_FAIL("a partition that loses a shard was accepted");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("parameter server partition: '") != std::string::npos, e.what());
+  }
+}
+
+// ---- the wire format ------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(the_decoder_refuses_malformed_messages_with_the_reason) {
+  auto h = wire::make(wire::type::push, 3, 0, 4, wire::dtype::f32);
+  h.payload_bytes = 16;
+  std::vector<std::byte> head(64), body(16), short_body(12);
+  std::memcpy(head.data(), &h, 64);
+  const auto dec = [](std::vector<std::span<const std::byte>> f) { return wire::decode(f).error; };
+  BOOST_TEST(dec({head, body}).empty());
+  BOOST_TEST(dec({head, short_body}).find("announces 16 payload bytes but carries 12") != std::string::npos);
+  BOOST_TEST(dec({std::span<const std::byte>(head).first(63), body}).find("header of 63 bytes") != std::string::npos);
+  auto bad = head;
+  bad[0] = std::byte{0};
+  BOOST_TEST(dec({bad, body}).find("bad magic") != std::string::npos);
+  bad = head;
+  bad[4] = std::byte{9};  // version 9
+  BOOST_TEST(dec({bad, body}).find("protocol version 9") != std::string::npos);
+  bad = head;
+  bad[6] = std::byte{200};  // type
+  BOOST_TEST(dec({bad, body}).find("unknown message type 200") != std::string::npos);
+  auto h2 = h;
+  h2.count = 5;  // 5 floats in 16 bytes
+  std::memcpy(bad.data(), &h2, 64);
+  BOOST_TEST(dec({bad, body}).find("push of 5 float32 elements carries 16 bytes") != std::string::npos);
+  wire::limits small;
+  small.max_payload = 8;
+  BOOST_TEST(wire::decode(std::vector<std::span<const std::byte>>{head, body}, small).error.find("exceeds the limit of 8") != std::string::npos);
+  BOOST_TEST(dec({head, body, body}).find("3 frames") != std::string::npos);
+}
+
+// ---- push and pull --------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(push_and_pull_move_exact_values_over_1_2_and_3_servers) {
+  for (const int servers : {1, 2, 3}) {
+    server_pool pool(servers);
+    // one worker, async, sgd lr 0.5: w <- w - 0.5 g, exactly representable
+    g::parameter_server<g::ps_async> ps(pool.options(0, 1));
+    ps.set_optimizer("sgd", {});
+    ps.set_learning_rate(0.5);
+    const std::vector<std::size_t> sizes{1, 7, 300001, 2};
+    std::vector<std::vector<double>> w, grad;
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      w.push_back(ramp(sizes[i], 0.25));
+      grad.push_back(ramp(sizes[i], 1.0));
+      ps.initialize("v" + std::to_string(i), std::span<const double>(w.back()));
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) ps.push("v" + std::to_string(i), std::span<const double>(grad[i]));
+    ps.step_done();
+    for (std::size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<double> got(sizes[i], -1);
+      ps.pull("v" + std::to_string(i), std::span<double>(got));
+      std::size_t wrong = 0;
+      for (std::size_t k = 0; k < sizes[i]; ++k) wrong += got[k] != w[i][k] - 0.5 * grad[i][k];
+      BOOST_TEST(wrong == 0u, "servers " << servers << " variable " << i << " size " << sizes[i]);
+    }
+    // non-blocking handles: two pulls in flight at once
+    std::vector<double> a(sizes[2]), b(sizes[0]);
+    const auto ha = ps.pull_async("v2", std::span<double>(a));
+    const auto hb = ps.pull_async("v0", std::span<double>(b));
+    ps.wait(hb);
+    ps.wait(ha);
+    BOOST_TEST(a[12345] == w[2][12345] - 0.5 * grad[2][12345]);
+    BOOST_TEST(ps.stats().bytes_pushed == (1 + 7 + 300001 + 2) * 8u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_small_chunk_size_splits_messages_inside_shards) {
+  server_pool pool(2);
+  auto o = pool.options(0, 1, "bsp");
+  o.chunk_bytes = 1000;  // 125 doubles: shards of ~5000 elements go in ~40 messages
+  g::parameter_server<> ps(o);
+  ps.set_optimizer("sgd", {});
+  ps.set_learning_rate(1.0);
+  const auto w = ramp(10001, 0.5), grad = ramp(10001, 0.125);
+  ps.initialize("w", std::span<const double>(w));
+  ps.push("w", std::span<const double>(grad));
+  ps.step_done();
+  std::vector<double> got(w.size());
+  ps.pull("w", std::span<double>(got));
+  std::size_t wrong = 0;
+  for (std::size_t k = 0; k < w.size(); ++k) wrong += got[k] != w[k] - grad[k];
+  BOOST_TEST(wrong == 0u);
+  BOOST_TEST((ps.consistency() == g::ps::mode::bsp));
+}
+
+// ---- consistency modes ----------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(bsp_applies_the_mean_of_every_workers_gradient_once_per_step) {
+  constexpr int world = 3;
+  server_pool pool(2);
+  const auto w0 = ramp(1001, 0.1);
+  std::vector<std::vector<double>> seen(world);
+  on_workers(world, [&](int r) {
+    g::parameter_server<g::ps_bsp> ps(pool.options(r, world));
+    ps.set_optimizer("sgd", {{"momentum", "0"}});
+    ps.set_learning_rate(0.25);
+    std::vector<double> mine(w0.size(), 123.0);  // only the chief's first value counts
+    ps.initialize("w", std::span<const double>(r == 0 ? w0 : mine));
+    for (int step = 0; step < 3; ++step) {
+      std::vector<double> grad(w0.size(), static_cast<double>(r + 1) * (step + 1));
+      ps.push("w", std::span<const double>(grad));
+      ps.step_done();
+      ps.pull("w", std::span<double>(mine));
+    }
+    seen[static_cast<std::size_t>(r)] = mine;
+  });
+  // mean gradient of step s: (1+2+3)/3 (s+1) = 2(s+1); three steps: 2+4+6 = 12; lr 0.25 -> 3
+  for (int r = 0; r < world; ++r)
+    for (std::size_t k = 0; k < w0.size(); k += 97) BOOST_TEST(std::abs(seen[static_cast<std::size_t>(r)][k] - (w0[k] - 3.0)) < 1e-12);
+}
+
+// Every worker adds exactly 1 to its own element of a counter per step (sgd, lr = N,
+// gradient -1, applied as 1/N of a step per push). A pull at clock c therefore shows how
+// many steps of each worker the values include: SSP promises all but the last S.
+void ssp_bound(int world, int staleness) {
+  server_pool pool(2);
+  std::vector<std::uint64_t> violations(static_cast<std::size_t>(world), 0), reads(static_cast<std::size_t>(world), 0);
+  std::vector<std::uint64_t> max_lag(static_cast<std::size_t>(world), 0), reported(static_cast<std::size_t>(world), 0);
+  constexpr int steps = 40;
+  on_workers(world, [&](int r) {
+    g::parameter_server<> ps(pool.options(r, world, "ssp:" + std::to_string(staleness)));
+    ps.set_optimizer("sgd", {});
+    ps.set_learning_rate(static_cast<double>(world));
+    std::vector<double> counts(static_cast<std::size_t>(world), 0.0), grad(static_cast<std::size_t>(world), 0.0);
+    grad[static_cast<std::size_t>(r)] = -1.0;
+    ps.initialize("counts", std::span<const double>(counts));
+    std::mt19937 rng(static_cast<unsigned>(r) + 1);
+    for (int c = 0; c < steps; ++c) {
+      ps.pull("counts", std::span<double>(counts));
+      ++reads[static_cast<std::size_t>(r)];
+      for (int w = 0; w < world; ++w) {
+        const auto have = static_cast<long>(std::lround(counts[static_cast<std::size_t>(w)]));
+        const long lag = c - have;
+        if (lag > staleness) ++violations[static_cast<std::size_t>(r)];
+        if (lag > 0) max_lag[static_cast<std::size_t>(r)] = std::max<std::uint64_t>(max_lag[static_cast<std::size_t>(r)], static_cast<std::uint64_t>(lag));
+      }
+      // rank 0 is a straggler; the others jitter
+      std::this_thread::sleep_for(std::chrono::microseconds(r == 0 ? 3000 : rng() % 1500));
+      ps.push("counts", std::span<const double>(grad));
+      ps.step_done();
+    }
+    reported[static_cast<std::size_t>(r)] = ps.stats().max_staleness;
+  });
+  for (int r = 0; r < world; ++r) {
+    BOOST_TEST(violations[static_cast<std::size_t>(r)] == 0u, "worker " << r << " read parameters staler than " << staleness);
+    BOOST_TEST(reads[static_cast<std::size_t>(r)] == static_cast<std::uint64_t>(steps));
+    BOOST_TEST(reported[static_cast<std::size_t>(r)] <= static_cast<std::uint64_t>(staleness));
+  }
+  // the fast workers did run ahead of the straggler (the bound is used, not just kept)
+  if (staleness > 0) BOOST_TEST(*std::max_element(max_lag.begin(), max_lag.end()) >= 1u);
+}
+
+BOOST_AUTO_TEST_CASE(ssp_never_reads_parameters_staler_than_its_bound) { ssp_bound(3, 3); }
+BOOST_AUTO_TEST_CASE(ssp_with_bound_zero_reads_as_bsp) { ssp_bound(3, 0); }
+
+// ---- through the data-parallel step: the same model source as the ring ----------------
+
+namespace {
+constexpr g::index_t n_in = 9, n_h = 13, n_out = 4, batch = 24;
+g::placeholder<"x", double, g::dyn, n_in> x;
+g::placeholder<"y", std::int32_t, g::dyn> y;
+struct mlp {
+  g::nn::dense<"fc1", n_in, n_h, double> fc1;
+  g::nn::dense<"fc2", n_h, n_out, double> fc2;
+  auto loss() const { return g::nn::softmax_cross_entropy_loss(fc2(g::tanh(fc1(x))), y); }
+  void init(g::session<g::cpu_simd>& s, std::uint64_t seed) const {
+    fc1.initialize(s, seed);
+    fc2.initialize(s, seed + 1);
+  }
+  std::vector<double> weights(g::session<g::cpu_simd>& s) const {
+    auto [w1, b1, w2, b2] = s.run(fc1.w, fc1.b, fc2.w, fc2.b);
+    std::vector<double> r(w1.begin(), w1.end());
+    r.insert(r.end(), b1.begin(), b1.end());
+    r.insert(r.end(), w2.begin(), w2.end());
+    r.insert(r.end(), b2.begin(), b2.end());
+    return r;
+  }
+};
+struct dataset {
+  std::vector<double> xs;
+  std::vector<std::int32_t> ys;
+};
+dataset make_data(int steps) {
+  std::mt19937_64 rng(3);
+  std::normal_distribution<double> nd(0, 1);
+  dataset d;
+  d.xs.resize(static_cast<std::size_t>(steps * batch * n_in));
+  d.ys.resize(static_cast<std::size_t>(steps * batch));
+  for (auto& v : d.xs) v = nd(rng);
+  for (std::size_t i = 0; i < d.ys.size(); ++i)  // a learnable rule: the sign pattern of two inputs
+    d.ys[i] = (d.xs[i * n_in] > 0 ? 1 : 0) + (d.xs[i * n_in + 1] > 0 ? 2 : 0);
+  return d;
+}
+template <class Opt>
+std::vector<double> single_process(const dataset& d, int steps, const Opt& opt) {
+  mlp m;
+  g::session<g::cpu_simd> s;
+  m.init(s, 11);
+  auto step = g::minimize(s, m.loss(), opt);
+  for (int k = 0; k < steps; ++k)
+    step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+  return m.weights(s);
+}
+template <class Mode, class Opt>
+std::vector<std::vector<double>> with_servers(int world, int servers, const dataset& d, int steps, const Opt& opt,
+                                              std::vector<double>* losses = nullptr) {
+  server_pool pool(servers);
+  std::vector<std::vector<double>> out(static_cast<std::size_t>(world));
+  on_workers(world, [&](int r) {
+    auto o = pool.options(r, world);
+    if constexpr (std::is_same_v<Mode, g::ps_async>) o.consistency = g::ps::mode::async;
+    g::parameter_server<Mode> comm(o);
+    mlp m;
+    g::session<g::cpu_simd> s;
+    m.init(s, r == 0 ? 11 : 500 + static_cast<std::uint64_t>(r));  // the servers keep the chief's
+    auto step = g::dist::minimize(comm, s, m.loss(), opt);
+    const g::index_t part = batch / world, lo = r * part;
+    for (int k = 0; k < steps; ++k) {
+      const double l = step.run(x = g::view(d.xs.data() + (k * batch + lo) * n_in, {part, n_in}),
+                                y = g::view(d.ys.data() + k * batch + lo, {part}));
+      if (losses && r == 0) losses->push_back(l);
+    }
+    if (s.global_step() != steps) throw g::error("global step " + std::to_string(s.global_step()));
+    out[static_cast<std::size_t>(r)] = m.weights(s);
+  });
+  return out;
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(bsp_with_one_worker_trains_bit_for_bit_as_one_process) {
+  const auto d = make_data(8);
+  {
+    const g::sgd opt{.lr = 0.1, .momentum = 0.9, .nesterov = true, .weight_decay = 1e-3};
+    const auto ref = single_process(d, 8, opt);
+    const auto got = with_servers<g::ps_bsp>(1, 2, d, 8, opt)[0];
+    BOOST_TEST(got == ref, "sgd with nesterov momentum and weight decay");
+  }
+  {
+    const g::adam opt{.lr = g::lr_schedule::cosine(0.01, 8)};
+    const auto ref = single_process(d, 8, opt);
+    const auto got = with_servers<g::ps_bsp>(1, 3, d, 8, opt)[0];
+    BOOST_TEST(got == ref, "adam with a cosine schedule");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bsp_with_n_workers_matches_one_process_on_the_whole_batch) {
+  const auto d = make_data(6);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
+  const auto ref = single_process(d, 6, opt);
+  for (const int world : {2, 3}) {
+    const auto out = with_servers<g::ps_bsp>(world, 2, d, 6, opt);
+    for (int r = 0; r < world; ++r) {
+      double worst = 0;
+      for (std::size_t k = 0; k < ref.size(); ++k) worst = std::max(worst, std::abs(out[static_cast<std::size_t>(r)][k] - ref[k]));
+      BOOST_TEST(worst < 1e-12, "world " << world << " rank " << r << ": " << worst);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(async_training_converges) {
+  const auto d = make_data(240);
+  std::vector<double> losses;
+  (void)with_servers<g::ps_async>(2, 2, d, 240, g::sgd{.lr = 0.3, .momentum = 0.5}, &losses);
+  double first = 0, last = 0;
+  for (int k = 0; k < 20; ++k) {
+    first += losses[static_cast<std::size_t>(k)] / 20;
+    last += losses[losses.size() - 1 - static_cast<std::size_t>(k)] / 20;
+  }
+  BOOST_TEST(last < 0.6 * first, "first 20 steps " << first << ", last 20 " << last);
+}
+
+// ---- collectives through server 0 -----------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(collectives_run_through_server_0) {
+  constexpr int world = 3;
+  server_pool pool(2);
+  on_workers(world, [&](int r) {
+    g::parameter_server<g::ps_bsp> ps(pool.options(r, world));
+    std::vector<double> v{1.0 * r, 2.0, -1.0 * r};
+    ps.allreduce_sum(std::span<double>(v));
+    if (v != std::vector<double>{3, 6, -3}) throw g::error("allreduce_sum");
+    std::vector<float> f{static_cast<float>(r)};
+    ps.allreduce_average(std::span<float>(f));
+    if (f[0] != 1.0f) throw g::error("allreduce_average");
+    std::vector<std::byte> b(5, std::byte(r));
+    ps.broadcast(std::span<std::byte>(b), 2);
+    if (b[4] != std::byte{2}) throw g::error("broadcast");
+    ps.barrier();
+    // a mismatch names both calls
+    std::vector<double> z(r == 1 ? 4 : 3, 0.0);
+    try {
+      ps.allreduce_sum(std::span<double>(z));
+      throw g::error("a mismatched collective passed");
+    } catch (const g::comm_error& e) {
+      const std::string w = e.what();
+      if (w.find("every worker must call the same collectives") == std::string::npos || w.find("allreduce_sum of 4 float64") == std::string::npos)
+        throw g::error("unexpected message: " + w);
+    }
+  });
+}
+
+// ---- errors ---------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(errors_name_the_server_the_variable_and_the_operation) {
+  {
+    server_pool pool(1);
+    g::parameter_server<g::ps_bsp> ps(pool.options(0, 1));
+    std::vector<double> w(5, 1.0);
+    ps.initialize("layer/w", std::span<const double>(w));
+    std::vector<double> wrong(4);
+    BOOST_CHECK_EXCEPTION(ps.push("layer/w", std::span<const double>(wrong)), g::error, [](const g::error& e) {
+      return std::string(e.what()).find("push of 'layer/w' with 4 float64 elements; it has 5 float64") != std::string::npos;
+    });
+    BOOST_CHECK_EXCEPTION(ps.pull("nope", std::span<double>(w)), g::error, [](const g::error& e) {
+      return std::string(e.what()).find("pull of 'nope', which was never declared") != std::string::npos;
+    });
+  }
+  {
+    // nobody listens: the wait ends at its deadline naming the server and its address
+    const std::string addr = "127.0.0.1:" + std::to_string(gradus_test::free_port());
+    g::ps_options o;
+    o.servers = {addr};
+    o.timeout = 700ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    BOOST_CHECK_EXCEPTION(g::parameter_server<g::ps_bsp>{o}, g::comm_error, [&](const g::comm_error& e) {
+      const std::string m = e.what();
+      BOOST_TEST_MESSAGE(m);
+      return m.find("no answer from server 0 (" + addr) != std::string::npos && m.find("hello") != std::string::npos;
+    });
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(junk_sent_to_a_server_is_counted_and_dropped_while_training_goes_on) {
+  const auto d = make_data(6);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
+  const auto ref = single_process(d, 6, opt);
+  server_pool pool(1);
+  std::atomic<bool> stop{false};
+  std::thread vandal([&] {
+    zmq::socket_t s(pool.ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.connect(pool.addresses[0]);
+    std::mt19937 rng(5);
+    for (int i = 0; i < 400 && !stop; ++i) {
+      std::vector<std::uint8_t> junk(rng() % 200);
+      for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+      if (i % 3 == 0 && junk.size() >= 64) {  // a valid-looking header with a lying size
+        auto h = wire::make(wire::type::push, 0, 0, 1000, wire::dtype::f64);
+        h.payload_bytes = 8;
+        std::memcpy(junk.data(), &h, 64);
+        junk.resize(64);
+      }
+      s.send(zmq::buffer(junk), zmq::send_flags::none);
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  std::vector<double> got;
+  on_workers(1, [&](int) {
+    g::parameter_server<g::ps_bsp> comm(pool.options(0, 1));
+    mlp m;
+    g::session<g::cpu_simd> s;
+    m.init(s, 11);
+    auto step = g::dist::minimize(comm, s, m.loss(), opt);
+    for (int k = 0; k < 6; ++k) {
+      step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+      std::this_thread::sleep_for(20ms);
+    }
+    got = m.weights(s);
+  });
+  stop = true;
+  vandal.join();
+  BOOST_TEST(got == ref);
+  BOOST_TEST(pool.servers[0]->stats().malformed + pool.servers[0]->stats().rejected > 10u);
+}
