@@ -1,7 +1,12 @@
 #pragma once
 // The data-parallel options every training example takes, and the communicator they name:
-//   --comm local|ring      one process, or a ring all-reduce between the processes that
-//                          gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe
+//   --comm local|ring|ps   one process, a ring all-reduce between the processes that
+//                          gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe, or
+//                          their parameter servers (ps tasks: gradus-run --ps M, GRADUS_PS,
+//                          TF_CONFIG cluster.ps); a ps task serves (serve_if_ps) and ends
+//   --consistency C        --comm ps: async | bsp | ssp:S (stale-synchronous, bound S)
+//   --slow-rank R --slow-ms MS   rank R sleeps MS ms in every step (a straggler, for
+//                          benchmarks and tests)
 //   --comm-timeout S       how long any one wait of a collective may last
 //   --comm-transport T     the ring's data path (tcp | ipc | auto)
 //   --bucket-mb M          MiB of gradients all-reduced together
@@ -15,9 +20,12 @@
 #include <chrono>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include <gradus/backends/ring_allreduce.hpp>
+#include <gradus/backends/zmq_ps.hpp>
 #include <gradus/dist/cluster.hpp>
 #include <gradus/dist/data_parallel.hpp>
 
@@ -35,13 +43,37 @@ struct comm_options {
   std::string transport = "tcp";
   bool check_numerics = false;   // session::set_check_numerics
   std::int64_t check_replicas = 0;  // data_parallel_options::check_replicas_every
+  std::string consistency = "bsp";  // --comm ps: async | bsp | ssp:S
+  int slow_rank = -1;               // this rank sleeps slow_ms in every step
+  double slow_ms = 0;
+
+  // The straggler's pause, once per step (a no-op on every other rank).
+  void maybe_slow(int rank) const {
+    if (rank == slow_rank && slow_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(slow_ms * 1000)));
+  }
 };
 
 inline void add_comm_options(CLI::App& app, comm_options& o) {
   app.add_option("--comm", o.comm,
-                 "communicator: local (one process) or ring (ring all-reduce over ZeroMQ between the processes "
-                 "that gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe)")
-      ->check(CLI::IsMember({"local", "ring"}));
+                 "communicator: local (one process), ring (ring all-reduce over ZeroMQ between the processes "
+                 "that gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe) or ps (parameter servers: "
+                 "the cluster's ps tasks hold the variables; gradus-run --ps M)")
+      ->check(CLI::IsMember({"local", "ring", "ps"}));
+  app.add_option("--consistency", o.consistency,
+                 "--comm ps: async (apply each push on arrival), bsp (average every worker's step), or ssp:S "
+                 "(stale-synchronous: read no parameters missing an update older than S steps)")
+      ->check([](const std::string& v) {
+        try {
+          g::ps_options p;
+          g::parse_consistency(v, p);
+          return std::string();
+        } catch (const g::error& e) {
+          return std::string(e.what());
+        }
+      });
+  app.add_option("--slow-rank", o.slow_rank, "this rank sleeps --slow-ms in every step (a straggler; -1: none)")
+      ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--slow-ms", o.slow_ms, "milliseconds --slow-rank sleeps in every step")->check(CLI::Range(0.0, 60000.0));
   app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--comm-transport", o.transport,
@@ -82,12 +114,40 @@ inline g::dist::any_communicator make_communicator(const comm_options& o) {
   }
   const g::cluster::spec c = g::cluster::from_env();
   if (!c.is_worker())
-    throw g::error("gradus: --comm ring: this process is a '" + c.task_type + "' task of the " + c.source +
-                   " cluster spec, not a worker");
+    throw g::error("gradus: --comm " + o.comm + ": this process is a '" + c.task_type + "' task of the " + c.source +
+                   " cluster spec, not a worker" + (c.task_type == "ps" ? " (a ps task serves: the program calls serve_if_ps first)" : ""));
+  if (o.comm == "ps") {
+    g::ps_options po;
+    po.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+    g::parse_consistency(o.consistency, po);
+    return g::dist::any_communicator::make<g::parameter_server<>>(c, po);
+  }
   g::ring_options ro;
   ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
   ro.transport = o.transport;
   return g::dist::any_communicator::make<g::ring_allreduce>(c, ro);
+}
+
+// A ps task of the cluster (gradus-run --ps, GRADUS_ROLE=ps, a TF_CONFIG task of type
+// "ps") serves the variables until the chief ends the job and returns its exit status;
+// a worker gets nothing and goes on. Every training example calls it first, so one
+// program is both (TensorFlow's server.join()); a ps process never loads the data.
+inline std::optional<int> serve_if_ps(const comm_options& o) {
+  g::cluster::spec c;
+  try {
+    c = g::cluster::from_env();
+  } catch (const g::error&) {
+    if (o.comm == "local") return std::nullopt;  // make_communicator warns about it
+    throw;
+  }
+  if (c.task_type != "ps") return std::nullopt;
+  if (o.comm != "ps")
+    throw g::error("gradus: this process is ps task " + std::to_string(c.task_index) + " of the " + c.source +
+                   " cluster spec, but --comm is " + o.comm + " (pass --comm ps to every process of the job)");
+  g::ps::server_options so;
+  so.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+  g::ps::serve(c, so);
+  return 0;
 }
 
 inline g::dist::data_parallel_options data_parallel_options(const comm_options& o) {

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
     if (threads > 0) g::cpu_simd::set_threads(threads);
     auto comm = gradus_examples::make_communicator(co);
     const int rank = comm.rank(), world = comm.world_size();
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
       const auto first = static_cast<std::size_t>(shard.begin + (k % batches) * b);
       const float l = step.run(x = g::view(xs.data() + first * features, {b, features}),
                                y = g::view(ys.data() + first, {b, 1}));
+      co.maybe_slow(rank);
       if (!std::isfinite(l)) {
         std::fprintf(stderr, "linear_regression: the loss diverged at step %lld (loss %g); lower --lr\n",
                      static_cast<long long>(k), static_cast<double>(l));
@@ -132,6 +134,7 @@ int main(int argc, char** argv) {
         std::printf("step %6lld  loss %.6f\n", static_cast<long long>(k), static_cast<double>(l));
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    step.pull_variables();  // --comm ps: every worker ends on the servers' final values
 
     // ---- results: the full-data loss and the coefficients against the true ones
     const double final_loss = s.run(loss, x = g::view(xs.data(), {samples, features}), y = g::view(ys.data(), {samples, 1}))[0];

@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
     if (threads > 0) g::cpu_simd::set_threads(threads);
     const dataset all = read_libsvm(data);
 
@@ -237,6 +238,7 @@ int main(int argc, char** argv) {
         const auto f = static_cast<std::size_t>(first);
         const float l = step.run(x = g::view(src->x.data() + f * features, {bs, features}),
                                  y = g::view(src->y.data() + f, {bs, 1}));
+        co.maybe_slow(rank);
         if (!std::isfinite(l)) throw std::runtime_error("the loss is not finite at epoch " + std::to_string(e) + "; lower --lr");
         sum += static_cast<double>(l) * static_cast<double>(bs);
         seen += bs;
@@ -249,6 +251,7 @@ int main(int argc, char** argv) {
       }
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    step.pull_variables();  // --comm ps: every worker ends on the servers' final values
     const auto [train_loss, train_acc] = eval(train, n_train);
     const auto [test_loss, test_acc] = eval(test, n_test);
 

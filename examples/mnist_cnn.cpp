@@ -26,6 +26,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   return gx::guarded([&] {
+    if (const auto rc = gx::serve_if_ps(o)) return *rc;  // a ps task serves and ends
     const gx::mnist_data data = gx::load_mnist(o);
     g::placeholder<"x", float, g::dyn, 784> x;
     g::placeholder<"y", std::int32_t, g::dyn> y;

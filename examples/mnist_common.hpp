@@ -226,6 +226,9 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   const bool quiet = o.quiet || !chief;
   if (o.resume && o.checkpoint.empty())
     throw g::error("gradus: " + example + ": --resume needs --checkpoint FILE.npz");
+  if (!o.checkpoint.empty() && o.comm == "ps")
+    throw g::error("gradus: " + example + ": --checkpoint with --comm ps is not supported yet (the optimizer state lives "
+                   "on the servers; see docs/parameter_server.md)");
   if (!o.checkpoint.empty() && chief) ensure_parent_directory(o.checkpoint, "--checkpoint");
 
   // ---- what every rank must agree on besides the graph and the optimizer (the step adds
@@ -287,6 +290,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
       if (k++ == steps_per_epoch) break;
       const std::int64_t at = s.global_step();
       const double l = step.run(x = xb, y = yb);
+      o.maybe_slow(rank);
       if (e == first && k == 1) first_loss = l;
       if (diverged_at < 0 &&
           (!std::isfinite(l) || (o.max_loss_ratio > 0 && first_loss > 0 && l > o.max_loss_ratio * first_loss))) {
@@ -341,6 +345,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   }
 
   if (world > 1) {  // every rank: the replicas must hold the same bits
+    step.pull_variables();  // a parameter server's final values on every worker
     step.check_replicas();  // names the first tensor that differs, on every rank
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session_checksum(s)));
@@ -348,7 +353,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   }
   if (o.json && chief) {
     const int run = o.epochs - first;
-    const nlohmann::json j = {{"example", example},
+    nlohmann::json j = {{"example", example},
                               {"epochs", o.epochs},
                               {"start_epoch", first + 1},
                               {"batch", o.batch},
@@ -363,6 +368,10 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
                               {"comm", comm.name()},
                               {"comm_wait_seconds", wait_total / run},
                               {"peak_rss_mb", peak_rss_mb()}};
+    if (o.comm == "ps") {
+      j["consistency"] = o.consistency;
+      j["servers"] = g::cluster::from_env().ps.size();
+    }
     std::cout << j.dump() << std::endl;
   }
   return 0;

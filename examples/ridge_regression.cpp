@@ -75,6 +75,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
     if (threads > 0) g::cpu_simd::set_threads(threads);
 
     // ---- data: x = A z + mu (correlated, scaled, shifted), y = x.w_true + b_true + noise
@@ -170,6 +171,7 @@ int main(int argc, char** argv) {
     double gnorm = 0;
     for (; done < steps;) {
       const double l = step.run(feed_x, feed_y);
+      co.maybe_slow(rank);
       ++done;
       double sq = 0;
       for (const auto& gb : step.gradients())
@@ -185,6 +187,7 @@ int main(int argc, char** argv) {
       if (gnorm <= tol) break;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    step.pull_variables();  // --comm ps: every worker ends on the servers' final values
     const double final_loss =
         s.run(loss, x = g::view(X.data(), {samples, features}), yp = g::view(y.data(), {samples, 1}))[0];
 

@@ -214,6 +214,17 @@ class data_parallel_step {
     synced_ = true;
   }
 
+  // A parameter server: every worker waits for the others (a barrier), then pulls the
+  // variables, so that all replicas hold the servers' final values (in async and SSP modes
+  // they differ until then). Call it on every worker after the last step.
+  void pull_variables() {
+    if constexpr (parameter_server_policy<Comm>) {
+      if (!dist::holds_variables(comm_) || !on_server_) return;
+      on_worker([this] { comm_.barrier(); });
+      pull_all();
+    }
+  }
+
   // Fields every rank must agree on besides those the step knows (the graph's tensors, the
   // optimizer, the world size): {{"batch_size", "64"}, {"epochs", "3"}, {"data_seed", "1"}}.
   // Set before the first run.
@@ -249,7 +260,7 @@ class data_parallel_step {
   loss_type run_with_server(const Feeds&... feeds) {
     auto& s = step_.owner();
     const auto& names = Step::variable_names();
-    if (!synced_) {  // offer this rank's first values (the server keeps rank 0's), then pull
+    if (!on_server_) {  // offer this rank's first values (the server keeps rank 0's), then pull
       check_run_fingerprint();
       if constexpr (requires { comm_.set_optimizer(std::string(), std::map<std::string, std::string>()); }) {
         std::map<std::string, std::string> settings;
@@ -263,7 +274,7 @@ class data_parallel_step {
         worker_.submit([this, i, key = names[i]] { with_span(i, [&](auto sp) { comm_.initialize(key, as_const(sp)); }); });
       }
       pull_all();
-      synced_ = true;
+      on_server_ = synced_ = true;
     }
     if constexpr (requires { comm_.set_learning_rate(1.0); }) {
       const double lr = step_.learning_rate();
@@ -437,6 +448,7 @@ class data_parallel_step {
   bool fingerprint_checked_ = false;
   std::size_t next_ = 0;
   bool synced_ = false;
+  bool on_server_ = false;  // a parameter server holds the variables (run_with_server's first step)
   std::mutex stats_m_;
   comm_stats stats_;
   comm_worker worker_;  // last: its thread stops before the buckets it reads go away
