@@ -49,7 +49,7 @@ struct server_pool {
       o.address = "127.0.0.1:0";
       o.index = i;
       o.idle_exit = 60s;
-      o.log = [](const std::string&) {};
+      if (!std::getenv("PS_TEST_LOG")) o.log = [](const std::string&) {};
       servers.push_back(std::make_unique<g::ps::server>(ctx, o));
       addresses.push_back(servers.back()->endpoint());
     }
@@ -502,4 +502,81 @@ BOOST_AUTO_TEST_CASE(junk_sent_to_a_server_is_counted_and_dropped_while_training
   vandal.join();
   BOOST_TEST(got == ref);
   BOOST_TEST(pool.servers[0]->stats().malformed + pool.servers[0]->stats().rejected > 10u);
+}
+
+// ---- a worker lost mid-training -------------------------------------------------------
+
+namespace {
+// A worker that says hello as `rank` and then vanishes without a goodbye (its socket
+// closes at once: what the server sees of a killed process).
+void vanishing_worker(const std::vector<std::string>& servers, int rank, int world, const std::string& mode, int staleness) {
+  zmq::context_t ctx(1);
+  std::vector<zmq::socket_t> socks;
+  const std::string hello = "{\"rank\":" + std::to_string(rank) + ",\"world_size\":" + std::to_string(world) + ",\"mode\":\"" +
+                            mode + "\",\"staleness\":" + std::to_string(staleness) + "}";
+  for (const auto& server : servers) {
+    auto& s = socks.emplace_back(ctx, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvtimeo, 5000);
+    s.connect(server);
+    auto h = wire::make(wire::type::hello);
+    h.rank = rank;
+    h.payload_bytes = hello.size();
+    s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(hello), zmq::send_flags::none);
+    zmq::message_t reply;
+    if (!s.recv(reply)) throw g::error("vanishing_worker: no answer to hello");
+  }
+  std::this_thread::sleep_for(200ms);
+}  // closes: the connections drop
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_lost_worker_fails_a_bsp_job_at_once_naming_it) {
+  server_pool pool(1);
+  g::parameter_server<g::ps_bsp> ps(pool.options(0, 2));
+  std::jthread ghost([&] { vanishing_worker(pool.addresses, 1, 2, "bsp", 0); });
+  std::vector<double> w(10, 1.0);
+  ps.initialize("w", std::span<const double>(w));
+  ps.push("w", std::span<const double>(w));
+  ps.step_done();
+  const auto t0 = std::chrono::steady_clock::now();
+  BOOST_CHECK_EXCEPTION(ps.pull("w", std::span<double>(w)), g::error, [](const g::error& e) {
+    const std::string m = e.what();
+    BOOST_TEST_MESSAGE(m);
+    return m.find("worker 1") != std::string::npos && m.find("was lost at clock 0") != std::string::npos &&
+           m.find("bsp cannot finish a step without it") != std::string::npos;
+  });
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));  // not the 20 s deadline
+}
+
+BOOST_AUTO_TEST_CASE(async_and_ssp_go_on_without_a_lost_worker) {
+  for (const std::string mode : {"async", "ssp:1"}) {
+    server_pool pool(2);
+    constexpr int world = 3;
+    std::vector<std::vector<double>> last(2);
+    std::jthread ghost([&] { vanishing_worker(pool.addresses, 2, world, mode == "async" ? "async" : "ssp", mode == "async" ? 0 : 1); });
+    on_workers(2, [&](int r) {
+      g::parameter_server<> ps(pool.options(r, world, mode));
+      ps.set_optimizer("sgd", {});
+      ps.set_learning_rate(1.0);
+      std::vector<double> counts(world, 0.0), grad(world, 0.0);
+      grad[static_cast<std::size_t>(r)] = -1.0;
+      ps.initialize("counts", std::span<const double>(counts));
+      for (int c = 0; c < 30; ++c) {
+        ps.pull("counts", std::span<double>(counts));
+        ps.push("counts", std::span<const double>(grad));
+        ps.step_done();
+        std::this_thread::sleep_for(10ms);  // the ghost vanishes meanwhile
+      }
+      std::vector<double> sum{1.0};
+      ps.allreduce_sum(std::span<double>(sum));  // counts only the live workers
+      if (sum[0] != 2.0) throw g::error("allreduce_sum over the survivors: " + std::to_string(sum[0]));
+      ps.barrier();
+      ps.pull("counts", std::span<double>(counts));
+      last[static_cast<std::size_t>(r)] = counts;
+    });
+    // both survivors' 30 pushes arrived (each 1/live of a step: 1/3 while the ghost lived, then 1/2)
+    for (int r = 0; r < 2; ++r) BOOST_TEST(last[static_cast<std::size_t>(r)][static_cast<std::size_t>(r)] > 10.0, mode);
+    BOOST_TEST(pool.servers[0]->stats().workers_lost == 1u, mode);
+  }
 }

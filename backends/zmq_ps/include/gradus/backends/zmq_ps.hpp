@@ -36,6 +36,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include <unistd.h>
+
 #include "gradus/backends/zmq_ps/partition.hpp"
 #include "gradus/backends/zmq_ps/server.hpp"
 #include "gradus/backends/zmq_ps/wire.hpp"
@@ -147,7 +149,11 @@ class parameter_server {
       }
     } catch (...) {
     }
-    for (auto& s : socks_) s.set(zmq::sockopt::linger, 0);
+    for (std::size_t k = 0; k < socks_.size(); ++k) {
+      (void)zmq_socket_monitor(socks_[k].handle(), nullptr, 0);  // before its reader closes (libzmq 4.3 leaks undelivered events)
+      socks_[k].set(zmq::sockopt::linger, 0);
+    }
+    mons_.clear();
     socks_.clear();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!flags_.empty() && std::chrono::steady_clock::now() < until) {
@@ -340,7 +346,17 @@ class parameter_server {
       } catch (const zmq::error_t& e) {
         throw comm_error(prefix() + "cannot connect to " + server_name(static_cast<int>(socks_.size())) + ": " + e.what());
       }
+      // A server whose connection closes (its process died, or its heartbeats stopped) is
+      // noticed by the waits within a grace period, not at their deadline.
+      const std::string mep = "inproc://gradus-ps-client-monitor-" + std::to_string(::getpid()) + "-" +
+                              std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(socks_.size());
+      if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED) != 0) throw zmq::error_t();
+      zmq::socket_t m(*o_.context, zmq::socket_type::pair);
+      m.set(zmq::sockopt::linger, 0);
+      m.connect(mep);
       socks_.push_back(std::move(d));
+      mons_.push_back(std::move(m));
+      links_.push_back({});
     }
     // Hello to every server, waited for: a worker that cannot reach its servers says so
     // here (ZeroMQ retries the connection, so servers may start after the workers).
@@ -469,7 +485,10 @@ class parameter_server {
   void pump(int wait_ms) {
     std::vector<zmq::pollitem_t> items;
     for (auto& s : socks_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& m : mons_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
+    for (std::size_t k = 0; k < mons_.size(); ++k)
+      if (items[socks_.size() + k].revents & ZMQ_POLLIN) link_events(k);
     for (std::size_t k = 0; k < socks_.size(); ++k) {
       if (!(items[k].revents & ZMQ_POLLIN)) continue;
       for (int budget = 0; budget < 1024; ++budget) {
@@ -515,6 +534,22 @@ class parameter_server {
     }
   }
 
+  void link_events(std::size_t k) {
+    for (int budget = 0; budget < 64; ++budget) {
+      zmq::message_t ev, addr;
+      if (!mons_[k].recv(ev, zmq::recv_flags::dontwait)) return;
+      if (ev.more()) (void)mons_[k].recv(addr, zmq::recv_flags::none);
+      std::uint16_t event = 0;
+      if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
+      if (event == ZMQ_EVENT_DISCONNECTED && links_[k].up) {
+        links_[k].up = false;
+        links_[k].down_since = std::chrono::steady_clock::now();
+      } else if (event == ZMQ_EVENT_CONNECTED) {
+        links_[k].up = true;
+      }
+    }
+  }
+
   // Waits for request `id` (answered, and its zero-copy payload released).
   void wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error) {
     auto it = reqs_.find(id);
@@ -535,6 +570,14 @@ class parameter_server {
       pump(static_cast<int>(std::min<long long>(left, r.answered ? 1 : 50)));
       it = reqs_.find(id);
       if (it == reqs_.end()) return;
+      const auto& link = links_[static_cast<std::size_t>(it->second.server)];
+      if (!link.up && !it->second.answered && std::chrono::steady_clock::now() - link.down_since > std::chrono::seconds(1)) {
+        const std::string text = prefix() + server_name(it->second.server) + " is gone: its connection closed during " +
+                                 (what ? what : ps::wire::type_name(it->second.type)) + " and did not come back within 1 s (the ps process died or was stopped)";
+        reqs_.erase(it);
+        if (!throw_on_error) return;
+        fail(text);
+      }
     }
     auto r = std::move(it->second);
     reqs_.erase(it);
@@ -561,7 +604,12 @@ class parameter_server {
 
   ps_options o_;
   std::unique_ptr<zmq::context_t> own_ctx_;
-  std::vector<zmq::socket_t> socks_;
+  std::vector<zmq::socket_t> socks_, mons_;
+  struct link {
+    bool up = true;  // until its connection is seen to close
+    std::chrono::steady_clock::time_point down_since{};
+  };
+  std::vector<link> links_;
   ps::mode mode_ = ps::mode::bsp;
   int staleness_ = 0;
   bool flushed_ = false, broken_ = false, shutdown_on_exit_ = true;

@@ -22,6 +22,7 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -37,6 +38,7 @@
 
 #include <netdb.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "gradus/backends/cpu_simd.hpp"
 #include "gradus/backends/zmq_ps/wire.hpp"
@@ -115,6 +117,9 @@ struct server_options {
   // A worker whose connection is silent this long is dropped (ZMTP heartbeats; its I/O
   // thread answers while its program computes).
   std::chrono::milliseconds heartbeat_timeout{10000};
+  // bsp: when a worker dies, fail the job at once (default, naming it) or go on with the
+  // survivors (the step's average then counts only them).
+  bool bsp_continue_without_dead = false;
   // Stop when nothing at all has been heard for this long (0: never). Tests use it as a
   // bound; a job's servers end by `shutdown`.
   std::chrono::milliseconds idle_exit{0};
@@ -122,7 +127,7 @@ struct server_options {
 };
 
 struct server_stats {
-  std::uint64_t messages = 0, malformed = 0, rejected = 0, pushes = 0, pulls = 0, updates = 0, collectives = 0;
+  std::uint64_t messages = 0, malformed = 0, rejected = 0, pushes = 0, pulls = 0, updates = 0, collectives = 0, workers_lost = 0;
 };
 
 class server {
@@ -145,6 +150,23 @@ class server {
       }
     }
     bound_ = sock_.get(zmq::sockopt::last_endpoint);
+    // Lost connections (a worker that died, or whose heartbeats stopped) come as
+    // DISCONNECTED events carrying the connection's file descriptor; each worker's is
+    // known from its messages (ZMQ_SRCFD).
+    static std::atomic<unsigned long> counter{0};
+    const std::string ep = "inproc://gradus-ps-monitor-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
+                           std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    if (zmq_socket_monitor(sock_.handle(), ep.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
+    mon_.emplace(ctx, zmq::socket_type::pair);
+    mon_->set(zmq::sockopt::linger, 0);
+    mon_->connect(ep);
+  }
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
+  ~server() {
+    // stop the monitor before closing its reader: libzmq 4.3 leaks events it cannot deliver
+    (void)zmq_socket_monitor(sock_.handle(), nullptr, 0);
+    mon_.reset();
   }
 
   // The endpoint actually bound (with the port the system chose for ":0").
@@ -155,8 +177,10 @@ class server {
   void run() {
     auto last_heard = std::chrono::steady_clock::now();
     while (!done_) {
-      zmq::pollitem_t item{sock_.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+      zmq::pollitem_t items[2] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {mon_->handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::poll(items, 2, std::chrono::milliseconds(100));
+      if (items[1].revents & ZMQ_POLLIN) monitor_events();
+      const auto& item = items[0];
       if (item.revents & ZMQ_POLLIN) {
         last_heard = std::chrono::steady_clock::now();
         while (!done_ && receive_one()) {
@@ -176,7 +200,9 @@ class server {
   struct worker {
     std::string id;  // ZeroMQ routing id
     std::uint64_t clock = 0;
-    bool joined = false, left = false;
+    bool joined = false, left = false, dead = false;
+    int fd = -1;               // its connection (ZMQ_SRCFD), to recognise its DISCONNECTED
+    std::string peer_address;  // where it connects from ("Peer-Address"), for messages
   };
   struct pending_step {
     std::vector<std::vector<std::byte>> grads;  // per rank
@@ -266,7 +292,14 @@ class server {
       note_malformed(d.error);
       return true;
     }
+    last_fd_ = parts[1].get(ZMQ_SRCFD);
     try {
+      const char* addr = nullptr;
+      try {
+        addr = parts[1].gets("Peer-Address");
+      } catch (const zmq::error_t&) {
+      }
+      last_peer_ = addr ? addr : "";
       handle(id, d.msg->h, d.msg->payload);
     } catch (const std::exception& e) {
       ++stats_.rejected;
@@ -324,7 +357,9 @@ class server {
   }
 
   void handle(const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
-    switch (static_cast<wire::type>(h.type)) {
+    const auto t = static_cast<wire::type>(h.type);
+    if (!job_failed_.empty() && t != wire::type::bye && t != wire::type::shutdown) throw error(job_failed_);
+    switch (t) {
       case wire::type::hello: return hello(id, h, payload);
       case wire::type::config: return config(sender(id, h), id, h, payload);
       case wire::type::init: return init(sender(id, h), id, h, payload);
@@ -385,9 +420,12 @@ class server {
     auto& w = workers_[static_cast<std::size_t>(rank)];
     if (w.joined && w.id != id && !w.left)
       throw error(prefix() + "worker " + std::to_string(rank) + " said hello twice from different connections (two processes with one rank?)");
+    if (w.dead) throw error(prefix() + "worker " + std::to_string(rank) + " was declared dead; it cannot rejoin this job");
     w.id = id;
     w.joined = true;
     w.left = false;
+    w.fd = last_fd_;
+    w.peer_address = last_peer_;
     auto r = reply_header(h);
     r.clock = w.clock;  // a reconnecting worker learns where it was
     send(id, r, std::span<const std::byte>{});
@@ -656,12 +694,26 @@ class server {
     c.in[static_cast<std::size_t>(rank)] = true;
     c.ids[static_cast<std::size_t>(rank)] = id;
     c.parts[static_cast<std::size_t>(rank)].assign(payload.begin(), payload.end());
-    if (++c.got < static_cast<int>(workers_.size())) return;
+    ++c.got;
+    finish_collective(h.clock);
+  }
+
+  // Completes collective `seq` once every live worker is in (dead ones are not waited for).
+  void finish_collective(std::uint64_t seq) {
+    auto& c = colls_.at(seq);
+    for (std::size_t r = 0; r < workers_.size(); ++r)
+      if (!workers_[r].left && !c.in[r]) return;
     ++stats_.collectives;
     std::vector<std::byte> result;
     const auto op = static_cast<wire::coll_op>(c.first.key);
     if (op == wire::coll_op::broadcast) {
-      if (c.first.offset >= workers_.size()) throw error(prefix() + "broadcast from rank " + std::to_string(c.first.offset));
+      if (c.first.offset >= workers_.size() || !c.in[c.first.offset]) {
+        const std::string text = prefix() + "broadcast from worker " + std::to_string(c.first.offset) + ", which is gone";
+        for (std::size_t k = 0; k < c.ids.size(); ++k)
+          if (c.in[k]) send(c.ids[k], fail_header(c.first), std::string_view(text));
+        colls_.erase(seq);
+        return;
+      }
       result = c.parts[c.first.offset];
     } else if (op != wire::coll_op::barrier) {
       result = combine(c, op);
@@ -670,22 +722,26 @@ class server {
     r.dtype = c.first.dtype;
     r.count = c.first.count;
     for (std::size_t k = 0; k < c.ids.size(); ++k) {
+      if (!c.in[k]) continue;
       r.rank = static_cast<int>(k);
       send(c.ids[k], r, std::span<const std::byte>(result));
     }
-    colls_.erase(h.clock);
+    colls_.erase(seq);
   }
 
   template <class T>
   static void combine_typed(collective& c, wire::coll_op op, std::vector<std::byte>& out) {
     const std::size_t n = c.first.count;
     std::vector<T> acc(n, T(0));
-    for (const auto& p : c.parts) {
-      const T* x = reinterpret_cast<const T*>(p.data());
+    std::size_t in = 0;
+    for (std::size_t r = 0; r < c.parts.size(); ++r) {
+      if (!c.in[r]) continue;
+      const T* x = reinterpret_cast<const T*>(c.parts[r].data());
       for (std::size_t i = 0; i < n; ++i) acc[i] += x[i];
+      ++in;
     }
     if (op == wire::coll_op::average)
-      for (auto& v : acc) v /= static_cast<T>(c.parts.size());
+      for (auto& v : acc) v /= static_cast<T>(in);
     out.resize(n * sizeof(T));
     std::memcpy(out.data(), acc.data(), out.size());
   }
@@ -699,10 +755,62 @@ class server {
     return out;
   }
 
+  void monitor_events() {
+    for (int budget = 0; budget < 256; ++budget) {
+      zmq::message_t ev, addr;
+      if (!mon_->recv(ev, zmq::recv_flags::dontwait)) return;
+      if (ev.more()) (void)mon_->recv(addr, zmq::recv_flags::none);
+      if (ev.size() < 6) continue;
+      std::uint16_t event = 0;
+      std::uint32_t value = 0;
+      std::memcpy(&event, ev.data(), 2);
+      std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      if (event != ZMQ_EVENT_DISCONNECTED) continue;
+      for (std::size_t r = 0; r < workers_.size(); ++r)
+        if (workers_[r].joined && !workers_[r].left && workers_[r].fd == static_cast<int>(value))
+          worker_lost(static_cast<int>(r));
+    }
+  }
+
+  // A worker's connection closed without a goodbye: it died, or its heartbeats stopped.
+  void worker_lost(int r) {
+    auto& w = workers_[static_cast<std::size_t>(r)];
+    w.left = w.dead = true;
+    const std::string who = "worker " + std::to_string(r) + (w.peer_address.empty() ? "" : " (" + w.peer_address + ")");
+    if (mode_ == mode::bsp && !o_.bsp_continue_without_dead) {
+      job_failed_ = prefix() + who + " was lost at clock " + std::to_string(w.clock) +
+                    " (its connection closed: the process died, or it answered no heartbeat for " +
+                    std::to_string(o_.heartbeat_timeout.count()) + " ms); bsp cannot finish a step without it";
+      o_.log(job_failed_);
+      for (const auto& p : parked_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
+      for (const auto& p : parked_inits_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
+      parked_.clear();
+      parked_inits_.clear();
+      for (auto& [seq, c] : colls_)
+        for (std::size_t k = 0; k < c.ids.size(); ++k)
+          if (c.in[k]) send(c.ids[k], fail_header(c.first), std::string_view(job_failed_));
+      colls_.clear();
+      return;
+    }
+    o_.log(prefix() + who + " was lost at clock " + std::to_string(w.clock) + "; " + std::to_string(live_workers()) +
+           " workers go on without it (" + mode_name(mode_) + ")");
+    ++stats_.workers_lost;
+    for (auto& [key, sh] : shards_) maybe_apply_bsp(sh, key);
+    std::vector<std::uint64_t> seqs;
+    for (const auto& [seq, c] : colls_) seqs.push_back(seq);
+    for (const auto seq : seqs) finish_collective(seq);
+    serve_parked();
+    if (std::all_of(workers_.begin(), workers_.end(), [](const worker& x) { return x.left; })) done_ = true;
+  }
+
   zmq::context_t& ctx_;
   server_options o_;
   zmq::socket_t sock_;
+  std::optional<zmq::socket_t> mon_;
   std::string bound_;
+  std::string job_failed_;  // bsp: a worker was lost; every later request fails with this
+  int last_fd_ = -1;
+  std::string last_peer_;
   bool done_ = false, configured_ = false;
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
   mode mode_ = mode::bsp;
