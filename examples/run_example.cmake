@@ -28,12 +28,15 @@ if(DEFINED CHECKS)
   list(APPEND args --json)
 endif()
 
-# -DLAUNCHER="<gradus-run> -np N": run the example under it with --comm ring; only rank 0's
-# stdout counts (its "[0] " prefix removed), and it must be the only rank that prints
+# -DLAUNCHER="<gradus-run> -np N": run the example under it with --comm ring (unless ARGS
+# name another --comm); only rank 0's stdout counts (its "[0] " prefix removed), and it
+# must be the only rank that prints
 set(launcher)
 if(DEFINED LAUNCHER)
   separate_arguments(launcher UNIX_COMMAND "${LAUNCHER}")
-  list(APPEND args --comm ring)
+  if(NOT "--comm" IN_LIST args)
+    list(APPEND args --comm ring)
+  endif()
 endif()
 string(JOIN " " shown ${launcher} ${EXE} ${args})
 message(STATUS "run_example: ${shown}")

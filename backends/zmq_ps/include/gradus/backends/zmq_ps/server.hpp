@@ -19,6 +19,12 @@
 //   ssp S   each push is applied on arrival as 1/N of a step; a pull at clock c waits until
 //           every live worker's clock is >= c - S, so no worker computes on parameters
 //           missing an update older than S steps (Ho et al. 2013). S = 0 reads as BSP.
+//
+// A worker whose connection closes without a goodbye (its process died, or its ZMTP
+// heartbeats stopped for heartbeat_timeout) is lost: BSP fails the job at once naming it
+// (or, with bsp_continue_without_dead, averages the survivors); async and SSP go on
+// without it (it leaves the staleness clock, collectives count the survivors).
+// GRADUS_PS_DEBUG=1 in the environment logs each worker's connection and every closed one.
 #include <zmq.hpp>
 
 #include <algorithm>
@@ -425,6 +431,7 @@ class server {
     w.joined = true;
     w.left = false;
     w.fd = last_fd_;
+    if (std::getenv("GRADUS_PS_DEBUG")) o_.log(prefix() + "worker " + std::to_string(rank) + " fd " + std::to_string(w.fd));
     w.peer_address = last_peer_;
     auto r = reply_header(h);
     r.clock = w.clock;  // a reconnecting worker learns where it was
@@ -765,6 +772,7 @@ class server {
       std::uint32_t value = 0;
       std::memcpy(&event, ev.data(), 2);
       std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      if (std::getenv("GRADUS_PS_DEBUG")) o_.log(prefix() + "event " + std::to_string(event) + " fd " + std::to_string(value));
       if (event != ZMQ_EVENT_DISCONNECTED) continue;
       for (std::size_t r = 0; r < workers_.size(); ++r)
         if (workers_[r].joined && !workers_[r].left && workers_[r].fd == static_cast<int>(value))

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The parameter server as users run it (issue 13):
+#   check_ps.sh <example> <gradus-run> <mnist dir>
+# 1. gradus-run -np 2 --ps 2 <example> --comm ps --consistency async|bsp|ssp:2: each mode
+#    trains (12,000 images, 2 epochs) to >= 0.92 test accuracy, the JSON names the mode,
+#    the servers and the world, and the replicas agree at the end.
+# 2. A TensorFlow user's TF_CONFIG with a chief, a worker and two ps tasks, host names
+#    ("localhost"), four processes started by hand: it trains.
+# 3. A worker SIGKILLed mid-training (processes started by hand with torchrun's variables
+#    and GRADUS_PS): in bsp the other worker fails within 10 s naming worker 1; in async it
+#    goes on and finishes.
+# Every wait is bounded; every process started here is ended by PID on the way out (no
+# `timeout` wrapper in part 3: the PID killed must be the example's own).
+set -u
+exe=$1 launcher=$2 data=$3
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do
+    kill -9 "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "check_ps: $*" >&2
+  for f in "$work"/*.err "$work"/*.out; do [[ -s $f ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }; done
+  exit 1
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+json_of() { grep -h '^\(\[0\] \)\?{' "$1" | sed 's/^\[0\] //' | tail -n 1; }
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+train=(--data "$data" --train-limit 12000 --epochs 2 --seed 2 --threads 1 --json --quiet)
+
+# ---- 1. the three modes through gradus-run
+for mode in async bsp ssp:2; do
+  out=$work/mode.out
+  OMP_NUM_THREADS=1 timeout 200 "$launcher" -np 2 --ps 2 --timeout 180 "$exe" "${train[@]}" --comm ps --consistency "$mode" \
+    >"$out" 2>&1 </dev/null || fail "gradus-run --ps 2 with --consistency $mode failed"
+  j=$(json_of "$out")
+  [[ -n $j ]] || fail "$mode: no JSON line"
+  acc=$(field "$j" test_accuracy)
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "$mode: test accuracy $acc < 0.92"
+  [[ $(field "$j" comm) == parameter_server && $(field "$j" consistency) == "$mode" && $(field "$j" servers) == 2 &&
+     $(field "$j" world_size) == 2 ]] || fail "$mode: JSON $j"
+  [[ $(grep -c 'replica checksum' "$out") == 2 ]] || fail "$mode: the replica checksums were not printed"
+  echo "check_ps: $mode: test accuracy $acc, $(field "$j" epoch_seconds) s per epoch"
+done
+
+# ---- 2. TF_CONFIG with ps tasks, host names, started by hand
+p0=$(free_port) p1=$(free_port) s0=$(free_port) s1=$(free_port)
+cluster="\"cluster\": {\"chief\": [\"localhost:$p0\"], \"worker\": [\"localhost:$p1\"], \"ps\": [\"localhost:$s0\", \"localhost:$s1\"]}"
+start() {  # name type index
+  TF_CONFIG="{$cluster, \"task\": {\"type\": \"$2\", \"index\": $3}}" OMP_NUM_THREADS=1 \
+    timeout 200 "$exe" "${train[@]}" --comm ps --consistency bsp >"$work/$1.out" 2>"$work/$1.err" </dev/null &
+  pids+=($!)
+}
+start ps0 ps 0
+start ps1 ps 1
+start chief chief 0
+start worker worker 0
+for i in 2 3; do
+  wait "${pids[$i]}" || fail "TF_CONFIG: the $([[ $i == 2 ]] && echo chief || echo worker) failed"
+done
+for i in 0 1; do  # the servers end when the chief ends the job
+  for _ in $(seq 100); do kill -0 "${pids[$i]}" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "${pids[$i]}" 2>/dev/null && fail "TF_CONFIG: ps $i still serves 10 s after the job ended"
+  wait "${pids[$i]}" || fail "TF_CONFIG: ps $i exited with an error"
+done
+j=$(json_of "$work/chief.out")
+acc=$(field "$j" test_accuracy)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "TF_CONFIG: test accuracy $acc"
+echo "check_ps: TF_CONFIG (chief, worker, 2 ps on localhost): test accuracy $acc"
+pids=()
+
+# ---- 3. a worker killed mid-training
+killed() {  # mode expect(fail|finish)
+  local mode=$1 expect=$2 port ps
+  port=$(free_port)
+  ps="127.0.0.1:$(free_port),127.0.0.1:$(free_port)"
+  pids=()
+  local common=(WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GRADUS_PS=$ps OMP_NUM_THREADS=1)
+  for i in 0 1; do
+    env "${common[@]}" GRADUS_ROLE=ps GRADUS_PS_INDEX=$i "$exe" --data "$data" --comm ps --consistency "$mode" \
+      --comm-timeout 30 >"$work/k_ps$i.out" 2>"$work/k_ps$i.err" </dev/null &
+    pids+=($!)
+  done
+  for r in 0 1; do
+    env "${common[@]}" RANK=$r LOCAL_RANK=$r "$exe" --data "$data" --epochs 3 --threads 1 \
+      --comm ps --consistency "$mode" --comm-timeout 30 --log-every 20 --json >"$work/k_r$r.out" 2>"$work/k_r$r.err" </dev/null &
+    pids+=($!)
+  done
+  for _ in $(seq 300); do
+    grep -q "step" "$work/k_r0.err" 2>/dev/null && break
+    kill -0 "${pids[2]}" 2>/dev/null || fail "$mode: worker 0 exited before training"
+    sleep 0.1
+  done
+  grep -q "step" "$work/k_r0.err" || fail "$mode: worker 0 did not start training within 30 s"
+  kill -9 "${pids[3]}"
+  local start=$SECONDS
+  if [[ $expect == fail ]]; then
+    for _ in $(seq 200); do kill -0 "${pids[2]}" 2>/dev/null || break; sleep 0.05; done
+    kill -0 "${pids[2]}" 2>/dev/null && fail "$mode: worker 0 still runs 10 s after worker 1 was killed"
+    wait "${pids[2]}" && fail "$mode: worker 0 exited 0 although its peer died"
+    grep -q "worker 1 .*was lost" "$work/k_r0.err" || fail "$mode: worker 0's error does not name worker 1"
+    echo "check_ps: $mode: worker 0 stopped $((SECONDS - start)) s after worker 1 was killed: $(grep -o 'worker 1 .*was lost[^;]*' "$work/k_r0.err" | head -n 1)"
+  else
+    for _ in $(seq 1200); do kill -0 "${pids[2]}" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "${pids[2]}" 2>/dev/null && fail "$mode: worker 0 still runs 120 s after worker 1 was killed"
+    wait "${pids[2]}" || fail "$mode: worker 0 did not finish after worker 1 was killed"
+    j=$(json_of "$work/k_r0.out")
+    [[ -n $j ]] || fail "$mode: no JSON from worker 0"
+    echo "check_ps: $mode: worker 0 finished without worker 1: test accuracy $(field "$j" test_accuracy)"
+  fi
+  for i in 0 1; do
+    for _ in $(seq 150); do kill -0 "${pids[$i]}" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "${pids[$i]}" 2>/dev/null && fail "$mode: ps $i still serves 15 s after the job ended"
+  done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+  pids=()
+}
+killed bsp fail
+killed async finish
+echo "check_ps: ok"
