@@ -8,6 +8,7 @@ set -euo pipefail
 packages=(
   cmake make g++           # build; g++ 12 is the default compiler
   clang-14 libomp-14-dev   # the second compiler CI builds with, and its OpenMP runtime
+  libclang-rt-14-dev       # clang's libFuzzer and sanitizer runtimes (tests/fuzz)
   libxtensor-dev libxsimd-dev libxtensor-blas-dev   # CPU storage, SIMD, LAPACK interop
   libopenblas-openmp-dev libopenblas-dev            # BLAS; gradus prefers the OpenMP build
   libboost-test-dev        # unit tests
