@@ -31,7 +31,8 @@ fail() {
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 json_of() { grep -h '^\(\[0\] \)\?{' "$1" | sed 's/^\[0\] //' | tail -n 1; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
-train=(--data "$data" --train-limit 12000 --epochs 2 --seed 2 --threads 1 --json --quiet)
+base=(--data "$data" --train-limit 12000 --seed 2 --threads 1 --json --quiet)
+train=("${base[@]}" --epochs 2)
 
 # ---- 1. the three modes through gradus-run
 for mode in async bsp ssp:2; do
@@ -47,6 +48,25 @@ for mode in async bsp ssp:2; do
   [[ $(grep -c 'replica checksum' "$out") == 2 ]] || fail "$mode: the replica checksums were not printed"
   echo "check_ps: $mode: test accuracy $acc, $(field "$j" epoch_seconds) s per epoch"
 done
+
+# ---- 1b. checkpoints: 1 epoch with --checkpoint, then --resume to 2 (the servers' state:
+# variables, momentum, the step); the resumed run starts at epoch 2
+ck=$work/ps.npz
+OMP_NUM_THREADS=1 timeout 200 "$launcher" -np 2 --ps 2 --timeout 180 "$exe" "${base[@]}" --comm ps \
+  --consistency bsp --checkpoint "$ck" --epochs 1 >"$work/ck1.out" 2>&1 </dev/null || fail "--checkpoint with --comm ps failed"
+[[ -s $ck ]] || fail "no checkpoint written"
+python3 - "$ck" <<'PY' || fail "the checkpoint lacks the servers' optimizer state"
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+assert any(n.endswith("/momentum.npy") for n in names), names
+PY
+OMP_NUM_THREADS=1 timeout 200 "$launcher" -np 2 --ps 2 --timeout 180 "$exe" "${train[@]}" --comm ps --consistency bsp \
+  --checkpoint "$ck" --resume >"$work/ck2.out" 2>&1 </dev/null || fail "--resume with --comm ps failed"
+j=$(json_of "$work/ck2.out")
+[[ $(field "$j" start_epoch) == 2 ]] || fail "the resumed run did not start at epoch 2: $j"
+acc=$(field "$j" test_accuracy)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "resumed: test accuracy $acc"
+echo "check_ps: checkpoint after epoch 1, resumed to epoch 2: test accuracy $acc"
 
 # ---- 2. TF_CONFIG with ps tasks, host names, started by hand
 p0=$(free_port) p1=$(free_port) s0=$(free_port) s1=$(free_port)

@@ -226,9 +226,6 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   const bool quiet = o.quiet || !chief;
   if (o.resume && o.checkpoint.empty())
     throw g::error("gradus: " + example + ": --resume needs --checkpoint FILE.npz");
-  if (!o.checkpoint.empty() && o.comm == "ps")
-    throw g::error("gradus: " + example + ": --checkpoint with --comm ps is not supported yet (the optimizer state lives "
-                   "on the servers; see docs/parameter_server.md)");
   if (!o.checkpoint.empty() && chief) ensure_parent_directory(o.checkpoint, "--checkpoint");
 
   // ---- what every rank must agree on besides the graph and the optimizer (the step adds
@@ -329,6 +326,9 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     if (world > 1 && !o.quiet)  // every rank: a straggler's peers wait longest
       std::cerr << example << ": rank " << rank << " of " << world << ": epoch " << e + 1 << ": " << secs
                 << " s training, " << wait << " s waiting for the all-reduce\n";
+    // --comm ps: the servers' variables and optimizer state into every worker's session, as
+    // one consistent step (between two barriers), so that the chief evaluates and saves them
+    if (o.comm == "ps") step.pull_state();
     if (!chief) continue;  // the replicas are identical: rank 0 evaluates, saves and reports
     acc = mnist_test_accuracy(s, logits, x, d);
     if (!quiet) bar.end_epoch({{"test_accuracy", acc}});

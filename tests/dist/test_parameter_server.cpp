@@ -580,3 +580,63 @@ BOOST_AUTO_TEST_CASE(async_and_ssp_go_on_without_a_lost_worker) {
     BOOST_TEST(pool.servers[0]->stats().workers_lost == 1u, mode);
   }
 }
+
+// ---- checkpoints: the servers' state pulled as one step, and a resumed job ------------
+
+BOOST_AUTO_TEST_CASE(a_job_resumed_from_the_servers_state_trains_as_one_that_never_stopped) {
+  const auto d = make_data(8);
+  for (const bool adam : {false, true}) {
+    // the reference: 8 steps in one process
+    const g::sgd sgd_opt{.lr = 0.1, .momentum = 0.9};
+    const g::adam adam_opt{.lr = 0.01};
+    const auto ref = adam ? single_process(d, 8, adam_opt) : single_process(d, 8, sgd_opt);
+    // 4 steps on 2 servers; the servers' state (variables, momentum or Adam's moments, the
+    // step) into the session; a new session takes it (as restore_checkpoint would)
+    std::vector<std::pair<std::string, std::vector<std::byte>>> saved;
+    std::int64_t saved_step = 0;
+    const auto run = [&](int first, int steps, bool restore) {
+      server_pool pool(2);
+      std::vector<double> out;
+      on_workers(1, [&](int) {
+        g::parameter_server<g::ps_bsp> comm(pool.options(0, 1));
+        mlp m;
+        g::session<g::cpu_simd> s;
+        m.init(s, 11);
+        const auto body = [&](auto& step) {
+          if (restore) {
+            for (const auto& e : s.entries())
+              for (const auto& [name, bytes] : saved)
+                if (e.name == name) std::memcpy(e.data, bytes.data(), bytes.size());
+            s.set_global_step(saved_step);
+          }
+          for (int k = first; k < first + steps; ++k)
+            step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+          step.pull_state();
+          saved.clear();
+          for (const auto& e : s.entries()) {
+            const auto n = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == std::string_view("float64") ? 8 : 4);
+            saved.emplace_back(std::string(e.name), std::vector<std::byte>(static_cast<const std::byte*>(e.data),
+                                                                           static_cast<const std::byte*>(e.data) + n));
+          }
+          saved_step = s.global_step();
+          out = m.weights(s);
+        };
+        if (adam) {
+          auto step = g::dist::minimize(comm, s, m.loss(), adam_opt);
+          body(step);
+        } else {
+          auto step = g::dist::minimize(comm, s, m.loss(), sgd_opt);
+          body(step);
+        }
+      });
+      return out;
+    };
+    (void)run(0, 4, false);
+    BOOST_TEST(saved_step == 4);
+    bool has_state = false;
+    for (const auto& [name, bytes] : saved) has_state = has_state || name.find(adam ? "/adam_v" : "/momentum") != std::string::npos;
+    BOOST_TEST(has_state, "the optimizer state is in the session");
+    const auto resumed = run(4, 4, true);
+    BOOST_TEST(resumed == ref, (adam ? "adam" : "sgd with momentum") << ": 4 steps, the servers' state, 4 more = 8 steps");
+  }
+}

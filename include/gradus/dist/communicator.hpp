@@ -15,12 +15,14 @@
 #include <algorithm>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "gradus/core/error.hpp"
 
@@ -112,6 +114,10 @@ class any_communicator {
     virtual void push(std::string_view, std::span<const double>) = 0;
     virtual void pull(std::string_view, std::span<float>) = 0;
     virtual void pull(std::string_view, std::span<double>) = 0;
+    virtual void initialize(std::string_view, std::span<const float>, std::vector<std::span<const float>>, std::int64_t) = 0;
+    virtual void initialize(std::string_view, std::span<const double>, std::vector<std::span<const double>>, std::int64_t) = 0;
+    virtual std::int64_t snapshot(std::string_view, std::span<float>, std::vector<std::span<float>>) = 0;
+    virtual std::int64_t snapshot(std::string_view, std::span<double>, std::vector<std::span<double>>) = 0;
     virtual void step_done() = 0;
     virtual void set_optimizer(std::string, std::map<std::string, std::string>) = 0;
     virtual void set_learning_rate(double) = 0;
@@ -145,6 +151,30 @@ class any_communicator {
     void pull(std::string_view k, std::span<float> x) override { on_server("pull", [&](auto& p) { p.pull(k, x); }); }
     void pull(std::string_view k, std::span<double> x) override { on_server("pull", [&](auto& p) { p.pull(k, x); }); }
     void step_done() override { on_server("step_done", [](auto& p) { p.step_done(); }); }
+    template <class T>
+    void init_state(std::string_view k, std::span<const T> x, std::vector<std::span<const T>> sl, std::int64_t step) {
+      on_server("initialize", [&](auto& p) {
+        if constexpr (requires { p.initialize(k, x, std::move(sl), step); }) p.initialize(k, x, std::move(sl), step);
+        else p.initialize(k, x);
+      });
+    }
+    template <class T>
+    std::int64_t snap(std::string_view k, std::span<T> x, std::vector<std::span<T>> sl) {
+      std::int64_t r = -1;
+      on_server("snapshot", [&](auto& p) {
+        if constexpr (requires { p.snapshot(k, x, std::move(sl)); }) r = p.snapshot(k, x, std::move(sl));
+        else p.pull(k, x);
+      });
+      return r;
+    }
+    void initialize(std::string_view k, std::span<const float> x, std::vector<std::span<const float>> sl, std::int64_t step) override {
+      init_state(k, x, std::move(sl), step);
+    }
+    void initialize(std::string_view k, std::span<const double> x, std::vector<std::span<const double>> sl, std::int64_t step) override {
+      init_state(k, x, std::move(sl), step);
+    }
+    std::int64_t snapshot(std::string_view k, std::span<float> x, std::vector<std::span<float>> sl) override { return snap(k, x, std::move(sl)); }
+    std::int64_t snapshot(std::string_view k, std::span<double> x, std::vector<std::span<double>> sl) override { return snap(k, x, std::move(sl)); }
     void set_optimizer(std::string n, std::map<std::string, std::string> s) override {
       if constexpr (requires { c.set_optimizer(std::move(n), std::move(s)); }) c.set_optimizer(std::move(n), std::move(s));
     }
@@ -189,6 +219,14 @@ class any_communicator {
   template <class T>
   void pull(std::string_view key, std::span<T> x) {
     p_->pull(key, x);
+  }
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> x, std::vector<std::span<const T>> slots, std::int64_t step) {
+    p_->initialize(key, x, std::move(slots), step);
+  }
+  template <class T>
+  std::int64_t snapshot(std::string_view key, std::span<T> x, std::vector<std::span<T>> slots) {
+    return p_->snapshot(key, x, std::move(slots));
   }
   void step_done() { p_->step_done(); }
   void set_optimizer(std::string name, std::map<std::string, std::string> settings) { p_->set_optimizer(std::move(name), std::move(settings)); }

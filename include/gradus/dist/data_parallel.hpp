@@ -154,6 +154,7 @@ class data_parallel_step {
       throw error("gradus: data_parallel: check_replicas_every must be >= 0, got " +
                   std::to_string(opts_.check_replicas_every));
     optimizer_fields_.push_back({"optimizer", std::string(Opt::name)});
+    for (int k = 0; k < opt.slot_count(); ++k) slot_names_.emplace_back(opt.slot_name(k));
     if constexpr (requires { opt.settings([](std::string_view, const std::string&) {}); })
       opt.settings([&](std::string_view k, const std::string& v) {
         optimizer_fields_.push_back({"optimizer." + std::string(k), v});
@@ -214,6 +215,37 @@ class data_parallel_step {
     synced_ = true;
   }
 
+  // A parameter server: the servers' variables and optimizer state into this worker's
+  // session (between two barriers, so that no worker pushes meanwhile: one consistent
+  // step), so that save_checkpoint writes what the servers hold. Every worker calls it at
+  // the same step; elsewhere it does nothing.
+  void pull_state() {
+    if constexpr (parameter_server_policy<Comm>) {
+      if (!dist::holds_variables(comm_) || !on_server_) return;
+      const auto& names = Step::variable_names();
+      on_worker([this, &names] {
+        comm_.barrier();
+        for (std::size_t i = 0; i < Step::variable_count; ++i)
+          with_span(i, [&](auto sp) {
+            using T = typename decltype(sp)::element_type;
+            if constexpr (requires { comm_.snapshot(names[i], sp, std::vector<std::span<T>>{}); }) {
+              std::vector<std::span<T>> slots;
+              for (auto& b : slot_host_[i]) slots.emplace_back(reinterpret_cast<T*>(b.data()), b.size() / sizeof(T));
+              (void)comm_.snapshot(names[i], sp, std::move(slots));
+            } else {
+              comm_.pull(names[i], sp);
+            }
+          });
+        comm_.barrier();
+      });
+      for (std::size_t i = 0; i < Step::variable_count; ++i) {
+        backend::copy_to_device(storage_[i], host_[i].data(), host_[i].size());
+        for (std::size_t k = 0; k < slot_names_.size(); ++k)
+          backend::copy_to_device(slot_storage_[i][k], slot_host_[i][k].data(), slot_host_[i][k].size());
+      }
+    }
+  }
+
   // A parameter server: every worker waits for the others (a barrier), then pulls the
   // variables, so that all replicas hold the servers' final values (in async and SSP modes
   // they differ until then). Call it on every worker after the last step.
@@ -269,9 +301,24 @@ class data_parallel_step {
         comm_.set_optimizer(optimizer_fields_.front().value, std::move(settings));
       }
       locate_storage();
+      const std::int64_t at = s.global_step();
       for (std::size_t i = 0; i < Step::variable_count; ++i) {
         backend::copy_to_host(host_[i].data(), storage_[i], host_[i].size());
-        worker_.submit([this, i, key = names[i]] { with_span(i, [&](auto sp) { comm_.initialize(key, as_const(sp)); }); });
+        for (std::size_t k = 0; k < slot_names_.size(); ++k)
+          backend::copy_to_host(slot_host_[i][k].data(), slot_storage_[i][k], slot_host_[i][k].size());
+        worker_.submit([this, i, at, key = names[i]] {
+          with_span(i, [&](auto sp) {
+            using T = typename decltype(sp)::element_type;
+            if constexpr (requires { comm_.initialize(key, as_const(sp), std::vector<std::span<const T>>{}, at); }) {
+              // with the optimizer's state and the step: a resumed checkpoint goes on where it stopped
+              std::vector<std::span<const T>> slots;
+              for (auto& b : slot_host_[i]) slots.emplace_back(reinterpret_cast<const T*>(b.data()), b.size() / sizeof(T));
+              comm_.initialize(key, as_const(sp), std::move(slots), at);
+            } else {
+              comm_.initialize(key, as_const(sp));
+            }
+          });
+        });
       }
       pull_all();
       on_server_ = synced_ = true;
@@ -362,10 +409,18 @@ class data_parallel_step {
     auto entries = step_.owner().entries();
     const auto& names = Step::variable_names();
     for (std::size_t i = 0; i < Step::variable_count; ++i) {
-      for (const auto& e : entries)
-        if (e.name == names[i]) storage_[i] = e.data;
       const std::size_t bytes = static_cast<std::size_t>(Step::variable_sizes()[i]) *
                                 (Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4);
+      slot_storage_[i].assign(slot_names_.size(), nullptr);
+      slot_host_[i].assign(slot_names_.size(), std::vector<std::byte>(bytes));
+      for (const auto& e : entries) {
+        if (e.name == names[i]) storage_[i] = e.data;
+        for (std::size_t k = 0; k < slot_names_.size(); ++k)
+          if (e.name == std::string(names[i]) + "/" + slot_names_[k]) slot_storage_[i][k] = e.data;
+      }
+      for (std::size_t k = 0; k < slot_names_.size(); ++k)
+        if (!slot_storage_[i][k])
+          throw error("gradus: data_parallel: the optimizer state '" + std::string(names[i]) + "/" + slot_names_[k] + "' is not in the session");
       host_[i].resize(bytes);
       grad_host_[i].resize(bytes);
     }
@@ -448,7 +503,10 @@ class data_parallel_step {
   bool fingerprint_checked_ = false;
   std::size_t next_ = 0;
   bool synced_ = false;
-  bool on_server_ = false;  // a parameter server holds the variables (run_with_server's first step)
+  bool on_server_ = false;
+  std::vector<std::string> slot_names_;  // the optimizer's state tensors: "<variable>/<slot>" in the session
+  std::array<std::vector<void*>, Step::variable_count> slot_storage_{};
+  std::array<std::vector<std::vector<std::byte>>, Step::variable_count> slot_host_{};  // a parameter server holds the variables (run_with_server's first step)
   std::mutex stats_m_;
   comm_stats stats_;
   comm_worker worker_;  // last: its thread stops before the buckets it reads go away

@@ -205,13 +205,59 @@ class parameter_server {
   // must be declared, in the same order on every worker, before the first push or pull.
   template <class T>
   void initialize(std::string_view key, std::span<const T> values) {
+    initialize(key, values, {}, -1);
+  }
+  // With the optimizer's state tensors (each as long as the variable) and the steps
+  // already taken: a resumed checkpoint. The chief's state goes to the servers, and this
+  // worker's clock starts at `step`.
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> values, std::vector<std::span<const T>> slots, std::int64_t step) {
     if (flushed_) throw error("gradus: parameter_server: '" + std::string(key) + "' declared after the first push or pull");
     if (index_.count(std::string(key))) throw error("gradus: parameter_server: '" + std::string(key) + "' declared twice");
+    for (const auto& sl : slots)
+      if (sl.size() != values.size()) throw error("gradus: parameter_server: a state tensor of '" + std::string(key) + "' is not the variable's size");
     index_[std::string(key)] = vars_.size();
     vars_.push_back({std::string(key), values.size(), sizeof(T)});
     dtypes_.push_back(ps::wire::dtype_of<T>());
+    std::vector<std::vector<std::byte>> state;
     const auto b = std::as_bytes(values);
-    first_values_.emplace_back(b.begin(), b.end());
+    state.emplace_back(b.begin(), b.end());
+    for (const auto& sl : slots) {
+      const auto sb = std::as_bytes(sl);
+      state.emplace_back(sb.begin(), sb.end());
+    }
+    first_values_.push_back(std::move(state));
+    if (step >= 0) {
+      clock_ = static_cast<std::uint64_t>(step);
+      start_step_ = step;
+    }
+  }
+
+  // The servers' whole state of a variable: its values, each optimizer state tensor, and
+  // the optimizer steps applied (of its first shard). Consistent while no worker pushes:
+  // call it between two barriers (data_parallel_step::pull_state does).
+  template <class T>
+  std::int64_t snapshot(std::string_view key, std::span<T> values, std::vector<std::span<T>> slots) {
+    flush();
+    const std::size_t v = var_of(key, values.size(), ps::wire::dtype_of<T>(), "snapshot");
+    std::vector<std::uint64_t> ids;
+    for (const std::size_t s : shards_of_[v]) {
+      const auto& sh = shards_[s];
+      auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), sh.offset, sh.count, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(sh.server, h, {}, req_kind::snapshot);
+      auto& r = reqs_.at(id);
+      r.dst = std::as_writable_bytes(values.subspan(sh.offset, sh.count));
+      for (auto& sl : slots) r.extra.push_back(std::as_writable_bytes(sl.subspan(sh.offset, sh.count)));
+      ids.push_back(id);
+    }
+    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    std::int64_t updates = -1;
+    for (const auto id : ids) {
+      wait_id(id, until, "snapshot", true);
+      if (updates < 0) updates = last_updates_;
+    }
+    return updates;
   }
 
   template <class T>
@@ -294,13 +340,14 @@ class parameter_server {
   }
 
  private:
-  enum class req_kind { ack, pull, coll };
+  enum class req_kind { ack, pull, coll, snapshot };
   struct req {
     int server = 0;
     req_kind kind = req_kind::ack;
     ps::wire::type type = ps::wire::type::push;
     std::uint32_t key = 0;
     std::span<std::byte> dst;
+    std::vector<std::span<std::byte>> extra;  // snapshot: the optimizer state tensors
     ps::wire::dtype dt = ps::wire::dtype::none;
     std::shared_ptr<ps::detail::send_flag> flag;
     bool answered = false;
@@ -400,11 +447,11 @@ class parameter_server {
       const auto len = static_cast<std::uint32_t>(v.name.size());
       std::memcpy(payload.data(), &len, 4);
       std::memcpy(payload.data() + 4, v.name.data(), v.name.size());
-      if (o_.rank == 0) {
-        const auto& b = first_values_[sh.var];
-        payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
-                       b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
-      }
+      if (o_.rank == 0)
+        for (const auto& b : first_values_[sh.var])  // the values, then any optimizer state
+          payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
+                         b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
+      h.clock = static_cast<std::uint64_t>(std::max<std::int64_t>(0, start_step_));  // the step this worker starts at
       ids.push_back(request(sh.server, h, payload, req_kind::ack, /*copy=*/true));
     }
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
@@ -522,6 +569,17 @@ class parameter_server {
       r.failure = std::string(reinterpret_cast<const char*>(d.msg->payload.data()), d.msg->payload.size());
       return;
     }
+    if (r.kind == req_kind::snapshot) {
+      const std::size_t part = r.dst.size(), want = part * (1 + r.extra.size());
+      if (d.msg->payload.size() != want)
+        fail(prefix() + server_name(server) + " answered a snapshot of '" + key_name(r.key) + "' with " +
+             std::to_string(d.msg->payload.size()) + " bytes; expected " + std::to_string(want) + " (values and " +
+             std::to_string(r.extra.size()) + " optimizer state tensors: do the workers and servers use the same optimizer?)");
+      std::memcpy(r.dst.data(), d.msg->payload.data(), part);
+      for (std::size_t k = 0; k < r.extra.size(); ++k) std::memcpy(r.extra[k].data(), d.msg->payload.data() + (k + 1) * part, part);
+      last_updates_ = static_cast<std::int64_t>(h.scalar);
+      return;
+    }
     if (r.kind == req_kind::pull || r.kind == req_kind::coll) {
       if (d.msg->payload.size() != r.dst.size())
         fail(prefix() + server_name(server) + " answered a " + ps::wire::type_name(r.type) + " of " + std::to_string(r.dst.size()) +
@@ -619,7 +677,8 @@ class parameter_server {
   double lr_ = 0.01;
   std::vector<ps::variable_info> vars_;
   std::vector<ps::wire::dtype> dtypes_;
-  std::vector<std::vector<std::byte>> first_values_;
+  std::vector<std::vector<std::vector<std::byte>>> first_values_;  // per variable: values, then optimizer state
+  std::int64_t start_step_ = -1, last_updates_ = 0;
   std::unordered_map<std::string, std::size_t> index_;
   std::vector<ps::shard> shards_;
   std::vector<std::vector<std::size_t>> shards_of_;

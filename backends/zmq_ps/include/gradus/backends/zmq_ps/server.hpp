@@ -371,6 +371,7 @@ class server {
       case wire::type::init: return init(sender(id, h), id, h, payload);
       case wire::type::push: return push(sender(id, h), id, h, payload);
       case wire::type::pull: return pull(sender(id, h), id, h);
+      case wire::type::snapshot: return snapshot(sender(id, h), id, h);
       case wire::type::clock: return clock(sender(id, h), h);
       case wire::type::coll: return coll(sender(id, h), id, h, payload);
       case wire::type::bye: {
@@ -485,8 +486,11 @@ class server {
     if (h.count == 0) throw error(prefix() + "'" + name + "': an empty shard");
     const auto total = static_cast<std::uint64_t>(h.scalar);
     if (h.offset + h.count > total) throw error(prefix() + "'" + name + "': shard past the variable's end");
-    if (!values.empty() && values.size() != h.count * elem)
-      throw error(prefix() + "'" + name + "': init carries " + std::to_string(values.size()) + " bytes for " + std::to_string(h.count) + " elements");
+    const std::size_t shard_bytes = h.count * elem, with_slots = shard_bytes * (1 + static_cast<std::size_t>(opt_.slot_count()));
+    if (!values.empty() && values.size() != shard_bytes && values.size() != with_slots)
+      throw error(prefix() + "'" + name + "': init carries " + std::to_string(values.size()) + " bytes for " + std::to_string(h.count) +
+                  " elements (" + std::to_string(shard_bytes) + ", or " + std::to_string(with_slots) + " with the optimizer's " +
+                  std::to_string(opt_.slot_count()) + " state tensors)");
     if (!configured_) throw error(prefix() + "init of '" + name + "' before the optimizer's config");
     auto [it, fresh] = shards_.try_emplace(h.key);
     auto& s = it->second;
@@ -505,9 +509,16 @@ class server {
                   " (the workers' models or partitioners differ)");
     }
     if (rank == 0 && !values.empty() && !s.ready) {  // the chief's values win; a restarted chief does not overwrite
-      std::memcpy(s.values.data(), values.data(), values.size());
+      std::memcpy(s.values.data(), values.data(), shard_bytes);
+      if (values.size() == with_slots)  // and its optimizer state (a resumed checkpoint)
+        for (std::size_t k = 0; k < s.slots.size(); ++k) std::memcpy(s.slots[k].data(), values.data() + (k + 1) * shard_bytes, shard_bytes);
+      // the step the job starts at (0, or a resumed checkpoint's): steps applied so far
+      s.updates = static_cast<std::int64_t>(h.clock);
+      s.version = h.clock;
       s.ready = true;
     }
+    auto& w = workers_[static_cast<std::size_t>(rank)];
+    w.clock = std::max(w.clock, h.clock);
     // The others are answered once the chief's values are in: nobody pushes to a shard
     // that has no values yet.
     if (s.ready) send(id, reply_header(h), std::span<const std::byte>{});
@@ -637,6 +648,23 @@ class server {
       return;
     }
     answer_pull(s, id, h);
+  }
+
+  // The whole shard: values, then each optimizer state tensor; scalar = optimizer steps
+  // applied (Adam's t), clock = steps applied (bsp). Consistent when the workers stand
+  // still between two barriers (data_parallel_step::pull_state).
+  void snapshot(int, const std::string& id, const wire::header& h) {
+    auto& s = find(h);
+    if (h.offset != s.offset || h.count != s.count) throw error(prefix() + "a snapshot of '" + s.name + "' asks for part of a shard");
+    if (!s.ready) throw error(prefix() + "a snapshot of '" + s.name + "' before the chief initialised it");
+    std::vector<std::byte> out(s.values);
+    for (const auto& sl : s.slots) out.insert(out.end(), sl.begin(), sl.end());
+    auto r = reply_header(h);
+    r.dtype = static_cast<std::uint8_t>(s.dt);
+    r.count = s.count;
+    r.scalar = static_cast<double>(s.updates);
+    r.clock = s.version;
+    send(id, r, std::span<const std::byte>(out));
   }
 
   void answer_pull(const shard_state& s, const std::string& id, const wire::header& h) {

@@ -27,7 +27,9 @@ inline constexpr std::uint16_t version = 1;
 
 enum class type : std::uint8_t {
   hello = 1,     // worker -> server: payload = JSON {rank, world_size, mode, staleness}
-  init = 2,      // worker -> server: declare a shard (key, offset, count of total); payload = name '\0' values (chief) or name
+  init = 2,      // worker -> server: declare a shard (key, offset, count; scalar = the variable's elements); payload =
+                 // u32 name length, name, then (the chief) the values, optionally followed by the optimizer's
+                 // state tensors (then clock = the optimizer steps already applied: a resumed checkpoint)
   push = 3,      // worker -> server: a gradient range at `clock`, scaled by the server's rule; payload = values
   pull = 4,      // worker -> server: a value range, wanted at `clock`; no payload
   clock = 5,     // worker -> server: the worker finished step `clock` - 1 (its clock is now `clock`)
@@ -36,7 +38,7 @@ enum class type : std::uint8_t {
   shutdown = 8,  // chief -> server: the job is done, stop serving
   reply = 9,     // server -> worker: answer to request `id` (values for a pull or a collective; empty ack otherwise)
   fail = 10,     // server -> worker: request `id` failed; payload = the error text
-  snapshot = 11, // worker -> server: the shard's values and optimizer state (checkpoints); reply payload = see server.hpp
+  snapshot = 11, // worker -> server: a whole shard's values and optimizer state (checkpoints); see server.hpp
   config = 12,   // worker -> server: payload = JSON {optimizer, settings}: the update rule, before the first init
 };
 inline constexpr std::uint8_t last_type = 12;
