@@ -640,3 +640,51 @@ BOOST_AUTO_TEST_CASE(a_job_resumed_from_the_servers_state_trains_as_one_that_nev
     BOOST_TEST(resumed == ref, (adam ? "adam" : "sgd with momentum") << ": 4 steps, the servers' state, 4 more = 8 steps");
   }
 }
+
+// ---- hostile input the fuzzer's reading found (tests/fuzz covers the decoder) ----------
+
+BOOST_AUTO_TEST_CASE(out_of_range_numbers_in_hello_and_init_are_refused_with_the_reason) {
+  server_pool pool(1);
+  zmq::context_t ctx(1);
+  zmq::socket_t s(ctx, zmq::socket_type::dealer);
+  s.set(zmq::sockopt::linger, 0);
+  s.set(zmq::sockopt::rcvtimeo, 5000);
+  s.connect(pool.addresses[0]);
+  const auto ask = [&](wire::header h, const std::string& payload) {
+    h.payload_bytes = payload.size();
+    s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+    s.send(zmq::buffer(payload), zmq::send_flags::none);
+    zmq::message_t head, body;
+    if (!s.recv(head)) throw g::error("no answer");
+    if (head.more()) (void)s.recv(body);
+    wire::header r;
+    std::memcpy(&r, head.data(), sizeof r);
+    return std::make_pair(static_cast<wire::type>(r.type), body.to_string());
+  };
+  auto hello = wire::make(wire::type::hello);
+  hello.rank = 0;
+  auto [t1, why1] = ask(hello, R"({"rank":1e300,"world_size":1,"mode":"async","staleness":0})");
+  BOOST_TEST((t1 == wire::type::fail));
+  BOOST_TEST(why1.find("rank is not an integer") != std::string::npos, why1);
+  auto [t2, why2] = ask(hello, R"({"rank":0,"world_size":100000000,"mode":"async"})");
+  BOOST_TEST(why2.find("world_size = 100000000 is outside") != std::string::npos, why2);
+  auto [t3, why3] = ask(hello, R"({"rank":0,"world_size":1,"mode":"async","staleness":0})");
+  BOOST_TEST((t3 == wire::type::reply));
+  auto config = wire::make(wire::type::config);
+  config.rank = 0;
+  (void)ask(config, R"({"optimizer":"sgd","settings":{}})");
+  auto init = wire::make(wire::type::init, 0, 0, 1, wire::dtype::f32);
+  init.rank = 0;
+  init.scalar = -1;
+  const std::string name = std::string("\x01\0\0\0", 4) + "w";
+  auto [t4, why4] = ask(init, name);
+  BOOST_TEST(why4.find("not a whole number of elements") != std::string::npos, why4);
+  // the server still serves: a proper init is answered
+  init.scalar = 1;
+  auto [t5, why5] = ask(init, name + std::string(4, '\0'));
+  BOOST_TEST((t5 == wire::type::reply), why5);
+  BOOST_TEST(pool.servers[0]->stats().rejected == 3u);
+  auto bye = wire::make(wire::type::bye);
+  bye.rank = 0;
+  (void)ask(bye, "");
+}

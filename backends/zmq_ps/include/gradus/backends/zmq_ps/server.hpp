@@ -132,8 +132,9 @@ struct server_options {
   std::function<void(const std::string&)> log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
 };
 
+// Counters, readable from another thread while the server runs.
 struct server_stats {
-  std::uint64_t messages = 0, malformed = 0, rejected = 0, pushes = 0, pulls = 0, updates = 0, collectives = 0, workers_lost = 0;
+  std::atomic<std::uint64_t> messages{0}, malformed{0}, rejected{0}, pushes{0}, pulls{0}, updates{0}, collectives{0}, workers_lost{0};
 };
 
 class server {
@@ -315,8 +316,8 @@ class server {
   }
 
   void note_malformed(const std::string& why) {
-    if (stats_.malformed <= 3 || (stats_.malformed & (stats_.malformed - 1)) == 0)
-      o_.log(prefix() + why + " (dropped; " + std::to_string(stats_.malformed) + " so far)");
+    const std::uint64_t n = stats_.malformed.load();
+    if (n <= 3 || (n & (n - 1)) == 0) o_.log(prefix() + why + " (dropped; " + std::to_string(n) + " so far)");
   }
 
   static wire::header reply_header(const wire::header& req) {
@@ -405,9 +406,21 @@ class server {
     } catch (const std::exception& e) {
       throw error(prefix() + "hello is not JSON: " + e.what());
     }
-    const int rank = j.value("rank", -1), world = j.value("world_size", 0);
-    const std::string m = j.value("mode", "");
-    const auto staleness = j.value("staleness", std::int64_t{0});
+    // Every field checked for type and range before it is used (any peer can send a hello).
+    const auto integer = [&](const char* k, std::int64_t lo, std::int64_t hi, std::int64_t dflt) -> std::int64_t {
+      if (!j.is_object()) throw error(prefix() + "hello is not a JSON object");
+      const auto it = j.find(k);
+      if (it == j.end()) return dflt;
+      if (!it->is_number_integer()) throw error(prefix() + "hello: " + k + " is not an integer");
+      const auto v = it->get<std::int64_t>();
+      if (v < lo || v > hi) throw error(prefix() + "hello: " + k + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      return v;
+    };
+    const int world = static_cast<int>(integer("world_size", 1, 1 << 16, 0));
+    const int rank = static_cast<int>(integer("rank", 0, world - 1, -1));
+    const auto staleness = integer("staleness", 0, 1000000, 0);
+    const auto mit = j.find("mode");
+    const std::string m = mit != j.end() && mit->is_string() ? mit->get<std::string>() : "";
     if (world < 1 || rank < 0 || rank >= world || h.rank != rank)
       throw error(prefix() + "hello from rank " + std::to_string(rank) + " of a world of " + std::to_string(world));
     const mode md = m == "async" ? mode::async : m == "bsp" ? mode::bsp : m == "ssp" ? mode::ssp : throw error(prefix() + "unknown consistency '" + m + "'");
@@ -484,6 +497,8 @@ class server {
     const std::size_t elem = wire::dtype_size(dt);
     if (dt != wire::dtype::f32 && dt != wire::dtype::f64) throw error(prefix() + "'" + name + "' has dtype " + wire::dtype_name(dt) + " (float32 or float64)");
     if (h.count == 0) throw error(prefix() + "'" + name + "': an empty shard");
+    if (!(h.scalar >= 1) || !(h.scalar <= static_cast<double>(o_.limits.max_elements)) || h.scalar != std::floor(h.scalar))
+      throw error(prefix() + "'" + name + "': the variable's size is not a whole number of elements within the limit");
     const auto total = static_cast<std::uint64_t>(h.scalar);
     if (h.offset + h.count > total) throw error(prefix() + "'" + name + "': shard past the variable's end");
     const std::size_t shard_bytes = h.count * elem, with_slots = shard_bytes * (1 + static_cast<std::size_t>(opt_.slot_count()));
@@ -726,6 +741,10 @@ class server {
       return;
     }
     if (c.in[static_cast<std::size_t>(rank)]) throw error(prefix() + "worker " + std::to_string(rank) + " entered collective #" + std::to_string(h.clock) + " twice");
+    const auto op = static_cast<wire::coll_op>(h.key);
+    if ((op == wire::coll_op::sum || op == wire::coll_op::average) && h.dtype != static_cast<std::uint8_t>(wire::dtype::f32) &&
+        h.dtype != static_cast<std::uint8_t>(wire::dtype::f64))
+      throw error(prefix() + "a sum of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " (float32 or float64 only)");
     c.in[static_cast<std::size_t>(rank)] = true;
     c.ids[static_cast<std::size_t>(rank)] = id;
     c.parts[static_cast<std::size_t>(rank)].assign(payload.begin(), payload.end());

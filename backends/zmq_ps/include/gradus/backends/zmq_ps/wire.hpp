@@ -140,15 +140,16 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
                " payload bytes but carries " + std::to_string(have));
   if (have > lim.max_payload)
     return bad("payload of " + std::to_string(have) + " bytes exceeds the limit of " + std::to_string(lim.max_payload));
+  // overflow-safe whatever the limits: offset + count and count * element size
   if (h.count > lim.max_elements) return bad("count " + std::to_string(h.count) + " exceeds the limit");
-  if (h.offset > lim.max_elements || h.offset + h.count > lim.max_elements) return bad("range past the element limit");
+  if (h.offset > lim.max_elements || h.count > lim.max_elements - h.offset) return bad("range past the element limit");
   const auto t = static_cast<type>(h.type);
   const auto dt = static_cast<dtype>(h.dtype);
   const std::size_t elem = dtype_size(dt);
   // Messages whose payload is a value range must carry exactly count elements.
   if (t == type::push || (t == type::coll && static_cast<coll_op>(h.key) != coll_op::barrier)) {
     if (elem == 0) return bad(std::string(type_name(t)) + " without a dtype");
-    if (h.count * elem != have)
+    if (h.count > std::numeric_limits<std::uint64_t>::max() / elem || h.count * elem != have)
       return bad(std::string(type_name(t)) + " of " + std::to_string(h.count) + " " + dtype_name(dt) + " elements carries " +
                  std::to_string(have) + " bytes");
   }
