@@ -28,16 +28,18 @@
 // Requires libzmq >= 4.3.1 built with CURVE (libsodium): CVE-2019-6250 was a pre-auth
 // remote code execution in 4.3.0 and older.
 //
-// Key files (gradus-keygen writes them):
-//   <name>.pub  the public key: '#' comment lines and one line holding the 40-character
-//               Z85 text. Give it out freely (the allow-list, the workers).
+// Key files (gradus-keygen writes them). Z85 keys may hold '#' and '=', so a comment is a
+// line that is a lone '#' or begins with '# ' (a hash and a blank), and a comment after a
+// value is ' # ...' (blank, hash, blank).
+//   <name>.pub  the public key: comment lines and one line holding the 40-character Z85
+//               text. Give it out freely (the allow-list, the workers).
 //   <name>.key  the key pair: "public-key = <z85>" and "secret-key = <z85>" lines; mode
 //               0600, refused when group or others may read it (as ssh does).
 //
-// Allow-list file ("<public key> <rank>" lines):
-//   # comment lines and blank lines are skipped; text after '#' ends a line
+// Allow-list file ("<public key> <rank>" lines; blank and comment lines are skipped):
+//   # worker keys of job 17
 //   rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7 0     # worker 0's w0.pub
-//   Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID 1
+//   Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG#[IaLV{hID 1
 //   JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6 *     # any rank: a tool, not a worker
 // A key appears once; a rank may have several keys (a key being replaced).
 #include <zmq.hpp>
@@ -93,22 +95,66 @@ inline std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-// The lines of a text with comments ('#' to the end of a line) removed and blanks
-// trimmed; each with its 1-based line number. Empty lines are dropped.
+// Whether a (trimmed) line is a comment: a lone '#', or '#' and a blank (never a key:
+// those hold no blanks).
+inline bool is_comment(std::string_view t) { return t == "#" || t.starts_with("# ") || t.starts_with("#\t"); }
+
+// The blank-separated words of a line, up to a comment word ("#" or "# ...").
+inline std::vector<std::string> words(std::string_view line) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (true) {
+    at = line.find_first_not_of(" \t\r", at);
+    if (at == std::string_view::npos) break;
+    const auto end = line.find_first_of(" \t\r", at);
+    const std::string_view w = line.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    if (w == "#") break;
+    out.emplace_back(w);
+    if (end == std::string_view::npos) break;
+    at = end;
+  }
+  return out;
+}
+
+// The lines of a text that are neither blank nor comments, trimmed, each with its 1-based
+// line number.
 inline std::vector<std::pair<int, std::string>> content_lines(std::string_view text) {
   std::vector<std::pair<int, std::string>> out;
   int number = 0;
   std::size_t at = 0;
   while (at <= text.size()) {
     const auto nl = text.find('\n', at);
-    std::string_view line = text.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at);
+    const std::string_view line = text.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at);
     ++number;
-    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    if (auto t = trim(line); !t.empty()) out.emplace_back(number, std::move(t));
+    if (auto t = trim(line); !t.empty() && !is_comment(t)) out.emplace_back(number, std::move(t));
     if (nl == std::string_view::npos) break;
     at = nl + 1;
   }
   return out;
+}
+
+// A key file line: "public-key = <key>", "secret-key = <key>", or a bare key (name "").
+// Fails (nullopt) when it is none of these.
+struct key_line {
+  std::string name, value;
+};
+inline std::optional<key_line> parse_key_line(const std::string& line) {
+  for (const char* name : {"public-key", "secret-key"}) {
+    if (!line.starts_with(name)) continue;
+    const auto eq = line.find_first_not_of(" \t", std::strlen(name));
+    if (eq == std::string::npos || line[eq] != '=') continue;
+    const auto w = words(std::string_view(line).substr(eq + 1));
+    if (w.size() != 1) return std::nullopt;
+    return key_line{name, w[0]};
+  }
+  const auto w = words(line);
+  if (w.size() != 1) return std::nullopt;
+  return key_line{"", w[0]};
+}
+
+// What to add to a key problem found on a line that begins with '#'.
+inline std::string comment_hint(const std::string& line) {
+  return line.starts_with("#") ? " (a comment line begins with '# ', a hash and a blank)" : "";
 }
 
 inline std::string read_file(const std::string& path, const char* what) {
@@ -298,19 +344,14 @@ inline std::string load_public_key(const std::string& path) {
   std::string key;
   int key_line = 0;
   for (const auto& [n, line] : detail_security::content_lines(text)) {
-    std::string value = line;
-    if (const auto eq = line.find('='); eq != std::string::npos) {
-      const std::string name = detail_security::trim(std::string_view(line).substr(0, eq));
-      value = detail_security::trim(std::string_view(line).substr(eq + 1));
-      if (name == "secret-key") continue;  // a .key file: its public-key line is the answer
-      if (name != "public-key")
-        throw error("gradus: CURVE public key file '" + path + "' line " + std::to_string(n) + ": '" + name + " = ...' is not public-key = <key>");
-    }
+    const auto kl = detail_security::parse_key_line(line);
+    if (!kl) throw error("gradus: CURVE public key file '" + path + "' line " + std::to_string(n) + ": '" + line + "' is not a key");
+    if (kl->name == "secret-key") continue;  // a .key file: its public-key line is the answer
     if (!key.empty())
       throw error("gradus: CURVE public key file '" + path + "' holds two keys (lines " + std::to_string(key_line) + " and " + std::to_string(n) + ")");
-    if (const auto p = z85_key_problem(value); !p.empty())
-      throw error("gradus: CURVE public key file '" + path + "' line " + std::to_string(n) + ": the key " + p);
-    key = value;
+    if (const auto p = z85_key_problem(kl->value); !p.empty())
+      throw error("gradus: CURVE public key file '" + path + "' line " + std::to_string(n) + ": the key " + p + detail_security::comment_hint(line));
+    key = kl->value;
     key_line = n;
   }
   if (key.empty()) throw error("gradus: CURVE public key file '" + path + "' holds no key (empty or truncated; gradus-keygen writes one)");
@@ -338,17 +379,16 @@ inline key_pair load_key_pair(const std::string& path) {
   key_pair kp;
   std::map<std::string, int> seen;
   for (const auto& [n, line] : detail_security::content_lines(text)) {
-    const auto eq = line.find('=');
-    const std::string name = eq == std::string::npos ? std::string() : detail_security::trim(std::string_view(line).substr(0, eq));
-    if (name != "public-key" && name != "secret-key")
+    const auto kl = detail_security::parse_key_line(line);
+    if (!kl || kl->name.empty())
       throw error("gradus: CURVE key pair file '" + file + "' line " + std::to_string(n) +
                   ": expected 'public-key = <key>' or 'secret-key = <key>' (is it a .pub file? the key pair is <name>.key)");
+    const std::string& name = kl->name;
     if (seen.count(name)) throw error("gradus: CURVE key pair file '" + file + "' line " + std::to_string(n) + ": a second " + name);
     seen[name] = n;
-    const std::string value = detail_security::trim(std::string_view(line).substr(eq + 1));
-    if (const auto p = z85_key_problem(value); !p.empty())
+    if (const auto p = z85_key_problem(kl->value); !p.empty())
       throw error("gradus: CURVE key pair file '" + file + "' line " + std::to_string(n) + ": the " + name + " " + p);
-    (name == "public-key" ? kp.public_key : kp.secret_key) = value;
+    (name == "public-key" ? kp.public_key : kp.secret_key) = kl->value;
   }
   if (kp.secret_key.empty()) throw error("gradus: CURVE key pair file '" + file + "' holds no secret-key line (empty or truncated?)");
   const std::string derived = public_key_of(kp.secret_key);
@@ -395,10 +435,13 @@ class allow_list {
     std::map<std::string, int> first_line;
     for (const auto& [n, line] : detail_security::content_lines(text)) {
       const std::string where = "gradus: allow-list '" + origin + "' line " + std::to_string(n) + ": ";
-      const auto space = line.find_first_of(" \t");
-      if (space == std::string::npos) throw error(where + "'" + line + "' is not '<public key> <rank>' (rank: a worker rank, or * for any)");
-      const std::string key = line.substr(0, space), rank_text = detail_security::trim(std::string_view(line).substr(space + 1));
-      if (const auto p = z85_key_problem(key); !p.empty()) throw error(where + "the public key " + p);
+      const auto w = detail_security::words(line);
+      if (w.size() != 2)
+        throw error(where + "'" + line + "' is not '<public key> <rank>' (rank: a worker rank, or * for any; a comment follows ' # ')" +
+                    detail_security::comment_hint(line));
+      const std::string& key = w[0];
+      const std::string& rank_text = w[1];
+      if (const auto p = z85_key_problem(key); !p.empty()) throw error(where + "the public key " + p + detail_security::comment_hint(line));
       int rank = any_rank;
       if (rank_text != "*") {
         if (rank_text.empty() || rank_text.size() > 7 || !std::all_of(rank_text.begin(), rank_text.end(), [](char c) { return c >= '0' && c <= '9'; }))
@@ -472,6 +515,10 @@ class zap_handler {
     } catch (const zmq::error_t&) {
     }
     if (thread_.joinable()) thread_.join();  // also bounded without the message: the thread polls every 100 ms
+    try {
+      zap_.unbind(endpoint);  // at once, so that a next handler may bind (closing frees it later)
+    } catch (const zmq::error_t&) {
+    }
     stop_tx_.close();
     stop_rx_.close();
     zap_.close();
@@ -678,9 +725,9 @@ inline std::optional<std::string> describe_handshake_failure(std::uint16_t event
         return at + ": the ZMTP handshake failed (protocol error " + hex + "): is it a gradus parameter server of the same security settings?";
       }
     case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-      return at + " closed the connection during the handshake: with CURVE, most likely the server public key given to this "
-                  "client (GRADUS_PS_CURVE_SERVER_PUB) is not that server's (it cannot read the client's hello), or the server has "
-                  "no ZAP handler; otherwise the server stopped mid-handshake (" + detail_security::errno_text(static_cast<int>(value)) + ")";
+      return at + " closed the connection during the handshake (" + detail_security::errno_text(static_cast<int>(value)) +
+             "): with CURVE, most likely the server public key given to this client (GRADUS_PS_CURVE_SERVER_PUB) is not that "
+             "server's (it cannot read the client's hello), or the server's ZAP handler is not running; or the server stopped mid-handshake";
     default: return std::nullopt;
   }
 }

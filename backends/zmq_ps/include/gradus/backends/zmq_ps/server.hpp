@@ -567,7 +567,14 @@ class server {
     for (auto& sl : s.slots) slots.push_back(reinterpret_cast<T*>(sl.data()) + first);
     opt_.apply<T>(n, w, g, slots.data(), s.updates, lr, scale);
   }
+  // g is a received payload: ZeroMQ gives no alignment, so a misaligned one is copied first.
   void apply(shard_state& s, std::uint64_t first, std::size_t n, const std::byte* g, double lr, double scale) {
+    const std::size_t elem = wire::dtype_size(s.dt);
+    if (reinterpret_cast<std::uintptr_t>(g) % elem != 0) {
+      scratch_.resize((n * elem + 7) / 8);
+      std::memcpy(scratch_.data(), g, n * elem);
+      g = reinterpret_cast<const std::byte*>(scratch_.data());
+    }
     if (s.dt == wire::dtype::f64) apply_typed(s, first, n, reinterpret_cast<const double*>(g), lr, scale);
     else apply_typed(s, first, n, reinterpret_cast<const float*>(g), lr, scale);
     ++stats_.updates;
@@ -877,6 +884,7 @@ class server {
   std::map<std::uint32_t, shard_state> shards_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<int>> p_done_;
   std::vector<parked> parked_, parked_inits_;
+  std::vector<std::uint64_t> scratch_;  // an aligned copy of a misaligned payload
   std::map<std::uint64_t, collective> colls_;
   std::map<std::uint64_t, std::string> failed_colls_;
   server_stats stats_;
