@@ -39,7 +39,7 @@
 // Allow-list file ("<public key> <rank>" lines; blank and comment lines are skipped):
 //   # worker keys of job 17
 //   rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7 0     # worker 0's w0.pub
-//   Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG#[IaLV{hID 1
+//   Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[I#LV{hID 1
 //   JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6 *     # any rank: a tool, not a worker
 // A key appears once; a rank may have several keys (a key being replaced).
 #include <zmq.hpp>
@@ -47,6 +47,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -54,9 +55,9 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -476,10 +477,11 @@ struct refusal {
 // REP socket bound at inproc://zeromq.zap.01.
 //
 // One ZAP handler per context: that endpoint can be bound once, so a second handler in
-// the same context throws. Create it before the sockets that use CURVE begin a handshake
-// (before bind/connect), and destroy it before its context; while it is gone, CURVE
-// servers made by make_curve_server refuse every client (ZMQ_ZAP_ENFORCE_DOMAIN).
-// The destructor stops the thread within milliseconds (a message on an inproc pair).
+// the same context throws; servers sharing a context share one (for_context). Create it
+// before the sockets that use CURVE begin a handshake (before bind/connect), and destroy
+// it before its context; while it is gone, CURVE servers made by make_curve_server refuse
+// every client (ZMQ_ZAP_ENFORCE_DOMAIN). The destructor stops the thread within
+// milliseconds (a message on an inproc pair).
 class zap_handler {
  public:
   static constexpr const char* endpoint = "inproc://zeromq.zap.01";
@@ -522,6 +524,26 @@ class zap_handler {
     stop_tx_.close();
     stop_rx_.close();
     zap_.close();
+  }
+
+  // The handler of `ctx`, shared by the servers of one context (tests run several in one
+  // process): made on first use, reused while it lives, for the same allow-list only.
+  static std::shared_ptr<zap_handler> for_context(zmq::context_t& ctx, const allow_list& allowed) {
+    static std::mutex mu;
+    static std::map<void*, std::weak_ptr<zap_handler>> handlers;
+    std::lock_guard<std::mutex> lock(mu);
+    for (auto it = handlers.begin(); it != handlers.end();) it = it->second.expired() ? handlers.erase(it) : std::next(it);
+    auto& slot = handlers[ctx.handle()];
+    if (auto h = slot.lock()) {
+      if (h->allowed().entries() != allowed.entries())
+        throw error("gradus: zap_handler: two parameter servers in one ZeroMQ context with different allow-lists (" +
+                    std::to_string(h->allowed().size()) + " and " + std::to_string(allowed.size()) +
+                    " keys); a context has one ZAP handler: give each server its own context");
+      return h;
+    }
+    auto h = std::make_shared<zap_handler>(ctx, allowed);
+    slot = h;
+    return h;
   }
 
   std::uint64_t accepted() const { return accepted_.load(std::memory_order_relaxed); }
@@ -697,9 +719,13 @@ inline std::string rank_claim_refusal(std::optional<int> authenticated, int clai
 }
 
 // What a monitor event of a client socket says about a failed handshake with the server at
-// `server_address`; nothing for other events. ZMQ_EVENT_HANDSHAKE_FAILED_AUTH and
-// _PROTOCOL are final (the configuration is wrong: fail at once); _NO_DETAIL also comes
-// when a server dies mid-handshake (fail if it repeats, or report it at the deadline).
+// `server_address`; nothing for other events (a server that is not running gives none:
+// only CONNECT_RETRIED). libzmq 4.3 gives up on a connection after
+// ZMQ_EVENT_HANDSHAKE_FAILED_AUTH (a key not in the allow-list) or _PROTOCOL (one side
+// without CURVE): the socket never connects and requests would wait in vain, so fail at
+// once. After _NO_DETAIL (a wrong server public key; no ZAP handler) it reconnects and the
+// event repeats; it also comes once when a server dies mid-handshake, so fail after a few
+// in a row with no ZMQ_EVENT_HANDSHAKE_SUCCEEDED between, or name it at the deadline.
 inline std::optional<std::string> describe_handshake_failure(std::uint16_t event, std::uint32_t value, const std::string& server_address) {
   const std::string at = "the parameter server at " + server_address;
   switch (event) {
@@ -757,25 +783,40 @@ struct curve_client_config {
 using env_reader = std::function<const char*(const char*)>;
 inline const char* process_env(const char* name) { return std::getenv(name); }
 
-// From GRADUS_PS_CURVE_SERVER_KEY (the key pair's prefix) and GRADUS_PS_CURVE_ALLOW (the
+namespace detail_security {
+// `text` with "{<name>}" replaced by `value` (a launcher gives every process one
+// environment: keys/w{rank} names each worker's own key pair).
+inline std::string expand(std::string text, const std::string& name, int value, const char* variable) {
+  const std::string token = "{" + name + "}";
+  for (auto at = text.find(token); at != std::string::npos; at = text.find(token, at)) {
+    if (value < 0) throw error(std::string("gradus: ") + variable + " = '" + text + "' names " + token + " but this process has no " + name);
+    text.replace(at, token.size(), std::to_string(value));
+  }
+  return text;
+}
+}  // namespace detail_security
+
+// A ps task's settings from GRADUS_PS_CURVE_SERVER_KEY (the key pair's prefix; "{index}"
+// becomes the task's index, for a key pair per server) and GRADUS_PS_CURVE_ALLOW (the
 // allow-list file): nothing when neither is set; an error when only one is (CURVE without
 // an allow-list would authenticate nobody, an allow-list without keys protects nothing).
-inline std::optional<curve_server_config> curve_server_from_env(const env_reader& env = process_env) {
+inline std::optional<curve_server_config> curve_server_from_env(int index = -1, const env_reader& env = process_env) {
   const char* key = env("GRADUS_PS_CURVE_SERVER_KEY");
   const char* allow = env("GRADUS_PS_CURVE_ALLOW");
   const bool k = key && *key, a = allow && *allow;
   if (!k && !a) return std::nullopt;
   if (!k) throw error("gradus: GRADUS_PS_CURVE_ALLOW is set but GRADUS_PS_CURVE_SERVER_KEY is not: a ps task needs its key pair (gradus-keygen ps) to use CURVE");
   if (!a) throw error("gradus: GRADUS_PS_CURVE_SERVER_KEY is set but GRADUS_PS_CURVE_ALLOW is not: a ps task with CURVE needs the allow-list of worker keys");
-  curve_server_config c{load_key_pair(key), allow_list::load(allow)};
+  curve_server_config c{load_key_pair(detail_security::expand(key, "index", index, "GRADUS_PS_CURVE_SERVER_KEY")), allow_list::load(allow)};
   if (c.allowed.empty()) throw error(std::string("gradus: the allow-list '") + allow + "' (GRADUS_PS_CURVE_ALLOW) lists no key: no worker could connect");
   return c;
 }
 
-// From GRADUS_PS_CURVE_CLIENT_KEY (the worker's key pair prefix) and
-// GRADUS_PS_CURVE_SERVER_PUB (the servers' .pub file, or a comma-separated list with one
-// per ps task in order): nothing when neither is set; an error when only one is.
-inline std::optional<curve_client_config> curve_client_from_env(const env_reader& env = process_env) {
+// A worker's settings from GRADUS_PS_CURVE_CLIENT_KEY (its key pair's prefix; "{rank}"
+// becomes its rank) and GRADUS_PS_CURVE_SERVER_PUB (the servers' .pub file, or a
+// comma-separated list with one per ps task in order): nothing when neither is set; an
+// error when only one is.
+inline std::optional<curve_client_config> curve_client_from_env(int rank = -1, const env_reader& env = process_env) {
   const char* key = env("GRADUS_PS_CURVE_CLIENT_KEY");
   const char* pub = env("GRADUS_PS_CURVE_SERVER_PUB");
   const bool k = key && *key, p = pub && *pub;
@@ -783,7 +824,7 @@ inline std::optional<curve_client_config> curve_client_from_env(const env_reader
   if (!k) throw error("gradus: GRADUS_PS_CURVE_SERVER_PUB is set but GRADUS_PS_CURVE_CLIENT_KEY is not: a worker needs its own key pair (gradus-keygen w0)");
   if (!p) throw error("gradus: GRADUS_PS_CURVE_CLIENT_KEY is set but GRADUS_PS_CURVE_SERVER_PUB is not: a worker needs the servers' public key file");
   curve_client_config c;
-  c.keys = load_key_pair(key);
+  c.keys = load_key_pair(detail_security::expand(key, "rank", rank, "GRADUS_PS_CURVE_CLIENT_KEY"));
   const std::string list = pub;
   for (std::size_t at = 0; at <= list.size();) {
     const auto comma = list.find(',', at);
