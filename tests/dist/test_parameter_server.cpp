@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <span>
 #include <string>
@@ -687,4 +688,100 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_in_hello_and_init_are_refused_with_the
   auto bye = wire::make(wire::type::bye);
   bye.rank = 0;
   (void)ask(bye, "");
+}
+
+// ---- CurveZMQ: encryption, the allow-list, identity from the key (security.hpp) --------
+
+namespace {
+struct curve_keys {
+  g::ps::key_pair server = g::ps::generate_key_pair(), w0 = g::ps::generate_key_pair(), w1 = g::ps::generate_key_pair(),
+                  stranger = g::ps::generate_key_pair();
+};
+struct curve_pool {
+  const curve_keys& k;
+  zmq::context_t ctx{1};
+  std::vector<std::unique_ptr<g::ps::server>> servers;
+  std::vector<std::thread> threads;
+  std::vector<std::string> addresses, logs;
+  std::mutex mu;
+  curve_pool(int n, const curve_keys& keys) : k(keys) {
+    g::ps::allow_list a;
+    a.allow(k.w0.public_key, 0);
+    a.allow(k.w1.public_key, 1);
+    for (int i = 0; i < n; ++i) {
+      g::ps::server_options o;
+      o.address = "127.0.0.1:0";
+      o.index = i;
+      o.idle_exit = 3s;  // the refused clients never say goodbye
+      o.curve = g::ps::curve_server_config{k.server, a};
+      o.log = [this](const std::string& s) {
+        std::lock_guard l(mu);
+        logs.push_back(s);
+      };
+      servers.push_back(std::make_unique<g::ps::server>(ctx, o));
+      addresses.push_back(servers.back()->endpoint());
+    }
+    for (auto& s : servers) threads.emplace_back([p = s.get()] { p->run(); });
+  }
+  ~curve_pool() {
+    for (auto& t : threads) t.join();
+  }
+  g::ps_options options(int rank, int world, const g::ps::key_pair* kp, const std::string* server_pub = nullptr) const {
+    g::ps_options o;
+    o.servers = addresses;
+    o.rank = rank;
+    o.world_size = world;
+    o.timeout = 20s;
+    if (kp) o.curve = g::ps::curve_client_config{*kp, {server_pub ? *server_pub : k.server.public_key}};
+    return o;
+  }
+};
+template <class F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "no error";
+}
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_curve_job_with_allowed_keys_trains) {
+  const curve_keys k;
+  curve_pool pool(2, k);
+  std::vector<std::vector<double>> seen(2);
+  on_workers(2, [&](int r) {
+    g::parameter_server<g::ps_bsp> c(pool.options(r, 2, r == 0 ? &k.w0 : &k.w1));
+    c.set_optimizer("sgd", {});
+    c.set_learning_rate(1.0);
+    std::vector<double> w(1001, 1.0), grad(1001, 0.5 * (r + 1));
+    c.initialize("w", std::span<const double>(w));
+    c.push("w", std::span<const double>(grad));
+    c.step_done();
+    c.pull("w", std::span<double>(w));
+    seen[static_cast<std::size_t>(r)] = w;
+  });
+  BOOST_TEST(seen[0][7] == 0.25);  // 1 - mean(0.5, 1.0)
+  BOOST_TEST(seen[1][1000] == 0.25);
+}
+
+BOOST_AUTO_TEST_CASE(curve_refuses_unknown_keys_plaintext_a_wrong_server_key_and_a_borrowed_rank) {
+  const curve_keys k;
+  curve_pool pool(2, k);
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto stranger = error_of([&] { g::parameter_server<g::ps_bsp> c(pool.options(0, 2, &k.stranger)); });
+  BOOST_TEST(stranger.find("allow-list") != std::string::npos, stranger);
+  const auto plain = error_of([&] { g::parameter_server<g::ps_bsp> c(pool.options(0, 2, nullptr)); });
+  BOOST_TEST(plain.find("one uses CURVE") != std::string::npos, plain);
+  const auto wrong = error_of([&] { g::parameter_server<g::ps_bsp> c(pool.options(0, 2, &k.w0, &k.stranger.public_key)); });
+  BOOST_TEST(wrong.find("GRADUS_PS_CURVE_SERVER_PUB") != std::string::npos, wrong);
+  // worker 1's key may act only as worker 1: its hello as worker 0 is refused
+  const auto borrowed = error_of([&] { g::parameter_server<g::ps_bsp> c(pool.options(0, 2, &k.w1)); });
+  BOOST_TEST(borrowed.find("claims to be worker 0") != std::string::npos, borrowed);
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 10s));  // each fails at once, not at its 20 s deadline
+  std::lock_guard l(pool.mu);
+  bool logged = false;
+  for (const auto& s : pool.logs) logged = logged || s.find(k.stranger.public_key) != std::string::npos;
+  BOOST_TEST(logged, "the server's log names the refused key");
 }

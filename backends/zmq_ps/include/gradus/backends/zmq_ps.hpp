@@ -72,6 +72,7 @@ struct ps_options {
   ps::partitioner partition = ps::balanced_by_bytes;
   std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
   zmq::context_t* context = nullptr;  // nullptr: an own context
+  std::optional<ps::curve_client_config> curve;  // CURVE keys (ps::curve_client_from_env); none: plaintext
 };
 
 // "async", "bsp", "ssp:S" (also "ssp" = ssp:0 and "ssp<S>").
@@ -126,6 +127,7 @@ class parameter_server {
     if (o_.servers.empty()) o_.servers = c.ps;
     o_.rank = c.rank;
     o_.world_size = c.world_size;
+    if (!o_.curve) o_.curve = ps::curve_client_from_env(c.rank);
     if (o_.origin.empty()) o_.origin = c.source == "TF_CONFIG" ? "TF_CONFIG cluster.ps" : "GRADUS_PS";
     if (!c.is_worker()) throw error("gradus: parameter_server: this process is a '" + c.task_type + "' task, not a worker (a ps task serves: ps::serve)");
     connect();
@@ -387,6 +389,7 @@ class parameter_server {
       d.set(zmq::sockopt::rcvhwm, 0);
       d.set(zmq::sockopt::heartbeat_ivl, 1000);
       d.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
+      if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(socks_.size()));
       const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
       try {
         d.connect(ep);
@@ -397,7 +400,9 @@ class parameter_server {
       // noticed by the waits within a grace period, not at their deadline.
       const std::string mep = "inproc://gradus-ps-client-monitor-" + std::to_string(::getpid()) + "-" +
                               std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(socks_.size());
-      if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED) != 0) throw zmq::error_t();
+      if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                 (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0)) != 0)
+        throw zmq::error_t();
       zmq::socket_t m(*o_.context, zmq::socket_type::pair);
       m.set(zmq::sockopt::linger, 0);
       m.connect(mep);
@@ -599,6 +604,14 @@ class parameter_server {
       if (ev.more()) (void)mons_[k].recv(addr, zmq::recv_flags::none);
       std::uint16_t event = 0;
       if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
+      std::uint32_t value = 0;
+      if (ev.size() >= 6) std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      if (const auto why = ps::describe_handshake_failure(event, value, o_.servers[k])) {
+        // refused (auth, protocol) is final; "closed during the handshake" once may be a dying server
+        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || ++links_[k].failed_handshakes >= 3) links_[k].refused = *why;
+      } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        links_[k].failed_handshakes = 0;
+      }
       if (event == ZMQ_EVENT_DISCONNECTED && links_[k].up) {
         links_[k].up = false;
         links_[k].down_since = std::chrono::steady_clock::now();
@@ -629,6 +642,12 @@ class parameter_server {
       it = reqs_.find(id);
       if (it == reqs_.end()) return;
       const auto& link = links_[static_cast<std::size_t>(it->second.server)];
+      if (!link.refused.empty() && !it->second.answered) {
+        const std::string text = prefix() + link.refused;
+        reqs_.erase(it);
+        if (!throw_on_error) return;
+        fail(text);
+      }
       if (!link.up && !it->second.answered && std::chrono::steady_clock::now() - link.down_since > std::chrono::seconds(1)) {
         const std::string text = prefix() + server_name(it->second.server) + " is gone: its connection closed during " +
                                  (what ? what : ps::wire::type_name(it->second.type)) + " and did not come back within 1 s (the ps process died or was stopped)";
@@ -666,6 +685,8 @@ class parameter_server {
   struct link {
     bool up = true;  // until its connection is seen to close
     std::chrono::steady_clock::time_point down_since{};
+    std::string refused;  // why the server refused this client's handshake (CURVE)
+    int failed_handshakes = 0;
   };
   std::vector<link> links_;
   ps::mode mode_ = ps::mode::bsp;
@@ -704,6 +725,7 @@ void serve(const Spec& c, server_options o = {}) {
     if (!c.bind_addr.empty()) o.address = c.bind_addr + o.address.substr(o.address.rfind(':'));
   }
   o.index = c.task_index;
+  if (!o.curve) o.curve = curve_server_from_env(c.task_index);
   zmq::context_t ctx(1);
   server s(ctx, o);
   s.run();

@@ -47,6 +47,7 @@
 #include <unistd.h>
 
 #include "gradus/backends/cpu_simd.hpp"
+#include "gradus/backends/zmq_ps/security.hpp"
 #include "gradus/backends/zmq_ps/wire.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/train/optimizer.hpp"
@@ -129,6 +130,9 @@ struct server_options {
   // Stop when nothing at all has been heard for this long (0: never). Tests use it as a
   // bound; a job's servers end by `shutdown`.
   std::chrono::milliseconds idle_exit{0};
+  // CURVE encryption, workers authenticated by their keys (ps::curve_server_from_env);
+  // none: plaintext, anyone who reaches the port may connect.
+  std::optional<curve_server_config> curve;
   std::function<void(const std::string&)> log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
 };
 
@@ -148,6 +152,10 @@ class server {
     sock_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o_.heartbeat_timeout.count()));
     sock_.set(zmq::sockopt::sndhwm, 0);
     sock_.set(zmq::sockopt::rcvhwm, 0);
+    if (o_.curve) {
+      zap_ = zap_handler::for_context(ctx, o_.curve->allowed);
+      make_curve_server(sock_, o_.curve->keys);
+    }
     for (const auto& ep : endpoints(o_.address)) {
       try {
         sock_.bind(ep);
@@ -163,7 +171,7 @@ class server {
     static std::atomic<unsigned long> counter{0};
     const std::string ep = "inproc://gradus-ps-monitor-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
                            std::to_string(reinterpret_cast<std::uintptr_t>(this));
-    if (zmq_socket_monitor(sock_.handle(), ep.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) throw zmq::error_t();
+    if (zmq_socket_monitor(sock_.handle(), ep.c_str(), ZMQ_EVENT_DISCONNECTED | handshake_failure_events) != 0) throw zmq::error_t();
     mon_.emplace(ctx, zmq::socket_type::pair);
     mon_->set(zmq::sockopt::linger, 0);
     mon_->connect(ep);
@@ -300,6 +308,7 @@ class server {
       return true;
     }
     last_fd_ = parts[1].get(ZMQ_SRCFD);
+    last_auth_ = rank_from_user_id(parts[1]);
     try {
       const char* addr = nullptr;
       try {
@@ -354,6 +363,7 @@ class server {
 
   // The rank a message may speak for: the one its connection said hello as.
   int sender(const std::string& id, const wire::header& h) {
+    if (o_.curve && !may_act_as(last_auth_, h.rank)) throw error(prefix() + rank_claim_refusal(last_auth_, h.rank, last_peer_));
     for (std::size_t r = 0; r < workers_.size(); ++r)
       if (workers_[r].joined && workers_[r].id == id) {
         if (h.rank != static_cast<int>(r))
@@ -423,6 +433,7 @@ class server {
     const std::string m = mit != j.end() && mit->is_string() ? mit->get<std::string>() : "";
     if (world < 1 || rank < 0 || rank >= world || h.rank != rank)
       throw error(prefix() + "hello from rank " + std::to_string(rank) + " of a world of " + std::to_string(world));
+    if (o_.curve && !may_act_as(last_auth_, rank)) throw error(prefix() + rank_claim_refusal(last_auth_, rank, last_peer_));
     const mode md = m == "async" ? mode::async : m == "bsp" ? mode::bsp : m == "ssp" ? mode::ssp : throw error(prefix() + "unknown consistency '" + m + "'");
     if (workers_.empty()) {
       workers_.resize(static_cast<std::size_t>(world));
@@ -827,6 +838,9 @@ class server {
       std::memcpy(&event, ev.data(), 2);
       std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
       if (std::getenv("GRADUS_PS_DEBUG")) o_.log(prefix() + "event " + std::to_string(event) + " fd " + std::to_string(value));
+      if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && zap_)
+        for (const auto& r : zap_->take_new_refusals())
+          o_.log(prefix() + "refused a client at " + r.address + " (" + r.mechanism + " key " + r.public_key + "): " + r.reason);
       if (event != ZMQ_EVENT_DISCONNECTED) continue;
       for (std::size_t r = 0; r < workers_.size(); ++r)
         if (workers_[r].joined && !workers_[r].left && workers_[r].fd == static_cast<int>(value))
@@ -872,6 +886,8 @@ class server {
   std::string bound_;
   std::string job_failed_;  // bsp: a worker was lost; every later request fails with this
   int last_fd_ = -1;
+  std::optional<int> last_auth_;  // the rank the last message's CURVE key may act as
+  std::shared_ptr<zap_handler> zap_;
   std::string last_peer_;
   bool done_ = false, configured_ = false;
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
