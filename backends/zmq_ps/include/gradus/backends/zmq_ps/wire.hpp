@@ -106,7 +106,10 @@ static_assert(sizeof(header) == 64 && std::is_trivially_copyable_v<header>);
 
 // What a receiver accepts.
 struct limits {
-  std::size_t max_payload = std::size_t(64) << 20;  // bytes in one message's payload
+  // bytes in one message's payload. Pushes and pulls go in chunks (1 MiB), but an init and
+  // a snapshot carry a whole shard with its optimizer state in one message: 1 GiB allows
+  // a 256 MiB float shard with Adam's two moments.
+  std::size_t max_payload = std::size_t(1) << 30;
   std::uint64_t max_elements = std::uint64_t(1) << 40;
 };
 
