@@ -222,8 +222,8 @@ class data_parallel_step {
   void pull_state() {
     if constexpr (parameter_server_policy<Comm>) {
       if (!dist::holds_variables(comm_) || !on_server_) return;
-      const auto& names = Step::variable_names();
-      on_worker([this, &names] {
+      on_worker([this] {
+        const auto& names = Step::variable_names();
         comm_.barrier();
         for (std::size_t i = 0; i < Step::variable_count; ++i)
           with_span(i, [&](auto sp) {

@@ -143,7 +143,7 @@ struct server_stats {
 
 class server {
  public:
-  server(zmq::context_t& ctx, server_options o) : ctx_(ctx), o_(std::move(o)), sock_(ctx, zmq::socket_type::router) {
+  server(zmq::context_t& ctx, server_options o) : o_(std::move(o)), sock_(ctx, zmq::socket_type::router) {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.set(zmq::sockopt::ipv6, 1);
     sock_.set(zmq::sockopt::router_mandatory, 1);
@@ -879,7 +879,6 @@ class server {
     if (std::all_of(workers_.begin(), workers_.end(), [](const worker& x) { return x.left; })) done_ = true;
   }
 
-  zmq::context_t& ctx_;
   server_options o_;
   zmq::socket_t sock_;
   std::optional<zmq::socket_t> mon_;
