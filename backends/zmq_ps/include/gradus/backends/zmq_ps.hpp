@@ -296,7 +296,6 @@ class parameter_server {
         const auto id = request(sh.server, h, {}, req_kind::pull);
         auto& r = reqs_.at(id);
         r.dst = std::as_writable_bytes(out.subspan(sh.offset + at, n));
-        r.dt = ps::wire::dtype_of<T>();
         stats_.bytes_pulled += n * sizeof(T);
       }
     }
@@ -350,7 +349,6 @@ class parameter_server {
     std::uint32_t key = 0;
     std::span<std::byte> dst;
     std::vector<std::span<std::byte>> extra;  // snapshot: the optimizer state tensors
-    ps::wire::dtype dt = ps::wire::dtype::none;
     std::shared_ptr<ps::detail::send_flag> flag;
     bool answered = false;
     std::string failure;
