@@ -132,7 +132,9 @@ inline g::dist::any_communicator make_communicator(const comm_options& o) {
 // "ps") serves the variables until the chief ends the job and returns its exit status;
 // a worker gets nothing and goes on. Every training example calls it first, so one
 // program is both (TensorFlow's server.join()); a ps process never loads the data.
-inline std::optional<int> serve_if_ps(const comm_options& o) {
+// restore: where a restarted ps task reloads its shards from (server recovery; the MNIST
+// examples pass their --checkpoint).
+inline std::optional<int> serve_if_ps(const comm_options& o, g::ps::restore_source restore = {}) {
   g::cluster::spec c;
   try {
     c = g::cluster::from_env();
@@ -146,6 +148,7 @@ inline std::optional<int> serve_if_ps(const comm_options& o) {
                    " cluster spec, but --comm is " + o.comm + " (pass --comm ps to every process of the job)");
   g::ps::server_options so;
   so.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+  so.restore = std::move(restore);
   g::ps::serve(c, so);
   return 0;
 }

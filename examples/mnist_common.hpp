@@ -68,6 +68,7 @@
 #include <gradus/dist/data_parallel.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/io/checkpoint.hpp>
+#include <gradus/backends/zmq_ps/restore.hpp>
 #include <gradus/util/metrics_log.hpp>
 #include <gradus/util/progress.hpp>
 #include <gradus/util/svg_plot.hpp>
@@ -126,6 +127,13 @@ struct mnist_data {
   std::vector<std::int32_t> test_y;   // [10000]
   g::index_t test_n = 0;
 };
+
+// A ps task serves; restarted (gradus-run --max-restarts), it reloads its shards from
+// --checkpoint when the workers rejoin it (server recovery).
+inline std::optional<int> serve_if_ps(const mnist_options& o) {
+  return serve_if_ps(static_cast<const comm_options&>(o),
+                     o.checkpoint.empty() ? g::ps::restore_source{} : g::ps::restore_from_checkpoint(o.checkpoint));
+}
 
 inline mnist_data load_mnist(const mnist_options& o) {
   g::dims train_shape, test_shape;

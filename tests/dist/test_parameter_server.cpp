@@ -13,6 +13,7 @@
 // is counted and dropped.
 #include <boost/test/unit_test.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -639,6 +640,211 @@ BOOST_AUTO_TEST_CASE(a_job_resumed_from_the_servers_state_trains_as_one_that_nev
     BOOST_TEST(has_state, "the optimizer state is in the session");
     const auto resumed = run(4, 4, true);
     BOOST_TEST(resumed == ref, (adam ? "adam" : "sgd with momentum") << ": 4 steps, the servers' state, 4 more = 8 steps");
+  }
+}
+
+// ---- server recovery -------------------------------------------------------------------
+
+// Server 1 of 2 is stopped after step 4 and a new one started on its address, reloading its
+// shards from a checkpoint (the servers' state after step 4: values and momentum); the two
+// BSP workers rejoin it and train 4 more steps. Every element is checked against an
+// independent simulation of SGD with momentum: server 0's shard took all 8 steps; server
+// 1's took steps 0-3, the checkpoint, then those after the workers rejoined (a step in
+// flight when it died, if any, is dropped: counted by the server).
+BOOST_AUTO_TEST_CASE(a_restarted_server_reloads_its_shards_and_the_workers_rejoin_it) {
+  constexpr int world = 2;
+  constexpr double lr = 0.1, mu = 0.5;
+  zmq::context_t ctx{1};
+  const auto quiet = [](const std::string&) {};
+  const auto make = [&](const std::string& address, int index, g::ps::restore_source restore) {
+    g::ps::server_options o;
+    o.address = address;
+    o.index = index;
+    o.idle_exit = 60s;
+    o.restore = std::move(restore);
+    if (!std::getenv("PS_TEST_LOG")) o.log = quiet;
+    for (int attempt = 0;; ++attempt) {  // the old listener's port is released by ZeroMQ's reaper
+      try {
+        return std::make_unique<g::ps::server>(ctx, o);
+      } catch (const g::comm_error&) {
+        if (attempt == 100) throw;
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+  };
+  std::vector<std::unique_ptr<g::ps::server>> servers;
+  servers.push_back(make("127.0.0.1:0", 0, {}));
+  servers.push_back(make("127.0.0.1:0", 1, {}));
+  const std::vector<std::string> addresses{servers[0]->endpoint(), servers[1]->endpoint()};
+  std::thread t0([&] { servers[0]->run(); }), t1([&] { servers[1]->run(); });
+  std::unique_ptr<g::ps::server> restarted;
+  std::thread t2;
+
+  const auto w0 = ramp(1001, 0.01);
+  std::vector<double> ck_w(w0.size()), ck_m(w0.size());
+  std::int64_t ck_step = -1;
+  std::vector<std::vector<double>> seen(world);
+  std::vector<std::uint64_t> rejoins(world, 0);
+  std::string failure;
+  try {
+  on_workers(world, [&](int r) {
+    g::ps_options o;
+    o.servers = addresses;
+    o.rank = r;
+    o.world_size = world;
+    o.timeout = 20s;
+    o.reconnect_timeout = 20s;
+    g::parse_consistency("bsp", o);
+    g::parameter_server<g::ps_bsp> ps(o);
+    ps.set_optimizer("sgd", {{"momentum", "0.5"}});
+    ps.set_learning_rate(lr);
+    std::vector<double> mine(w0.size(), 0.0), grad(w0.size(), static_cast<double>(2 * r + 1));  // mean gradient 2
+    ps.initialize("w", std::span<const double>(w0));
+    const auto step = [&] {
+      ps.push("w", std::span<const double>(grad));
+      ps.step_done();
+      ps.pull("w", std::span<double>(mine));
+    };
+    for (int k = 0; k < 4; ++k) step();
+    ps.barrier();
+    if (r == 0) ck_step = ps.snapshot("w", std::span<double>(ck_w), std::vector<std::span<double>>{std::span<double>(ck_m)});
+    ps.barrier();
+    if (r == 0) {  // "kill" server 1; it comes back 300 ms later from the checkpoint
+      servers[1]->stop();
+      t1.join();
+      servers[1].reset();
+      t2 = std::thread([&] {
+        std::this_thread::sleep_for(300ms);
+        g::ps::restore_source restore = [&](const std::string& name, const std::vector<std::string>& slots) -> std::optional<g::ps::restored_variable> {
+          if (name != "w" || slots != std::vector<std::string>{"momentum"}) return std::nullopt;
+          g::ps::restored_variable v;
+          v.dt = wire::dtype::f64;
+          const auto b = std::as_bytes(std::span<const double>(ck_w)), m = std::as_bytes(std::span<const double>(ck_m));
+          v.values.assign(b.begin(), b.end());
+          v.slots.emplace_back(m.begin(), m.end());
+          v.step = ck_step;
+          return v;
+        };
+        restarted = make(addresses[1], 1, restore);
+        restarted->run();
+      });
+    }
+    ps.barrier();
+    for (int k = 0; k < 4; ++k) step();
+    ps.barrier();
+    seen[static_cast<std::size_t>(r)] = mine;
+    rejoins[static_cast<std::size_t>(r)] = ps.stats().rejoins;
+  });
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  for (auto* t : {&t0, &t1, &t2})  // bounded: every server stops after 60 s of silence
+    if (t->joinable()) t->join();
+  BOOST_REQUIRE_MESSAGE(failure.empty(), failure);
+  BOOST_TEST(ck_step == 4);
+  BOOST_TEST(restarted->stats().restored.load() == 1u, "the restarted server reloaded its shard of w");
+  BOOST_TEST(rejoins[0] == 1u);
+  BOOST_TEST(rejoins[1] == 1u);
+  // SGD with momentum (PyTorch's form: v = mu v + g; w -= lr v) on a constant mean gradient 2
+  const auto run = [&](double w, double v, int steps) {
+    for (int k = 0; k < steps; ++k) {
+      v = mu * v + 2.0;
+      w -= lr * v;
+    }
+    return std::pair(w, v);
+  };
+  const int after = restarted->stats().stale_dropped.load() > 0 ? 3 : 4;  // a step in flight at the kill is dropped
+  // which elements server 1 holds: the partition the workers used
+  const auto shards = g::ps::balanced_by_bytes({{"w", w0.size(), 8}}, 2);
+  int checked0 = 0, checked1 = 0;
+  for (const auto& sh : shards)
+    for (std::size_t i = sh.offset; i < sh.offset + sh.count; ++i) {
+      const double want = sh.server == 0 ? run(w0[i], 0, 8).first : run(ck_w[i], ck_m[i], after).first;
+      for (int r = 0; r < world; ++r)
+        if (std::abs(seen[static_cast<std::size_t>(r)][i] - want) > 1e-12) {
+          BOOST_TEST(seen[static_cast<std::size_t>(r)][i] == want, "worker " << r << " element " << i << " (server " << sh.server << ")");
+          return;
+        }
+      (sh.server == 0 ? checked0 : checked1)++;
+    }
+  BOOST_TEST(checked0 > 0);
+  BOOST_TEST(checked1 > 0);
+  // the checkpoint itself is the 4-step state
+  BOOST_TEST(std::abs(ck_w[5] - run(w0[5], 0, 4).first) < 1e-12);
+  BOOST_TEST(std::abs(ck_m[5] - run(w0[5], 0, 4).second) < 1e-12);
+}
+
+// A server that comes back without a checkpoint refuses its rejoining workers (saying
+// why); one that does not come back fails them after reconnect_timeout, naming it.
+BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_workers_naming_it) {
+  zmq::context_t ctx{1};
+  for (const bool comes_back : {true, false}) {
+    g::ps::server_options so;
+    so.address = "127.0.0.1:0";
+    so.idle_exit = 60s;
+    if (!std::getenv("PS_TEST_LOG")) so.log = [](const std::string&) {};
+    auto srv = std::make_unique<g::ps::server>(ctx, so);
+    const std::string address = srv->endpoint();
+    std::thread t([&] { srv->run(); });
+    std::atomic<g::ps::server*> again{nullptr};  // the server that came back, while it runs
+    std::thread t2;
+    std::string error;
+    const auto t_start = std::chrono::steady_clock::now();
+    double failed_after = 0;
+    {
+      g::ps_options o;
+      o.servers = {address};
+      o.timeout = 20s;
+      o.reconnect_timeout = 1500ms;
+      g::parameter_server<g::ps_async> ps(o);
+      ps.set_shutdown_on_exit(false);
+      std::vector<double> w(10, 1.0);
+      ps.initialize("w", std::span<const double>(w));
+      ps.pull("w", std::span<double>(w));
+      srv->stop();
+      t.join();
+      srv.reset();
+      if (comes_back)
+        t2 = std::thread([&] {
+          so.address = address;
+          std::unique_ptr<g::ps::server> back;
+          for (int attempt = 0; attempt < 100 && !back; ++attempt) {
+            try {
+              back = std::make_unique<g::ps::server>(ctx, so);
+            } catch (const g::comm_error&) {
+              std::this_thread::sleep_for(20ms);
+            }
+          }
+          if (!back) return;
+          again = back.get();
+          back->run();
+          again = nullptr;
+        });
+      try {
+        for (int k = 0; k < 100; ++k) {  // bounded: the loss is noticed within a few pulls
+          ps.push("w", std::span<const double>(w));
+          ps.step_done();
+          ps.pull("w", std::span<double>(w));
+          std::this_thread::sleep_for(20ms);
+        }
+      } catch (const std::exception& e) {
+        error = e.what();
+        failed_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
+      }
+    }
+    if (t2.joinable()) {
+      for (int k = 0; k < 200 && !again.load(); ++k) std::this_thread::sleep_for(10ms);
+      if (auto* p = again.load()) p->stop();
+      t2.join();
+    }
+    BOOST_TEST_MESSAGE(error);
+    BOOST_TEST(error.find("server 0 (" + address + ") is gone") != std::string::npos, error);
+    if (comes_back) {
+      BOOST_TEST(error.find("no checkpoint to restore its shards from") != std::string::npos, error);
+    } else {
+      BOOST_TEST(error.find("did not come back within 1500 ms") != std::string::npos, error);
+      BOOST_TEST(failed_after < 10.0);
+    }
   }
 }
 

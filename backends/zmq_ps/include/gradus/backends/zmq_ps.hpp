@@ -68,6 +68,12 @@ struct ps_options {
   ps::mode consistency = ps::mode::bsp;  // ps_dynamic only
   int staleness = 0;                     // ps_dynamic with ssp
   std::chrono::milliseconds timeout{60000};  // one wait's deadline
+  // A server whose connection closes (its process died) may come back: restarted (gradus-run
+  // --max-restarts) and reloaded from the last checkpoint. The worker opens a new
+  // connection, says it rejoins at its step, declares its shards again and resends what the
+  // old server left unanswered; it fails when the server is not back within this time
+  // (0: at once, 1 s after the connection closed).
+  std::chrono::milliseconds reconnect_timeout{30000};
   std::size_t chunk_bytes = std::size_t(1) << 20;
   ps::partitioner partition = ps::balanced_by_bytes;
   std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
@@ -117,6 +123,7 @@ class parameter_server {
     std::uint64_t pushes = 0, pulls = 0, bytes_pushed = 0, bytes_pulled = 0;
     std::uint64_t max_staleness = 0;  // ssp/bsp: the largest clock - (clock the values were known to include)
     double wait_seconds = 0;
+    std::uint64_t rejoins = 0;  // servers this worker rejoined after they restarted
   };
 
   explicit parameter_server(ps_options o) : o_(std::move(o)) { connect(); }
@@ -141,6 +148,7 @@ class parameter_server {
         // say goodbye (and, from the chief, end the job), briefly; after a failure too, so
         // that the servers do not wait for this worker
         broken_ = false;
+        closing_ = true;
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(broken_text_.empty() ? 5 : 2);
         std::vector<std::uint64_t> ids;
         for (std::size_t k = 0; k < socks_.size(); ++k) {
@@ -353,6 +361,9 @@ class parameter_server {
     bool answered = false;
     std::string failure;
     std::uint64_t clock = 0;
+    ps::wire::header sent;                // as sent (a rejoin resends it)
+    std::span<const std::byte> payload;   // the caller's bytes (zero-copy requests)
+    std::vector<std::byte> body;          // or a copy
   };
 
   std::size_t chunk_elems(std::size_t elem) const { return std::max<std::size_t>(1, o_.chunk_bytes / elem); }
@@ -379,43 +390,121 @@ class parameter_server {
       own_ctx_ = std::make_unique<zmq::context_t>(1);
       o_.context = own_ctx_.get();
     }
-    for (const auto& s : o_.servers) {
-      zmq::socket_t d(*o_.context, zmq::socket_type::dealer);
-      d.set(zmq::sockopt::linger, 200);
-      d.set(zmq::sockopt::ipv6, 1);
-      d.set(zmq::sockopt::sndhwm, 0);
-      d.set(zmq::sockopt::rcvhwm, 0);
-      d.set(zmq::sockopt::heartbeat_ivl, 1000);
-      d.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
-      if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(socks_.size()));
-      const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
-      try {
-        d.connect(ep);
-      } catch (const zmq::error_t& e) {
-        throw comm_error(prefix() + "cannot connect to " + server_name(static_cast<int>(socks_.size())) + ": " + e.what());
-      }
-      // A server whose connection closes (its process died, or its heartbeats stopped) is
-      // noticed by the waits within a grace period, not at their deadline.
-      const std::string mep = "inproc://gradus-ps-client-monitor-" + std::to_string(::getpid()) + "-" +
-                              std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(socks_.size());
-      if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                                 (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0)) != 0)
-        throw zmq::error_t();
-      zmq::socket_t m(*o_.context, zmq::socket_type::pair);
-      m.set(zmq::sockopt::linger, 0);
-      m.connect(mep);
-      socks_.push_back(std::move(d));
-      mons_.push_back(std::move(m));
-      links_.push_back({});
-    }
+    for (std::size_t k = 0; k < o_.servers.size(); ++k) open_link(k);
     // Hello to every server, waited for: a worker that cannot reach its servers says so
     // here (ZeroMQ retries the connection, so servers may start after the workers).
+    everyone(ps::wire::type::hello, hello_text(false), "hello");
+  }
+
+  std::string hello_text(bool rejoin) const {
     nlohmann::json j;
     j["rank"] = o_.rank;
     j["world_size"] = o_.world_size;
     j["mode"] = ps::mode_name(mode_);
     j["staleness"] = staleness_;
-    everyone(ps::wire::type::hello, j.dump(), "hello");
+    if (rejoin) {
+      j["rejoin"] = true;
+      j["clock"] = clock_;
+    }
+    return j.dump();
+  }
+
+  // A DEALER to server k, with a monitor that reports its connection's events.
+  void open_link(std::size_t k) {
+    zmq::socket_t d(*o_.context, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::linger, 200);
+    d.set(zmq::sockopt::ipv6, 1);
+    d.set(zmq::sockopt::sndhwm, 0);
+    d.set(zmq::sockopt::rcvhwm, 0);
+    d.set(zmq::sockopt::heartbeat_ivl, 1000);
+    d.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
+    if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(k));
+    const auto& s = o_.servers[k];
+    const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
+    try {
+      d.connect(ep);
+    } catch (const zmq::error_t& e) {
+      throw comm_error(prefix() + "cannot connect to " + server_name(static_cast<int>(k)) + ": " + e.what());
+    }
+    // A server whose connection closes (its process died, or its heartbeats stopped) is
+    // noticed by the waits at once, not at their deadline.
+    const std::string mep = "inproc://gradus-ps-client-monitor-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(k) + "-" + std::to_string(link_generation_++);
+    if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0)) != 0)
+      throw zmq::error_t();
+    zmq::socket_t m(*o_.context, zmq::socket_type::pair);
+    m.set(zmq::sockopt::linger, 0);
+    m.connect(mep);
+    if (k == socks_.size()) {
+      socks_.push_back(std::move(d));
+      mons_.push_back(std::move(m));
+      links_.push_back({});
+    } else {  // a new connection in place of a lost one
+      (void)zmq_socket_monitor(socks_[k].handle(), nullptr, 0);  // before its reader closes (libzmq 4.3 leaks undelivered events)
+      socks_[k].set(zmq::sockopt::linger, 0);  // what it still queues goes: it is resent below, on the new one
+      socks_[k] = std::move(d);
+      mons_[k] = std::move(m);
+      links_[k] = {};
+    }
+  }
+
+  // Server k's connection closed: wait for the server to come back (restarted), rejoin it
+  // on a new connection (hello at this worker's clock, the optimizer, the shards it holds:
+  // it reloads them from the checkpoint), then resend every request it left unanswered,
+  // with its id. Throws when it is not back within reconnect_timeout.
+  void rejoin(std::size_t k, const char* during) {
+    const auto since = links_[k].down_since;
+    const auto gone = [&](const std::string& why) {
+      fail(prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed" + (during ? std::string(" during ") + during : std::string()) +
+           " and " + why);
+    };
+    if (o_.reconnect_timeout.count() <= 0 || closing_) {
+      if (std::chrono::steady_clock::now() - since > std::chrono::seconds(1))
+        gone("did not come back within 1 s (the ps process died or was stopped)");
+      return;
+    }
+    std::vector<std::uint64_t> resend;
+    for (const auto& [id, r] : reqs_)
+      if (r.server == static_cast<int>(k) && !r.answered) resend.push_back(id);
+    rejoining_ = true;
+    struct reset {
+      bool& b;
+      ~reset() { b = false; }
+    } reset_flag{rejoining_};
+    open_link(k);
+    const auto until = since + o_.reconnect_timeout;
+    const auto text = hello_text(true);
+    const auto answer = [&](std::uint64_t id, const char* what) {
+      try {
+        wait_id(id, until, what, true);
+      } catch (const comm_error& e) {
+        if (std::string_view(e.what()).find("no answer from") != std::string_view::npos)
+          gone("did not come back within " + std::to_string(o_.reconnect_timeout.count()) + " ms (restart it with gradus-run --max-restarts; it reloads the last checkpoint)");
+        throw;
+      } catch (const std::exception& e) {
+        gone(std::string("refused this worker's rejoining: ") + e.what());
+      }
+    };
+    answer(request(static_cast<int>(k), ps::wire::make(ps::wire::type::hello), std::as_bytes(std::span<const char>(text.data(), text.size())),
+                   req_kind::ack, /*copy=*/true),
+           "rejoin");
+    if (flushed_) {
+      answer(request(static_cast<int>(k), ps::wire::make(ps::wire::type::config), std::as_bytes(std::span<const char>(config_text_.data(), config_text_.size())),
+                     req_kind::ack, /*copy=*/true),
+             "config");
+      std::vector<std::uint64_t> ids;
+      for (std::size_t s = 0; s < shards_.size(); ++s)
+        if (shards_[s].server == static_cast<int>(k)) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s, false), req_kind::ack, /*copy=*/true));
+      for (const auto id : ids) answer(id, "init");
+    }
+    for (const auto id : resend) {
+      const auto it = reqs_.find(id);
+      if (it == reqs_.end() || it->second.answered) continue;
+      auto& r = it->second;
+      send(r.server, r.sent, r.body.empty() ? r.payload : std::span<const std::byte>(r.body), r.body.empty() && !r.payload.empty() ? &r.flag : nullptr);
+    }
+    ++stats_.rejoins;
   }
 
   // One message to every server, and their answers.
@@ -435,31 +524,41 @@ class parameter_server {
     nlohmann::json j;
     j["optimizer"] = opt_name_;
     j["settings"] = opt_settings_;
-    everyone(ps::wire::type::config, j.dump(), "config");
+    config_text_ = j.dump();
+    everyone(ps::wire::type::config, config_text_, "config");
     shards_ = o_.partition(vars_, servers());
     ps::check_partition(vars_, servers(), shards_);
     shards_of_.assign(vars_.size(), {});
     for (std::size_t s = 0; s < shards_.size(); ++s) shards_of_[shards_[s].var].push_back(s);
     std::vector<std::uint64_t> ids;
-    for (std::size_t s = 0; s < shards_.size(); ++s) {
-      const auto& sh = shards_[s];
-      const auto& v = vars_[sh.var];
-      auto h = ps::wire::make(ps::wire::type::init, static_cast<std::uint32_t>(s), sh.offset, sh.count, dtypes_[sh.var]);
-      h.scalar = static_cast<double>(v.elements);
-      std::vector<std::byte> payload(4 + v.name.size());
-      const auto len = static_cast<std::uint32_t>(v.name.size());
-      std::memcpy(payload.data(), &len, 4);
-      std::memcpy(payload.data() + 4, v.name.data(), v.name.size());
-      if (o_.rank == 0)
-        for (const auto& b : first_values_[sh.var])  // the values, then any optimizer state
-          payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
-                         b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
-      h.clock = static_cast<std::uint64_t>(std::max<std::int64_t>(0, start_step_));  // the step this worker starts at
-      ids.push_back(request(sh.server, h, payload, req_kind::ack, /*copy=*/true));
-    }
+    for (std::size_t s = 0; s < shards_.size(); ++s) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s, o_.rank == 0), req_kind::ack, /*copy=*/true));
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
     for (const auto id : ids) wait_id(id, until, "init", true);
     first_values_.clear();
+  }
+
+  // Shard s's declaration: its key, range and dtype; scalar = the variable's elements, clock =
+  // the step this worker starts at. The payload: the name, then (the chief's first
+  // declaration) the values and any optimizer state.
+  ps::wire::header init_header(std::size_t s) const {
+    const auto& sh = shards_[s];
+    auto h = ps::wire::make(ps::wire::type::init, static_cast<std::uint32_t>(s), sh.offset, sh.count, dtypes_[sh.var]);
+    h.scalar = static_cast<double>(vars_[sh.var].elements);
+    h.clock = static_cast<std::uint64_t>(std::max<std::int64_t>(0, start_step_));
+    return h;
+  }
+  std::vector<std::byte> init_payload(std::size_t s, bool with_values) const {
+    const auto& sh = shards_[s];
+    const auto& v = vars_[sh.var];
+    std::vector<std::byte> payload(4 + v.name.size());
+    const auto len = static_cast<std::uint32_t>(v.name.size());
+    std::memcpy(payload.data(), &len, 4);
+    std::memcpy(payload.data() + 4, v.name.data(), v.name.size());
+    if (with_values)
+      for (const auto& b : first_values_[sh.var])
+        payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
+                       b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
+    return payload;
   }
 
   std::size_t var_of(std::string_view key, std::size_t n, ps::wire::dtype dt, const char* what) const {
@@ -485,6 +584,10 @@ class parameter_server {
     r.type = static_cast<ps::wire::type>(h.type);
     r.key = h.key;
     r.clock = h.clock;
+    r.sent = h;
+    // what a rejoin resends: the caller's bytes (kept until the handle completes) or a copy
+    if (copy) r.body.assign(payload.begin(), payload.end());
+    else r.payload = payload;
     send(server, h, payload, copy ? nullptr : &r.flag);
     reqs_.emplace(h.id, std::move(r));
     return h.id;
@@ -611,9 +714,12 @@ class parameter_server {
         links_[k].failed_handshakes = 0;
       }
       if (event == ZMQ_EVENT_DISCONNECTED && links_[k].up) {
+        // lost for good: ZeroMQ would reconnect this socket by itself, but to a restarted
+        // server that knows nothing of it; rejoin() opens a new one
         links_[k].up = false;
+        links_[k].lost = true;
         links_[k].down_since = std::chrono::steady_clock::now();
-      } else if (event == ZMQ_EVENT_CONNECTED) {
+      } else if (event == ZMQ_EVENT_CONNECTED && !links_[k].lost) {
         links_[k].up = true;
       }
     }
@@ -646,12 +752,23 @@ class parameter_server {
         if (!throw_on_error) return;
         fail(text);
       }
-      if (!link.up && !it->second.answered && std::chrono::steady_clock::now() - link.down_since > std::chrono::seconds(1)) {
-        const std::string text = prefix() + server_name(it->second.server) + " is gone: its connection closed during " +
-                                 (what ? what : ps::wire::type_name(it->second.type)) + " and did not come back within 1 s (the ps process died or was stopped)";
-        reqs_.erase(it);
-        if (!throw_on_error) return;
-        fail(text);
+      if (!rejoining_) {
+        // a server whose connection closed: rejoin it when it is back (or fail), for every
+        // lost link, not only this request's: its answer may wait on a peer that waits there
+        const char* during = what ? what : ps::wire::type_name(it->second.type);
+        for (std::size_t k = 0; k < links_.size(); ++k) {
+          if (!links_[k].lost) continue;
+          if (!throw_on_error) {  // a goodbye does not wait for a lost server
+            if (static_cast<int>(k) == it->second.server) {
+              reqs_.erase(it);
+              return;
+            }
+            continue;
+          }
+          rejoin(k, during);
+        }
+        it = reqs_.find(id);
+        if (it == reqs_.end()) return;
       }
     }
     auto r = std::move(it->second);
@@ -681,7 +798,8 @@ class parameter_server {
   std::unique_ptr<zmq::context_t> own_ctx_;
   std::vector<zmq::socket_t> socks_, mons_;
   struct link {
-    bool up = true;  // until its connection is seen to close
+    bool up = true;     // until its connection is seen to close
+    bool lost = false;  // its connection closed: rejoin() replaces it
     std::chrono::steady_clock::time_point down_since{};
     std::string refused;  // why the server refused this client's handshake (CURVE)
     int failed_handshakes = 0;
@@ -690,6 +808,9 @@ class parameter_server {
   ps::mode mode_ = ps::mode::bsp;
   int staleness_ = 0;
   bool flushed_ = false, broken_ = false, shutdown_on_exit_ = true;
+  bool rejoining_ = false, closing_ = false;
+  std::uint64_t link_generation_ = 0;
+  std::string config_text_;
   std::string broken_text_;
   std::string opt_name_ = "sgd";
   std::map<std::string, std::string> opt_settings_;

@@ -99,6 +99,10 @@ class server_optimizer {
   int slot_count() const {
     return std::visit([](const auto& o) { return o.slot_count(); }, opt_);
   }
+  // The name of state tensor k ("momentum", "adam_m", ...): "<variable>/<name>" in a checkpoint.
+  std::string slot_name(int k) const {
+    return std::string(std::visit([k](const auto& o) { return std::string_view(o.slot_name(k)); }, opt_));
+  }
   template <class T>
   void apply(std::size_t n, T* w, const T* g, T* const* slots, std::int64_t step, double lr, double scale) const {
     std::visit(
@@ -113,6 +117,17 @@ class server_optimizer {
   std::string name_ = "sgd";
   std::variant<sgd, adam, adamw> opt_ = sgd{};
 };
+
+// A variable's state read back from a checkpoint, for a restarted server (server_options::restore).
+struct restored_variable {
+  wire::dtype dt = wire::dtype::none;
+  std::vector<std::byte> values;              // the whole variable, every element
+  std::vector<std::vector<std::byte>> slots;  // each optimizer state tensor, in the optimizer's order
+  std::int64_t step = 0;                      // the checkpoint's global step
+};
+// restore(variable name, its optimizer state names): what the last checkpoint holds of it,
+// or nothing when it holds no such variable (ps::restore_from_checkpoint reads an .npz).
+using restore_source = std::function<std::optional<restored_variable>(const std::string&, const std::vector<std::string>&)>;
 
 struct server_options {
   // Where to listen: "host:port" (a name is resolved and every address it has is bound:
@@ -137,12 +152,20 @@ struct server_options {
   // CURVE encryption, workers authenticated by their keys (ps::curve_server_from_env);
   // none: plaintext, anyone who reaches the port may connect.
   std::optional<curve_server_config> curve;
+  // Server recovery: where a restarted server reloads its shards from when the workers
+  // come back to it (their hello says they rejoin). Empty: a restarted server has nothing
+  // to serve, and tells the rejoining workers so. ps::serve sets it from the checkpoint
+  // the program names when the process is a restart (GRADUS_RESTART_COUNT, gradus-run
+  // --max-restarts).
+  restore_source restore;
   std::function<void(const std::string&)> log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
 };
 
 // Counters, readable from another thread while the server runs.
 struct server_stats {
   std::atomic<std::uint64_t> messages{0}, malformed{0}, rejected{0}, pushes{0}, pulls{0}, updates{0}, collectives{0}, workers_lost{0};
+  std::atomic<std::uint64_t> restored{0};       // shards reloaded from a checkpoint after a restart
+  std::atomic<std::uint64_t> stale_dropped{0};  // bsp pushes for a step a restarted server skipped
 };
 
 class server {
@@ -191,12 +214,15 @@ class server {
   // The endpoint actually bound (with the port the system chose for ":0").
   const std::string& endpoint() const { return bound_; }
   const server_stats& stats() const { return stats_; }
+  // Makes run() return within its poll interval (100 ms), from any thread: what a killed
+  // process looks like to the workers once the server is destroyed (tests).
+  void stop() { stop_.store(true); }
 
   // Serves until shutdown, or until every worker that said hello has said bye.
   void run() {
     omp_set_num_threads(std::max(1, o_.threads));  // this thread's parallel regions only
     auto last_heard = std::chrono::steady_clock::now();
-    while (!done_) {
+    while (!done_ && !stop_.load()) {
       zmq::pollitem_t items[2] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {mon_->handle(), 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, 2, std::chrono::milliseconds(100));
       if (items[1].revents & ZMQ_POLLIN) monitor_events();
@@ -247,8 +273,17 @@ class server {
     wire::header first;
     std::vector<std::vector<std::byte>> parts;
     std::vector<std::string> ids;
+    std::vector<std::uint64_t> req_ids;  // each worker's request id: its answer echoes it
     std::vector<bool> in;
     int got = 0;
+    // the answer (or failure) to worker k: its own request id
+    wire::header to(std::size_t k, bool failed) const {
+      auto h = wire::make(failed ? wire::type::fail : wire::type::reply, first.key, first.offset, 0, wire::dtype::none);
+      h.clock = first.clock;
+      h.id = req_ids[k];
+      h.rank = static_cast<std::int32_t>(k);
+      return h;
+    }
   };
 
   static std::vector<std::string> endpoints(const std::string& a) {
@@ -434,6 +469,10 @@ class server {
     const int world = static_cast<int>(integer("world_size", 1, 1 << 16, 0));
     const int rank = static_cast<int>(integer("rank", 0, world - 1, -1));
     const auto staleness = integer("staleness", 0, 1000000, 0);
+    // a worker coming back to a restarted server: the step it is at
+    const auto rejoin_clock = static_cast<std::uint64_t>(integer("clock", 0, std::int64_t(1) << 53, 0));
+    const auto rj = j.find("rejoin");
+    const bool rejoin = rj != j.end() && rj->is_boolean() && rj->get<bool>();
     const auto mit = j.find("mode");
     const std::string m = mit != j.end() && mit->is_string() ? mit->get<std::string>() : "";
     if (world < 1 || rank < 0 || rank >= world || h.rank != rank)
@@ -457,6 +496,19 @@ class server {
     if (w.joined && w.id != id && !w.left)
       throw error(prefix() + "worker " + std::to_string(rank) + " said hello twice from different connections (two processes with one rank?)");
     if (w.dead) throw error(prefix() + "worker " + std::to_string(rank) + " was declared dead; it cannot rejoin this job");
+    if (rejoin && !w.joined) {
+      // This server restarted (its old state is gone): it reloads its shards from the last
+      // checkpoint as the workers declare them again, and takes up the clocks they are at.
+      if (!o_.restore)
+        throw error(prefix() + "worker " + std::to_string(rank) + " rejoins at step " + std::to_string(rejoin_clock) +
+                    ", but this server started afresh and has no checkpoint to restore its shards from (give the ps task the"
+                    " checkpoint the chief writes: the examples' --checkpoint; gradus-run --max-restarts restarts it with"
+                    " GRADUS_RESTART_COUNT set)");
+      if (!restoring_) o_.log(prefix() + "workers rejoin a restarted server: restoring its shards from the last checkpoint");
+      restoring_ = true;
+      w.clock = std::max(w.clock, rejoin_clock);
+      raise_floor(rejoin_clock);
+    }
     w.id = id;
     w.joined = true;
     w.left = false;
@@ -533,6 +585,14 @@ class server {
       s.total = total;
       s.values.assign(h.count * elem, std::byte{0});
       s.slots.assign(static_cast<std::size_t>(opt_.slot_count()), std::vector<std::byte>(h.count * elem, std::byte{0}));
+      if (restoring_) {
+        try {
+          restore_shard(s);
+        } catch (...) {
+          shards_.erase(it);
+          throw;
+        }
+      }
     } else if (s.name != name || s.dt != dt || s.offset != h.offset || s.count != h.count || s.total != total) {
       throw error(prefix() + "worker " + std::to_string(rank) + " declares key " + std::to_string(h.key) + " as '" + name + "' [" +
                   std::to_string(h.offset) + ", +" + std::to_string(h.count) + ") " + wire::dtype_name(dt) + " but it is '" + s.name + "' [" +
@@ -564,6 +624,55 @@ class server {
       }
     }
     serve_parked();
+  }
+
+  // A restored shard: its part of the checkpoint's variable and optimizer state; the step
+  // counts from the checkpoint's, and (bsp) from the step the rejoining workers are at.
+  void restore_shard(shard_state& s) {
+    std::vector<std::string> slot_names;
+    for (int k = 0; k < opt_.slot_count(); ++k) slot_names.push_back(opt_.slot_name(k));
+    auto r = o_.restore(s.name, slot_names);
+    if (!r) throw error(prefix() + "restarted, but the checkpoint holds no variable '" + s.name + "' to restore its shard from");
+    const std::size_t elem = wire::dtype_size(s.dt);
+    if (r->dt != s.dt || r->values.size() != s.total * elem)
+      throw error(prefix() + "the checkpoint's '" + s.name + "' is " + std::to_string(r->values.size() / std::max<std::size_t>(1, wire::dtype_size(r->dt))) +
+                  " " + wire::dtype_name(r->dt) + " elements; the workers declare " + std::to_string(s.total) + " " + wire::dtype_name(s.dt));
+    if (r->slots.size() != s.slots.size())
+      throw error(prefix() + "the checkpoint holds " + std::to_string(r->slots.size()) + " optimizer state tensors of '" + s.name + "'; " +
+                  opt_.name() + " has " + std::to_string(s.slots.size()));
+    const auto from = static_cast<std::ptrdiff_t>(s.offset * elem), to = static_cast<std::ptrdiff_t>((s.offset + s.count) * elem);
+    std::copy(r->values.begin() + from, r->values.begin() + to, s.values.begin());
+    for (std::size_t k = 0; k < s.slots.size(); ++k) {
+      if (r->slots[k].size() != r->values.size())
+        throw error(prefix() + "the checkpoint's '" + s.name + "/" + slot_names[k] + "' is not the variable's size");
+      std::copy(r->slots[k].begin() + from, r->slots[k].begin() + to, s.slots[k].begin());
+    }
+    s.updates = r->step;
+    s.version = std::max(static_cast<std::uint64_t>(std::max<std::int64_t>(0, r->step)), floor_);
+    s.ready = true;
+    ++stats_.restored;
+    o_.log(prefix() + "restored '" + s.name + "' [" + std::to_string(s.offset) + ", " + std::to_string(s.offset + s.count) + ") from the checkpoint of step " +
+           std::to_string(r->step) + (mode_ == mode::bsp ? "; serving from step " + std::to_string(s.version) : std::string()));
+  }
+  // bsp after a restart: the rejoining workers are at step c, so the shards go on from c
+  // (a step in flight when the server died is lost with it, as the steps since the
+  // checkpoint are; pushes for it are acknowledged and dropped).
+  void raise_floor(std::uint64_t c) {
+    floor_ = std::max(floor_, c);
+    if (mode_ != mode::bsp) return;
+    for (auto& [key, s] : shards_) {
+      if (s.version >= floor_) continue;
+      s.version = floor_;
+      for (auto it = s.pending.begin(); it != s.pending.end();) {
+        if (it->first < floor_) {
+          p_done_.erase({key, it->first});
+          it = s.pending.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      maybe_apply_bsp(s, key);
+    }
   }
 
   int live_workers() const {
@@ -611,6 +720,13 @@ class server {
       apply(s, first, h.count, payload.data(), lr, 1.0 / static_cast<double>(std::max(1, live_workers())));
       if (h.offset + h.count == s.offset + s.count) ++s.updates;
     } else {
+      if (h.clock < s.version && restoring_) {
+        // a step this restarted server skipped (its update lost with the old process): the
+        // worker resent it after the restore
+        ++stats_.stale_dropped;
+        send(id, reply_header(h), std::span<const std::byte>{});
+        return;
+      }
       if (h.clock < s.version)
         throw error(prefix() + "worker " + std::to_string(rank) + " pushed '" + s.name + "' for step " + std::to_string(h.clock) +
                     " after step " + std::to_string(s.version - 1) + " was applied");
@@ -745,6 +861,7 @@ class server {
       c.first = h;
       c.parts.resize(workers_.size());
       c.ids.resize(workers_.size());
+      c.req_ids.resize(workers_.size());
       c.in.assign(workers_.size(), false);
     }
     const auto op_name = [](const wire::header& x) {
@@ -757,7 +874,7 @@ class server {
                                " but worker " + std::to_string(c.first.rank) + " called " + op_name(c.first) +
                                ": every worker must call the same collectives in the same order with the same sizes";
       for (std::size_t r = 0; r < c.ids.size(); ++r)
-        if (c.in[r]) send(c.ids[r], fail_header(c.first), std::string_view(text));
+        if (c.in[r]) send(c.ids[r], c.to(r, true), std::string_view(text));
       send(id, fail_header(h), std::string_view(text));
       failed_colls_[h.clock] = text;
       colls_.erase(h.clock);
@@ -770,6 +887,7 @@ class server {
       throw error(prefix() + "a sum of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " (float32 or float64 only)");
     c.in[static_cast<std::size_t>(rank)] = true;
     c.ids[static_cast<std::size_t>(rank)] = id;
+    c.req_ids[static_cast<std::size_t>(rank)] = h.id;
     c.parts[static_cast<std::size_t>(rank)].assign(payload.begin(), payload.end());
     ++c.got;
     finish_collective(h.clock);
@@ -787,7 +905,7 @@ class server {
       if (c.first.offset >= workers_.size() || !c.in[c.first.offset]) {
         const std::string text = prefix() + "broadcast from worker " + std::to_string(c.first.offset) + ", which is gone";
         for (std::size_t k = 0; k < c.ids.size(); ++k)
-          if (c.in[k]) send(c.ids[k], fail_header(c.first), std::string_view(text));
+          if (c.in[k]) send(c.ids[k], c.to(k, true), std::string_view(text));
         colls_.erase(seq);
         return;
       }
@@ -795,12 +913,11 @@ class server {
     } else if (op != wire::coll_op::barrier) {
       result = combine(c, op);
     }
-    auto r = reply_header(c.first);
-    r.dtype = c.first.dtype;
-    r.count = c.first.count;
     for (std::size_t k = 0; k < c.ids.size(); ++k) {
       if (!c.in[k]) continue;
-      r.rank = static_cast<int>(k);
+      auto r = c.to(k, false);
+      r.dtype = c.first.dtype;
+      r.count = c.first.count;
       send(c.ids[k], r, std::span<const std::byte>(result));
     }
     colls_.erase(seq);
@@ -869,7 +986,7 @@ class server {
       parked_inits_.clear();
       for (auto& [seq, c] : colls_)
         for (std::size_t k = 0; k < c.ids.size(); ++k)
-          if (c.in[k]) send(c.ids[k], fail_header(c.first), std::string_view(job_failed_));
+          if (c.in[k]) send(c.ids[k], c.to(k, true), std::string_view(job_failed_));
       colls_.clear();
       return;
     }
@@ -894,6 +1011,9 @@ class server {
   std::shared_ptr<zap_handler> zap_;
   std::string last_peer_;
   bool done_ = false, configured_ = false;
+  bool restoring_ = false;   // a restarted server whose workers rejoin (its shards come from the checkpoint)
+  std::uint64_t floor_ = 0;  // the latest step a rejoining worker was at
+  std::atomic<bool> stop_{false};
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
   mode mode_ = mode::bsp;
   std::uint64_t staleness_ = 0;
