@@ -4,15 +4,23 @@
 // scatter-add; plain SGD equal to the dense path; momentum and Adam against an
 // independent lazy reference (only the named rows and their state move, as TensorFlow's
 // sparse apply ops and PyTorch's SparseAdam); clipping by the norm of the coalesced
-// gradient; sparse_as_dense; reduce_gradients' error for a sparse gradient.
+// gradient; sparse_as_dense; reduce_gradients' error for a sparse gradient. Hogwild!
+// (train/hogwild.hpp) on a bag-of-words model: one thread equals train_step's SGD, 2 and
+// 4 threads converge as single-thread SGD does, the threads share one storage, and a
+// worker's exception reaches the caller.
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
@@ -265,4 +273,287 @@ BOOST_AUTO_TEST_CASE(bad_index_is_named) {
   // nothing moved
   auto w = s.run(m.emb.table);
   for (std::size_t i = 0; i < t0.size(); ++i) BOOST_TEST(w[static_cast<g::index_t>(i)] == t0[i]);
+}
+
+// ---- Hogwild! (train/hogwild.hpp) ------------------------------------------------------
+// A bag-of-words logistic regression: logits = sum over a document's words of their rows
+// of a sparse [words, 2] table, plus a dense bias. Labels follow a hidden rule (the sign
+// of the sum of each word's hidden score), so a linear model can fit them exactly.
+namespace {
+
+constexpr g::index_t words = 256, doc_len = 6;
+g::placeholder<"doc", std::int32_t, g::dyn, doc_len> doc;
+g::placeholder<"label", std::int32_t, g::dyn> label;
+
+struct bow_model {
+  g::nn::embedding<"bow", words, 2, double, true> emb;
+  g::variable<"bow/bias", double, 2> bias;
+  auto logits() const { return g::sum<1>(emb(doc)) + bias; }
+  auto loss() const { return g::nn::softmax_cross_entropy_loss(logits(), label); }
+  // small random rows, zero bias: every run starts from the same values
+  void initialize(g::session<g::cpu_simd>& s) const {
+    const auto t = random_vec(words * 2, 40);
+    std::vector<double> small(t.size());
+    for (std::size_t i = 0; i < t.size(); ++i) small[i] = 0.01 * t[i];
+    s.assign(emb.table, g::view(small.data(), {words, 2}));
+    const std::vector<double> zero(2, 0.0);
+    s.assign(bias, g::view(zero.data(), {2}));
+  }
+};
+
+struct bow_data {
+  std::vector<std::int32_t> ids, labels;
+  std::size_t size() const { return labels.size(); }
+};
+
+// n documents of doc_len words drawn from [lo, hi); label = sum of hidden scores > 0.
+bow_data make_docs(std::size_t n, std::uint64_t seed, std::int32_t lo = 0, std::int32_t hi = words) {
+  static const auto score = random_vec(words, 41);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<std::int32_t> pick(lo, hi - 1);
+  bow_data d;
+  for (std::size_t i = 0; i < n; ++i) {
+    double sum = 0;
+    for (g::index_t j = 0; j < doc_len; ++j) {
+      d.ids.push_back(pick(rng));
+      sum += score[static_cast<std::size_t>(d.ids.back())];
+    }
+    d.labels.push_back(sum > 0 ? 1 : 0);
+  }
+  return d;
+}
+
+// The feeds of documents [first, first + n).
+auto batch_feeds(const bow_data& d, std::size_t first, std::size_t n) {
+  return std::tuple(doc = g::view(d.ids.data() + first * doc_len, {static_cast<g::index_t>(n), doc_len}),
+                    label = g::view(d.labels.data() + first, {static_cast<g::index_t>(n)}));
+}
+
+struct fit {
+  double loss, accuracy;
+};
+fit evaluate(g::session<g::cpu_simd>& s, const bow_model& m, const bow_data& d) {
+  auto [lg, l] = std::apply([&](const auto&... f) { return s.run(m.logits(), m.loss(), f...); }, batch_feeds(d, 0, d.size()));
+  std::size_t right = 0;
+  for (std::size_t i = 0; i < d.size(); ++i)
+    right += (lg[static_cast<g::index_t>(2 * i + 1)] > lg[static_cast<g::index_t>(2 * i)] ? 1 : 0) ==
+             d.labels[i];
+  return {l[0], static_cast<double>(right) / static_cast<double>(d.size())};
+}
+
+constexpr std::size_t batch = 8;
+// Epoch e's batch order: a seeded shuffle of the batch numbers.
+std::vector<std::size_t> batch_order(std::size_t batches, int epoch) {
+  std::vector<std::size_t> o(batches);
+  for (std::size_t i = 0; i < batches; ++i) o[i] = i;
+  std::shuffle(o.begin(), o.end(), std::mt19937_64(1000 + static_cast<std::uint64_t>(epoch)));
+  return o;
+}
+
+// Hogwild! over `threads` threads: in each epoch thread t takes the batches t, t + T, ...
+// of the epoch's order. Returns the report of the last epoch's run.
+g::hogwild_report train_hogwild(g::session<g::cpu_simd>& s, const bow_model& m, const bow_data& d, std::size_t threads,
+                                int epochs, double lr, double* seconds = nullptr) {
+  auto hw = g::hogwild(s, m.loss(), g::sgd{.lr = lr}, threads);
+  g::hogwild_report r;
+  double total = 0;
+  for (int e = 0; e < epochs; ++e) {
+    const auto order = batch_order(d.size() / batch, e);
+    r = hw.run([&](auto& w) {
+      for (std::size_t k = w.thread(); k < order.size(); k += w.threads())
+        std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(d, order[k] * batch, batch));
+    });
+    total += r.seconds;
+  }
+  if (seconds) *seconds = total / epochs;
+  return r;
+}
+
+}  // namespace
+
+// One thread: Hogwild!'s read / compute / write is exactly a train_step with plain SGD.
+BOOST_AUTO_TEST_CASE(hogwild_one_thread_is_sgd) {
+  bow_model m;
+  const auto data = make_docs(400, 50);
+  g::session<g::cpu_simd> sh, ss;
+  m.initialize(sh);
+  m.initialize(ss);
+  train_hogwild(sh, m, data, 1, 2, 0.2);
+  auto step = g::minimize(ss, m.loss(), g::sgd{.lr = 0.2});
+  for (int e = 0; e < 2; ++e)
+    for (std::size_t b : batch_order(data.size() / batch, e))
+      std::apply([&](const auto&... f) { step.run(f...); }, batch_feeds(data, b * batch, batch));
+  BOOST_TEST(sh.global_step() == ss.global_step());
+  BOOST_TEST(sh.global_step() == 2 * 400 / static_cast<std::int64_t>(batch));
+  auto a = sh.run(m.emb.table);
+  auto b = ss.run(m.emb.table);
+  for (g::index_t i = 0; i < words * 2; ++i) BOOST_TEST(a[i] == b[i], boost::test_tools::tolerance(1e-12));
+  auto ba = sh.run(m.bias);
+  auto bb = ss.run(m.bias);
+  for (g::index_t i = 0; i < 2; ++i) BOOST_TEST(ba[i] == bb[i], boost::test_tools::tolerance(1e-12));
+}
+
+// 2 and 4 threads converge: the loss within a stated tolerance of single-thread SGD on the
+// same batches, and test accuracy near the single-thread model's and well above chance.
+BOOST_AUTO_TEST_CASE(hogwild_converges_like_sgd) {
+  bow_model m;
+  const auto train = make_docs(2000, 51), test = make_docs(500, 52);
+  constexpr int epochs = 5;
+  constexpr double lr = 0.2;
+  // the reference: single-thread SGD (a plain train_step) over the same epochs of batches
+  g::session<g::cpu_simd> ref;
+  m.initialize(ref);
+  const fit start = evaluate(ref, m, train);
+  auto step = g::minimize(ref, m.loss(), g::sgd{.lr = lr});
+  for (int e = 0; e < epochs; ++e)
+    for (std::size_t b : batch_order(train.size() / batch, e))
+      std::apply([&](const auto&... f) { step.run(f...); }, batch_feeds(train, b * batch, batch));
+  const fit sgd_train = evaluate(ref, m, train), sgd_test = evaluate(ref, m, test);
+  BOOST_TEST_MESSAGE("single-thread SGD: train loss " << sgd_train.loss << " (from " << start.loss << "), test accuracy "
+                                                      << sgd_test.accuracy);
+  BOOST_TEST(sgd_train.loss < 0.5 * start.loss);  // the reference itself learned
+  for (std::size_t threads : {std::size_t{1}, std::size_t{2}, std::size_t{4}}) {
+    g::session<g::cpu_simd> s;
+    m.initialize(s);
+    double per_epoch = 0;
+    const auto r = train_hogwild(s, m, train, threads, epochs, lr, &per_epoch);
+    const fit hw_train = evaluate(s, m, train), hw_test = evaluate(s, m, test);
+    BOOST_TEST_MESSAGE("hogwild " << threads << " thread(s): train loss " << hw_train.loss << ", test accuracy "
+                                  << hw_test.accuracy << ", " << per_epoch * 1e3 << " ms per epoch");
+    BOOST_TEST_CONTEXT("threads = " << threads) {
+      BOOST_TEST(r.total_steps == static_cast<std::int64_t>(train.size() / batch));
+      BOOST_TEST(s.global_step() == epochs * static_cast<std::int64_t>(train.size() / batch));
+      // within 10% (+0.01) of the single-thread loss; test accuracy within 3 points of it
+      // and at least 0.85 (chance is about 0.5, the hidden rule scores 1.0)
+      BOOST_TEST(hw_train.loss <= 1.1 * sgd_train.loss + 0.01);
+      BOOST_TEST(hw_test.accuracy >= sgd_test.accuracy - 0.03);
+      BOOST_TEST(hw_test.accuracy >= 0.85);
+    }
+  }
+}
+
+// The threads run at the same time on one storage: all of them are inside run() together
+// (a rendezvous that only concurrent threads pass), each one's rows of the table move,
+// rows no thread names do not, and the step count is the sum over threads.
+BOOST_AUTO_TEST_CASE(hogwild_threads_share_the_variables) {
+  bow_model m;
+  constexpr std::size_t threads = 4, steps = 30;
+  constexpr std::int32_t span = 50;  // thread t's documents use only words [50t, 50t + 50)
+  std::vector<bow_data> part;
+  for (std::size_t t = 0; t < threads; ++t)
+    part.push_back(make_docs(steps * batch, 60 + t, static_cast<std::int32_t>(t) * span,
+                             static_cast<std::int32_t>(t + 1) * span));
+  g::session<g::cpu_simd> s;
+  m.initialize(s);
+  s.set_global_step(7);
+  const auto before = s.run(m.emb.table);
+  const std::vector<double> t0(before.begin(), before.end());
+  std::atomic<std::size_t> arrived{0};
+  std::vector<int> met(threads, 0);
+  std::vector<std::thread::id> ids(threads);
+  auto hw = g::hogwild(s, m.loss(), g::sgd{.lr = 0.5}, threads);
+  const auto r = hw.run([&](auto& w) {
+    ids[w.thread()] = std::this_thread::get_id();
+    arrived.fetch_add(1);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (arrived.load() < threads && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    met[w.thread()] = arrived.load() == threads;
+    for (std::size_t k = 0; k < steps; ++k)
+      std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(part[w.thread()], k * batch, batch));
+  });
+  BOOST_TEST(r.total_steps == static_cast<std::int64_t>(threads * steps));
+  BOOST_TEST(s.global_step() == 7 + static_cast<std::int64_t>(threads * steps));
+  const auto after = s.run(m.emb.table);
+  for (std::size_t t = 0; t < threads; ++t) {
+    BOOST_TEST_CONTEXT("thread " << t) {
+      BOOST_TEST(met[t] == 1);
+      BOOST_TEST((ids[t] != std::this_thread::get_id()));
+      for (std::size_t u = 0; u < t; ++u) BOOST_TEST((ids[t] != ids[u]));
+      BOOST_TEST(r.steps[t] == static_cast<std::int64_t>(steps));
+      BOOST_TEST(std::isfinite(r.mean_loss[t]));
+      // every word this thread's documents name moved
+      for (std::int32_t wd : part[t].ids)
+        BOOST_TEST(after[static_cast<g::index_t>(2 * wd)] != t0[static_cast<std::size_t>(2 * wd)]);
+    }
+  }
+  for (g::index_t i = 2 * threads * span; i < words * 2; ++i) BOOST_TEST(after[i] == t0[static_cast<std::size_t>(i)]);
+  BOOST_TEST(s.run(m.bias)[0] != 0.0);
+}
+
+// A thread reads another's writes: thread 0 takes 5 steps, then thread 1 (which waited
+// for it) takes one on documents sharing words with thread 0's; the loss thread 1 reports
+// is the loss of the model after thread 0's 5 steps, computed by a plain train_step.
+BOOST_AUTO_TEST_CASE(hogwild_a_thread_sees_anothers_updates) {
+  bow_model m;
+  const auto first = make_docs(5 * batch, 70, 0, 40), second = make_docs(batch, 71, 20, 60);
+  g::session<g::cpu_simd> s, ref;
+  m.initialize(s);
+  m.initialize(ref);
+  std::atomic<bool> done{false};
+  bool waited = false;
+  double seen = 0;
+  auto hw = g::hogwild(s, m.loss(), g::sgd{.lr = 0.5}, 2);
+  hw.run([&](auto& w) {
+    if (w.thread() == 0) {
+      for (std::size_t k = 0; k < 5; ++k)
+        std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(first, k * batch, batch));
+      done.store(true, std::memory_order_release);
+    } else {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (!done.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::yield();
+      waited = done.load(std::memory_order_acquire);
+      seen = std::apply([&](const auto&... f) { return w.step(f...); }, batch_feeds(second, 0, batch));
+    }
+  });
+  BOOST_REQUIRE(waited);
+  auto step = g::minimize(ref, m.loss(), g::sgd{.lr = 0.5});
+  for (std::size_t k = 0; k < 5; ++k)
+    std::apply([&](const auto&... f) { step.run(f...); }, batch_feeds(first, k * batch, batch));
+  const double expected = evaluate(ref, m, second).loss;
+  BOOST_TEST(seen == expected, boost::test_tools::tolerance(1e-12));
+  // and not the loss of the initial values (the check above could not pass by accident)
+  g::session<g::cpu_simd> init;
+  m.initialize(init);
+  BOOST_TEST(std::abs(evaluate(init, m, second).loss - expected) > 1e-3);
+}
+
+// A worker's exception stops the others and reaches the caller naming the thread, the
+// original nested; momentum and zero threads are refused.
+BOOST_AUTO_TEST_CASE(hogwild_worker_errors_reach_the_caller) {
+  bow_model m;
+  const auto data = make_docs(4 * batch, 80);
+  auto bad = data;
+  bad.ids[3] = words + 5;  // out of range
+  g::session<g::cpu_simd> s;
+  m.initialize(s);
+  constexpr std::size_t many = 20000;
+  auto hw = g::hogwild(s, m.loss(), g::sgd{.lr = 0.1}, 2);
+  BOOST_CHECK_EXCEPTION(hw.run([&](auto& w) {
+    if (w.thread() == 1) {
+      for (std::size_t k = 0; k < 3; ++k)
+        std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(data, k * batch, batch));
+      std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(bad, 0, batch));
+    } else {
+      for (std::size_t k = 0; k < many; ++k)
+        std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(data, (k % 4) * batch, batch));
+    }
+  }),
+                        g::error, [](const g::error& e) {
+                          const std::string msg = e.what();
+                          bool nested_index_error = false;
+                          try {
+                            std::rethrow_if_nested(e);
+                          } catch (const g::index_error&) {
+                            nested_index_error = true;
+                          } catch (...) {
+                          }
+                          return msg.find("hogwild: worker thread 1 of 2 failed after 3 steps") != std::string::npos &&
+                                 msg.find("gather") != std::string::npos && nested_index_error;
+                        });
+  // thread 0 was stopped long before its 20000 steps; every applied step was counted
+  BOOST_TEST(s.global_step() >= 3);
+  BOOST_TEST(s.global_step() < static_cast<std::int64_t>(many));
+  BOOST_CHECK_THROW(g::hogwild(s, m.loss(), g::sgd{.lr = 0.1, .momentum = 0.9}, 2), g::error);
+  BOOST_CHECK_THROW(g::hogwild(s, m.loss(), g::sgd{.lr = 0.1}, 0), g::error);
 }
