@@ -9,6 +9,9 @@
 # 3. A worker SIGKILLed mid-training (processes started by hand with torchrun's variables
 #    and GRADUS_PS): in bsp the other worker fails within 10 s naming worker 1; in async it
 #    goes on and finishes.
+# 4. A parameter server SIGKILLed mid-training under gradus-run --max-restarts: restarted, it
+#    reloads its shards from the chief's checkpoint, the workers rejoin it and the job
+#    reaches its accuracy.
 # Every wait is bounded; every process started here is ended by PID on the way out (no
 # `timeout` wrapper in part 3: the PID killed must be the example's own).
 set -u
@@ -142,4 +145,33 @@ killed() {  # mode expect(fail|finish)
 }
 killed bsp fail
 killed async finish
+
+# ---- 4. a server killed mid-training and restarted (server recovery): gradus-run
+# --max-restarts starts ps 1 again; it reloads its shards from the chief's checkpoint
+# (epoch 1) when the workers rejoin it, and the bsp run finishes with its accuracy
+ck=$work/recover.npz
+OMP_NUM_THREADS=1 "$launcher" -np 2 --ps 2 --timeout 180 --max-restarts 1 --restart-delay 0.5 "$exe" "${base[@]}" \
+  --epochs 3 --comm ps --consistency bsp --checkpoint "$ck" >"$work/recover.out" 2>&1 </dev/null &
+launcher_pid=$!
+pids=("$launcher_pid")
+for _ in $(seq 1200); do [[ -s $ck ]] && break; kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.05; done
+[[ -s $ck ]] || fail "recovery: no checkpoint after epoch 1 within 60 s"
+ps1=""
+for c in $(pgrep -P "$launcher_pid"); do
+  env_of=$(tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null)
+  grep -qx "GRADUS_ROLE=ps" <<<"$env_of" && grep -qx "GRADUS_PS_INDEX=1" <<<"$env_of" && ps1=$c
+done
+[[ -n $ps1 ]] || fail "recovery: ps 1 is not a child of gradus-run $launcher_pid"
+kill -9 "$ps1"
+for _ in $(seq 1800); do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$launcher_pid" 2>/dev/null && fail "recovery: the job still runs 180 s after ps 1 was killed"
+wait "$launcher_pid" || fail "recovery: the job failed after ps 1 was killed and restarted"
+pids=()
+grep -q "restarting it" "$work/recover.out" || fail "recovery: gradus-run did not restart ps 1"
+grep -q "restored 'fc" "$work/recover.out" || fail "recovery: the restarted ps 1 did not restore its shards"
+j=$(json_of "$work/recover.out")
+acc=$(field "$j" test_accuracy)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "recovery: test accuracy $acc < 0.92"
+echo "check_ps: ps 1 killed in epoch 2 and restarted from the epoch-1 checkpoint: the bsp job finished, test accuracy $acc;" \
+  "$(grep -c "restored '" "$work/recover.out") shards restored"
 echo "check_ps: ok"

@@ -509,6 +509,11 @@ class server {
       w.clock = std::max(w.clock, rejoin_clock);
       raise_floor(rejoin_clock);
     }
+    // A closed connection's DISCONNECTED event names its file descriptor, which the system
+    // may already have given to this new connection (a worker rejoining a restarted server
+    // closes a connection that ZeroMQ had reopened by itself): the I/O thread raised that
+    // event before this hello was read, so take it now, before the number means this worker.
+    monitor_events();
     w.id = id;
     w.joined = true;
     w.left = false;
