@@ -518,6 +518,34 @@ BOOST_AUTO_TEST_CASE(hogwild_a_thread_sees_anothers_updates) {
   BOOST_TEST(std::abs(evaluate(init, m, second).loss - expected) > 1e-3);
 }
 
+// Naming the variables trains only those; a variable held fixed is still read, at the
+// value the session has when run() starts.
+BOOST_AUTO_TEST_CASE(hogwild_trains_only_the_named_variables) {
+  bow_model m;
+  const auto data = make_docs(8 * batch, 90);
+  g::session<g::cpu_simd> s;
+  m.initialize(s);
+  const std::vector<double> b0{0.3, -0.3}, b1{-1.0, 1.0};
+  s.assign(m.bias, g::view(b0.data(), {2}));
+  auto hw = g::hogwild(s, m.loss(), g::sgd{.lr = 0.5}, 2, m.emb.table);
+  hw.run([&](auto& w) {
+    for (std::size_t k = w.thread(); k < 8; k += w.threads())
+      std::apply([&](const auto&... f) { w.step(f...); }, batch_feeds(data, k * batch, batch));
+  });
+  BOOST_TEST(s.run(m.bias)[0] == 0.3);
+  BOOST_TEST(s.run(m.bias)[1] == -0.3);
+  s.assign(m.bias, g::view(b1.data(), {2}));
+  const double expected = evaluate(s, m, bow_data{{data.ids.begin(), data.ids.begin() + batch * doc_len},
+                                                  {data.labels.begin(), data.labels.begin() + batch}})
+                              .loss;
+  double seen = 0;
+  hw.run([&](auto& w) {
+    if (w.thread() == 0) seen = std::apply([&](const auto&... f) { return w.step(f...); }, batch_feeds(data, 0, batch));
+  });
+  BOOST_TEST(seen == expected, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.run(m.bias)[0] == -1.0);
+}
+
 // A worker's exception stops the others and reaches the caller naming the thread, the
 // original nested; momentum and zero threads are refused.
 BOOST_AUTO_TEST_CASE(hogwild_worker_errors_reach_the_caller) {
