@@ -643,6 +643,163 @@ BOOST_AUTO_TEST_CASE(a_job_resumed_from_the_servers_state_trains_as_one_that_nev
   }
 }
 
+// ---- sparse rows ----------------------------------------------------------------------
+
+// A table of 301 rows of 5 cut over 3 servers at row boundaries; one push of 4 rows with
+// Adam: those rows move as one Adam step from their first values (computed here), every
+// other row and its optimizer state stay as they were (lazy); pull_rows moves exactly the
+// changed rows, then none.
+BOOST_AUTO_TEST_CASE(sparse_rows_move_only_the_named_rows_with_lazy_optimizer_state) {
+  constexpr std::size_t rows = 301, L = 5;
+  {  // the partitioner cuts tables between rows
+    const std::vector<g::ps::variable_info> vars{{"t", rows * L, 8, L}, {"d", 700, 8, 0}};
+    const auto shards = g::ps::balanced_by_bytes(vars, 3);
+    BOOST_CHECK_NO_THROW(g::ps::check_partition(vars, 3, shards));
+    int pieces = 0;
+    for (const auto& sh : shards)
+      if (sh.var == 0) {
+        ++pieces;
+        BOOST_TEST(sh.offset % L == 0u);
+        BOOST_TEST(sh.count % L == 0u);
+      }
+    BOOST_TEST(pieces >= 2, "the table spans servers");
+    auto cut = shards;
+    for (auto& sh : cut)
+      if (sh.var == 0 && sh.offset == 0) sh.count -= 1;
+    for (auto& sh : cut)
+      if (sh.var == 0 && sh.offset != 0 && sh.offset == shards[0].count) sh.offset -= 1, sh.count += 1;
+    BOOST_CHECK_THROW(g::ps::check_partition(vars, 3, cut), std::invalid_argument);
+  }
+  server_pool pool(3);
+  on_workers(1, [&](int) {
+    auto o = pool.options(0, 1, "async");
+    g::parameter_server<> ps(o);
+    const double lr = 0.05, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+    ps.set_optimizer("adam", {{"beta1", "0.9"}, {"beta2", "0.999"}, {"eps", "1e-08"}});
+    ps.set_learning_rate(lr);
+    const auto w0 = ramp(rows * L, 0.01);
+    ps.initialize("t", std::span<const double>(w0));
+    ps.set_rows("t", L);
+    std::vector<double> other(700, 1.0);
+    ps.initialize("d", std::span<const double>(other));
+    const std::vector<std::int64_t> named{0, 150, 7, 300};  // both ends, unsorted, over the servers
+    std::vector<double> grad(named.size() * L);
+    for (std::size_t k = 0; k < grad.size(); ++k) grad[k] = 0.3 * (static_cast<double>(k % 7) - 3.0) + 0.1;
+    std::vector<double> table(w0);
+    ps.pull("t", std::span<double>(table));
+    ps.wait(ps.push_rows("t", std::span<const std::int64_t>(named), std::span<const double>(grad)));
+    const auto before = ps.stats().bytes_pulled;
+    ps.pull_rows("t", std::span<double>(table));
+    BOOST_TEST(ps.stats().bytes_pulled - before == named.size() * (8 + L * 8), "only the 4 changed rows moved");
+    const auto again = ps.stats().bytes_pulled;
+    ps.pull_rows("t", std::span<double>(table));
+    BOOST_TEST(ps.stats().bytes_pulled == again, "nothing changed: nothing moved");
+    std::vector<double> vals(rows * L), m(rows * L), v(rows * L);
+    (void)ps.snapshot("t", std::span<double>(vals), std::vector<std::span<double>>{std::span<double>(m), std::span<double>(v)});
+    BOOST_TEST(table == vals, "pull_rows left the copy equal to the servers' values");
+    for (std::size_t r = 0; r < rows; ++r) {
+      const auto it = std::find(named.begin(), named.end(), static_cast<std::int64_t>(r));
+      for (std::size_t e = 0; e < L; ++e) {
+        const std::size_t i = r * L + e;
+        if (it == named.end()) {
+          BOOST_REQUIRE_MESSAGE(vals[i] == w0[i] && m[i] == 0 && v[i] == 0, "row " << r << " moved though not named");
+        } else {
+          const double gi = grad[static_cast<std::size_t>(it - named.begin()) * L + e];
+          const double mi = (1 - b1) * gi, vi = (1 - b2) * gi * gi;
+          const double want = w0[i] - lr * (mi / (1 - b1)) / (std::sqrt(vi / (1 - b2)) + eps);
+          BOOST_REQUIRE_MESSAGE(std::abs(vals[i] - want) < 1e-12 && std::abs(m[i] - mi) < 1e-15 && std::abs(v[i] - vi) < 1e-15,
+                                "row " << r << " element " << e << ": " << vals[i] << " vs " << want);
+        }
+      }
+    }
+    // errors name the row, the table and what is wrong
+    const std::vector<std::int64_t> bad{301};
+    try {
+      ps.push_rows("t", std::span<const std::int64_t>(bad), std::span<const double>(grad.data(), L));
+      BOOST_FAIL("a row past the table was pushed");
+    } catch (const g::error& e) {
+      BOOST_TEST(std::string(e.what()).find("row 301 of a table of 301") != std::string::npos, e.what());
+    }
+    try {
+      ps.pull_rows("d", std::span<double>(other));
+      BOOST_FAIL("pull_rows of a dense variable");
+    } catch (const g::error& e) {
+      BOOST_TEST(std::string(e.what()).find("'d', which is not a table of rows") != std::string::npos, e.what());
+    }
+  });
+}
+
+namespace {
+constexpr g::index_t vocab = 40, dim = 6, classes = 3, ebatch = 16;
+g::placeholder<"ids", std::int32_t, g::dyn> ids;
+g::placeholder<"labels", std::int32_t, g::dyn> labels;
+struct embed_model {
+  g::nn::embedding<"emb", vocab, dim, double, true> emb;  // sparse-row gradient
+  g::nn::dense<"out", dim, classes, double> out;
+  auto loss() const { return g::nn::softmax_cross_entropy_loss(out(emb(ids)), labels); }
+  void init(g::session<g::cpu_simd>& s, std::uint64_t seed) const {
+    emb.initialize(s, seed);
+    out.initialize(s, seed + 1);
+  }
+};
+}  // namespace
+
+// An embedding model whose table gradient is sparse rows: BSP with 2 workers on 2 servers
+// (each pushing its rows and indices only, pulling the changed rows) equals one process on
+// the whole batch with the same lazy momentum (up to summation order), and moves fewer
+// bytes than the table each step.
+BOOST_AUTO_TEST_CASE(bsp_with_a_sparse_embedding_matches_one_process_and_moves_rows) {
+  constexpr int steps = 6, world = 2;
+  std::mt19937 rng(5);
+  std::vector<std::int32_t> all_ids(steps * ebatch), all_labels(steps * ebatch);
+  for (std::size_t k = 0; k < all_ids.size(); ++k) {
+    all_ids[k] = static_cast<std::int32_t>(rng() % 12);  // 12 of 40 rows ever used
+    all_labels[k] = all_ids[k] % classes;
+  }
+  const g::sgd opt{.lr = 0.2, .momentum = 0.9};
+  const auto table_of = [](g::session<g::cpu_simd>& s, const embed_model& m) {
+    auto [t, w] = s.run(m.emb.table, m.out.w);
+    std::vector<double> r(t.begin(), t.end());
+    r.insert(r.end(), w.begin(), w.end());
+    return r;
+  };
+  std::vector<double> ref;
+  {
+    embed_model m;
+    g::session<g::cpu_simd> s;
+    m.init(s, 3);
+    auto step = g::minimize(s, m.loss(), opt);
+    for (int k = 0; k < steps; ++k)
+      step.run(ids = g::view(all_ids.data() + k * ebatch, {ebatch}), labels = g::view(all_labels.data() + k * ebatch, {ebatch}));
+    ref = table_of(s, m);
+  }
+  server_pool pool(2);
+  std::vector<std::vector<double>> got(world);
+  std::vector<std::uint64_t> pulled(world);
+  on_workers(world, [&](int r) {
+    g::parameter_server<g::ps_bsp> comm(pool.options(r, world));
+    embed_model m;
+    g::session<g::cpu_simd> s;
+    m.init(s, r == 0 ? 3 : 77);
+    auto step = g::dist::minimize(comm, s, m.loss(), opt);
+    const g::index_t part = ebatch / world, lo = r * part;
+    for (int k = 0; k < steps; ++k)
+      step.run(ids = g::view(all_ids.data() + k * ebatch + lo, {part}), labels = g::view(all_labels.data() + k * ebatch + lo, {part}));
+    got[static_cast<std::size_t>(r)] = table_of(s, m);
+    pulled[static_cast<std::size_t>(r)] = comm.stats().bytes_pulled;
+  });
+  for (int r = 0; r < world; ++r) {
+    double worst = 0;
+    for (std::size_t k = 0; k < ref.size(); ++k) worst = std::max(worst, std::abs(got[static_cast<std::size_t>(r)][k] - ref[k]));
+    BOOST_TEST(worst < 1e-12, "rank " << r << ": " << worst);
+    // dense pulls would move (steps + 1) whole tables; rows: one table, then the rows changed
+    const std::uint64_t table_bytes = vocab * dim * 8, dense_w = dim * classes * 8 + classes * 8;
+    BOOST_TEST(pulled[static_cast<std::size_t>(r)] < (steps + 1) * dense_w + table_bytes + steps * 12 * (8 + dim * 8) + 1,
+               "rank " << r << " pulled " << pulled[static_cast<std::size_t>(r)] << " bytes");
+    BOOST_TEST(pulled[static_cast<std::size_t>(r)] < (steps + 1) * (table_bytes + dense_w));
+  }
+}
+
 // ---- server recovery -------------------------------------------------------------------
 
 // Server 1 of 2 is stopped after step 4 and a new one started on its address, reloading its

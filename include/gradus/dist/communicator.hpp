@@ -121,6 +121,13 @@ class any_communicator {
     virtual void step_done() = 0;
     virtual void set_optimizer(std::string, std::map<std::string, std::string>) = 0;
     virtual void set_learning_rate(double) = 0;
+    // sparse rows (a parameter server that moves rows: has_rows())
+    virtual bool has_rows() = 0;
+    virtual void set_rows(std::string_view, std::size_t) = 0;
+    virtual void push_rows(std::string_view, std::span<const std::int64_t>, std::span<const float>) = 0;
+    virtual void push_rows(std::string_view, std::span<const std::int64_t>, std::span<const double>) = 0;
+    virtual void pull_rows(std::string_view, std::span<float>) = 0;
+    virtual void pull_rows(std::string_view, std::span<double>) = 0;
   };
   template <class C>
   struct holder final : iface {
@@ -181,6 +188,26 @@ class any_communicator {
     void set_learning_rate(double lr) override {
       if constexpr (requires { c.set_learning_rate(lr); }) c.set_learning_rate(lr);
     }
+    static constexpr bool rows_v = requires(C& x, std::span<const std::int64_t> r, std::span<const float> v, std::span<float> t) {
+      x.set_rows(std::string_view(), std::size_t{});
+      x.push_rows(std::string_view(), r, v);
+      x.pull_rows(std::string_view(), t);
+    };
+    template <class F>
+    void on_rows(const char* what, F&& f) {
+      if constexpr (rows_v) f(c);
+      else throw error(std::string("gradus: ") + C::name + " does not move sparse rows (" + what + ")");
+    }
+    bool has_rows() override { return rows_v; }
+    void set_rows(std::string_view k, std::size_t n) override { on_rows("set_rows", [&](auto& p) { p.set_rows(k, n); }); }
+    void push_rows(std::string_view k, std::span<const std::int64_t> r, std::span<const float> v) override {
+      on_rows("push_rows", [&](auto& p) { p.push_rows(k, r, v); });
+    }
+    void push_rows(std::string_view k, std::span<const std::int64_t> r, std::span<const double> v) override {
+      on_rows("push_rows", [&](auto& p) { p.push_rows(k, r, v); });
+    }
+    void pull_rows(std::string_view k, std::span<float> t) override { on_rows("pull_rows", [&](auto& p) { p.pull_rows(k, t); }); }
+    void pull_rows(std::string_view k, std::span<double> t) override { on_rows("pull_rows", [&](auto& p) { p.pull_rows(k, t); }); }
   };
   std::unique_ptr<iface> p_;
   explicit any_communicator(std::unique_ptr<iface> p) : p_(std::move(p)) {}
@@ -231,6 +258,16 @@ class any_communicator {
   void step_done() { p_->step_done(); }
   void set_optimizer(std::string name, std::map<std::string, std::string> settings) { p_->set_optimizer(std::move(name), std::move(settings)); }
   void set_learning_rate(double lr) { p_->set_learning_rate(lr); }
+  bool has_rows() const { return p_->has_rows(); }
+  void set_rows(std::string_view key, std::size_t row_elements) { p_->set_rows(key, row_elements); }
+  template <class T>
+  void push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
+    p_->push_rows(key, rows, values);
+  }
+  template <class T>
+  void pull_rows(std::string_view key, std::span<T> table) {
+    p_->pull_rows(key, table);
+  }
 };
 static_assert(communicator<any_communicator>);
 static_assert(parameter_server_policy<any_communicator>);

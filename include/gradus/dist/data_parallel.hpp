@@ -159,7 +159,8 @@ class data_parallel_step {
       opt.settings([&](std::string_view k, const std::string& v) {
         optimizer_fields_.push_back({"optimizer." + std::string(k), v});
       });
-    if (comm_.world_size() > 1) step_.set_sparse_as_dense(true);  // reduced densely, as Horovod's sparse_as_dense
+    // reduced densely, as Horovod's sparse_as_dense; a parameter server moves rows instead
+    if (comm_.world_size() > 1 && !moves_rows()) step_.set_sparse_as_dense(true);
     plan_buckets();
   }
 
@@ -318,9 +319,11 @@ class data_parallel_step {
               comm_.initialize(key, as_const(sp));
             }
           });
+          if constexpr (requires { comm_.set_rows(key, std::size_t{}); })
+            if (Step::variable_row_lengths()[i] > 0 && moves_rows()) comm_.set_rows(key, static_cast<std::size_t>(Step::variable_row_lengths()[i]));
         });
       }
-      pull_all();
+      pull_all();  // every variable whole, the first time; then a table's changed rows only
       on_server_ = synced_ = true;
     }
     if constexpr (requires { comm_.set_learning_rate(1.0); }) {
@@ -331,7 +334,10 @@ class data_parallel_step {
     const loss_type l = step_.compute_gradients_hooked(
         [&](std::size_t i, const gradient_buffer& g) {
           try {
-            if (g.sparse()) throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a parameter server");
+            if (g.sparse()) {
+              push_rows(i, g);
+              return;
+            }
             backend::copy_to_host(grad_host_[i].data(), g.data, grad_host_[i].size());
             worker_.submit([this, i, key = names[i]] { with_grad_span(i, [&](auto sp) { comm_.push(key, as_const(sp)); }); });
           } catch (...) {
@@ -425,10 +431,41 @@ class data_parallel_step {
       grad_host_[i].resize(bytes);
     }
   }
+  // Whether the communicator is a parameter server that moves sparse rows (push_rows,
+  // pull_rows): an embedding's gradient then goes as its rows and indices only.
+  bool moves_rows() {
+    if constexpr (parameter_server_policy<Comm>) {
+      if (!dist::holds_variables(comm_)) return false;
+      if constexpr (requires { comm_.has_rows(); }) return comm_.has_rows();
+      else return requires(std::span<const std::int64_t> r, std::span<const float> v) { comm_.push_rows(std::string_view(), r, v); };
+    }
+    return false;
+  }
+  // A sparse-row gradient (rows, sorted and unique; their values) to the servers.
+  void push_rows(std::size_t i, const gradient_buffer& g) {
+    if constexpr (requires(std::span<const std::int64_t> r, std::span<const float> v) { comm_.push_rows(std::string_view(), r, v); }) {
+      if (!moves_rows()) throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
+      const std::size_t elem = Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4;
+      const auto n = static_cast<std::size_t>(g.rows), L = static_cast<std::size_t>(g.row_len);
+      backend::copy_to_host(grad_host_[i].data(), g.data, n * L * elem);
+      rows_host_[i].assign(g.indices, g.indices + n);
+      worker_.submit([this, i, n, L, key = Step::variable_names()[i]] {
+        with_grad_span(i, [&](auto sp) { comm_.push_rows(key, std::span<const std::int64_t>(rows_host_[i]), as_const(sp.subspan(0, n * L))); });
+      });
+    } else {
+      throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
+    }
+  }
   void pull_all() {
     const auto& names = Step::variable_names();
     for (std::size_t i = 0; i < Step::variable_count; ++i)
-      worker_.submit([this, i, key = names[i]] { with_span(i, [&](auto sp) { comm_.pull(key, sp); }); });
+      worker_.submit([this, i, key = names[i]] {
+        with_span(i, [&](auto sp) {
+          if constexpr (requires { comm_.pull_rows(key, sp); })
+            if (on_server_ && Step::variable_row_lengths()[i] > 0 && moves_rows()) return comm_.pull_rows(key, sp);
+          comm_.pull(key, sp);
+        });
+      });
     const auto t0 = std::chrono::steady_clock::now();
     worker_.wait();
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -499,6 +536,7 @@ class data_parallel_step {
   // parameter-server mode: each variable's storage, its host copy and its gradient's
   std::array<void*, Step::variable_count> storage_{};
   std::array<std::vector<std::byte>, Step::variable_count> host_{}, grad_host_{};
+  std::array<std::vector<std::int64_t>, Step::variable_count> rows_host_{};  // a sparse gradient's rows
   std::vector<run_field> optimizer_fields_, extra_fields_;
   bool fingerprint_checked_ = false;
   std::size_t next_ = 0;

@@ -125,6 +125,10 @@ class train_step {
   static constexpr std::array<std::string_view, sizeof...(Vs)> names_{Vs::name.view()...};
   static constexpr std::array<std::string_view, sizeof...(Vs)> dtypes_{dtype_name<value_t<Vs>>()...};
   static constexpr std::array<index_t, sizeof...(Vs)> sizes_{static_dims<shape_t<Vs>>().numel()...};
+  static constexpr std::array<index_t, sizeof...(Vs)> row_lens_ = []<std::size_t... I>(std::index_sequence<I...>) {
+    return std::array<index_t, sizeof...(Vs)>{
+        (sparse_v<I> ? static_dims<shape_t<var_t<I>>>().numel() / static_dims<shape_t<var_t<I>>>()[0] : index_t(0))...};
+  }(std::index_sequence_for<Vs...>{});
 
  public:
   // The trained variables, in order: names, dtypes and element counts (a trainer plans its
@@ -133,6 +137,9 @@ class train_step {
   static constexpr const auto& variable_names() { return names_; }
   static constexpr const auto& variable_dtypes() { return dtypes_; }
   static constexpr const auto& variable_sizes() { return sizes_; }
+  // Per variable: the elements of one row when its gradient is a sparse-row one (an
+  // embedding table [rows, ...]: a parameter server moves it as rows), else 0.
+  static constexpr const auto& variable_row_lengths() { return row_lens_; }
   // where gradient I's fetches start in the fetch list
   static constexpr std::array<std::size_t, sizeof...(Vs)> fetch_at = [] {
     std::array<std::size_t, sizeof...(Vs)> at{};

@@ -270,6 +270,83 @@ class parameter_server {
     return updates;
   }
 
+  // ---- sparse rows (an embedding table's rows + indices, as TF's IndexedSlices) ----
+  // Declares variable `key` a table of rows of `row_elements` elements (after initialize,
+  // before the first push or pull): its shards hold whole rows, and push_rows / pull_rows
+  // move rows only.
+  void set_rows(std::string_view key, std::size_t row_elements) {
+    if (flushed_) throw error(prefix() + "set_rows of '" + std::string(key) + "' after the variables went to the servers");
+    const auto it = index_.find(std::string(key));
+    if (it == index_.end()) throw error(prefix() + "set_rows of '" + std::string(key) + "', which was never declared (initialize)");
+    auto& v = vars_[it->second];
+    if (row_elements == 0 || v.elements % row_elements != 0)
+      throw error(prefix() + "'" + std::string(key) + "' of " + std::to_string(v.elements) + " elements is not a table of rows of " +
+                  std::to_string(row_elements));
+    v.row_elements = row_elements;
+  }
+  // A sparse-row gradient: values holds rows.size() rows (coalesced: each row once); the
+  // servers update those rows only, and only their optimizer state (lazily). Every shard of
+  // the table gets a message, maybe of no rows (bsp counts every worker's push).
+  template <class T>
+  handle push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
+    flush();
+    const std::size_t v = var_of(key, vars_[index_of(key, "push_rows")].elements, ps::wire::dtype_of<T>(), "push_rows");
+    const std::size_t L = row_length(v, "push_rows");
+    if (values.size() != rows.size() * L)
+      throw error(prefix() + "push_rows of '" + std::string(key) + "': " + std::to_string(values.size()) + " values for " + std::to_string(rows.size()) +
+                  " rows of " + std::to_string(L));
+    const std::size_t table_rows = vars_[v].elements / L;
+    std::vector<std::vector<std::size_t>> of_shard(shards_of_[v].size());
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] < 0 || static_cast<std::size_t>(rows[j]) >= table_rows)
+        throw error(prefix() + "push_rows of '" + std::string(key) + "': row " + std::to_string(rows[j]) + " of a table of " + std::to_string(table_rows));
+      of_shard[shard_of_row(v, static_cast<std::size_t>(rows[j]) * L)].push_back(j);
+    }
+    handle hd{next_id_, next_id_};
+    for (std::size_t q = 0; q < shards_of_[v].size(); ++q) {
+      const auto s = shards_of_[v][q];
+      const auto& js = of_shard[q];
+      std::vector<std::byte> payload(js.size() * (8 + L * sizeof(T)));
+      for (std::size_t k = 0; k < js.size(); ++k) {
+        const auto r = static_cast<std::uint64_t>(rows[js[k]]);
+        std::memcpy(payload.data() + 8 * k, &r, 8);
+        std::memcpy(payload.data() + 8 * js.size() + k * L * sizeof(T), values.data() + js[k] * L, L * sizeof(T));
+      }
+      auto h = ps::wire::make(ps::wire::type::push_rows, static_cast<std::uint32_t>(s), L, js.size(), ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      h.scalar = lr_;
+      request(shards_[s].server, h, payload, req_kind::ack, /*copy=*/true);
+      stats_.bytes_pushed += payload.size();
+    }
+    ++stats_.pushes;
+    hd.last = next_id_;
+    return hd;
+  }
+  // Brings `table` (this worker's whole copy of the variable, as a pull left it) up to date
+  // by moving only the rows the servers changed since this worker's last pull_rows (all
+  // rows the first time after a server restarted). Waits as pull does.
+  template <class T>
+  handle pull_rows_async(std::string_view key, std::span<T> table) {
+    flush();
+    const std::size_t v = var_of(key, table.size(), ps::wire::dtype_of<T>(), "pull_rows");
+    const std::size_t L = row_length(v, "pull_rows");
+    handle hd{next_id_, next_id_};
+    for (const std::size_t s : shards_of_[v]) {
+      auto h = ps::wire::make(ps::wire::type::pull_rows, static_cast<std::uint32_t>(s), L, since_[s], ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(shards_[s].server, h, {}, req_kind::rows);
+      reqs_.at(id).dst = std::as_writable_bytes(table);
+    }
+    ++stats_.pulls;
+    hd.last = next_id_;
+    return hd;
+  }
+  template <class T>
+  void pull_rows(std::string_view key, std::span<T> table) {
+    const auto h = pull_rows_async(key, table);
+    wait({first_open(), h.last});
+  }
+
   template <class T>
   handle push_async(std::string_view key, std::span<const T> grad) {
     flush();
@@ -349,7 +426,7 @@ class parameter_server {
   }
 
  private:
-  enum class req_kind { ack, pull, coll, snapshot };
+  enum class req_kind { ack, pull, coll, snapshot, rows };
   struct req {
     int server = 0;
     req_kind kind = req_kind::ack;
@@ -497,6 +574,8 @@ class parameter_server {
       for (std::size_t s = 0; s < shards_.size(); ++s)
         if (shards_[s].server == static_cast<int>(k)) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s, false), req_kind::ack, /*copy=*/true));
       for (const auto id : ids) answer(id, "init");
+      for (std::size_t s = 0; s < shards_.size(); ++s)  // its rows all changed (the checkpoint's): pull_rows moves them all
+        if (shards_[s].server == static_cast<int>(k)) since_[s] = 0;
     }
     for (const auto id : resend) {
       const auto it = reqs_.find(id);
@@ -530,6 +609,7 @@ class parameter_server {
     ps::check_partition(vars_, servers(), shards_);
     shards_of_.assign(vars_.size(), {});
     for (std::size_t s = 0; s < shards_.size(); ++s) shards_of_[shards_[s].var].push_back(s);
+    since_.assign(shards_.size(), 0);
     std::vector<std::uint64_t> ids;
     for (std::size_t s = 0; s < shards_.size(); ++s) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s, o_.rank == 0), req_kind::ack, /*copy=*/true));
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
@@ -559,6 +639,25 @@ class parameter_server {
         payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
                        b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
     return payload;
+  }
+
+  std::size_t index_of(std::string_view key, const char* what) const {
+    const auto it = index_.find(std::string(key));
+    if (it == index_.end()) throw error(prefix() + std::string(what) + " of '" + std::string(key) + "', which was never declared (initialize)");
+    return it->second;
+  }
+  std::size_t row_length(std::size_t v, const char* what) const {
+    if (vars_[v].row_elements == 0)
+      throw error(prefix() + std::string(what) + " of '" + vars_[v].name + "', which is not a table of rows (set_rows before the first push or pull)");
+    return vars_[v].row_elements;
+  }
+  // Which of variable v's shards (its position in shards_of_[v]) holds element e.
+  std::size_t shard_of_row(std::size_t v, std::size_t e) const {
+    for (std::size_t q = 0; q < shards_of_[v].size(); ++q) {
+      const auto& sh = shards_[shards_of_[v][q]];
+      if (e >= sh.offset && e < sh.offset + sh.count) return q;
+    }
+    throw error(prefix() + "no shard of '" + vars_[v].name + "' holds element " + std::to_string(e));
   }
 
   std::size_t var_of(std::string_view key, std::size_t n, ps::wire::dtype dt, const char* what) const {
@@ -684,6 +783,24 @@ class parameter_server {
       std::memcpy(r.dst.data(), d.msg->payload.data(), part);
       for (std::size_t k = 0; k < r.extra.size(); ++k) std::memcpy(r.extra[k].data(), d.msg->payload.data() + (k + 1) * part, part);
       last_updates_ = static_cast<std::int64_t>(h.scalar);
+      return;
+    }
+    if (r.kind == req_kind::rows) {  // rows changed since the stamp: u64 indices, then the rows
+      const std::size_t elem = ps::wire::dtype_size(static_cast<ps::wire::dtype>(h.dtype)), L = h.offset, n = h.count;
+      const auto& sh = shards_[r.key];
+      const auto& var = vars_[sh.var];
+      if (elem != var.element_bytes || L != var.row_elements || d.msg->payload.size() != n * (8 + L * elem))
+        fail(prefix() + server_name(server) + " answered pull_rows of '" + var.name + "' with " + std::to_string(n) + " rows of " +
+             std::to_string(L) + " in " + std::to_string(d.msg->payload.size()) + " bytes");
+      for (std::size_t j = 0; j < n; ++j) {
+        std::uint64_t row = 0;
+        std::memcpy(&row, d.msg->payload.data() + 8 * j, 8);
+        if (row * L < sh.offset || row * L + L > sh.offset + sh.count)
+          fail(prefix() + server_name(server) + " answered pull_rows of '" + var.name + "' with row " + std::to_string(row) + ", not in its shard");
+        std::memcpy(r.dst.data() + row * L * elem, d.msg->payload.data() + 8 * n + j * L * elem, L * elem);
+      }
+      since_[r.key] = static_cast<std::uint64_t>(h.scalar);
+      stats_.bytes_pulled += d.msg->payload.size();
       return;
     }
     if (r.kind == req_kind::pull || r.kind == req_kind::coll) {
@@ -822,6 +939,7 @@ class parameter_server {
   std::unordered_map<std::string, std::size_t> index_;
   std::vector<ps::shard> shards_;
   std::vector<std::vector<std::size_t>> shards_of_;
+  std::vector<std::uint64_t> since_;  // per shard: the update stamp this worker's rows are current to (pull_rows)
   std::map<std::uint64_t, req> reqs_;
   std::deque<std::shared_ptr<ps::detail::send_flag>> flags_;
   std::uint64_t next_id_ = 1, clock_ = 0, coll_seq_ = 0;

@@ -26,6 +26,9 @@ struct variable_info {
   std::string name;
   std::size_t elements = 0;
   std::size_t element_bytes = 4;
+  // > 1: the variable is a table of rows of this many elements, pushed and pulled as
+  // sparse rows: every shard holds whole rows
+  std::size_t row_elements = 0;
 };
 
 struct shard {
@@ -47,11 +50,12 @@ inline std::vector<shard> balanced_by_bytes(const std::vector<variable_info>& va
     const auto& v = vars[i];
     if (v.elements == 0) continue;
     const std::size_t bytes = v.elements * v.element_bytes;
-    const std::size_t parts = std::min<std::size_t>(v.elements, std::max<std::size_t>(1, (bytes + share - 1) / share));
-    const std::size_t base = v.elements / parts, extra = v.elements % parts;
+    const std::size_t unit = v.row_elements > 1 ? v.row_elements : 1, units = v.elements / unit;  // cut between rows
+    const std::size_t parts = std::min<std::size_t>(units, std::max<std::size_t>(1, (bytes + share - 1) / share));
+    const std::size_t base = units / parts, extra = units % parts;
     std::size_t at = 0;
     for (std::size_t p = 0; p < parts; ++p) {
-      const std::size_t n = base + (p < extra ? 1 : 0);
+      const std::size_t n = (base + (p < extra ? 1 : 0)) * unit;
       pieces.push_back({i, at, n, 0});
       at += n;
     }
@@ -82,6 +86,9 @@ inline void check_partition(const std::vector<variable_info>& vars, int servers,
       throw std::invalid_argument("parameter server partition: '" + vars[s.var].name + "' placed on server " + std::to_string(s.server) +
                                   " of " + std::to_string(servers));
     if (s.count == 0) throw std::invalid_argument("parameter server partition: an empty shard of '" + vars[s.var].name + "'");
+    if (const auto L = vars[s.var].row_elements; L > 1 && (s.offset % L != 0 || s.count % L != 0))
+      throw std::invalid_argument("parameter server partition: a shard of '" + vars[s.var].name + "' [" + std::to_string(s.offset) + ", " +
+                                  std::to_string(s.offset + s.count) + ") cuts a row of " + std::to_string(L) + " elements");
     ranges[s.var].push_back({s.offset, s.count});
   }
   for (std::size_t i = 0; i < vars.size(); ++i) {

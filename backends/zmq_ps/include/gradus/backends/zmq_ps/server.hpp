@@ -251,8 +251,11 @@ class server {
     std::string peer_address;  // where it connects from ("Peer-Address"), for messages
   };
   struct pending_step {
-    std::vector<std::vector<std::byte>> grads;  // per rank
+    std::vector<std::vector<std::byte>> grads;  // per rank (sparse: its rows' values)
     double lr = 0;
+    bool sparse = false;                         // pushed as rows
+    std::vector<std::vector<std::uint64_t>> rows;  // sparse: per rank, its rows (of the shard)
+    std::vector<bool> present;                   // sparse: the ranks that pushed (maybe no rows)
   };
   struct shard_state {
     std::string name;
@@ -264,6 +267,10 @@ class server {
     std::uint64_t version = 0;  // bsp: steps applied
     bool ready = false;         // the chief's values have arrived
     std::map<std::uint64_t, pending_step> pending;
+    // sparse rows, once a row message named the row length: each row's last update
+    std::uint64_t row_len = 0;
+    std::vector<std::uint64_t> row_stamp;
+    std::uint64_t stamp = 0;  // updates applied to rows so far
   };
   struct parked {
     std::string id;
@@ -421,6 +428,8 @@ class server {
       case wire::type::config: return config(sender(id, h), id, h, payload);
       case wire::type::init: return init(sender(id, h), id, h, payload);
       case wire::type::push: return push(sender(id, h), id, h, payload);
+      case wire::type::push_rows: return push_rows(sender(id, h), id, h, payload);
+      case wire::type::pull_rows: return pull(sender(id, h), id, h);
       case wire::type::pull: return pull(sender(id, h), id, h);
       case wire::type::snapshot: return snapshot(sender(id, h), id, h);
       case wire::type::clock: return clock(sender(id, h), h);
@@ -552,6 +561,21 @@ class server {
     const auto it = shards_.find(h.key);
     if (it == shards_.end()) throw error(prefix() + "no shard with key " + std::to_string(h.key) + " (init it first)");
     auto& s = it->second;
+    const auto t = static_cast<wire::type>(h.type);
+    if (t == wire::type::push_rows || t == wire::type::pull_rows) {
+      // rows of `offset` elements: the shard must hold whole rows, always of that length
+      if (s.row_len == 0) {
+        if (s.offset % h.offset != 0 || s.count % h.offset != 0)
+          throw error(prefix() + "'" + s.name + "' shard [" + std::to_string(s.offset) + ", " + std::to_string(s.offset + s.count) +
+                      ") does not hold whole rows of " + std::to_string(h.offset) + " elements (declare the variable's rows to the partitioner)");
+        s.row_len = h.offset;
+        if (s.updates > 0 && s.stamp == 0) s.stamp = 1;  // updated before the rows were known: every row counts as changed
+        s.row_stamp.assign(s.count / s.row_len, s.stamp);
+      } else if (h.offset != s.row_len) {
+        throw error(prefix() + "'" + s.name + "' has rows of " + std::to_string(s.row_len) + " elements, not " + std::to_string(h.offset));
+      }
+      return s;
+    }
     if (h.offset < s.offset || h.offset + h.count > s.offset + s.count)
       throw error(prefix() + "'" + s.name + "' elements [" + std::to_string(h.offset) + ", " + std::to_string(h.offset + h.count) +
                   ") are not within this server's shard [" + std::to_string(s.offset) + ", " + std::to_string(s.offset + s.count) + ")");
@@ -653,6 +677,7 @@ class server {
       std::copy(r->slots[k].begin() + from, r->slots[k].begin() + to, s.slots[k].begin());
     }
     s.updates = r->step;
+    s.stamp = 1;  // every row differs from what the workers hold: a row-sparse pull from stamp 0 moves them all
     s.version = std::max(static_cast<std::uint64_t>(std::max<std::int64_t>(0, r->step)), floor_);
     s.ready = true;
     ++stats_.restored;
@@ -708,6 +733,103 @@ class server {
     if (s.dt == wire::dtype::f64) apply_typed(s, first, n, reinterpret_cast<const double*>(g), lr, scale);
     else apply_typed(s, first, n, reinterpret_cast<const float*>(g), lr, scale);
     ++stats_.updates;
+    stamp_rows(s, first, n);
+  }
+  // Rows that elements [first, first + n) of the shard touch changed (row-sparse pulls).
+  void stamp_rows(shard_state& s, std::uint64_t first, std::uint64_t n) {
+    if (s.row_len == 0 || n == 0) return;
+    ++s.stamp;
+    for (std::uint64_t r = first / s.row_len; r <= (first + n - 1) / s.row_len; ++r) s.row_stamp[r] = s.stamp;
+  }
+
+  // A sparse-row gradient: only the rows named are updated, and only their optimizer state
+  // moves (lazily, as TensorFlow's sparse apply ops and PyTorch's SparseAdam).
+  void push_rows(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    auto& s = find(h);
+    if (static_cast<wire::dtype>(h.dtype) != s.dt)
+      throw error(prefix() + "push_rows of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+    if (!s.ready) throw error(prefix() + "push_rows to '" + s.name + "' before the chief initialised it");
+    ++stats_.pushes;
+    const std::size_t elem = wire::dtype_size(s.dt), L = s.row_len, n = h.count;
+    const std::uint64_t first_row = s.offset / L, rows = s.count / L;
+    std::vector<std::uint64_t> local(n);
+    for (std::size_t j = 0; j < n; ++j) {
+      std::uint64_t r = 0;
+      std::memcpy(&r, payload.data() + 8 * j, 8);
+      if (r < first_row || r - first_row >= rows)
+        throw error(prefix() + "push_rows: row " + std::to_string(r) + " of '" + s.name + "' is not in this server's rows [" +
+                    std::to_string(first_row) + ", " + std::to_string(first_row + rows) + ")");
+      local[j] = r - first_row;
+    }
+    const auto values = payload.subspan(8 * n);
+    if (mode_ != mode::bsp) {
+      const double scale = 1.0 / static_cast<double>(std::max(1, live_workers()));
+      for (std::size_t j = 0; j < n; ++j) apply(s, local[j] * L, L, values.data() + j * L * elem, h.scalar, scale);
+      ++s.updates;
+    } else {
+      if (late_push(rank, id, h, s)) return;
+      auto& p = s.pending[h.clock];
+      if (p.grads.empty()) {
+        p.grads.resize(workers_.size());
+        p.rows.resize(workers_.size());
+        p.present.assign(workers_.size(), false);
+        p.sparse = true;
+      }
+      if (!p.sparse) throw error(prefix() + "'" + s.name + "' step " + std::to_string(h.clock) + " mixes dense and sparse-row pushes");
+      const auto r = static_cast<std::size_t>(rank);
+      if (p.present[r]) throw error(prefix() + "worker " + std::to_string(rank) + " pushed rows of '" + s.name + "' twice in step " + std::to_string(h.clock));
+      p.present[r] = true;
+      p.rows[r] = std::move(local);
+      p.grads[r].assign(values.begin(), values.end());
+      if (rank == 0 || p.lr == 0) p.lr = h.scalar;
+      p_done_[{h.key, h.clock}].push_back(rank);
+      maybe_apply_bsp(s, h.key);
+    }
+    send(id, reply_header(h), std::span<const std::byte>{});
+    serve_parked();
+  }
+
+  // bsp: a push for a step already applied. After a restart it is one the server skipped
+  // (its update lost with the old process), resent by a rejoining worker: acknowledged and
+  // dropped (true); otherwise an error.
+  bool late_push(int rank, const std::string& id, const wire::header& h, const shard_state& s) {
+    if (h.clock >= s.version) return false;
+    if (!restoring_)
+      throw error(prefix() + "worker " + std::to_string(rank) + " pushed '" + s.name + "' for step " + std::to_string(h.clock) +
+                  " after step " + std::to_string(s.version - 1) + " was applied");
+    ++stats_.stale_dropped;
+    send(id, reply_header(h), std::span<const std::byte>{});
+    return true;
+  }
+
+  // bsp, sparse: the rows any worker named, each the sum of the workers' rows in rank
+  // order over the workers that pushed, applied in row order.
+  template <class T>
+  void sum_rows_in_rank_order(shard_state& s, pending_step& p) {
+    const std::size_t L = s.row_len;
+    std::map<std::uint64_t, std::vector<T>> acc;
+    int n = 0;
+    for (std::size_t r = 0; r < p.present.size(); ++r) {
+      if (!p.present[r]) continue;
+      ++n;
+      for (std::size_t j = 0; j < p.rows[r].size(); ++j) {
+        auto& a = acc[p.rows[r][j]];
+        if (a.empty()) a.assign(L, T(0));
+        T g[1];
+        for (std::size_t e = 0; e < L; ++e) {
+          std::memcpy(g, p.grads[r].data() + (j * L + e) * sizeof(T), sizeof(T));
+          a[e] += g[0];
+        }
+      }
+    }
+    const T inv = n > 1 ? T(1) / static_cast<T>(n) : T(1);
+    for (auto& [row, a] : acc) {
+      if (n > 1)
+        for (auto& v : a) v *= inv;
+      apply_typed(s, row * L, L, a.data(), p.lr, 1.0);
+      stamp_rows(s, row * L, L);
+    }
+    ++stats_.updates;
   }
 
   void push(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
@@ -725,16 +847,7 @@ class server {
       apply(s, first, h.count, payload.data(), lr, 1.0 / static_cast<double>(std::max(1, live_workers())));
       if (h.offset + h.count == s.offset + s.count) ++s.updates;
     } else {
-      if (h.clock < s.version && restoring_) {
-        // a step this restarted server skipped (its update lost with the old process): the
-        // worker resent it after the restore
-        ++stats_.stale_dropped;
-        send(id, reply_header(h), std::span<const std::byte>{});
-        return;
-      }
-      if (h.clock < s.version)
-        throw error(prefix() + "worker " + std::to_string(rank) + " pushed '" + s.name + "' for step " + std::to_string(h.clock) +
-                    " after step " + std::to_string(s.version - 1) + " was applied");
+      if (late_push(rank, id, h, s)) return;
       auto& p = s.pending[h.clock];
       if (p.grads.empty()) p.grads.resize(workers_.size());
       auto& g = p.grads[static_cast<std::size_t>(rank)];
@@ -768,6 +881,7 @@ class server {
     }
     apply_typed(s, 0, s.count, acc.data(), p.lr, 1.0);
     ++stats_.updates;
+    stamp_rows(s, 0, s.count);
   }
 
   void maybe_apply_bsp(shard_state& s, std::uint32_t key) {
@@ -779,8 +893,14 @@ class server {
       for (std::size_t r = 0; r < workers_.size(); ++r)
         if (!workers_[r].left && std::find(done.begin(), done.end(), static_cast<int>(r)) != done.end()) ++complete;
       if (complete < live_workers()) return;
-      if (s.dt == wire::dtype::f64) sum_in_rank_order<double>(s, it->second);
-      else sum_in_rank_order<float>(s, it->second);
+      if (it->second.sparse) {
+        if (s.dt == wire::dtype::f64) sum_rows_in_rank_order<double>(s, it->second);
+        else sum_rows_in_rank_order<float>(s, it->second);
+      } else if (s.dt == wire::dtype::f64) {
+        sum_in_rank_order<double>(s, it->second);
+      } else {
+        sum_in_rank_order<float>(s, it->second);
+      }
       ++s.updates;
       p_done_.erase({key, s.version});
       s.pending.erase(it);
@@ -828,6 +948,26 @@ class server {
 
   void answer_pull(const shard_state& s, const std::string& id, const wire::header& h) {
     const std::size_t elem = wire::dtype_size(s.dt);
+    if (static_cast<wire::type>(h.type) == wire::type::pull_rows) {  // the rows changed since stamp h.count
+      const std::size_t L = s.row_len;
+      std::vector<std::uint64_t> rows;
+      for (std::uint64_t r = 0; r < s.row_stamp.size(); ++r)
+        if (s.row_stamp[r] > h.count) rows.push_back(r);
+      std::vector<std::byte> out(rows.size() * (8 + L * elem));
+      const std::uint64_t first_row = s.offset / L;
+      for (std::size_t j = 0; j < rows.size(); ++j) {
+        const std::uint64_t global = first_row + rows[j];
+        std::memcpy(out.data() + 8 * j, &global, 8);
+        std::memcpy(out.data() + 8 * rows.size() + j * L * elem, s.values.data() + rows[j] * L * elem, L * elem);
+      }
+      auto r = reply_header(h);
+      r.dtype = static_cast<std::uint8_t>(s.dt);
+      r.offset = L;
+      r.count = rows.size();
+      r.scalar = static_cast<double>(s.stamp);
+      send(id, r, std::span<const std::byte>(out));
+      return;
+    }
     auto r = reply_header(h);
     r.dtype = static_cast<std::uint8_t>(s.dt);
     r.count = h.count;

@@ -40,8 +40,12 @@ enum class type : std::uint8_t {
   fail = 10,     // server -> worker: request `id` failed; payload = the error text
   snapshot = 11, // worker -> server: a whole shard's values and optimizer state (checkpoints); see server.hpp
   config = 12,   // worker -> server: payload = JSON {optimizer, settings}: the update rule, before the first init
+  push_rows = 13,  // worker -> server: a sparse-row gradient for shard `key` (offset = elements per row, count = rows);
+                   // payload = count u64 row indices of the variable, then count rows of values
+  pull_rows = 14,  // worker -> server: the rows of shard `key` changed since update stamp `count` (offset = elements
+                   // per row), at `clock`; the reply: count = rows, scalar = the shard's stamp now, payload as push_rows
 };
-inline constexpr std::uint8_t last_type = 12;
+inline constexpr std::uint8_t last_type = 14;
 
 enum class dtype : std::uint8_t { none = 0, f32 = 1, f64 = 2, bytes = 3 };
 
@@ -81,6 +85,8 @@ inline const char* type_name(type t) {
     case type::fail: return "fail";
     case type::snapshot: return "snapshot";
     case type::config: return "config";
+    case type::push_rows: return "push_rows";
+    case type::pull_rows: return "pull_rows";
   }
   return "unknown";
 }
@@ -154,6 +160,17 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
     if (elem == 0) return bad(std::string(type_name(t)) + " without a dtype");
     if (h.count > std::numeric_limits<std::uint64_t>::max() / elem || h.count * elem != have)
       return bad(std::string(type_name(t)) + " of " + std::to_string(h.count) + " " + dtype_name(dt) + " elements carries " +
+                 std::to_string(have) + " bytes");
+  }
+  // Row messages: each row is a u64 index and `offset` values.
+  if (t == type::push_rows || t == type::pull_rows) {
+    if (elem == 0) return bad(std::string(type_name(t)) + " without a dtype");
+    if (h.offset == 0) return bad(std::string(type_name(t)) + " of rows of 0 elements");
+  }
+  if (t == type::push_rows) {
+    const std::uint64_t per_row = 8 + h.offset * elem;  // offset <= max_elements (2^40): no overflow
+    if (h.count > have / per_row || h.count * per_row != have)
+      return bad("push_rows of " + std::to_string(h.count) + " rows of " + std::to_string(h.offset) + " " + dtype_name(dt) + " carries " +
                  std::to_string(have) + " bytes");
   }
   if (t == type::coll && (h.key < 1 || h.key > 4)) return bad("unknown collective " + std::to_string(h.key));
