@@ -215,6 +215,28 @@ BOOST_AUTO_TEST_CASE(a_small_chunk_size_splits_messages_inside_shards) {
   BOOST_TEST((ps.consistency() == g::ps::mode::bsp));
 }
 
+// The chief's first values with its optimizer state (a resumed job) go in init_values
+// chunks, and a snapshot comes back in chunks: every element of the values and of both
+// Adam moments where it belongs, with the step.
+BOOST_AUTO_TEST_CASE(init_and_snapshot_go_in_chunks_with_the_optimizer_state) {
+  server_pool pool(2);
+  auto o = pool.options(0, 1, "bsp");
+  o.chunk_bytes = 800;  // 100 doubles: ~50 chunks per shard, the last one short
+  g::parameter_server<> ps(o);
+  ps.set_optimizer("adam", {});
+  ps.set_learning_rate(0.0);  // the update leaves the values; the moments still move
+  const auto w = ramp(10001, 0.5), m = ramp(10001, 0.25), v = ramp(10001, 0.0);
+  std::vector<double> v_pos(v.size());
+  for (std::size_t k = 0; k < v.size(); ++k) v_pos[k] = 1.0 + static_cast<double>(k % 13);
+  ps.initialize("w", std::span<const double>(w), {std::span<const double>(m), std::span<const double>(v_pos)}, 7);
+  std::vector<double> got_w(w.size()), got_m(w.size()), got_v(w.size());
+  const auto step = ps.snapshot("w", std::span<double>(got_w), std::vector<std::span<double>>{std::span<double>(got_m), std::span<double>(got_v)});
+  BOOST_TEST(step == 7);
+  BOOST_TEST(got_w == w);
+  BOOST_TEST(got_m == m);
+  BOOST_TEST(got_v == v_pos);
+}
+
 // ---- consistency modes ----------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(bsp_applies_the_mean_of_every_workers_gradient_once_per_step) {

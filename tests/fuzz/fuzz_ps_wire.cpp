@@ -85,6 +85,13 @@ void check_accepted(std::span<const std::span<const std::byte>> frames, const wi
   };
   if (t == wire::type::push) PS_WIRE_CHECK(h.count > 0 && carries_count_elements());
   if (t == wire::type::pull) PS_WIRE_CHECK(h.count > 0);
+  if (t == wire::type::push_rows || t == wire::type::pull_rows) PS_WIRE_CHECK(elem != 0 && h.offset > 0);
+  if (t == wire::type::push_rows) {  // count rows, each a u64 index and `offset` values
+    std::uint64_t per_row = 0, bytes = 0;
+    PS_WIRE_CHECK(!__builtin_mul_overflow(h.offset, elem, &per_row) && !__builtin_add_overflow(per_row, 8, &per_row) &&
+                  !__builtin_mul_overflow(h.count, per_row, &bytes) && bytes == payload.size());
+  }
+  if (t == wire::type::init_values) PS_WIRE_CHECK(elem != 0 && h.count > 0 && !payload.empty() && payload.size() % (h.count * elem) == 0);
   if (t == wire::type::coll) {
     PS_WIRE_CHECK(h.key >= 1 && h.key <= 4);
     if (static_cast<wire::coll_op>(h.key) != wire::coll_op::barrier) PS_WIRE_CHECK(carries_count_elements());

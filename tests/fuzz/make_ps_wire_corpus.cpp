@@ -109,6 +109,13 @@ std::vector<seed> seeds() {
   ok("coll-broadcast-bytes", msg(from(make(type::coll, 3, 1, 5, dtype::bytes), 1, 12, 2), of("hello")));
   ok("coll-barrier", msg(from(make(type::coll, 4), 0, 13, 3)));
   ok("snapshot", msg(from(make(type::snapshot, 0, 0, 4, dtype::f32), 0, 14)));
+  ok("hello-rejoin", msg(from(make(type::hello), 1, 1), of(R"({"rank":1,"world_size":2,"mode":"bsp","staleness":0,"rejoin":true,"clock":104})")));
+  ok("init-values-f32-with-state", msg(from(make(type::init_values, 0, 2, 2, dtype::f32), 0, 17, 0), of<float>({1.f, 2.f, 0.f, 0.f, 1.f, 1.f})));
+  // rows of 3: indices 4 and 9, then their values
+  ok("push-rows-f32", msg(from(make(type::push_rows, 0, 3, 2, dtype::f32), 1, 18, 5, 0.1),
+                          cat(of<std::uint64_t>({4, 9}), of<float>({0.1f, 0.2f, 0.3f, -0.1f, -0.2f, -0.3f}))));
+  ok("push-rows-none", msg(from(make(type::push_rows, 1, 3, 0, dtype::f64), 0, 19, 5, 0.1)));
+  ok("pull-rows-since", msg(from(make(type::pull_rows, 0, 3, 12, dtype::f32), 1, 20, 6)));
   ok("bye", msg(from(make(type::bye), 1, 15)));
   ok("shutdown", msg(from(make(type::shutdown), 0, 16)));
   // What the server answers.
@@ -136,7 +143,7 @@ std::vector<seed> seeds() {
   h.type = 0;
   bad("type-0", msg(h));
   h.type = wire::last_type + 1;
-  bad("type-13", msg(h));
+  bad("type-past-last", msg(h));
   h = make(type::pull, 0, 0, 1, dtype::f32);
   h.dtype = 4;
   bad("dtype-4", msg(h));
@@ -144,6 +151,10 @@ std::vector<seed> seeds() {
   h.payload_bytes = 20;
   bad("payload-bytes-mismatch", {of(h), bytes(16, 0)});
   bad("push-count-mismatch", msg(make(type::push, 0, 0, 5, dtype::f32), bytes(16, 0)));
+  bad("push-rows-short", msg(make(type::push_rows, 0, 3, 2, dtype::f32), bytes(39, 0)));
+  bad("push-rows-row-of-0", msg(make(type::push_rows, 0, 0, 1, dtype::f32), bytes(8, 0)));
+  bad("pull-rows-without-dtype", msg(make(type::pull_rows, 0, 3, 0)));
+  bad("init-values-ragged", msg(make(type::init_values, 0, 0, 3, dtype::f64), bytes(30, 0)));
   bad("push-without-dtype", msg(make(type::push, 0, 0, 4), bytes(16, 0)));
   bad("push-empty-range", msg(make(type::push, 0, 0, 0, dtype::f32)));
   bad("pull-empty-range", msg(make(type::pull, 0, 0, 0, dtype::f32)));

@@ -253,13 +253,16 @@ class parameter_server {
     std::vector<std::uint64_t> ids;
     for (const std::size_t s : shards_of_[v]) {
       const auto& sh = shards_[s];
-      auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), sh.offset, sh.count, ps::wire::dtype_of<T>());
-      h.clock = clock_;
-      const auto id = request(sh.server, h, {}, req_kind::snapshot);
-      auto& r = reqs_.at(id);
-      r.dst = std::as_writable_bytes(values.subspan(sh.offset, sh.count));
-      for (auto& sl : slots) r.extra.push_back(std::as_writable_bytes(sl.subspan(sh.offset, sh.count)));
-      ids.push_back(id);
+      for (std::size_t at = 0; at < sh.count; at += chunk_elems(sizeof(T))) {  // in chunks: values and state
+        const std::size_t n = std::min(chunk_elems(sizeof(T)), sh.count - at);
+        auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), sh.offset + at, n, ps::wire::dtype_of<T>());
+        h.clock = clock_;
+        const auto id = request(sh.server, h, {}, req_kind::snapshot);
+        auto& r = reqs_.at(id);
+        r.dst = std::as_writable_bytes(values.subspan(sh.offset + at, n));
+        for (auto& sl : slots) r.extra.push_back(std::as_writable_bytes(sl.subspan(sh.offset + at, n)));
+        ids.push_back(id);
+      }
     }
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
     std::int64_t updates = -1;
@@ -572,7 +575,7 @@ class parameter_server {
              "config");
       std::vector<std::uint64_t> ids;
       for (std::size_t s = 0; s < shards_.size(); ++s)
-        if (shards_[s].server == static_cast<int>(k)) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s, false), req_kind::ack, /*copy=*/true));
+        if (shards_[s].server == static_cast<int>(k)) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s), req_kind::ack, /*copy=*/true));
       for (const auto id : ids) answer(id, "init");
       for (std::size_t s = 0; s < shards_.size(); ++s)  // its rows all changed (the checkpoint's): pull_rows moves them all
         if (shards_[s].server == static_cast<int>(k)) since_[s] = 0;
@@ -611,15 +614,35 @@ class parameter_server {
     for (std::size_t s = 0; s < shards_.size(); ++s) shards_of_[shards_[s].var].push_back(s);
     since_.assign(shards_.size(), 0);
     std::vector<std::uint64_t> ids;
-    for (std::size_t s = 0; s < shards_.size(); ++s) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s, o_.rank == 0), req_kind::ack, /*copy=*/true));
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      ids.push_back(request(shards_[s].server, init_header(s), init_payload(s), req_kind::ack, /*copy=*/true));
+      if (o_.rank != 0) continue;
+      // the chief's values (and any optimizer state) follow in chunks; its init is answered
+      // once the last has arrived
+      const auto& sh = shards_[s];
+      const std::size_t eb = vars_[sh.var].element_bytes;
+      for (std::size_t at = 0; at < sh.count; at += chunk_elems(eb)) {
+        const std::size_t n = std::min(chunk_elems(eb), sh.count - at);
+        auto h = init_header(s);
+        h.type = static_cast<std::uint8_t>(ps::wire::type::init_values);
+        h.offset = sh.offset + at;
+        h.count = n;
+        std::vector<std::byte> payload;
+        payload.reserve(n * eb * first_values_[sh.var].size());
+        for (const auto& b : first_values_[sh.var])
+          payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>((sh.offset + at) * eb),
+                         b.begin() + static_cast<std::ptrdiff_t>((sh.offset + at + n) * eb));
+        ids.push_back(request(sh.server, h, payload, req_kind::ack, /*copy=*/true));
+      }
+    }
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
     for (const auto id : ids) wait_id(id, until, "init", true);
     first_values_.clear();
   }
 
   // Shard s's declaration: its key, range and dtype; scalar = the variable's elements, clock =
-  // the step this worker starts at. The payload: the name, then (the chief's first
-  // declaration) the values and any optimizer state.
+  // the step this worker starts at. The payload: the name (the chief's values follow as
+  // init_values chunks).
   ps::wire::header init_header(std::size_t s) const {
     const auto& sh = shards_[s];
     auto h = ps::wire::make(ps::wire::type::init, static_cast<std::uint32_t>(s), sh.offset, sh.count, dtypes_[sh.var]);
@@ -627,17 +650,12 @@ class parameter_server {
     h.clock = static_cast<std::uint64_t>(std::max<std::int64_t>(0, start_step_));
     return h;
   }
-  std::vector<std::byte> init_payload(std::size_t s, bool with_values) const {
-    const auto& sh = shards_[s];
-    const auto& v = vars_[sh.var];
+  std::vector<std::byte> init_payload(std::size_t s) const {
+    const auto& v = vars_[shards_[s].var];
     std::vector<std::byte> payload(4 + v.name.size());
     const auto len = static_cast<std::uint32_t>(v.name.size());
     std::memcpy(payload.data(), &len, 4);
     std::memcpy(payload.data() + 4, v.name.data(), v.name.size());
-    if (with_values)
-      for (const auto& b : first_values_[sh.var])
-        payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(sh.offset * v.element_bytes),
-                       b.begin() + static_cast<std::ptrdiff_t>((sh.offset + sh.count) * v.element_bytes));
     return payload;
   }
 

@@ -38,6 +38,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <variant>
 #include <vector>
@@ -271,6 +272,8 @@ class server {
     std::uint64_t row_len = 0;
     std::vector<std::uint64_t> row_stamp;
     std::uint64_t stamp = 0;  // updates applied to rows so far
+    std::set<std::uint64_t> chunks_in;  // the chief's first values arriving in chunks (init_values): their offsets
+    std::uint64_t elements_in = 0;
   };
   struct parked {
     std::string id;
@@ -432,6 +435,7 @@ class server {
       case wire::type::pull_rows: return pull(sender(id, h), id, h);
       case wire::type::pull: return pull(sender(id, h), id, h);
       case wire::type::snapshot: return snapshot(sender(id, h), id, h);
+      case wire::type::init_values: return init_values(sender(id, h), id, h, payload);
       case wire::type::clock: return clock(sender(id, h), h);
       case wire::type::coll: return coll(sender(id, h), id, h, payload);
       case wire::type::bye: {
@@ -632,10 +636,7 @@ class server {
       std::memcpy(s.values.data(), values.data(), shard_bytes);
       if (values.size() == with_slots)  // and its optimizer state (a resumed checkpoint)
         for (std::size_t k = 0; k < s.slots.size(); ++k) std::memcpy(s.slots[k].data(), values.data() + (k + 1) * shard_bytes, shard_bytes);
-      // the step the job starts at (0, or a resumed checkpoint's): steps applied so far
-      s.updates = static_cast<std::int64_t>(h.clock);
-      s.version = h.clock;
-      s.ready = true;
+      became_ready(s, h.clock);
     }
     auto& w = workers_[static_cast<std::size_t>(rank)];
     w.clock = std::max(w.clock, h.clock);
@@ -643,6 +644,45 @@ class server {
     // that has no values yet.
     if (s.ready) send(id, reply_header(h), std::span<const std::byte>{});
     else parked_inits_.push_back({id, h});
+    answer_parked_inits();
+  }
+
+  // The chief's values are in; the step the job starts at (0, or a resumed checkpoint's)
+  // counts as the steps applied so far.
+  static void became_ready(shard_state& s, std::uint64_t start) {
+    s.updates = static_cast<std::int64_t>(start);
+    s.version = start;
+    s.ready = true;
+  }
+
+  // A chunk of the chief's first values (and optimizer state) for a declared shard.
+  void init_values(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+    auto& s = find(h);
+    if (static_cast<wire::dtype>(h.dtype) != s.dt)
+      throw error(prefix() + "init_values of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " for '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+    const std::size_t elem = wire::dtype_size(s.dt), bytes = h.count * elem;
+    if (payload.size() != bytes && payload.size() != bytes * (1 + s.slots.size()))
+      throw error(prefix() + "init_values of '" + s.name + "' carries " + std::to_string(payload.size()) + " bytes for " + std::to_string(h.count) +
+                  " elements (" + std::to_string(bytes) + ", or " + std::to_string(bytes * (1 + s.slots.size())) + " with the optimizer's state)");
+    if (rank != 0) throw error(prefix() + "init_values from worker " + std::to_string(rank) + " (the chief's values count)");
+    if (!s.ready && s.chunks_in.insert(h.offset).second) {
+      const std::size_t at = (h.offset - s.offset) * elem;
+      std::memcpy(s.values.data() + at, payload.data(), bytes);
+      if (payload.size() > bytes)
+        for (std::size_t k = 0; k < s.slots.size(); ++k) std::memcpy(s.slots[k].data() + at, payload.data() + (k + 1) * bytes, bytes);
+      s.elements_in += h.count;
+      if (s.elements_in == s.count) {
+        became_ready(s, h.clock);
+        s.chunks_in.clear();
+      } else if (s.elements_in > s.count) {
+        throw error(prefix() + "init_values of '" + s.name + "': overlapping chunks");
+      }
+    }
+    send(id, reply_header(h), std::span<const std::byte>{});
+    answer_parked_inits();
+  }
+
+  void answer_parked_inits() {
     for (std::size_t i = 0; i < parked_inits_.size();) {
       const auto it2 = shards_.find(parked_inits_[i].h.key);
       if (it2 != shards_.end() && it2->second.ready) {
@@ -934,13 +974,15 @@ class server {
   // still between two barriers (data_parallel_step::pull_state).
   void snapshot(int, const std::string& id, const wire::header& h) {
     auto& s = find(h);
-    if (h.offset != s.offset || h.count != s.count) throw error(prefix() + "a snapshot of '" + s.name + "' asks for part of a shard");
     if (!s.ready) throw error(prefix() + "a snapshot of '" + s.name + "' before the chief initialised it");
-    std::vector<std::byte> out(s.values);
-    for (const auto& sl : s.slots) out.insert(out.end(), sl.begin(), sl.end());
+    // elements [h.offset, h.offset + h.count) of the shard (a chunk), then of each state tensor
+    const std::size_t elem = wire::dtype_size(s.dt);
+    const auto from = static_cast<std::ptrdiff_t>((h.offset - s.offset) * elem), to = from + static_cast<std::ptrdiff_t>(h.count * elem);
+    std::vector<std::byte> out(s.values.begin() + from, s.values.begin() + to);
+    for (const auto& sl : s.slots) out.insert(out.end(), sl.begin() + from, sl.begin() + to);
     auto r = reply_header(h);
     r.dtype = static_cast<std::uint8_t>(s.dt);
-    r.count = s.count;
+    r.count = h.count;
     r.scalar = static_cast<double>(s.updates);
     r.clock = s.version;
     send(id, r, std::span<const std::byte>(out));

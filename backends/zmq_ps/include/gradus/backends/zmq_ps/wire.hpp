@@ -44,8 +44,10 @@ enum class type : std::uint8_t {
                    // payload = count u64 row indices of the variable, then count rows of values
   pull_rows = 14,  // worker -> server: the rows of shard `key` changed since update stamp `count` (offset = elements
                    // per row), at `clock`; the reply: count = rows, scalar = the shard's stamp now, payload as push_rows
+  init_values = 15,  // chief -> server: a chunk of a declared shard's first values, elements [offset, offset + count)
+                     // of the variable, then the same range of each optimizer state tensor; clock = the start step
 };
-inline constexpr std::uint8_t last_type = 14;
+inline constexpr std::uint8_t last_type = 15;
 
 enum class dtype : std::uint8_t { none = 0, f32 = 1, f64 = 2, bytes = 3 };
 
@@ -87,6 +89,7 @@ inline const char* type_name(type t) {
     case type::config: return "config";
     case type::push_rows: return "push_rows";
     case type::pull_rows: return "pull_rows";
+    case type::init_values: return "init_values";
   }
   return "unknown";
 }
@@ -112,9 +115,10 @@ static_assert(sizeof(header) == 64 && std::is_trivially_copyable_v<header>);
 
 // What a receiver accepts.
 struct limits {
-  // bytes in one message's payload. Pushes and pulls go in chunks (1 MiB), but an init and
-  // a snapshot carry a whole shard with its optimizer state in one message: 1 GiB allows
-  // a 256 MiB float shard with Adam's two moments.
+  // bytes in one message's payload. Pushes, pulls, the chief's first values (init_values)
+  // and snapshots go in chunks (1 MiB, and its optimizer state); what is not chunked is a
+  // step's sparse rows for one shard (push_rows) and the changed rows a pull_rows answer
+  // carries (a whole shard after a restart): 1 GiB bounds those.
   std::size_t max_payload = std::size_t(1) << 30;
   std::uint64_t max_elements = std::uint64_t(1) << 40;
 };
@@ -173,6 +177,8 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
       return bad("push_rows of " + std::to_string(h.count) + " rows of " + std::to_string(h.offset) + " " + dtype_name(dt) + " carries " +
                  std::to_string(have) + " bytes");
   }
+  if (t == type::init_values && (elem == 0 || h.count == 0 || have == 0 || have % (h.count * elem) != 0))  // count <= 2^40: no overflow
+    return bad("init_values of " + std::to_string(h.count) + " " + dtype_name(dt) + " elements carries " + std::to_string(have) + " bytes");
   if (t == type::coll && (h.key < 1 || h.key > 4)) return bad("unknown collective " + std::to_string(h.key));
   if ((t == type::pull || t == type::push || t == type::init) && h.count == 0 && t != type::init)
     return bad(std::string(type_name(t)) + " of an empty range");
