@@ -10,7 +10,9 @@
 # SLOW_MS (the straggler's pause; default: measured, see below), SLOW_MS2 (optional: a
 # second, heavier straggler, e.g. one parameter-server step's wall time; its rows are
 # added), OUT (directory for the per-run metrics CSVs, JSON lines and logs; default a
-# fresh mktemp -d).
+# fresh mktemp -d), SLOW_RANK (default 1; -2: every rank) and SLOW_PROB (default 1: each
+# step; below 1 a rank pauses in a step at random — transient stragglers, SSP's case),
+# MODES (default "ring async bsp ssp:4"), LEVELS (default "none slow").
 #
 # 1. One step's compute: mnist_mlp alone, one epoch on the 2-worker shard
 #    (--train-limit 30000: 469 steps of 64), --threads 1, three times; the median
@@ -78,10 +80,11 @@ else
 fi
 
 # ---- 2. the runs
-levels=(none slow)
+read -r -a levels <<<"${LEVELS:-none slow}"
 [[ -n ${SLOW_MS2:-} ]] && levels+=(slow2)
+read -r -a modes <<<"${MODES:-ring async bsp ssp:4}"
 configs=()
-for l in "${levels[@]}"; do for m in ring async bsp ssp:4; do configs+=("$m|$l"); done; done
+for l in "${levels[@]}"; do for m in "${modes[@]}"; do configs+=("$m|$l"); done; done
 n=${#configs[@]}
 for ((r = 1; r <= REPS; ++r)); do
   for ((i = 0; i < n; ++i)); do
@@ -94,8 +97,8 @@ for ((r = 1; r <= REPS; ++r)); do
     else
       launch=("$run" -np 2 --ps 2 "$mlp" --comm ps --consistency "$mode")
     fi
-    [[ $strag == slow ]] && args+=(--slow-rank 1 --slow-ms "$SLOW_MS")
-    [[ $strag == slow2 ]] && args+=(--slow-rank 1 --slow-ms "$SLOW_MS2")
+    [[ $strag == slow ]] && args+=(--slow-rank "${SLOW_RANK:-1}" --slow-ms "$SLOW_MS" --slow-prob "${SLOW_PROB:-1}")
+    [[ $strag == slow2 ]] && args+=(--slow-rank "${SLOW_RANK:-1}" --slow-ms "$SLOW_MS2" --slow-prob "${SLOW_PROB:-1}")
     rm -f "$OUT/$tag.csv"
     load=$(cut -d' ' -f1 /proc/loadavg)
     t0=$(date +%s.%N)

@@ -6,7 +6,8 @@
 //                          TF_CONFIG cluster.ps); a ps task serves (serve_if_ps) and ends
 //   --consistency C        --comm ps: async | bsp | ssp:S (stale-synchronous, bound S)
 //   --slow-rank R --slow-ms MS   rank R sleeps MS ms in every step (a straggler, for
-//                          benchmarks and tests)
+//                          benchmarks and tests; R = -2: every rank)
+//   --slow-prob P          ... in a step with probability P (transient stragglers)
 //   --comm-timeout S       how long any one wait of a collective may last
 //   --comm-transport T     the ring's data path (tcp | ipc | auto)
 //   --bucket-mb M          MiB of gradients all-reduced together
@@ -44,12 +45,24 @@ struct comm_options {
   bool check_numerics = false;   // session::set_check_numerics
   std::int64_t check_replicas = 0;  // data_parallel_options::check_replicas_every
   std::string consistency = "bsp";  // --comm ps: async | bsp | ssp:S
-  int slow_rank = -1;               // this rank sleeps slow_ms in every step
+  int slow_rank = -1;               // this rank sleeps slow_ms in every step (-2: every rank)
   double slow_ms = 0;
+  double slow_prob = 1;             // ... in a step with this probability (transient stragglers)
+  mutable std::uint64_t slow_draws = 0;
 
-  // The straggler's pause, once per step (a no-op on every other rank).
+  // The straggler's pause, once per step (a no-op on every other rank). With slow_prob < 1
+  // a step pauses at random (a splitmix64 draw of rank and step: reproducible, and
+  // independent across ranks) — where SSP should beat BSP, which waits for every pause.
   void maybe_slow(int rank) const {
-    if (rank == slow_rank && slow_ms > 0) std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(slow_ms * 1000)));
+    if ((rank != slow_rank && slow_rank != -2) || slow_ms <= 0) return;
+    if (slow_prob < 1) {
+      std::uint64_t z = (static_cast<std::uint64_t>(rank) << 40) + slow_draws++ + 0x9E3779B97F4A7C15ull;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      z ^= z >> 31;
+      if (static_cast<double>(z >> 11) * 0x1.0p-53 >= slow_prob) return;
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<std::int64_t>(slow_ms * 1000)));
   }
 };
 
@@ -71,8 +84,10 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
           return std::string(e.what());
         }
       });
-  app.add_option("--slow-rank", o.slow_rank, "this rank sleeps --slow-ms in every step (a straggler; -1: none)")
-      ->check(CLI::Range(-1, 1 << 20));
+  app.add_option("--slow-rank", o.slow_rank, "this rank sleeps --slow-ms in every step (a straggler; -1: none; -2: every rank)")
+      ->check(CLI::Range(-2, 1 << 20));
+  app.add_option("--slow-prob", o.slow_prob, "the straggler sleeps in a step with this probability (transient stragglers; default 1)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--slow-ms", o.slow_ms, "milliseconds --slow-rank sleeps in every step")->check(CLI::Range(0.0, 60000.0));
   app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
       ->check(CLI::Range(0.1, 3600.0));
