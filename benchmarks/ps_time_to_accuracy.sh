@@ -105,16 +105,17 @@ for ((r = 1; r <= REPS; ++r)); do
     "${launch[@]}" "${args[@]}" 2>&1 | while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$OUT/$tag.log"
     t1=$(date +%s.%N)
     grep -o '{.*}' "$OUT/$tag.log" | tail -1 >"$OUT/$tag.json"
-    echo "{\"wall_seconds\": $(echo "$t1 - $t0" | bc), \"start\": $t0, \"load\": $load}" >"$OUT/$tag.wall.json"
-    echo "# round $r: $mode, straggler $strag: $(echo "$t1 - $t0" | bc | cut -c1-6) s" >&2
+    echo "{\"wall_seconds\": $(awk "BEGIN { print $t1 - $t0 }"), \"start\": $t0, \"load\": $load}" >"$OUT/$tag.wall.json"
+    echo "# round $r: $mode, straggler $strag: $(awk "BEGIN { printf \"%.4f\", $t1 - $t0 }") s" >&2
   done
 done
 echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # ---- 3. the table
-python3 - "$OUT" "$REPS" "$EPOCHS" "$TARGET" "$SLOW_MS" "${SLOW_MS2:-}" <<'EOF'
+python3 - "$OUT" "$REPS" "$EPOCHS" "$TARGET" "$SLOW_MS" "${SLOW_MS2:-}" "${SLOW_RANK:-1}" "${SLOW_PROB:-1}" <<'EOF'
 import csv, json, re, statistics, sys
 out, reps, epochs, target = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
+slow_rank, slow_prob = int(sys.argv[7]), float(sys.argv[8])
 pause = {"none": 0.0, "slow": float(sys.argv[5])}
 if sys.argv[6]:
     pause["slow2"] = float(sys.argv[6])
@@ -150,13 +151,14 @@ for strag in pause:
         acc_med = [med(a[e] for a in acc) for e in range(epochs)]
         reached = len(to_ep)
         label = "ring all-reduce" if mode == "ring" else f"ps {mode}"
-        s_label = f"rank 1 +{pause[strag]:g} ms/step" if pause[strag] else "none"
+        who = "every rank" if slow_rank == -2 else f"rank {slow_rank}"
+        s_label = (f"{who} +{pause[strag]:g} ms/step" + (f" with p {slow_prob:g}" if slow_prob < 1 else "")) if pause[strag] else "none"
         ep_txt = f"{med(to_ep):g}" + ("" if reached == reps else f" ({reached}/{reps} runs)") if to_ep else f"not reached (0/{reps})"
         s_txt = f"{med(to_s):.2f}" if to_s else "-"
         w_txt = f"{med(to_wall):.2f}" if to_wall else "-"
         print(f"| {label} | {s_label} | {' / '.join(f'{v:.4f}' for v in acc_med)} | {ep_txt} | {w_txt} | {s_txt} | {med(train):.2f} | {med(wall):.2f} |")
         rows.append({"benchmark": "ps_time_to_accuracy", "mode": mode, "straggler": pause[strag] > 0,
-                     "slow_ms": pause[strag], "target": target, "rounds": reps,
+                     "slow_ms": pause[strag], "slow_rank": slow_rank, "slow_prob": slow_prob, "target": target, "rounds": reps,
                      "test_accuracy_per_epoch_median": acc_med, "test_accuracy_per_epoch_runs": acc,
                      "runs_reaching_target": reached, "epochs_to_target_median": med(to_ep) if to_ep else None,
                      "seconds_launch_to_target_median": med(to_wall) if to_wall else None, "seconds_launch_to_target_runs": to_wall,
