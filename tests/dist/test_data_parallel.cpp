@@ -32,6 +32,7 @@
 #include <gradus/gradus.hpp>
 
 #include "../support/free_port.hpp"
+#include "../support/tiny_mlp.hpp"
 
 namespace g = gradus;
 
@@ -96,43 +97,10 @@ struct thread_comm {
 };
 static_assert(g::dist::communicator<thread_comm>);
 
-constexpr g::index_t n_in = 9, n_h = 13, n_out = 4, batch = 24;
-g::placeholder<"x", double, g::dyn, n_in> x;
-g::placeholder<"y", std::int32_t, g::dyn> y;
-
-struct mlp {
-  g::nn::dense<"fc1", n_in, n_h, double> fc1;
-  g::nn::dense<"fc2", n_h, n_out, double> fc2;
-  auto loss() const { return g::nn::softmax_cross_entropy_loss(fc2(g::tanh(fc1(x))), y); }
-  void init(g::session<g::cpu_simd>& s, std::uint64_t seed) const {
-    fc1.initialize(s, seed);
-    fc2.initialize(s, seed + 1);
-  }
-};
-
-struct data {
-  std::vector<double> xs;
-  std::vector<std::int32_t> ys;
-};
-data make_data(int steps) {
-  std::mt19937_64 rng(3);
-  std::normal_distribution<double> nd(0, 1);
-  data d;
-  d.xs.resize(static_cast<std::size_t>(steps * batch * n_in));
-  d.ys.resize(static_cast<std::size_t>(steps * batch));
-  for (auto& v : d.xs) v = nd(rng);
-  for (auto& v : d.ys) v = static_cast<std::int32_t>(rng() % n_out);
-  return d;
-}
-
-std::vector<double> weights(g::session<g::cpu_simd>& s, const mlp& m) {
-  auto [w1, b1, w2, b2] = s.run(m.fc1.w, m.fc1.b, m.fc2.w, m.fc2.b);
-  std::vector<double> r(w1.begin(), w1.end());
-  r.insert(r.end(), b1.begin(), b1.end());
-  r.insert(r.end(), w2.begin(), w2.end());
-  r.insert(r.end(), b2.begin(), b2.end());
-  return r;
-}
+using gradus_test::batch, gradus_test::n_in, gradus_test::n_out, gradus_test::x, gradus_test::y, gradus_test::mlp;
+using data = gradus_test::dataset;
+data make_data(int steps) { return gradus_test::make_data(steps, /*learnable=*/false); }
+std::vector<double> weights(g::session<g::cpu_simd>& s, const mlp& m) { return m.weights(s); }
 
 constexpr int steps = 6;
 const g::sgd optimizer{.lr = 0.1, .momentum = 0.9};

@@ -31,6 +31,7 @@
 #include <gradus/gradus.hpp>
 
 #include "../support/free_port.hpp"
+#include "../support/tiny_mlp.hpp"
 
 namespace g = gradus;
 namespace wire = gradus::ps::wire;
@@ -310,41 +311,8 @@ BOOST_AUTO_TEST_CASE(ssp_with_bound_zero_reads_as_bsp) { ssp_bound(3, 0); }
 // ---- through the data-parallel step: the same model source as the ring ----------------
 
 namespace {
-constexpr g::index_t n_in = 9, n_h = 13, n_out = 4, batch = 24;
-g::placeholder<"x", double, g::dyn, n_in> x;
-g::placeholder<"y", std::int32_t, g::dyn> y;
-struct mlp {
-  g::nn::dense<"fc1", n_in, n_h, double> fc1;
-  g::nn::dense<"fc2", n_h, n_out, double> fc2;
-  auto loss() const { return g::nn::softmax_cross_entropy_loss(fc2(g::tanh(fc1(x))), y); }
-  void init(g::session<g::cpu_simd>& s, std::uint64_t seed) const {
-    fc1.initialize(s, seed);
-    fc2.initialize(s, seed + 1);
-  }
-  std::vector<double> weights(g::session<g::cpu_simd>& s) const {
-    auto [w1, b1, w2, b2] = s.run(fc1.w, fc1.b, fc2.w, fc2.b);
-    std::vector<double> r(w1.begin(), w1.end());
-    r.insert(r.end(), b1.begin(), b1.end());
-    r.insert(r.end(), w2.begin(), w2.end());
-    r.insert(r.end(), b2.begin(), b2.end());
-    return r;
-  }
-};
-struct dataset {
-  std::vector<double> xs;
-  std::vector<std::int32_t> ys;
-};
-dataset make_data(int steps) {
-  std::mt19937_64 rng(3);
-  std::normal_distribution<double> nd(0, 1);
-  dataset d;
-  d.xs.resize(static_cast<std::size_t>(steps * batch * n_in));
-  d.ys.resize(static_cast<std::size_t>(steps * batch));
-  for (auto& v : d.xs) v = nd(rng);
-  for (std::size_t i = 0; i < d.ys.size(); ++i)  // a learnable rule: the sign pattern of two inputs
-    d.ys[i] = (d.xs[i * n_in] > 0 ? 1 : 0) + (d.xs[i * n_in + 1] > 0 ? 2 : 0);
-  return d;
-}
+using gradus_test::batch, gradus_test::n_in, gradus_test::x, gradus_test::y, gradus_test::mlp, gradus_test::dataset;
+dataset make_data(int steps) { return gradus_test::make_data(steps, /*learnable=*/true); }
 template <class Opt>
 std::vector<double> single_process(const dataset& d, int steps, const Opt& opt) {
   mlp m;
