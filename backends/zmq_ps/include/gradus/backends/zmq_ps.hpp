@@ -24,6 +24,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -251,19 +252,15 @@ class parameter_server {
     flush();
     const std::size_t v = var_of(key, values.size(), ps::wire::dtype_of<T>(), "snapshot");
     std::vector<std::uint64_t> ids;
-    for (const std::size_t s : shards_of_[v]) {
-      const auto& sh = shards_[s];
-      for (std::size_t at = 0; at < sh.count; at += chunk_elems(sizeof(T))) {  // in chunks: values and state
-        const std::size_t n = std::min(chunk_elems(sizeof(T)), sh.count - at);
-        auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), sh.offset + at, n, ps::wire::dtype_of<T>());
-        h.clock = clock_;
-        const auto id = request(sh.server, h, {}, req_kind::snapshot);
-        auto& r = reqs_.at(id);
-        r.dst = std::as_writable_bytes(values.subspan(sh.offset + at, n));
-        for (auto& sl : slots) r.extra.push_back(std::as_writable_bytes(sl.subspan(sh.offset + at, n)));
-        ids.push_back(id);
-      }
-    }
+    for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {  // values and state
+      auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(shards_[s].server, h, {}, req_kind::snapshot);
+      auto& r = reqs_.at(id);
+      r.dst = std::as_writable_bytes(values.subspan(first, n));
+      for (auto& sl : slots) r.extra.push_back(std::as_writable_bytes(sl.subspan(first, n)));
+      ids.push_back(id);
+    });
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
     std::int64_t updates = -1;
     for (const auto id : ids) {
@@ -355,17 +352,13 @@ class parameter_server {
     flush();
     const std::size_t v = var_of(key, grad.size(), ps::wire::dtype_of<T>(), "push");
     handle hd{next_id_, next_id_};
-    for (const std::size_t s : shards_of_[v]) {
-      const auto& sh = shards_[s];
-      for (std::size_t at = 0; at < sh.count; at += chunk_elems(sizeof(T))) {
-        const std::size_t n = std::min(chunk_elems(sizeof(T)), sh.count - at);
-        auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), sh.offset + at, n, ps::wire::dtype_of<T>());
-        h.clock = clock_;
-        h.scalar = lr_;
-        request(sh.server, h, std::as_bytes(grad.subspan(sh.offset + at, n)), req_kind::ack);
-        stats_.bytes_pushed += n * sizeof(T);
-      }
-    }
+    for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
+      auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      h.scalar = lr_;
+      request(shards_[s].server, h, std::as_bytes(grad.subspan(first, n)), req_kind::ack);
+      stats_.bytes_pushed += n * sizeof(T);
+    });
     ++stats_.pushes;
     hd.last = next_id_;
     return hd;
@@ -375,18 +368,13 @@ class parameter_server {
     flush();
     const std::size_t v = var_of(key, out.size(), ps::wire::dtype_of<T>(), "pull");
     handle hd{next_id_, next_id_};
-    for (const std::size_t s : shards_of_[v]) {
-      const auto& sh = shards_[s];
-      for (std::size_t at = 0; at < sh.count; at += chunk_elems(sizeof(T))) {
-        const std::size_t n = std::min(chunk_elems(sizeof(T)), sh.count - at);
-        auto h = ps::wire::make(ps::wire::type::pull, static_cast<std::uint32_t>(s), sh.offset + at, n, ps::wire::dtype_of<T>());
-        h.clock = clock_;
-        const auto id = request(sh.server, h, {}, req_kind::pull);
-        auto& r = reqs_.at(id);
-        r.dst = std::as_writable_bytes(out.subspan(sh.offset + at, n));
-        stats_.bytes_pulled += n * sizeof(T);
-      }
-    }
+    for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
+      auto h = ps::wire::make(ps::wire::type::pull, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(shards_[s].server, h, {}, req_kind::pull);
+      reqs_.at(id).dst = std::as_writable_bytes(out.subspan(first, n));
+      stats_.bytes_pulled += n * sizeof(T);
+    });
     ++stats_.pulls;
     hd.last = next_id_;
     return hd;
@@ -447,6 +435,14 @@ class parameter_server {
   };
 
   std::size_t chunk_elems(std::size_t elem) const { return std::max<std::size_t>(1, o_.chunk_bytes / elem); }
+  // f(shard key, first element of the chunk in the variable, elements) for each chunk of
+  // chunk_bytes of each shard in `keys`, in order.
+  template <class F>
+  void for_each_chunk(const std::vector<std::size_t>& keys, std::size_t elem, F&& f) const {
+    for (const std::size_t s : keys)
+      for (std::size_t at = 0; at < shards_[s].count; at += chunk_elems(elem))
+        f(s, shards_[s].offset + at, std::min(chunk_elems(elem), shards_[s].count - at));
+  }
 
   std::string server_name(int k) const {
     return "server " + std::to_string(k) + " (" + o_.servers[static_cast<std::size_t>(k)] + (o_.origin.empty() ? "" : ", from " + o_.origin) + ")";
@@ -474,6 +470,7 @@ class parameter_server {
     // Hello to every server, waited for: a worker that cannot reach its servers says so
     // here (ZeroMQ retries the connection, so servers may start after the workers).
     everyone(ps::wire::type::hello, hello_text(false), "hello");
+    for (auto& l : links_) l.joined = true;
   }
 
   std::string hello_text(bool rejoin) const {
@@ -526,6 +523,7 @@ class parameter_server {
       socks_[k] = std::move(d);
       mons_[k] = std::move(m);
       links_[k] = {};
+      links_[k].joined = true;
     }
   }
 
@@ -547,6 +545,11 @@ class parameter_server {
     std::vector<std::uint64_t> resend;
     for (const auto& [id, r] : reqs_)
       if (r.server == static_cast<int>(k) && !r.answered) resend.push_back(id);
+    if (std::getenv("GRADUS_PS_DEBUG"))
+      std::fprintf(stderr, "%srejoining server %zu at clock %llu during %s, down %.3f s, %zu to resend, gen %llu\n", prefix().c_str(), k,
+                   static_cast<unsigned long long>(clock_), during ? during : "?",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count(), resend.size(),
+                   static_cast<unsigned long long>(link_generation_));
     rejoining_ = true;
     struct reset {
       bool& b;
@@ -566,9 +569,31 @@ class parameter_server {
         gone(std::string("refused this worker's rejoining: ") + e.what());
       }
     };
-    answer(request(static_cast<int>(k), ps::wire::make(ps::wire::type::hello), std::as_bytes(std::span<const char>(text.data(), text.size())),
-                   req_kind::ack, /*copy=*/true),
-           "rejoin");
+    // The hello, on a connection that may itself fail before the server answers (a dying
+    // server's listener still completes a connect, then resets it): a connection lost before
+    // the answer is replaced and the hello sent again; once answered, the server knows this
+    // connection, and what closed before the answer was an earlier attempt.
+    const auto hello = [&] {
+      return request(static_cast<int>(k), ps::wire::make(ps::wire::type::hello), std::as_bytes(std::span<const char>(text.data(), text.size())),
+                     req_kind::ack, /*copy=*/true);
+    };
+    auto hid = hello();
+    for (int attempt = 0;; ++attempt) {  // bounded by `until`
+      const auto it = reqs_.find(hid);
+      if (it != reqs_.end() && it->second.answered) break;
+      if (std::chrono::steady_clock::now() > until || it == reqs_.end()) break;  // answer() below reports it
+      pump(50);
+      if (!links_[k].refused.empty()) break;  // answer() reports the refusal
+      const auto again = reqs_.find(hid);
+      if (again != reqs_.end() && !again->second.answered && links_[k].lost) {
+        reqs_.erase(again);
+        open_link(k);
+        hid = hello();
+      }
+    }
+    answer(hid, "rejoin");
+    links_[k].lost = false;
+    links_[k].up = true;
     if (flushed_) {
       answer(request(static_cast<int>(k), ps::wire::make(ps::wire::type::config), std::as_bytes(std::span<const char>(config_text_.data(), config_text_.size())),
                      req_kind::ack, /*copy=*/true),
@@ -619,21 +644,19 @@ class parameter_server {
       if (o_.rank != 0) continue;
       // the chief's values (and any optimizer state) follow in chunks; its init is answered
       // once the last has arrived
-      const auto& sh = shards_[s];
-      const std::size_t eb = vars_[sh.var].element_bytes;
-      for (std::size_t at = 0; at < sh.count; at += chunk_elems(eb)) {
-        const std::size_t n = std::min(chunk_elems(eb), sh.count - at);
+      const auto var = shards_[s].var;
+      const std::size_t eb = vars_[var].element_bytes;
+      for_each_chunk({s}, eb, [&](std::size_t, std::size_t first, std::size_t n) {
         auto h = init_header(s);
         h.type = static_cast<std::uint8_t>(ps::wire::type::init_values);
-        h.offset = sh.offset + at;
+        h.offset = first;
         h.count = n;
         std::vector<std::byte> payload;
-        payload.reserve(n * eb * first_values_[sh.var].size());
-        for (const auto& b : first_values_[sh.var])
-          payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>((sh.offset + at) * eb),
-                         b.begin() + static_cast<std::ptrdiff_t>((sh.offset + at + n) * eb));
-        ids.push_back(request(sh.server, h, payload, req_kind::ack, /*copy=*/true));
-      }
+        payload.reserve(n * eb * first_values_[var].size());
+        for (const auto& b : first_values_[var])
+          payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(first * eb), b.begin() + static_cast<std::ptrdiff_t>((first + n) * eb));
+        ids.push_back(request(shards_[s].server, h, payload, req_kind::ack, /*copy=*/true));
+      });
     }
     const auto until = std::chrono::steady_clock::now() + o_.timeout;
     for (const auto id : ids) wait_id(id, until, "init", true);
@@ -842,6 +865,8 @@ class parameter_server {
       if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
       std::uint32_t value = 0;
       if (ev.size() >= 6) std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      if (std::getenv("GRADUS_PS_DEBUG"))
+        std::fprintf(stderr, "%sserver %zu link event %u value %u (up %d lost %d)\n", prefix().c_str(), k, unsigned(event), unsigned(value), int(links_[k].up), int(links_[k].lost));
       if (const auto why = ps::describe_handshake_failure(event, value, o_.servers[k])) {
         // refused (auth, protocol) is final; "closed during the handshake" once may be a dying server
         if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || ++links_[k].failed_handshakes >= 3) links_[k].refused = *why;
@@ -893,6 +918,17 @@ class parameter_server {
         const char* during = what ? what : ps::wire::type_name(it->second.type);
         for (std::size_t k = 0; k < links_.size(); ++k) {
           if (!links_[k].lost) continue;
+          if (!links_[k].joined) {  // before the first hello was answered: nothing to rejoin
+            if (static_cast<int>(k) == it->second.server && !it->second.answered &&
+                std::chrono::steady_clock::now() - links_[k].down_since > std::chrono::seconds(1)) {
+              const std::string text = prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed during " + during +
+                                       " and did not come back within 1 s (the ps process died or was stopped)";
+              reqs_.erase(it);
+              if (!throw_on_error) return;
+              fail(text);
+            }
+            continue;
+          }
           if (!throw_on_error) {  // a goodbye does not wait for a lost server
             if (static_cast<int>(k) == it->second.server) {
               reqs_.erase(it);
@@ -935,6 +971,7 @@ class parameter_server {
   struct link {
     bool up = true;     // until its connection is seen to close
     bool lost = false;  // its connection closed: rejoin() replaces it
+    bool joined = false;  // the server answered this worker's first hello (a loss is then a restart to rejoin)
     std::chrono::steady_clock::time_point down_since{};
     std::string refused;  // why the server refused this client's handshake (CURVE)
     int failed_handshakes = 0;

@@ -506,8 +506,15 @@ class server {
       if (!diff.empty()) throw error(prefix() + "worker " + std::to_string(rank) + " says " + diff);
     }
     auto& w = workers_[static_cast<std::size_t>(rank)];
-    if (w.joined && w.id != id && !w.left)
-      throw error(prefix() + "worker " + std::to_string(rank) + " said hello twice from different connections (two processes with one rank?)");
+    if (w.joined && w.id != id && !w.left) {
+      // A rejoining worker may reach a restarted server twice (a first connection that
+      // ZeroMQ reopened by itself carried its hello, then the one it opened again): the
+      // latest is its connection. Otherwise two processes claim one rank.
+      if (!rejoin || !restoring_)
+        throw error(prefix() + "worker " + std::to_string(rank) + " said hello twice from different connections (two processes with one rank?)");
+      o_.log(prefix() + "worker " + std::to_string(rank) + " rejoins on a new connection");
+      w.joined = false;
+    }
     if (w.dead) throw error(prefix() + "worker " + std::to_string(rank) + " was declared dead; it cannot rejoin this job");
     if (rejoin && !w.joined) {
       // This server restarted (its old state is gone): it reloads its shards from the last
