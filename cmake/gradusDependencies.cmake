@@ -98,3 +98,51 @@ else()
   endif()
   string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::ring_allreduce and gradus::zmq_ps need cppzmq and libzmq (Debian: cppzmq-dev libzmq3-dev)")
 endif()
+
+# MPI, for gradus::mpi. Optional everywhere: the build tree follows GRADUS_MPI (AUTO: when
+# found, ON: required, OFF: never looked for); the installed package reports it as component
+# mpi (its targets are in gradusMpiTargets.cmake, loaded only when MPI is found here too).
+# MPI's C API only (MPI_CXX_SKIP_MPICXX: no MPI-2 C++ bindings); the CXX component, else C
+# where the project enabled C. gradus_mpi_library: the imported target to link.
+set(gradus_mpi_FOUND FALSE)
+set(gradus_mpi_mode AUTO)
+if(NOT CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus" AND DEFINED GRADUS_MPI)
+  string(TOUPPER "${GRADUS_MPI}" gradus_mpi_mode)
+  if(NOT gradus_mpi_mode MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR "GRADUS_MPI = '${GRADUS_MPI}': expected AUTO, ON or OFF")
+  endif()
+endif()
+if(NOT gradus_mpi_mode STREQUAL "OFF")
+  if(NOT TARGET MPI::MPI_CXX AND NOT TARGET MPI::MPI_C)
+    set(MPI_CXX_SKIP_MPICXX ON)
+    find_package(MPI QUIET COMPONENTS CXX)
+    if(NOT MPI_CXX_FOUND AND CMAKE_C_COMPILER_LOADED)
+      find_package(MPI QUIET COMPONENTS C)
+    endif()
+  endif()
+  if(TARGET MPI::MPI_CXX)
+    set(gradus_mpi_library MPI::MPI_CXX)
+    set(gradus_mpi_FOUND TRUE)
+  elseif(TARGET MPI::MPI_C)
+    set(gradus_mpi_library MPI::MPI_C)
+    set(gradus_mpi_FOUND TRUE)
+  elseif(gradus_mpi_mode STREQUAL "ON")
+    message(FATAL_ERROR "GRADUS_MPI=ON, but find_package(MPI) found no MPI (Debian: apt-get install libopenmpi-dev "
+                        "openmpi-bin; or configure with -DGRADUS_MPI=AUTO or OFF)")
+  elseif(NOT CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+    message(STATUS "gradus: no MPI found (Debian: libopenmpi-dev openmpi-bin): gradus::mpi, its tests and --comm mpi are not built")
+  endif()
+endif()
+# How gradus' tests and examples start an MPI job of N processes on this host:
+# ${gradus_mpirun} -np N [${gradus_mpirun_timeout} S] program. Open MPI's mpirun refuses to
+# run as root (CI) without --allow-run-as-root, more processes than cores without
+# --oversubscribe, and ends a hung job itself with --timeout (other MPIs: CTest's timeout).
+if(gradus_mpi_FOUND AND NOT CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+  set(gradus_mpirun ${MPIEXEC_EXECUTABLE})
+  set(gradus_mpirun_timeout "")
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE gradus_mpiexec_version ERROR_QUIET TIMEOUT 20)
+  if(gradus_mpiexec_version MATCHES "Open MPI|OpenRTE")
+    list(APPEND gradus_mpirun --allow-run-as-root --oversubscribe)
+    set(gradus_mpirun_timeout --timeout)
+  endif()
+endif()

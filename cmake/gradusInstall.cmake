@@ -9,11 +9,20 @@ install(TARGETS gradus_ring_allreduce EXPORT gradusTargets)
 install(DIRECTORY backends/zmq_ps/include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS gradus_zmq_ps EXPORT gradusTargets)
 install(TARGETS gradus gradus_cpu_simd gradus_io gradus_cluster EXPORT gradusTargets)
+# gradus::mpi (where MPI was found) in its own export file: gradusConfig.cmake loads it only
+# where MPI is found again, so a consumer without MPI still gets the other targets.
+if(TARGET gradus_mpi)
+  install(DIRECTORY backends/mpi/include/gradus DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  install(TARGETS gradus_mpi EXPORT gradusMpiTargets)
+endif()
 if(TARGET gradus-run)
   install(TARGETS gradus-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()
 set(GRADUS_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/gradus)
 install(EXPORT gradusTargets NAMESPACE gradus:: DESTINATION ${GRADUS_CMAKE_DIR})
+if(TARGET gradus_mpi)
+  install(EXPORT gradusMpiTargets NAMESPACE gradus:: DESTINATION ${GRADUS_CMAKE_DIR})
+endif()
 configure_package_config_file(cmake/gradusConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/gradusConfig.cmake INSTALL_DESTINATION ${GRADUS_CMAKE_DIR})
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/gradusConfigVersion.cmake

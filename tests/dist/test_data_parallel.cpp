@@ -106,15 +106,7 @@ constexpr int steps = 6;
 const g::sgd optimizer{.lr = 0.1, .momentum = 0.9};
 
 // One process, the whole batch each step.
-std::vector<double> single_process(const data& d) {
-  mlp m;
-  g::session<g::cpu_simd> s;
-  m.init(s, 11);
-  auto step = g::minimize(s, m.loss(), optimizer);
-  for (int k = 0; k < steps; ++k)
-    step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
-  return weights(s, m);
-}
+std::vector<double> single_process(const data& d) { return gradus_test::single_process(d, steps, optimizer); }
 
 struct rank_result {
   std::vector<double> w;

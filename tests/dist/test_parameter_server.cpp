@@ -313,16 +313,7 @@ BOOST_AUTO_TEST_CASE(ssp_with_bound_zero_reads_as_bsp) { ssp_bound(3, 0); }
 namespace {
 using gradus_test::batch, gradus_test::n_in, gradus_test::x, gradus_test::y, gradus_test::mlp, gradus_test::dataset;
 dataset make_data(int steps) { return gradus_test::make_data(steps, /*learnable=*/true); }
-template <class Opt>
-std::vector<double> single_process(const dataset& d, int steps, const Opt& opt) {
-  mlp m;
-  g::session<g::cpu_simd> s;
-  m.init(s, 11);
-  auto step = g::minimize(s, m.loss(), opt);
-  for (int k = 0; k < steps; ++k)
-    step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
-  return m.weights(s);
-}
+using gradus_test::single_process;
 template <class Mode, class Opt>
 std::vector<std::vector<double>> with_servers(int world, int servers, const dataset& d, int steps, const Opt& opt,
                                               std::vector<double>* losses = nullptr) {

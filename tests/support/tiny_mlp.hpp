@@ -53,4 +53,17 @@ inline dataset make_data(int steps, bool learnable) {
   return d;
 }
 
+// The reference the data-parallel tests compare against: one process, the whole batch in
+// each of `steps` steps, from mlp::init(s, 11) (the seed the tests give rank 0).
+template <class Opt>
+std::vector<double> single_process(const dataset& d, int steps, const Opt& opt) {
+  mlp m;
+  g::session<g::cpu_simd> s;
+  m.init(s, 11);
+  auto step = g::minimize(s, m.loss(), opt);
+  for (int k = 0; k < steps; ++k)
+    step.run(x = g::view(d.xs.data() + k * batch * n_in, {batch, n_in}), y = g::view(d.ys.data() + k * batch, {batch}));
+  return m.weights(s);
+}
+
 }  // namespace gradus_test
