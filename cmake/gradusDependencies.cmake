@@ -134,15 +134,15 @@ if(NOT gradus_mpi_mode STREQUAL "OFF")
   endif()
 endif()
 # How gradus' tests and examples start an MPI job of N processes on this host:
-# ${gradus_mpirun} -np N [${gradus_mpirun_timeout} S] program. Open MPI's mpirun refuses to
-# run as root (CI) without --allow-run-as-root, more processes than cores without
-# --oversubscribe, and ends a hung job itself with --timeout (other MPIs: CTest's timeout).
+# ${gradus_mpirun} -np N program. Open MPI's mpirun (gradus_openmpi) refuses to run as root
+# (CI) without --allow-run-as-root and more processes than cores without --oversubscribe;
+# the tests also use its --timeout (it ends a hung job itself) and --tag-output.
 if(gradus_mpi_FOUND AND NOT CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
   set(gradus_mpirun ${MPIEXEC_EXECUTABLE})
-  set(gradus_mpirun_timeout "")
+  set(gradus_openmpi FALSE)
   execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE gradus_mpiexec_version ERROR_QUIET TIMEOUT 20)
   if(gradus_mpiexec_version MATCHES "Open MPI|OpenRTE")
+    set(gradus_openmpi TRUE)
     list(APPEND gradus_mpirun --allow-run-as-root --oversubscribe)
-    set(gradus_mpirun_timeout --timeout)
   endif()
 endif()

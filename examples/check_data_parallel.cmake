@@ -1,9 +1,16 @@
-# Data-parallel training through gradus-run: the same example once as one process and once
-# as NP ranks over the ring; checks that rank 0's JSON line reports the world, that every
-# rank ends with the same replica checksum (bit-identical variables and optimizer state),
-# and that the accuracy is within TOL of the single process's.
+# Data-parallel training through a launcher: the same example once as one process and once
+# as NP ranks over --comm COMM (default ring); checks that rank 0's JSON line reports the
+# world, that every rank ends with the same replica checksum (bit-identical variables and
+# optimizer state), that the accuracy is within TOL of the single process's and, with
+# MIN_ACC, at least MIN_ACC.
 #   cmake -DEXE=<example> -DLAUNCHER=<gradus-run> -DNP=2 -DARGS="..." -DTOL=0.01 -P check_data_parallel.cmake
+#   cmake ... "-DLAUNCHER=mpirun;--tag-output" -DCOMM=mpi -DMIN_ACC=0.9 ...
+# The launcher takes `-np N --timeout S` (gradus-run and Open MPI's mpirun both do); rank 0's
+# lines start "[0] " (gradus-run) or "[1,0]<stdout>:" (mpirun --tag-output).
 cmake_minimum_required(VERSION 3.20)
+if(NOT DEFINED COMM)
+  set(COMM ring)
+endif()
 foreach(v EXE LAUNCHER NP TOL)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "check_data_parallel: -D${v}=... is required")
@@ -17,19 +24,19 @@ if(NOT rc EQUAL 0)
 endif()
 string(JSON acc1 GET "${single}" test_accuracy)
 
-execute_process(COMMAND ${LAUNCHER} -np ${NP} --timeout 120 ${EXE} ${args} --comm ring --json
+execute_process(COMMAND ${LAUNCHER} -np ${NP} --timeout 120 ${EXE} ${args} --comm ${COMM} --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "stdout:\n${out}")
 message(STATUS "stderr:\n${err}")
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "check_data_parallel: gradus-run -np ${NP} failed (${rc})")
+  message(FATAL_ERROR "check_data_parallel: ${LAUNCHER} -np ${NP} failed (${rc})")
 endif()
-string(REGEX MATCH "\\[0\\] ({[^\n]*})" line "${out}")
+string(REGEX MATCH "\\[(0|[0-9]+,0)\\](<stdout>:| )({[^\n]*})" line "${out}")
 if(NOT line)
   message(FATAL_ERROR "check_data_parallel: no JSON line from rank 0")
 endif()
-set(json "${CMAKE_MATCH_1}")
-string(REGEX MATCHALL "\\[[0-9]+\\] {" lines "${out}")
+set(json "${CMAKE_MATCH_3}")
+string(REGEX MATCHALL "\\[[0-9,]+\\](<stdout>:| ){" lines "${out}")
 list(LENGTH lines n)
 if(NOT n EQUAL 1)
   message(FATAL_ERROR "check_data_parallel: ${n} JSON lines; only rank 0 prints one")
@@ -37,8 +44,8 @@ endif()
 string(JSON world GET "${json}" world_size)
 string(JSON comm GET "${json}" comm)
 string(JSON acc GET "${json}" test_accuracy)
-if(NOT world EQUAL NP OR NOT comm STREQUAL "ring")
-  message(FATAL_ERROR "check_data_parallel: world_size ${world}, comm ${comm}; expected ${NP}, ring")
+if(NOT world EQUAL NP OR NOT comm STREQUAL COMM)
+  message(FATAL_ERROR "check_data_parallel: world_size ${world}, comm ${comm}; expected ${NP}, ${COMM}")
 endif()
 
 # one checksum per rank, all equal
@@ -57,8 +64,12 @@ foreach(s IN LISTS sums)
   endif()
 endforeach()
 
-# |acc - acc1| <= TOL, in units of 1e-4 (accuracies have 4 decimals on 10,000 images)
-foreach(x acc acc1 TOL)
+# |acc - acc1| <= TOL and acc >= MIN_ACC, in units of 1e-4 (accuracies have 4 decimals on
+# 10,000 images)
+if(NOT DEFINED MIN_ACC)
+  set(MIN_ACC 0)
+endif()
+foreach(x acc acc1 TOL MIN_ACC)
   string(REGEX REPLACE "^0?\\." "" frac "${${x}}")
   string(SUBSTRING "${frac}0000" 0 4 frac)
   if("${${x}}" MATCHES "^1")
@@ -74,4 +85,7 @@ endif()
 message(STATUS "check_data_parallel: single ${acc1}, ${NP} ranks ${acc}, checksum ${first}")
 if(diff GREATER TOL_u)
   message(FATAL_ERROR "check_data_parallel: accuracy ${acc} with ${NP} ranks vs ${acc1} alone: more than ${TOL} apart")
+endif()
+if(acc_u LESS MIN_ACC_u)
+  message(FATAL_ERROR "check_data_parallel: accuracy ${acc} with ${NP} ranks, below ${MIN_ACC}")
 endif()

@@ -1,15 +1,18 @@
 #pragma once
 // The data-parallel options every training example takes, and the communicator they name:
-//   --comm local|ring|ps   one process, a ring all-reduce between the processes that
+//   --comm local|ring|ps|mpi   one process, a ring all-reduce between the processes that
 //                          gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe, or
 //                          their parameter servers (ps tasks: gradus-run --ps M, GRADUS_PS,
-//                          TF_CONFIG cluster.ps); a ps task serves (serve_if_ps) and ends
+//                          TF_CONFIG cluster.ps; a ps task serves (serve_if_ps) and ends),
+//                          or MPI_Allreduce between the processes of mpirun / srun --mpi
+//                          (gradus::mpi_allreduce: only in a build with MPI, where CMake
+//                          defines GRADUS_HAVE_MPI; this is the one file that tests it)
 //   --consistency C        --comm ps: async | bsp | ssp:S (stale-synchronous, bound S)
 //   --slow-rank R --slow-ms MS   rank R sleeps MS ms in every step (a straggler, for
 //                          benchmarks and tests; R = -2: every rank)
 //   --slow-prob P          ... in a step with probability P (transient stragglers)
 //   --comm-timeout S       how long any one wait of a collective may last
-//   --comm-transport T     the ring's data path (tcp | ipc | auto)
+//   --comm-transport T     the ring's data path (auto | shm | tcp | zmq)
 //   --bucket-mb M          MiB of gradients all-reduced together
 //   --check-replicas N     compare the replicas' bits every N steps (and always at the end)
 //   --check-numerics       stop at the first NaN or infinity, naming the node, the
@@ -29,19 +32,21 @@
 #include <gradus/backends/zmq_ps.hpp>
 #include <gradus/dist/cluster.hpp>
 #include <gradus/dist/data_parallel.hpp>
+#ifdef GRADUS_HAVE_MPI
+#include <gradus/backends/mpi.hpp>
+#endif
 
 namespace gradus_examples {
 
 namespace g = gradus;
 
 struct comm_options {
-  std::string comm = "local";    // local | ring
+  std::string comm = "local";    // local | ring | ps | mpi
   double comm_timeout = 30;      // seconds any one wait of a collective may last
   std::int64_t bucket_mb = 25;   // gradient bucket size of the data-parallel step
-  // the ring's data path: tcp | ipc | auto (ipc when every rank is on one host). tcp by
-  // default: over loopback it measured faster than ipc (1 MiB all-reduce, N = 2: 391 vs
-  // 953 us; data-parallel mnist_mlp 2x1: 0.86x vs 0.73x of one process, benchmarks/README.md)
-  std::string transport = "tcp";
+  // the ring's data path: auto (shared memory between ranks of one host, direct TCP between
+  // hosts) | shm | tcp | zmq (ZeroMQ: the data path before shm and direct TCP existed)
+  std::string transport = "auto";
   bool check_numerics = false;   // session::set_check_numerics
   std::int64_t check_replicas = 0;  // data_parallel_options::check_replicas_every
   std::string consistency = "bsp";  // --comm ps: async | bsp | ssp:S
@@ -70,8 +75,9 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
   app.add_option("--comm", o.comm,
                  "communicator: local (one process), ring (ring all-reduce over ZeroMQ between the processes "
                  "that gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe) or ps (parameter servers: "
-                 "the cluster's ps tasks hold the variables; gradus-run --ps M)")
-      ->check(CLI::IsMember({"local", "ring", "ps"}));
+                 "the cluster's ps tasks hold the variables; gradus-run --ps M) or mpi (MPI_Allreduce between the "
+                 "processes of mpirun or srun --mpi; in a build with MPI)")
+      ->check(CLI::IsMember({"local", "ring", "ps", "mpi"}));
   app.add_option("--consistency", o.consistency,
                  "--comm ps: async (apply each push on arrival), bsp (average every worker's step), or ssp:S "
                  "(stale-synchronous: read no parameters missing an update older than S steps)")
@@ -92,9 +98,9 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
   app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
       ->check(CLI::Range(0.1, 3600.0));
   app.add_option("--comm-transport", o.transport,
-                 "the ring's data path: tcp (default; the faster over loopback here), ipc (one host), or auto (ipc "
-                 "when every rank is on one host)")
-      ->check(CLI::IsMember({"auto", "tcp", "ipc"}));
+                 "the ring's data path: auto (default: shm when every rank is on one host, else tcp), shm (shared "
+                 "memory), tcp (direct sockets), or zmq (ZeroMQ sockets; zmq-tcp / zmq-ipc force their kind)")
+      ->check(CLI::IsMember({"auto", "shm", "tcp", "zmq", "zmq-tcp", "zmq-ipc", "ipc"}));
   app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
   app.add_option("--check-replicas", o.check_replicas,
@@ -136,6 +142,17 @@ inline g::dist::any_communicator make_communicator(const comm_options& o) {
     po.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
     g::parse_consistency(o.consistency, po);
     return g::dist::any_communicator::make<g::parameter_server<>>(c, po);
+  }
+  if (o.comm == "mpi") {
+#ifdef GRADUS_HAVE_MPI
+    // rank and world from MPI; a spec the environment holds (mpirun's OMPI_COMM_WORLD_*,
+    // Slurm's) must agree with them. An MPI whose launcher sets none of the formats
+    // cluster::from_env reads (MPICH's mpiexec) gives "default": nothing to check.
+    if (c.source == "default") return g::dist::any_communicator::make<g::mpi_allreduce>();
+    return g::dist::any_communicator::make<g::mpi_allreduce>(c);
+#else
+    throw g::error("gradus: --comm mpi: this build has no MPI (install libopenmpi-dev and reconfigure)");
+#endif
   }
   g::ring_options ro;
   ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));

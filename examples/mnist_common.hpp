@@ -357,7 +357,8 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     step.check_replicas();  // names the first tensor that differs, on every rank
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session_checksum(s)));
-    std::cerr << example << ": rank " << rank << " of " << world << ": replica checksum " << hex << "\n";
+    // one write: launchers that merge the ranks' output (mpirun) keep the line whole
+    std::cerr << (example + ": rank " + std::to_string(rank) + " of " + std::to_string(world) + ": replica checksum " + hex + "\n");
   }
   if (o.json && chief) {
     const int run = o.epochs - first;
