@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -50,6 +51,19 @@ inline std::string slurp(const fs::path& p) {
 }
 
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// What ring transport "auto" resolves to between ranks of one host: shared memory, unless
+// GRADUS_COMM_TRANSPORT picks another data path (CTest runs the ring tests over each).
+inline std::string auto_transport_on_one_host() {
+  const char* e = std::getenv("GRADUS_COMM_TRANSPORT");
+  const std::string v = e && *e ? e : "shm";
+  return v == "zmq" || v == "ipc" ? "zmq-ipc" : v;
+}
+// How ring_allreduce::addresses() begins under that transport, on one host.
+inline std::string auto_address_prefix() {
+  const std::string t = auto_transport_on_one_host();
+  return t == "shm" ? "shm://@gradus-shm-" : t == "tcp" ? "tcp://" : "ipc://@gradus-ring-";
+}
 
 struct rank_result {
   std::optional<std::string> error;  // what() of the first exception

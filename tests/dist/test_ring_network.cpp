@@ -15,6 +15,8 @@
 #include "../support/free_port.hpp"
 #include "rank_harness.hpp"
 
+#include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -205,7 +207,7 @@ int looping_rank(int r, int world, const std::string& rdv, std::chrono::millisec
   ::close(pipes.ready[0]);
   ::close(pipes.stop[1]);
   auto o = options(r, world, rdv);
-  o.transport = "tcp";
+  o.transport = "auto";  // shared memory, or the data path GRADUS_COMM_TRANSPORT names (CTest runs each)
   o.timeout = timeout;
   try {
     g::ring_allreduce comm(o);
@@ -380,9 +382,19 @@ BOOST_AUTO_TEST_CASE(a_stopped_rank_is_silent_and_blamed_by_its_neighbour) {
   check_fault_lines(job.faults(), "silent");
 }
 
-BOOST_AUTO_TEST_CASE(killed_ipc_ranks_leave_no_socket_files) {
-  // auto on one host picks ipc; a rank killed with SIGKILL cannot unlink anything, so its
-  // data socket must not be a file: Linux abstract sockets (ipc://@...).
+BOOST_AUTO_TEST_CASE(killed_ranks_leave_no_socket_files_or_shared_memory) {
+  // auto on one host picks shared memory (and ipc for ZeroMQ's control sockets); a rank
+  // killed with SIGKILL cannot unlink anything, so neither its sockets nor its segments may
+  // have names: Linux abstract sockets (ipc://@..., shm://@...) and memfd segments, nothing
+  // in /tmp or /dev/shm.
+  auto shm_entries = [] {
+    std::vector<std::string> names;
+    if (fs::exists("/dev/shm"))
+      for (const auto& e : fs::directory_iterator("/dev/shm")) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  };
+  const auto shm_before = shm_entries();
   const int world = 2;
   temp_dir dir;
   loop_pipes pipes;
@@ -407,14 +419,19 @@ BOOST_AUTO_TEST_CASE(killed_ipc_ranks_leave_no_socket_files) {
     std::istringstream in(slurp(dir.path / ("rank" + std::to_string(r))));
     std::string transport, address;
     in >> transport >> address;
-    BOOST_TEST(transport == "ipc");
-    BOOST_TEST(address.rfind("ipc://@gradus-ring-", 0) == 0u, address);
+    BOOST_TEST(transport == gradus_test::auto_transport_on_one_host());
+    BOOST_TEST(address.rfind(gradus_test::auto_address_prefix(), 0) == 0u, address);
   }
   for (const auto& entry : fs::directory_iterator(fs::temp_directory_path())) {
     const std::string name = entry.path().filename().string();
     for (const auto& k : kids)
       BOOST_TEST(!contains(name, "gradus-ring-" + std::to_string(k.pid) + "-"), "left behind: " << entry.path());
   }
+  const auto shm_after = shm_entries();
+  std::vector<std::string> added;
+  std::set_difference(shm_after.begin(), shm_after.end(), shm_before.begin(), shm_before.end(), std::back_inserter(added));
+  for (const auto& name : added) BOOST_TEST(!contains(name, "gradus"), "left behind in /dev/shm: " << name);
+  BOOST_TEST(added.empty(), added.size() << " new entries in /dev/shm, the first: " << (added.empty() ? "" : added.front()));
 }
 
 // ---- threads -------------------------------------------------------------------------------
@@ -424,9 +441,12 @@ BOOST_AUTO_TEST_CASE(ranks_meet_at_localhost) {
   const auto table = meet(3, "tcp://localhost:" + std::to_string(port));
   // Data addresses are numeric (no rank depends on how another resolves a name).
   for (const auto& a : table) BOOST_TEST((a.rfind("tcp://127.0.0.1:", 0) == 0 || a.rfind("tcp://[::1]:", 0) == 0), a);
-  // and with the default transport: ipc between ranks on one host
-  const auto ipc = meet(2, "tcp://localhost:" + std::to_string(free_port()), "auto");
-  for (const auto& a : ipc) BOOST_TEST(a.rfind("ipc://@", 0) == 0u, a);
+  // and with the default transport: shared memory between ranks on one host
+  const auto local = meet(2, "tcp://localhost:" + std::to_string(free_port()), "auto");
+  for (const auto& a : local) BOOST_TEST(a.rfind(gradus_test::auto_address_prefix(), 0) == 0u, a);
+  // ZeroMQ's own tcp sockets choose their addresses the same way
+  for (const auto& a : meet(2, "tcp://localhost:" + std::to_string(free_port()), "zmq-tcp"))
+    BOOST_TEST((a.rfind("tcp://127.0.0.1:", 0) == 0 || a.rfind("tcp://[::1]:", 0) == 0), a);
 }
 
 BOOST_AUTO_TEST_CASE(ranks_meet_at_the_ipv6_loopback) {
@@ -639,7 +659,9 @@ BOOST_AUTO_TEST_CASE(an_ipc_path_rendezvous_still_unlinks_its_files) {
   temp_dir dir;
   const std::string rdv = "ipc://" + (dir.path / "rdv").string();
   auto res = on_threads(2, [&](int r) {
-    g::ring_allreduce comm(options(r, 2, rdv));  // auto: ipc, beside the rendezvous' path
+    auto o = options(r, 2, rdv);
+    o.transport = "zmq";  // ZeroMQ's data sockets: ipc, beside the rendezvous' path
+    g::ring_allreduce comm(o);
     if (comm.addresses().at(r) != rdv + ".rank" + std::to_string(r)) throw std::runtime_error("address " + comm.addresses().at(r));
     comm.barrier();
   });

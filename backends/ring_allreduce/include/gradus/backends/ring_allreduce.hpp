@@ -1,7 +1,9 @@
 #pragma once
 // gradus::ring_allreduce — the communicator policy of synchronous data parallelism: ranks
-// on a ring (each sends to rank+1 and receives from rank-1) over ZeroMQ (tcp://, ipc://,
-// inproc://), meeting through rank 0 (ring_options::rendezvous).
+// on a ring (each sends to rank+1 and receives from rank-1), meeting through rank 0
+// (ring_options::rendezvous). The data moves over shared memory between ranks of one host,
+// direct TCP sockets between hosts, or ZeroMQ (ring_options::transport); ZeroMQ always
+// carries the rendezvous, heartbeats and aborts.
 //
 //   gradus::ring_allreduce comm({.rank = r, .world_size = n, .rendezvous = "tcp://10.0.0.1:29500"});
 //   comm.broadcast(std::span(weights), 0);
@@ -87,7 +89,8 @@ class ring_allreduce {
 
   int rank() const { return link_->rank(); }
   int world_size() const { return link_->world_size(); }
-  // The data transport in use: "tcp", "ipc", "inproc", or "none" for a world of one.
+  // The data path in use: "shm" (shared memory), "tcp" (direct sockets), "zmq-ipc" or
+  // "zmq-tcp" (ZeroMQ), "inproc" (threads), or "none" for a world of one.
   const std::string& transport() const { return link_->transport(); }
   // Every rank's data address, by rank (empty for a world of one).
   const std::vector<std::string>& addresses() const { return link_->addresses(); }
@@ -207,7 +210,7 @@ class ring_allreduce {
     // Segments of segment_bytes: a larger chunk streams as several. Splitting smaller chunks
     // further (at least 4 segments, down to 64 or 256 KiB) measured slower on 2 cores: each
     // message costs a few thread wake-ups in ZeroMQ (benchmarks/README.md).
-    const std::size_t seg = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));
+    const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / sizeof(T));
     auto mod = [N](int a) { return ((a % N) + N) % N; };
     auto chunk_begin = [&](int c) { return static_cast<std::size_t>(c) * base + std::min<std::size_t>(c, rem); };
     auto chunk_size = [&](int c) { return base + (static_cast<std::size_t>(c) < rem ? 1 : 0); };
@@ -284,7 +287,7 @@ class ring_allreduce {
   template <ring_broadcast_element T>
   void broadcast_ring(std::span<T> x, int root, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
-    const std::size_t seg = std::max<std::size_t>(1, opt_.segment_bytes / sizeof(T));
+    const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / sizeof(T));
     const std::size_t count = std::max<std::size_t>(1, (x.size() + seg - 1) / seg);
     auto piece = [&](std::size_t k) {
       const std::size_t lo = std::min(x.size(), k * seg);

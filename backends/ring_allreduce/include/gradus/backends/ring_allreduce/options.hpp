@@ -30,10 +30,17 @@ struct ring_options {
   // Where `rendezvous` came from, for errors: e.g. "MASTER_ADDR=node1 and MASTER_PORT=29500
   // (torchrun)" (cluster::spec::rendezvous_origin()); empty: the options themselves.
   std::string origin;
-  // The data path: "tcp", "ipc", "inproc" or "auto" (the rendezvous' scheme; for a tcp
-  // rendezvous, ipc when every rank reports the same hostname and network namespace, else
-  // tcp). ipc data sockets are Linux abstract sockets ("ipc://@gradus-ring-...": nothing on
-  // the filesystem, gone with the process) unless the rendezvous is an ipc:// path.
+  // The data path (examples: --comm-transport; GRADUS_COMM_TRANSPORT overrides "auto"):
+  //   "auto"     shm when every rank reports the same machine and network namespace, else
+  //              tcp; inproc for an inproc:// rendezvous
+  //   "shm"      shared memory between ranks of one host: a memfd segment per neighbour
+  //              pair, copied into once and reduced from in place (shm_transport.hpp)
+  //   "tcp"      direct non-blocking TCP sockets between neighbours (tcp_transport.hpp)
+  //   "zmq"      ZeroMQ sockets, ipc on one host, else tcp ("zmq-ipc", "zmq-tcp" force one;
+  //              "ipc" is the old name of "zmq-ipc"); "inproc" for ranks as threads
+  // Whatever the path, ZeroMQ carries the rendezvous, heartbeats and aborts. ipc sockets are
+  // Linux abstract sockets ("ipc://@gradus-ring-...": nothing on the filesystem, gone with
+  // the process) unless the rendezvous is an ipc:// path.
   std::string transport = "auto";
   // The interface to listen on: rank 0's tcp rendezvous and every rank's tcp data socket
   // (an ephemeral port). A numeric address, an interface name ("eth0"), a host name (its

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "gradus/core/error.hpp"
 
@@ -108,6 +109,62 @@ class pair {
   // The next data message from the peer. Throws comm_error when it does not come before
   // the deadline, when the connection to any ring neighbour is lost, or on an abort.
   virtual message recv(clock::time_point deadline, std::string_view doing) = 0;
+};
+
+// The pair of a data path whose two pairs share its state: every call goes to the path,
+// with the peer (Path::send / sent / wait_sent / recv).
+template <class Path>
+class path_pair final : public pair {
+ public:
+  path_pair(Path& path, int peer, std::string address) : path_(&path), peer_(peer), address_(std::move(address)) {}
+  int peer() const override { return peer_; }
+  const std::string& address() const override { return address_; }
+  std::uint64_t send(const frame_header& h, std::span<const std::byte> payload) override { return path_->send(peer_, h, payload); }
+  bool sent(std::uint64_t ticket) override { return path_->sent(peer_, ticket); }
+  void wait_sent(std::uint64_t ticket, clock::time_point deadline, std::string_view doing) override {
+    path_->wait_sent(peer_, ticket, deadline, doing);
+  }
+  message recv(clock::time_point deadline, std::string_view doing) override { return path_->recv(peer_, deadline, doing); }
+
+ private:
+  Path* path_;
+  int peer_;
+  std::string address_;
+};
+
+// What a data path other than ZeroMQ sees of the ring: the control plane (zmq_ring).
+class control {
+ public:
+  virtual ~control() = default;
+  // Takes ZeroMQ's control traffic and throws comm_error when the collective cannot go on:
+  // an abort along the ring, a lost neighbour (its connection closed, or heartbeats stopped).
+  // `left_idle`: nothing from the left neighbour waits in the data path (a lost left one
+  // matters only then); `right_busy`: sends to the right neighbour are still pending.
+  virtual void poll(std::string_view doing, bool left_idle, bool right_busy) = 0;
+  // The error for a neighbour whose data connection broke: "gone" or "silent", by asking
+  // its address (and written to GRADUS_FAULT_FILE).
+  virtual comm_error lost(std::string_view doing, int peer) = 0;
+  // The error for a neighbour that sent (`receiving`) or took nothing before the deadline.
+  virtual comm_error silent(std::string_view doing, int peer, bool receiving) = 0;
+  // The error for a neighbour that sent `leave` (its communicator was destroyed).
+  virtual comm_error left_ring(std::string_view doing, int peer) = 0;
+  // The error for bytes from a neighbour that are not a gradus frame.
+  virtual comm_error malformed(std::string_view doing, int peer, std::string_view what) = 0;
+};
+
+// A data path: the pairs to the two neighbours (with two ranks, both face the same peer).
+class data_path {
+ public:
+  virtual ~data_path() = default;
+  virtual pair& left() = 0;
+  virtual pair& right() = 0;
+  // Sends `leave` after this rank's last data, in the data's own order; false when it could
+  // not within `wait` (the caller then sends it over ZeroMQ). Never throws.
+  virtual bool leave(std::chrono::milliseconds wait) noexcept = 0;
+  // The collective failed: forget every posted send (the caller may free its buffers now).
+  virtual void drop() noexcept = 0;
+  // The largest segment this path moves well (a ring chunk streams in pieces of it).
+  virtual std::size_t segment_bytes(std::size_t asked) const { return asked; }
 };
 
 }  // namespace gradus::ring

@@ -86,6 +86,8 @@
 #include <unistd.h>
 
 #include "gradus/backends/ring_allreduce/options.hpp"
+#include "gradus/backends/ring_allreduce/shm_transport.hpp"
+#include "gradus/backends/ring_allreduce/tcp_transport.hpp"
 #include "gradus/backends/ring_allreduce/transport.hpp"
 
 namespace gradus::ring {
@@ -405,7 +407,7 @@ class zmq_pair final : public pair {
   std::string address_;
 };
 
-class zmq_ring {
+class zmq_ring final : public control {
  public:
   explicit zmq_ring(const ring_options& o)
       : rank_(o.rank), world_(o.world_size), timeout_(o.timeout), heartbeat_timeout_ms_(heartbeat_timeout_ms(o.timeout)) {
@@ -439,9 +441,10 @@ class zmq_ring {
   ~zmq_ring() {
     try {
       if (push_ && !closed_) {
-        if (!failed_) {
+        if (!failed_ && !(path_ && path_->leave(std::chrono::milliseconds(100)))) {
           // After this rank's last data: the right neighbour fails its next collective
-          // with "rank r left" instead of waiting.
+          // with "rank r left" instead of waiting. (A data path sends it in the data's
+          // own order; over ZeroMQ only when it could not.)
           frame_header h;
           h.kind = frame_kind::leave;
           h.from = rank_;
@@ -450,6 +453,7 @@ class zmq_ring {
       }
     } catch (...) {
     }
+    path_.reset();
     close_sockets(100);
     for (const auto& f : ipc_files_) ::unlink(f.c_str());  // libzmq leaves them behind
     // ZeroMQ may still hold the bytes of sends a failed collective posted; give it a moment
@@ -464,9 +468,44 @@ class zmq_ring {
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   const std::string& transport() const { return transport_; }
-  const std::vector<std::string>& addresses() const { return table_; }
-  pair& left() { return *left_; }
-  pair& right() { return *right_; }
+  // Every rank's data address: shm://@name (the unix socket its segment was handed over on),
+  // tcp://host:port (direct TCP, or ZeroMQ's), ipc://..., inproc://...
+  const std::vector<std::string>& addresses() const { return shown_table_.empty() ? table_ : shown_table_; }
+  pair& left() { return path_ ? path_->left() : *left_; }
+  pair& right() { return path_ ? path_->right() : *right_; }
+  // The segment a collective streams in: the data path's choice for `asked`.
+  std::size_t segment_bytes(std::size_t asked) const { return path_ ? path_->segment_bytes(asked) : asked; }
+
+  // ---- control, for the data paths ----
+  void poll(std::string_view doing, bool left_idle, bool right_busy) override {
+    pump(0);
+    if (left_idle)
+      for (const auto& m : inbox_)  // a leave that came over ZeroMQ (the data path had no room for it)
+        if (m.header.kind == frame_kind::leave) throw left_ring(doing, left_->peer());
+    check(doing, left_idle, right_busy);
+  }
+  comm_error silent(std::string_view doing, int peer, bool receiving) override {
+    return blame(peer, "silent", prefix(doing) + (receiving ? "no message from " + peer_name(peer) + " " : peer_name(peer) + " did not take this rank's data ") +
+                                     silent_for());
+  }
+  comm_error left_ring(std::string_view doing, int peer) override {
+    return blame(peer, "gone", prefix(doing) + peer_name(peer) + " left the ring: it is gone (its communicator was destroyed)");
+  }
+  comm_error malformed(std::string_view doing, int peer, std::string_view what) override {
+    return comm_error(prefix(doing) + peer_name(peer) + " sent " + std::string(what));
+  }
+  // A neighbour's connection closed (or its heartbeats stopped): ask its address which.
+  comm_error lost(std::string_view doing, int peer) override {
+    const std::string& dial = peer == right_->peer() && !right_dial_.empty() ? right_dial_ : table_[peer];
+    const auto seen = detail::probe(dial, 500);
+    const std::string head = prefix(doing) + "lost the connection to " + peer_name(peer) + ": it is ";
+    if (seen == detail::reach::refused)
+      return blame(peer, "gone", head + "gone (its connection closed and nothing listens at its address: the process died or closed its communicator)");
+    if (seen == detail::reach::alive)
+      return blame(peer, "silent", head + "silent (it answered nothing, not even heartbeats, for " + std::to_string(heartbeat_timeout_ms_) +
+                                       " ms, so its connection was dropped, though its process still listens: stopped, paused or hung)");
+    return blame(peer, "silent", head + "silent (its connection was dropped and its address does not answer: its host or the network is down, or it hangs)");
+  }
 
   // This rank failed with `text`: tell the right neighbour (which forwards it), unless the
   // failure came from there. Never throws; the communicator is unusable afterwards.
@@ -486,12 +525,14 @@ class zmq_ring {
                   /*block=*/false);
     } catch (...) {
     }
+    if (path_) path_->drop();
     release_sends(200);
   }
 
   // The context was shut down under us: close now, so that its termination can finish.
   void close_now() noexcept {
     failed_ = true;
+    if (path_) path_->drop();
     close_sockets(0);
     release_sends(0);
   }
@@ -532,19 +573,6 @@ class zmq_ring {
       detail::append_fault_line("rank " + std::to_string(rank_) + " blames rank " + std::to_string(peer) + " (" + state + "): " + flat + "\n");
     }
     return comm_error(text, peer, state);
-  }
-
-  // A neighbour's connection closed (or its heartbeats stopped): ask its address which.
-  comm_error lost(std::string_view doing, int peer) {
-    const std::string& dial = peer == right_->peer() && !right_dial_.empty() ? right_dial_ : table_[peer];
-    const auto seen = detail::probe(dial, 500);
-    const std::string head = prefix(doing) + "lost the connection to " + peer_name(peer) + ": it is ";
-    if (seen == detail::reach::refused)
-      return blame(peer, "gone", head + "gone (its connection closed and nothing listens at its address: the process died or closed its communicator)");
-    if (seen == detail::reach::alive)
-      return blame(peer, "silent", head + "silent (it answered nothing, not even heartbeats, for " + std::to_string(heartbeat_timeout_ms_) +
-                                       " ms, so its connection was dropped, though its process still listens: stopped, paused or hung)");
-    return blame(peer, "silent", head + "silent (its connection was dropped and its address does not answer: its host or the network is down, or it hangs)");
   }
 
   zmq::socket_t data_socket(zmq::socket_type type) {
@@ -648,10 +676,16 @@ class zmq_ring {
     const std::string scheme = detail::scheme_of(rdv);
     if (scheme != "tcp" && scheme != "ipc" && scheme != "inproc")
       throw error("gradus: ring_allreduce: rendezvous '" + rdv + "' must be tcp://host:port, ipc://path or inproc://name");
-    const std::string want = o.transport;
-    if (want != "auto" && want != "tcp" && want != "ipc" && want != "inproc")
-      throw error("gradus: ring_allreduce: transport '" + want + "' must be tcp, ipc, inproc or auto");
-    if ((scheme == "inproc") != (want == "inproc" || (want == "auto" && scheme == "inproc")))
+    std::string want = o.transport;
+    // GRADUS_COMM_TRANSPORT picks the data path where the program left it to "auto" (as
+    // NCCL_P2P_DISABLE / NCCL_SHM_DISABLE do): a job's launcher, or CTest running every ring
+    // test over each path, need not change the program.
+    if (const char* env = std::getenv("GRADUS_COMM_TRANSPORT"); want == "auto" && scheme != "inproc" && env && *env) want = env;
+    if (want == "ipc") want = "zmq-ipc";  // its name before shared memory and direct TCP
+    if (scheme == "inproc" && (want == "auto" || want == "zmq")) want = "inproc";
+    if (want != "auto" && want != "shm" && want != "tcp" && want != "zmq" && want != "zmq-tcp" && want != "zmq-ipc" && want != "inproc")
+      throw error("gradus: ring_allreduce: transport '" + want + "' must be auto, shm, tcp, zmq, zmq-tcp, zmq-ipc or inproc");
+    if ((scheme == "inproc") != (want == "inproc"))
       throw error("gradus: ring_allreduce: transport '" + want + "' with rendezvous '" + rdv +
                   "': inproc:// goes with inproc:// only (ranks as threads of one process)");
     if (o.segment_bytes < 64) throw error("gradus: ring_allreduce: segment_bytes " + std::to_string(o.segment_bytes) + " is below 64");
@@ -688,9 +722,23 @@ class zmq_ring {
       bind_or_explain(*pull_, ep, "its data socket", o);
       mine.push_back(ep);
     } else {
-      const bool want_tcp = want == "tcp" || (want == "auto" && scheme == "tcp");
-      const bool want_ipc = want == "ipc" || want == "auto";
-      if (want_tcp) mine.push_back(bind_tcp_data(o, scheme));
+      // ZeroMQ's sockets carry the control plane (and the data, for "zmq*"): tcp where some
+      // rank may be on another host, ipc where all may share one.
+      const bool want_tcp = scheme == "tcp" ? want != "zmq-ipc" && want != "shm" : want == "zmq-tcp" || want == "tcp";
+      const bool want_ipc = want != "zmq-tcp";
+      if (want_tcp) {
+        const std::string advertised = bind_tcp_data(o, scheme);
+        mine.push_back(advertised);
+        if (want == "auto" || want == "tcp") {
+          // the direct-TCP listener: the interface the ZeroMQ socket bound, another port
+          tcp_listen_.emplace(tcp_bound_host_, rank_);
+          mine.push_back("tcpd://" + detail::tcp_endpoint(detail::tcp_host_of(advertised), std::to_string(tcp_listen_->port())).substr(6));
+        }
+      }
+      if (want == "auto" || want == "shm") {
+        shm_listen_.emplace(detail::unique_suffix(), rank_);
+        mine.push_back(shm_listen_->address());
+      }
       if (want_ipc) {
         // Beside an ipc:// rendezvous (a path, or an abstract @name); else an abstract
         // socket, which nothing can leave behind.
@@ -707,7 +755,7 @@ class zmq_ring {
     // ---- connect to the right neighbour ----
     const int right = (rank_ + 1) % world_, left = (rank_ + world_ - 1) % world_;
     push_.emplace(data_socket(zmq::socket_type::push));
-    if (transport_ != "inproc") push_mon_.emplace(monitor(*push_));
+    if (zmq_scheme_ != "inproc") push_mon_.emplace(monitor(*push_));
     std::string note;
     right_dial_ = dial_of(table_[right], "the data address of rank " + std::to_string(right), note);
     try {
@@ -718,6 +766,22 @@ class zmq_ring {
     }
     left_.emplace(*this, left, table_[left]);
     right_.emplace(*this, right, table_[right]);
+
+    // ---- the data path, when it is not ZeroMQ ----
+    const auto by = clock::now() + timeout_;
+    if (transport_ == "shm") {
+      const std::size_t slot = std::min<std::size_t>(o.segment_bytes, shm_slot_bytes);
+      path_ = std::make_unique<shm_path>(*this, rank_, left, right, *shm_listen_, data_table_[right], data_table_[left], data_table_[right],
+                                         slot, by);
+    } else if (transport_ == "tcp") {
+      std::string tnote;
+      const std::string ep = dial_of("tcp" + data_table_[right].substr(4), "the direct TCP address of rank " + std::to_string(right), tnote);
+      path_ = std::make_unique<tcp_path>(*this, rank_, world_, left, right, *tcp_listen_, detail::tcp_host_of(ep), detail::tcp_port_of(ep),
+                                         data_table_[left], data_table_[right], o.segment_bytes, by);
+    }
+    shm_listen_.reset();
+    tcp_listen_.reset();
+    for (const auto& a : data_table_) shown_table_.push_back(a.rfind("tcpd://", 0) == 0 ? "tcp" + a.substr(4) : a);
   }
 
   // Binds the tcp data socket (an ephemeral port) and returns the address to advertise:
@@ -740,10 +804,13 @@ class zmq_ring {
     }
     if (hosts.front() != "*") {
       bind_or_explain(*pull_, detail::tcp_endpoint(hosts.front(), "*"), what, o);
-      return detail::unmapped(pull_->get(zmq::sockopt::last_endpoint));
+      const std::string bound = detail::unmapped(pull_->get(zmq::sockopt::last_endpoint));
+      tcp_bound_host_ = detail::tcp_host_of(bound);
+      return bound;
     }
     bind_or_explain(*pull_, "tcp://*:*", what, o);
     const std::string ep = pull_->get(zmq::sockopt::last_endpoint);
+    tcp_bound_host_ = detail::tcp_host_of(detail::unmapped(ep));
     const std::string port = detail::tcp_port_of(ep);
     if (scheme == "tcp" && rank_ == 0) return detail::tcp_endpoint(detail::tcp_host_of(o.rendezvous), port);
     // The address that routes to rank 0 (other hosts, or network namespaces that share
@@ -754,7 +821,7 @@ class zmq_ring {
   }
 
   std::string registration(int world, const std::string& host, const std::vector<std::string>& addrs) const {
-    std::string s = "gradus-ring/2\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
+    std::string s = "gradus-ring/3\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
                     detail::machine_and_netns() + "\n";
     for (const auto& a : addrs) s += a + "\n";
     return s;
@@ -792,10 +859,13 @@ class zmq_ring {
       const auto lines = detail::split_lines(reply.to_string_view());
       if (lines.empty()) throw comm_error(where + "empty answer from rank 0");
       if (lines[0] == "error") throw comm_error(lines.size() > 1 ? lines[1] : where + "rank 0 refused the registration");
-      if (lines[0] != "ok" || lines.size() != static_cast<std::size_t>(world_) + 2)
+      const std::size_t w = static_cast<std::size_t>(world_);
+      if (lines[0] != "ok" || lines.size() < 3 || lines.size() != 3 + (has_data_path(lines[1]) ? 2 * w : w))
         throw comm_error(where + "malformed answer from rank 0 (a different gradus version?)");
       transport_ = lines[1];
-      table_.assign(lines.begin() + 2, lines.end());
+      zmq_scheme_ = lines[2];
+      table_.assign(lines.begin() + 3, lines.begin() + 3 + static_cast<std::ptrdiff_t>(w));
+      if (has_data_path(transport_)) data_table_.assign(lines.begin() + 3 + static_cast<std::ptrdiff_t>(w), lines.end());
       return;
     }
 
@@ -866,7 +936,7 @@ class zmq_ring {
       if (!id.more() || !router.recv(body)) continue;
       identities.push_back(id.to_string());
       const auto lines = detail::split_lines(body.to_string_view());
-      if (lines.size() < 6 || lines[0] != "gradus-ring/2")
+      if (lines.size() < 6 || lines[0] != "gradus-ring/3")
         refuse(where + "a malformed registration (not a gradus ring rank, or one of another gradus version?)");
       int r = -1, w = -1;
       try {
@@ -888,27 +958,39 @@ class zmq_ring {
       ++present;
     }
 
-    // The data transport: what was asked for, or for auto the rendezvous' scheme, with ipc
-    // when all ranks share a machine and a network namespace (abstract sockets are per
-    // namespace).
-    std::string chosen = want;
-    if (want == "auto") {
-      chosen = scheme;
-      if (scheme == "tcp") {
-        bool same = true;
-        for (const auto& e : reg) same = same && e.host == host && e.machine == machine;
-        if (same) chosen = "ipc";
+    // The data path, and the kind of ZeroMQ socket for the control plane (and for the data,
+    // on "zmq*"): shared memory and ipc when every rank shares this machine and network
+    // namespace (abstract sockets are per namespace), else direct TCP and tcp.
+    int stranger = -1;
+    for (int r = 0; r < world_ && stranger < 0; ++r)
+      if (scheme == "tcp" && (reg[r].host != host || reg[r].machine != machine)) stranger = r;
+    const bool same = stranger < 0;
+    std::string path = want, zs = scheme == "tcp" && same ? "ipc" : scheme;
+    if (want == "auto") path = same ? "shm" : "tcp";
+    if (want == "zmq-tcp" || want == "zmq-ipc") zs = want.substr(4);
+    if (want == "shm" && !same)
+      refuse(where + "transport shm needs every rank on one host, but rank " + std::to_string(stranger) + " is on host " + reg[stranger].host +
+             " (machine " + reg[stranger].machine + ") and rank 0 on " + host + " (" + machine + "): use transport tcp or auto");
+    const std::string chosen = path == "zmq" || path == "zmq-tcp" || path == "zmq-ipc" ? "zmq-" + zs : path;
+    auto pick = [&](int r, const std::string& want_scheme) {
+      auto it = std::find_if(reg[r].addrs.begin(), reg[r].addrs.end(), [&](const std::string& a) { return detail::scheme_of(a) == want_scheme; });
+      if (it == reg[r].addrs.end())
+        refuse(where + "rank " + std::to_string(r) + " (host " + reg[r].host + ") has no " + want_scheme + " address (transport " + want + ")");
+      return *it;
+    };
+    std::string answer = "ok\n" + chosen + "\n" + zs + "\n";
+    for (int r = 0; r < world_; ++r) {
+      table_.push_back(pick(r, zs));
+      answer += table_.back() + "\n";
+    }
+    if (has_data_path(chosen)) {
+      for (int r = 0; r < world_; ++r) {
+        data_table_.push_back(pick(r, chosen == "shm" ? "shm" : "tcpd"));
+        answer += data_table_.back() + "\n";
       }
     }
-    std::string answer = "ok\n" + chosen + "\n";
-    for (int r = 0; r < world_; ++r) {
-      auto it = std::find_if(reg[r].addrs.begin(), reg[r].addrs.end(), [&](const std::string& a) { return detail::scheme_of(a) == chosen; });
-      if (it == reg[r].addrs.end())
-        refuse(where + "rank " + std::to_string(r) + " (host " + reg[r].host + ") has no " + chosen + " address");
-      table_.push_back(*it);
-      answer += *it + "\n";
-    }
     transport_ = chosen;
+    zmq_scheme_ = zs;
     for (int r = 1; r < world_; ++r) {
       router.send(zmq::buffer(reg[r].identity), zmq::send_flags::sndmore);
       router.send(zmq::buffer(answer), zmq::send_flags::none);
@@ -1079,10 +1161,22 @@ class zmq_ring {
     (void)push_->send(body, zmq::send_flags::none);
   }
 
+  static bool has_data_path(const std::string& transport) { return transport == "shm" || transport == "tcp"; }
+  // Shared memory moves a ring chunk in slots of at most this much: small enough that one
+  // rank's copy into a slot overlaps its neighbour's reduction of the previous one.
+  static constexpr std::size_t shm_slot_bytes = std::size_t{256} << 10;
+
   int rank_, world_;
   std::chrono::milliseconds timeout_;
-  std::string transport_;
-  std::vector<std::string> table_;
+  std::string transport_;       // the data path: shm, tcp, zmq-tcp, zmq-ipc, inproc; none for a world of one
+  std::string zmq_scheme_;      // ZeroMQ's sockets: tcp, ipc or inproc
+  std::vector<std::string> table_;       // every rank's ZeroMQ data address
+  std::vector<std::string> data_table_;  // every rank's shm:// or tcpd:// address, for those paths
+  std::vector<std::string> shown_table_; // data_table_ as addresses() shows it
+  std::optional<shm_listener> shm_listen_;
+  std::optional<tcp_listener> tcp_listen_;
+  std::string tcp_bound_host_;  // the numeric host the ZeroMQ tcp data socket bound
+  std::unique_ptr<data_path> path_;
   std::vector<std::string> ipc_files_;
   std::unique_ptr<zmq::context_t> own_ctx_;  // destroyed last: after the sockets
   zmq::context_t* ctx_ = nullptr;
