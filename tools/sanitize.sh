@@ -2,10 +2,13 @@
 # Builds one test translation unit at -O1 under a sanitizer and runs it.
 #   tools/sanitize.sh asan tests/dist/test_data_parallel.cpp [test args...]
 #   tools/sanitize.sh tsan tests/dist/test_data_parallel.cpp
+#   NP=3 tools/sanitize.sh asan tests/mpi/test_mpi_allreduce.cpp
 # asan = AddressSanitizer + UndefinedBehaviorSanitizer (leaks included, UB fatal);
 # tsan = ThreadSanitizer with tests/sanitizers/tsan.supp (libzmq is not instrumented).
 # The binary goes to build/sanitize/<name>-<kind>; it runs from build/ci when that exists
-# (tests that start example programs find them there).
+# (tests that start example programs find them there). A test under tests/mpi/ is built
+# with MPI (mpicxx --showme) and runs under mpirun -np $NP (default 2), with
+# tests/sanitizers/lsan_mpi.supp for what Open MPI keeps past MPI_Finalize.
 set -euo pipefail
 kind=$1 src=$2; shift 2
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,10 +22,18 @@ case $kind in
 esac
 inc=()
 for d in "$root"/include "$root"/backends/*/include "$root"/tests; do inc+=("-I$d"); done
+mpi_cflags=() mpi_libs=() launch=()
+if [[ $src == */tests/mpi/* ]]; then
+  for f in $(mpicxx --showme:compile); do mpi_cflags+=("${f/#-I/-isystem}"); done
+  read -ra mpi_libs <<<"$(mpicxx --showme:link)"
+  launch=(mpirun --allow-run-as-root --oversubscribe -np "${NP:-2}")
+  # the frame-pointer unwinder stops inside Open MPI's libraries: the suppressions need whole stacks
+  export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan_mpi.supp:fast_unwind_on_malloc=0 ${LSAN_OPTIONS:-}"
+fi
 # shellcheck disable=SC2086
 ${CXX:-g++} -std=gnu++20 -O1 -g -fno-omit-frame-pointer -march=native -ffp-contract=off -fopenmp $san \
-  -DBOOST_TEST_DYN_LINK "${inc[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
-  "$src" -o "$out" -lboost_unit_test_framework -lopenblas -lzip -lzmq
+  -DBOOST_TEST_DYN_LINK "${inc[@]}" "${mpi_cflags[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
+  "$src" -o "$out" -lboost_unit_test_framework -lopenblas -lzip -lzmq "${mpi_libs[@]}"
 cd "$root/build/ci" 2>/dev/null || cd "$root"
 export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"
 # libgomp is not instrumented either: the barrier ending an OpenMP parallel loop is invisible
@@ -30,4 +41,4 @@ export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTION
 # program's own threads are what it checks (the loops themselves share nothing across
 # iterations; exec_test_* run them with 2 threads).
 [[ $kind == tsan ]] && export OMP_NUM_THREADS=1
-exec "$out" "$@"
+exec "${launch[@]}" "$out" "$@"
