@@ -3,7 +3,7 @@
 // allreduce_vs_mpi.sh (or any launcher) with
 //   RANK, WORLD_SIZE                  this process' rank and the number of ranks
 //   GRADUS_RENDEZVOUS                 e.g. tcp://127.0.0.1:29500 or ipc:///tmp/x/rdv
-//   GRADUS_TRANSPORT                  tcp | ipc | auto (default auto)
+//   GRADUS_TRANSPORT                  auto | shm | tcp | zmq | zmq-tcp | zmq-ipc (default auto)
 //   GRADUS_SEGMENT_BYTES              optional, default 1 MiB
 // Rank 0 prints the table. The result of a last run is checked on every rank.
 #include <gradus/backends/ring_allreduce.hpp>

@@ -13,6 +13,7 @@
 //   --slow-prob P          ... in a step with probability P (transient stragglers)
 //   --comm-timeout S       how long any one wait of a collective may last
 //   --comm-transport T     the ring's data path (auto | shm | tcp | zmq)
+//   --comm-compress C      the ring's gradient compression (none | fp16)
 //   --bucket-mb M          MiB of gradients all-reduced together
 //   --check-replicas N     compare the replicas' bits every N steps (and always at the end)
 //   --check-numerics       stop at the first NaN or infinity, naming the node, the
@@ -47,6 +48,7 @@ struct comm_options {
   // the ring's data path: auto (shared memory between ranks of one host, direct TCP between
   // hosts) | shm | tcp | zmq (ZeroMQ: the data path before shm and direct TCP existed)
   std::string transport = "auto";
+  std::string compress = "none";  // the ring's gradient compression: none | fp16
   bool check_numerics = false;   // session::set_check_numerics
   std::int64_t check_replicas = 0;  // data_parallel_options::check_replicas_every
   std::string consistency = "bsp";  // --comm ps: async | bsp | ssp:S
@@ -101,6 +103,10 @@ inline void add_comm_options(CLI::App& app, comm_options& o) {
                  "the ring's data path: auto (default: shm when every rank is on one host, else tcp), shm (shared "
                  "memory), tcp (direct sockets), or zmq (ZeroMQ sockets; zmq-tcp / zmq-ipc force their kind)")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "zmq", "zmq-tcp", "zmq-ipc", "ipc"}));
+  app.add_option("--comm-compress", o.compress,
+                 "the ring's gradient compression: none (default) or fp16 (half the bytes on the wire, 11 significant "
+                 "bits per hop, sums in float; Horovod's Compression.fp16)")
+      ->check(CLI::IsMember({"none", "fp16"}));
   app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
   app.add_option("--check-replicas", o.check_replicas,
@@ -157,6 +163,7 @@ inline g::dist::any_communicator make_communicator(const comm_options& o) {
   g::ring_options ro;
   ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
   ro.transport = o.transport;
+  ro.compress = o.compress;
   return g::dist::any_communicator::make<g::ring_allreduce>(c, ro);
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "gradus/backends/ring_allreduce/fp16.hpp"
 #include "gradus/backends/ring_allreduce/options.hpp"
 #include "gradus/backends/ring_allreduce/transport.hpp"
 #include "gradus/backends/ring_allreduce/zmq_transport.hpp"
@@ -66,7 +67,7 @@ class ring_allreduce {
 
   // Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
   // end (a barrier), all within options.timeout.
-  explicit ring_allreduce(const ring_options& options) : opt_(options), link_(std::make_unique<ring::zmq_ring>(options)) {
+  explicit ring_allreduce(const ring_options& options) : opt_(checked(options)), link_(std::make_unique<ring::zmq_ring>(options)) {
     if (world_size() > 1) {
       ring::fingerprint fp{0, 0, ring::op_code::connect, ring::dtype_code::none, 0};
       run(fp, [&] { token_ring(fp); });
@@ -124,6 +125,11 @@ class ring_allreduce {
   }
 
  private:
+  static const ring_options& checked(const ring_options& o) {
+    if (o.compress != "none" && o.compress != "fp16")
+      throw error("gradus: ring_allreduce: compress '" + o.compress + "' must be none or fp16");
+    return o;
+  }
   template <class Spec>
   static ring_options with_cluster(const Spec& c, ring_options o) {
     if (c.rank < 0)
@@ -198,7 +204,8 @@ class ring_allreduce {
   // overlap and up to a whole chunk is in flight.
   template <ring_element T>
   void allreduce(std::span<T> x, ring::op_code op) {
-    const auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
+    auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
+    if (opt_.compress == "fp16") fp.wire = ring::dtype_code::float16;
     if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
     run(fp, [&] { allreduce_ring(x, fp); });
   }
@@ -210,7 +217,12 @@ class ring_allreduce {
     // Segments of segment_bytes: a larger chunk streams as several. Splitting smaller chunks
     // further (at least 4 segments, down to 64 or 256 KiB) measured slower on 2 cores: each
     // message costs a few thread wake-ups in ZeroMQ (benchmarks/README.md).
-    const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / sizeof(T));
+    // fp16: each segment is compressed into `wire` (at the same offsets as in x) and sent
+    // from there; what arrives is widened as it is added or copied.
+    const bool half = fp.wire == ring::dtype_code::float16;
+    const std::size_t wire_size = half ? 2 : sizeof(T);
+    if (half) wire_.resize(2 * n);
+    const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / wire_size);
     auto mod = [N](int a) { return ((a % N) + N) % N; };
     auto chunk_begin = [&](int c) { return static_cast<std::size_t>(c) * base + std::min<std::size_t>(c, rem); };
     auto chunk_size = [&](int c) { return base + (static_cast<std::size_t>(c) < rem ? 1 : 0); };
@@ -234,10 +246,18 @@ class ring_allreduce {
     std::uint64_t last = none;
     auto post = [&](int step, int c, std::size_t k) {
       const auto p = piece(c, k);
+      auto bytes = std::as_bytes(p);
+      if (half) {
+        // the previous send of this piece's wire bytes must be done before they change
+        if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
+        std::byte* w = wire_.data() + 2 * static_cast<std::size_t>(p.data() - x.data());
+        ring::fp16::compress(p.data(), w, p.size());
+        bytes = std::span<const std::byte>(w, 2 * p.size());
+      }
       h.step = static_cast<std::uint32_t>(step);
       h.segment = k;
-      h.bytes = p.size_bytes();
-      last = ticket[first[c] + k] = R.send(h, std::as_bytes(p));
+      h.bytes = bytes.size();
+      last = ticket[first[c] + k] = R.send(h, bytes);
     };
 
     const int steps = 2 * (N - 1);
@@ -249,13 +269,17 @@ class ring_allreduce {
       for (std::size_t k = 0; k < segments(c); ++k) {
         ring::message m = L.recv(deadline(), doing);
         const auto dst = piece(c, k);
-        expect(m, fp, static_cast<std::uint32_t>(s), k, dst.size_bytes());
+        expect(m, fp, static_cast<std::uint32_t>(s), k, dst.size() * wire_size);
         if (s < N - 1) {
-          add_received(dst, m.payload);
+          if (half) ring::fp16::decompress<true>(dst.data(), m.payload.data(), dst.size());
+          else add_received(dst, m.payload);
           if (s == N - 2 && average) ring::detail::scale(dst.data(), inv_n, dst.size());
+          // the owner keeps what the others will receive of its chunk: the same bits everywhere
+          if (s == N - 2 && half) ring::fp16::round_trip(dst.data(), dst.size());
         } else {
           if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
-          if (!dst.empty()) std::memcpy(dst.data(), m.payload.data(), dst.size_bytes());
+          if (half) ring::fp16::decompress<false>(dst.data(), m.payload.data(), dst.size());
+          else if (!dst.empty()) std::memcpy(dst.data(), m.payload.data(), dst.size_bytes());
         }
         m = {};  // lets a zero-copy sender reuse its bytes
         if (s + 1 < steps) post(s + 1, c, k);
@@ -344,6 +368,7 @@ class ring_allreduce {
   std::unique_ptr<ring::zmq_ring> link_;
   std::uint64_t seq_ = 0;
   std::string broken_;
+  std::vector<std::byte> wire_;  // fp16 compression: x's segments as they travel
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;
 };

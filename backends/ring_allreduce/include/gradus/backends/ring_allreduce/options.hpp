@@ -62,6 +62,13 @@ struct ring_options {
   std::size_t segment_bytes = std::size_t{1} << 20;
   // The ZeroMQ context to use (required for inproc://); null: the communicator owns one.
   zmq::context_t* context = nullptr;
+  // Gradient compression of allreduce_sum / allreduce_average: "none", or "fp16" (Horovod's
+  // Compression.fp16): every segment travels as IEEE half precision and is summed in the
+  // element type, trading precision (11 significant bits per hop; |values| above 65504
+  // become infinity) for half the bytes. Every rank still ends with the same bits (the
+  // owner of a chunk rounds its own copy as the others receive it). Broadcasts are never
+  // compressed. Examples: --comm-compress fp16.
+  std::string compress = "none";
   // Background I/O threads of an owned context.
   int io_threads = 1;
 };

@@ -12,8 +12,9 @@
 // the next free slot and publishes it (`head`); the reader reduces straight from the slot
 // and releases it (`tail`) when the ring drops the message. So a payload is copied once on
 // its way (vader's copy-in / copy-out is two), by the collective's own thread: no extra
-// thread, no ZeroMQ I/O thread between two cores. Waiting spins briefly, then sleeps on a
-// futex in the segment (the other side wakes it only when it announced that it sleeps).
+// thread, no ZeroMQ I/O thread between two cores. Waiting spins for microseconds, yields
+// the core for up to 2 ms, then sleeps on a futex in the segment (the other side wakes it
+// only when it announced that it sleeps).
 //
 // A send whose ring is full is kept (the caller's bytes are not copied) and flushed while
 // the rank waits for anything; `wait_sent` on a send that is not this rank's latest copies
@@ -273,7 +274,8 @@ class shm_path final : public data_path {
   void wait_sent(int peer, std::uint64_t ticket, clock::time_point deadline, std::string_view doing) {
     auto& sh = writer_->header();
     const bool latest = ticket + 1 >= next_ticket_;
-    for (int spins = 0;;) {
+    waiting w;
+    for (int spins = 0;; ++spins) {
       flush();
       if (latest ? pending_.empty() : released_through(ticket)) return;
       if (!latest && spins >= 64) {
@@ -285,13 +287,14 @@ class shm_path final : public data_path {
         return;
       }
       if (clock::now() >= deadline) throw ctl_->silent(doing, peer, false);
-      wait_round(spins, sh.tail, sh.writer_sleeps, sh.tail.load(std::memory_order_seq_cst), doing, false);
+      wait_round(w, sh.tail, sh.writer_sleeps, sh.tail.load(std::memory_order_seq_cst), doing, false);
     }
   }
 
   message recv(int peer, clock::time_point deadline, std::string_view doing) {
     auto& sh = reader_->map->header();
-    for (int spins = 0;; ) {
+    waiting w;
+    while (true) {
       flush();
       if (readable()) {
         message m = take();
@@ -300,7 +303,7 @@ class shm_path final : public data_path {
         return m;
       }
       if (clock::now() >= deadline) throw ctl_->silent(doing, peer, true);
-      wait_round(spins, sh.head, sh.reader_sleeps, reader_->next, doing, true);
+      wait_round(w, sh.head, sh.reader_sleeps, reader_->next, doing, true);
     }
   }
 
@@ -476,20 +479,38 @@ class shm_path final : public data_path {
     return m;
   }
 
-  // One round of waiting: spin a little, then sleep on `word` (or, with sends kept, briefly:
-  // their space frees without waking this rank), asking the control plane in between.
-  void wait_round(int& spins, std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleeps, std::uint32_t seen,
+  // How long a wait has gone on.
+  struct waiting {
+    clock::time_point start = clock::now();
+  };
+  // One round of waiting: spin for the first microseconds, then yield the core (to a rank or
+  // thread that shares it) up to spin_for, then sleep on `word`, briefly while sends are
+  // kept (their space frees without waking this rank); asking the control plane at most
+  // every millisecond (one ask is several ZeroMQ calls, tens of microseconds here: asked
+  // in every short wait, it set the latency of small collectives). Sleeping costs a wake-up (tens to hundreds of
+  // microseconds on a virtual machine), which OpenMPI's vader avoids by never sleeping; the
+  // yield keeps most of that latency without burning a core that another process needs.
+  void wait_round(waiting& w, std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleeps, std::uint32_t seen,
                   std::string_view doing, bool left_idle) {
-    if (++spins < 256) {
+    const auto now = clock::now();
+    if (now - w.start < std::chrono::microseconds(20)) {
       for (int i = 0; i < 16; ++i) shm_detail::cpu_relax();
       return;
     }
-    ctl_->poll(doing, left_idle, !pending_.empty());
+    if (now - asked_ >= std::chrono::milliseconds(1)) {
+      ctl_->poll(doing, left_idle, !pending_.empty());
+      asked_ = clock::now();
+    }
+    if (now - w.start < spin_for) {
+      std::this_thread::yield();
+      return;
+    }
     sleeps.store(1, std::memory_order_seq_cst);
     if (word.load(std::memory_order_seq_cst) == seen)
-      shm_detail::futex_wait(word, seen, pending_.empty() ? std::chrono::microseconds(2000) : std::chrono::microseconds(50));
+      shm_detail::futex_wait(word, seen, pending_.empty() ? std::chrono::microseconds(1000) : std::chrono::microseconds(50));
     sleeps.store(0, std::memory_order_relaxed);
   }
+  static constexpr auto spin_for = std::chrono::milliseconds(2);
 
   control* ctl_;
   int rank_;
@@ -497,6 +518,7 @@ class shm_path final : public data_path {
   std::optional<shm_detail::mapping> writer_;
   std::deque<pending_send> pending_;
   std::uint64_t next_ticket_ = 0;
+  clock::time_point asked_{};  // when a wait last asked the control plane
   std::optional<path_pair<shm_path>> left_, right_;
 };
 

@@ -21,7 +21,7 @@ namespace gradus::ring {
 using clock = std::chrono::steady_clock;
 
 enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier };
-enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes };
+enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float16 };
 
 inline const char* op_name(op_code o) {
   switch (o) {
@@ -38,6 +38,7 @@ inline const char* dtype_name(dtype_code d) {
     case dtype_code::float32: return "float32";
     case dtype_code::float64: return "float64";
     case dtype_code::bytes: return "bytes";
+    case dtype_code::float16: return "float16";
     case dtype_code::none: return "none";
   }
   return "unknown dtype";
@@ -52,6 +53,7 @@ struct fingerprint {
   op_code op = op_code::connect;
   dtype_code dtype = dtype_code::none;
   std::int32_t root = 0;    // broadcast's root, 0 otherwise
+  dtype_code wire = dtype_code::none;  // what the data travels as, when not dtype (fp16 compression)
   friend bool operator==(const fingerprint&, const fingerprint&) = default;
 };
 
@@ -59,7 +61,9 @@ struct fingerprint {
 inline std::string to_string(const fingerprint& f) {
   std::string s = std::string(op_name(f.op)) + " #" + std::to_string(f.seq);
   if (f.op == op_code::broadcast) s += " from rank " + std::to_string(f.root);
-  if (f.dtype != dtype_code::none) s += std::string(" (") + dtype_name(f.dtype) + ", " + std::to_string(f.count) + " elements)";
+  if (f.dtype != dtype_code::none)
+    s += std::string(" (") + dtype_name(f.dtype) + (f.wire != dtype_code::none ? std::string(" as ") + dtype_name(f.wire) + " on the wire" : "") +
+         ", " + std::to_string(f.count) + " elements)";
   return s;
 }
 
