@@ -104,7 +104,9 @@ class mpi_allreduce {
   mpi_allreduce(const mpi_allreduce&) = delete;
   mpi_allreduce& operator=(const mpi_allreduce&) = delete;
   ~mpi_allreduce() {
-    if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    int finalized = 0;
+    MPI_Finalized(&finalized);  // a program that initialized MPI may have finalized it already
+    if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
     release();
   }
 
