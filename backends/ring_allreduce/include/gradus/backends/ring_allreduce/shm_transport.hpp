@@ -178,8 +178,8 @@ class shm_path final : public data_path {
   // `deadline`. `left_address` / `right_address`: the neighbours' shm:// listeners; `shown_*`:
   // how errors name them.
   shm_path(control& ctl, int rank, int left, int right, shm_listener& mine, const std::string& right_listener,
-           std::string shown_left, std::string shown_right, std::size_t slot_bytes, clock::time_point deadline)
-      : ctl_(&ctl), rank_(rank), reader_(std::make_shared<reader_state>()) {
+           std::string shown_left, std::string shown_right, std::size_t slot_bytes, bool crowded, clock::time_point deadline)
+      : ctl_(&ctl), rank_(rank), crowded_(crowded), reader_(std::make_shared<reader_state>()) {
     constexpr std::uint32_t slots = 16;
     const std::string where = "gradus: ring_allreduce: rank " + std::to_string(rank) + ": shared memory: ";
     // 1. dial the right neighbour's listener (its backlog takes it at once) and say who we are
@@ -493,7 +493,7 @@ class shm_path final : public data_path {
   void wait_round(waiting& w, std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleeps, std::uint32_t seen,
                   std::string_view doing, bool left_idle) {
     const auto now = clock::now();
-    if (now - w.start < std::chrono::microseconds(20)) {
+    if (!crowded_ && now - w.start < std::chrono::microseconds(20)) {
       for (int i = 0; i < 16; ++i) shm_detail::cpu_relax();
       return;
     }
@@ -514,6 +514,7 @@ class shm_path final : public data_path {
 
   control* ctl_;
   int rank_;
+  bool crowded_;  // more ranks on this machine than cores: yield at once, never spin
   std::shared_ptr<reader_state> reader_;
   std::optional<shm_detail::mapping> writer_;
   std::deque<pending_send> pending_;

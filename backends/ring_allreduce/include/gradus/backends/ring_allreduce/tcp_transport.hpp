@@ -165,8 +165,8 @@ class tcp_path final : public data_path {
   // payload a neighbour may send (a segment).
   tcp_path(control& ctl, int rank, int world, int left, int right, tcp_listener& mine, const std::string& right_host,
            const std::string& right_port, std::string shown_left, std::string shown_right, std::size_t max_payload,
-           clock::time_point deadline)
-      : ctl_(&ctl), rank_(rank), max_payload_(max_payload), pool_(std::make_shared<buffer_pool>()) {
+           bool crowded, clock::time_point deadline)
+      : ctl_(&ctl), rank_(rank), crowded_(crowded), max_payload_(max_payload), pool_(std::make_shared<buffer_pool>()) {
     pool_->size = max_payload;
     const std::string where = "gradus: ring_allreduce: rank " + std::to_string(rank) + ": direct TCP: ";
     tcp_detail::hello me;
@@ -416,12 +416,17 @@ class tcp_path final : public data_path {
   }
 
   // Waits until either socket can move (at most 5 ms), asking the control plane at most
-  // every 5 ms. For the first 30 microseconds of a wait it only returns, so that the caller
-  // tries its sockets again: a poll(2) that sleeps costs a wake-up, tens of microseconds on
-  // a virtual machine, which is most of a small collective.
+  // every 5 ms. For the first 200 microseconds of a wait it only returns, so that the
+  // caller tries its sockets again: a poll(2) that sleeps costs a wake-up, 50-100
+  // microseconds on these virtual machines (a 4 KiB all-reduce at N = 2 took 18 or 100 us
+  // depending on whether it slept; yielding while retrying measured slower still), which is
+  // most of a small collective.
   void wait_round(clock::time_point started, clock::time_point deadline, std::string_view doing, bool for_left) {
     const auto now = clock::now();
-    if (now - started < std::chrono::microseconds(30)) return;
+    if (now - started < std::chrono::microseconds(200)) {
+      if (crowded_) std::this_thread::yield();  // more ranks than cores: let the others run
+      return;
+    }
     if (now - last_control_ >= std::chrono::milliseconds(5)) {
       ctl_->poll(doing, for_left && inbox_.empty(), !out_.empty());
       last_control_ = now;
@@ -435,6 +440,7 @@ class tcp_path final : public data_path {
 
   control* ctl_;
   int rank_;
+  bool crowded_;  // more ranks on this machine than cores
   std::size_t max_payload_;
   std::shared_ptr<buffer_pool> pool_;
   tcp_detail::socket_fd send_fd_, recv_fd_;

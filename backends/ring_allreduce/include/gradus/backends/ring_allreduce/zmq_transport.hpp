@@ -83,6 +83,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include "gradus/backends/ring_allreduce/options.hpp"
@@ -264,6 +265,18 @@ inline std::vector<std::string> split_lines(std::string_view s) {
     }
     out.emplace_back(s.substr(start, nl - start));
     start = nl + 1;
+  }
+  return out;
+}
+
+inline std::vector<std::string> split_words(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && s[i] == ' ') ++i;
+    const std::size_t j = s.find(' ', i);
+    if (i < s.size()) out.emplace_back(s.substr(i, (j == std::string_view::npos ? s.size() : j) - i));
+    i = j == std::string_view::npos ? s.size() : j;
   }
   return out;
 }
@@ -769,15 +782,21 @@ class zmq_ring final : public control {
 
     // ---- the data path, when it is not ZeroMQ ----
     const auto by = clock::now() + timeout_;
+    // More ranks on this machine than cores for this process: waiting ranks yield instead of
+    // spinning (OpenMPI's mpi_yield_when_idle, which mpirun --oversubscribe sets).
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : static_cast<int>(std::thread::hardware_concurrency());
+    const bool crowded = local_ranks_ > std::max(1, cores);
     if (transport_ == "shm") {
       const std::size_t slot = std::min<std::size_t>(o.segment_bytes, shm_slot_bytes);
       path_ = std::make_unique<shm_path>(*this, rank_, left, right, *shm_listen_, data_table_[right], data_table_[left], data_table_[right],
-                                         slot, by);
+                                         slot, crowded, by);
     } else if (transport_ == "tcp") {
       std::string tnote;
       const std::string ep = dial_of("tcp" + data_table_[right].substr(4), "the direct TCP address of rank " + std::to_string(right), tnote);
       path_ = std::make_unique<tcp_path>(*this, rank_, world_, left, right, *tcp_listen_, detail::tcp_host_of(ep), detail::tcp_port_of(ep),
-                                         data_table_[left], data_table_[right], o.segment_bytes, by);
+                                         data_table_[left], data_table_[right], o.segment_bytes, crowded, by);
     }
     shm_listen_.reset();
     tcp_listen_.reset();
@@ -860,12 +879,14 @@ class zmq_ring final : public control {
       if (lines.empty()) throw comm_error(where + "empty answer from rank 0");
       if (lines[0] == "error") throw comm_error(lines.size() > 1 ? lines[1] : where + "rank 0 refused the registration");
       const std::size_t w = static_cast<std::size_t>(world_);
-      if (lines[0] != "ok" || lines.size() < 3 || lines.size() != 3 + (has_data_path(lines[1]) ? 2 * w : w))
+      if (lines[0] != "ok" || lines.size() < 4 || lines.size() != 4 + (has_data_path(lines[1]) ? 2 * w : w))
         throw comm_error(where + "malformed answer from rank 0 (a different gradus version?)");
       transport_ = lines[1];
       zmq_scheme_ = lines[2];
       table_.assign(lines.begin() + 3, lines.begin() + 3 + static_cast<std::ptrdiff_t>(w));
-      if (has_data_path(transport_)) data_table_.assign(lines.begin() + 3 + static_cast<std::ptrdiff_t>(w), lines.end());
+      if (has_data_path(transport_)) data_table_.assign(lines.begin() + 3 + static_cast<std::ptrdiff_t>(w), lines.end() - 1);
+      const auto counts = detail::split_words(lines.back());
+      local_ranks_ = static_cast<std::size_t>(rank_) < counts.size() ? std::atoi(counts[rank_].c_str()) : 1;
       return;
     }
 
@@ -989,6 +1010,15 @@ class zmq_ring final : public control {
         answer += data_table_.back() + "\n";
       }
     }
+    // how many ranks share each rank's machine (a waiting rank spins only where each has a core)
+    std::string counts;
+    for (int r = 0; r < world_; ++r) {
+      int c = 0;
+      for (const auto& e : reg) c += e.host == reg[r].host && e.machine == reg[r].machine ? 1 : 0;
+      counts += (r ? " " : "") + std::to_string(c);
+      if (r == 0) local_ranks_ = c;
+    }
+    answer += counts + "\n";
     transport_ = chosen;
     zmq_scheme_ = zs;
     for (int r = 1; r < world_; ++r) {
@@ -1176,6 +1206,7 @@ class zmq_ring final : public control {
   std::optional<shm_listener> shm_listen_;
   std::optional<tcp_listener> tcp_listen_;
   std::string tcp_bound_host_;  // the numeric host the ZeroMQ tcp data socket bound
+  int local_ranks_ = 1;         // ranks on this rank's machine (this one included)
   std::unique_ptr<data_path> path_;
   std::vector<std::string> ipc_files_;
   std::unique_ptr<zmq::context_t> own_ctx_;  // destroyed last: after the sockets
