@@ -2,12 +2,14 @@
 """Data-parallel MNIST MLP: gradus' ring all-reduce against PyTorch DDP (gloo), in one run.
 
 The model is mnist_vs_pytorch.py's MLP (784-256-128-10 ReLU, softmax cross-entropy, SGD lr
-0.05 momentum 0.9, float32, the IDX files preloaded in memory), batch 64 per rank. Four
+0.05 momentum 0.9, float32, the IDX files preloaded in memory), batch 64 per rank. Five
 configurations, each a fresh set of processes, one thread per process:
 
   gradus 1x1   <build>/examples/mnist_mlp --comm local --threads 1
   gradus 2x1   <build>/tools/gradus-run/gradus-run -np 2 <mnist_mlp> --comm ring --threads 1
-               (the ring's default transport: ipc:// between processes on one host)
+               (the ring's default transport: shared memory between processes on one host)
+  gradus-mpi 2x1  mpirun -np 2 <mnist_mlp> --comm mpi --threads 1 (where Open MPI's mpirun
+               is installed; the example must be built with MPI)
   torch 1x1    one process, torch.set_num_threads(1)
   torch 2x1    two processes, torch.nn.parallel.DistributedDataParallel, gloo backend over
                tcp://127.0.0.1, torch.set_num_threads(1) in each
@@ -38,6 +40,8 @@ subprocess has a timeout (--timeout); nothing in the build or CI needs this scri
 import argparse
 import json
 import os
+import re
+import shutil
 import signal
 import socket
 import statistics
@@ -49,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mnist_vs_pytorch import busy_cpu_seconds, children_cpu_seconds, last_json, load_idx, wait_for_idle  # noqa: E402
 
-CONFIGS = ["gradus 1x1", "gradus 2x1", "torch 1x1", "torch 2x1"]
+CONFIGS = ["gradus 1x1", "gradus 2x1", "gradus-mpi 2x1", "torch 1x1", "torch 2x1"]
 SPEEDUP_TARGET = 1.7
 ACC_POINTS = 0.5
 TRAIN_N = 60000
@@ -184,12 +188,20 @@ def run_torch(a, world, seed):
             "comm_wait": float("nan"), "version": r["torch"], "steps": r["steps"]}
 
 
-def run_gradus(a, world, seed):
+def run_gradus(a, world, seed, comm="ring"):
     exe = os.path.join(a.gradus_build, "examples", "mnist_mlp")
     cmd = [exe, "--json", "--quiet", "--data", a.data, "--epochs", str(a.epochs), "--seed", str(seed),
            "--batch", str(a.batch), "--threads", "1"]
     if world == 1:
         cmd += ["--comm", "local"]
+    elif comm == "mpi":  # Open MPI's mpirun; --tag-output marks rank 0's lines "[1,0]<stdout>:"
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--tag-output", "-np", str(world)] + cmd + ["--comm", "mpi"]
+        out = run_procs([cmd], base_env(), a.timeout)[0]
+        tag = re.compile(r"^\[\d+,0\]<std(out|err)>:")
+        out = "\n".join(tag.sub("", line) for line in out.splitlines() if tag.match(line))
+        r = last_json(out)
+        return {"epoch_seconds": r["epoch_seconds"], "acc": r["test_accuracy"],
+                "comm_wait": r.get("comm_wait_seconds", float("nan"))}
     else:
         cmd = [os.path.join(a.gradus_build, "tools", "gradus-run", "gradus-run"), "-np", str(world)] + cmd + \
               ["--comm", "ring"] + (["--comm-transport", a.gradus_transport] if a.gradus_transport else [])
@@ -250,7 +262,9 @@ def main():
     if a.worker:
         return torch_worker(a)
 
-    configs = [c for c in CONFIGS if not a.only or c.split()[0] == a.only]
+    configs = [c for c in CONFIGS if not a.only or c.split()[0].startswith(a.only)]
+    if "gradus-mpi 2x1" in configs and shutil.which("mpirun") is None:
+        configs.remove("gradus-mpi 2x1")  # no Open MPI here
     if not configs:
         raise SystemExit(f"--only {a.only}: gradus or torch")
     for f in ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"):
@@ -283,12 +297,13 @@ def main():
         for c in order:
             fw, shape = c.split()
             world = int(shape.split("x")[0])
-            run = (lambda: run_gradus(a, world, seed)) if fw == "gradus" else (lambda: run_torch(a, world, seed))
+            run = (lambda: run_gradus(a, world, seed, "mpi" if fw == "gradus-mpi" else "ring")) if fw.startswith("gradus") \
+                else (lambda: run_torch(a, world, seed))
             r = measured(run)
             r["seed"] = seed
             runs[c].append(r)
             print(f"  {c}: {r['epoch_seconds']:.3f} s/epoch, {TRAIN_N / r['epoch_seconds']:.0f} samples/s, "
-                  f"test accuracy {r['acc']:.4f}" + (f", comm wait {r['comm_wait']:.3f} s/epoch" if fw == "gradus" and world > 1 else "")
+                  f"test accuracy {r['acc']:.4f}" + (f", comm wait {r['comm_wait']:.3f} s/epoch" if fw.startswith("gradus") and world > 1 else "")
                   + f", other processes {r.get('background', float('nan')):.2f} cores, load avg {r['loadavg']:.2f}",
                   file=sys.stderr, flush=True)
     load_end = os.getloadavg()
@@ -304,15 +319,17 @@ def main():
     verdicts = []
     for c in configs:
         fw, shape = c.split()
-        one = med.get(f"{fw} 1x1")
+        one = med.get(f"{fw} 1x1") or (med.get("gradus 1x1") if fw == "gradus-mpi" else None)
         m = med[c]
         sp = one["s"] / m["s"] if one else float("nan")
         dacc = (m["acc"] - one["acc"]) * 100 if one else float("nan")
-        label = {"gradus 1x1": "gradus, 1 rank x 1 thread (local)", "gradus 2x1": "gradus, 2 ranks x 1 thread (ring)",
+        label = {"gradus 1x1": "gradus, 1 rank x 1 thread (local)",
+                 "gradus 2x1": "gradus, 2 ranks x 1 thread (ring, transport auto: shm on one host)",
+                 "gradus-mpi 2x1": "gradus, 2 ranks x 1 thread (--comm mpi, Open MPI)",
                  "torch 1x1": "PyTorch, 1 process x 1 thread", "torch 2x1": "PyTorch DDP, 2 processes x 1 thread (gloo)"}[c]
         print(f"| {label} | {fmt(m['s'], '.3f')} | {fmt(TRAIN_N / m['s'], ',.0f')} | {fmt(sp, '.2f', 'x')} "
               f"| {fmt(m['acc'] * 100, '.2f', '%')} | {fmt(dacc, '+.2f', ' points') if shape != '1x1' else '—'} "
-              f"| {fmt(m['wait'], '.3f') if fw == 'gradus' else '—'} |")
+              f"| {fmt(m['wait'], '.3f') if fw.startswith('gradus') else '—'} |")
         if c == "gradus 2x1" and one:
             verdicts.append(f"issue 5 target, gradus 2x1: samples/s {sp:.2f}x of 1x1 (target ≥ {SPEEDUP_TARGET}x: "
                             f"{'met' if sp >= SPEEDUP_TARGET else 'missed'}), test accuracy {dacc:+.2f} points "
