@@ -62,7 +62,7 @@ inline std::string auto_transport_on_one_host() {
 // How ring_allreduce::addresses() begins under that transport, on one host.
 inline std::string auto_address_prefix() {
   const std::string t = auto_transport_on_one_host();
-  return t == "shm" ? "shm://@gradus-shm-" : t == "tcp" ? "tcp://" : "ipc://@gradus-ring-";
+  return t == "shm" ? "shm://@gradus-shm-" : t == "tcp" || t == "zmq-tcp" ? "tcp://" : "ipc://@gradus-ring-";
 }
 
 struct rank_result {
