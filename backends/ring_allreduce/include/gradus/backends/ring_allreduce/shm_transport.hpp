@@ -50,6 +50,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "gradus/backends/ring_allreduce/fd.hpp"
 #include "gradus/backends/ring_allreduce/transport.hpp"
 #include "gradus/core/error.hpp"
 
@@ -115,17 +116,6 @@ struct mapping {
   }
 };
 
-struct fd_guard {
-  int fd = -1;
-  explicit fd_guard(int f = -1) : fd(f) {}
-  fd_guard(const fd_guard&) = delete;
-  fd_guard& operator=(const fd_guard&) = delete;
-  fd_guard(fd_guard&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-  ~fd_guard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 // "@gradus-shm-..." -> an abstract unix socket address
 inline socklen_t abstract_address(const std::string& name, sockaddr_un& un) {
   un = {};
@@ -134,11 +124,6 @@ inline socklen_t abstract_address(const std::string& name, sockaddr_un& un) {
   std::memcpy(un.sun_path, name.data(), n);
   un.sun_path[0] = '\0';
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
-}
-
-inline int ms_left(clock::time_point deadline) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, 100));
 }
 
 // What the writer says first, and what the reader answers with the segment's descriptor.
@@ -168,7 +153,7 @@ class shm_listener {
 
  private:
   std::string name_;
-  shm_detail::fd_guard fd_;
+  sys::unique_fd fd_;
 };
 
 
@@ -183,7 +168,7 @@ class shm_path final : public data_path {
     constexpr std::uint32_t slots = 16;
     const std::string where = "gradus: ring_allreduce: rank " + std::to_string(rank) + ": shared memory: ";
     // 1. dial the right neighbour's listener (its backlog takes it at once) and say who we are
-    shm_detail::fd_guard to_right(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    sys::unique_fd to_right(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     {
       sockaddr_un un;
       const socklen_t len = shm_detail::abstract_address(right_listener.substr(6), un);
@@ -196,14 +181,14 @@ class shm_path final : public data_path {
     }
     // 2. take the left neighbour's connection, create this rank's segment and hand it over
     {
-      shm_detail::fd_guard from_left(accept_one(mine.fd(), deadline, where + "waiting for rank " + std::to_string(left) + " to dial"));
+      sys::unique_fd from_left(accept_one(mine.fd(), deadline, where + "waiting for rank " + std::to_string(left) + " to dial"));
       shm_detail::hello h;
       recv_all(from_left.fd, &h, sizeof h, deadline, where + "reading rank " + std::to_string(left) + "'s hello");
       if (h.magic != shm_detail::magic || h.rank != left)
         throw comm_error(where + "a stranger dialled its unix socket (rank " + std::to_string(h.rank) + ", expected rank " +
                          std::to_string(left) + ")");
       const std::size_t bytes = shm_detail::segment_size(slots, slot_bytes);
-      shm_detail::fd_guard mem(static_cast<int>(::syscall(SYS_memfd_create, "gradus-ring", 1U /* MFD_CLOEXEC */)));
+      sys::unique_fd mem(static_cast<int>(::syscall(SYS_memfd_create, "gradus-ring", 1U /* MFD_CLOEXEC */)));
       if (mem.fd < 0 || ::ftruncate(mem.fd, static_cast<off_t>(bytes)) != 0)
         throw comm_error(where + "cannot create a shared segment of " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
       reader_->map.emplace(mem.fd, bytes);
@@ -229,7 +214,7 @@ class shm_path final : public data_path {
     // 3. the right neighbour's segment, to write into
     {
       shm_detail::hello h;
-      shm_detail::fd_guard mem(recv_fd(to_right.fd, h, deadline, where + "waiting for rank " + std::to_string(right) + "'s segment"));
+      sys::unique_fd mem(recv_fd(to_right.fd, h, deadline, where + "waiting for rank " + std::to_string(right) + "'s segment"));
       if (h.magic != shm_detail::magic || h.rank != right || h.slots == 0 || (h.slots & (h.slots - 1)) != 0 || h.slot_bytes != slot_bytes)
         throw comm_error(where + "rank " + std::to_string(right) + " handed over a segment this rank cannot use (slots " +
                          std::to_string(h.slots) + ", slot bytes " + std::to_string(h.slot_bytes) + ", expected " +
@@ -335,21 +320,12 @@ class shm_path final : public data_path {
   };
 
   // ---- the hand-over ----
-  static void wait_fd(int fd, short events, clock::time_point deadline, const std::string& doing) {
-    while (true) {
-      pollfd p{fd, events, 0};
-      const int rc = ::poll(&p, 1, shm_detail::ms_left(deadline));
-      if (rc > 0) return;
-      if (rc < 0 && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
-      if (clock::now() >= deadline) throw comm_error(doing + ": no answer before the timeout");
-    }
-  }
   static int accept_one(int listener, clock::time_point deadline, const std::string& doing) {
     while (true) {
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) return fd;
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
-      wait_fd(listener, POLLIN, deadline, doing);
+      sys::wait_fd(listener, POLLIN, deadline, doing);
     }
   }
   static void send_all(int fd, const void* data, std::size_t n, clock::time_point deadline, const std::string& doing) {
@@ -360,7 +336,7 @@ class shm_path final : public data_path {
         p += k;
         n -= static_cast<std::size_t>(k);
       } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
-        wait_fd(fd, POLLOUT, deadline, doing);
+        sys::wait_fd(fd, POLLOUT, deadline, doing);
       } else {
         throw comm_error(doing + ": " + std::strerror(errno));
       }
@@ -376,14 +352,14 @@ class shm_path final : public data_path {
       } else if (k == 0) {
         throw comm_error(doing + ": the peer closed the connection");
       } else if (errno == EAGAIN || errno == EINTR) {
-        wait_fd(fd, POLLIN, deadline, doing);
+        sys::wait_fd(fd, POLLIN, deadline, doing);
       } else {
         throw comm_error(doing + ": " + std::strerror(errno));
       }
     }
   }
   static void send_fd(int sock, int fd, const shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
-    wait_fd(sock, POLLOUT, deadline, doing);
+    sys::wait_fd(sock, POLLOUT, deadline, doing);
     iovec io{const_cast<shm_detail::hello*>(&h), sizeof h};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr msg{};
@@ -399,7 +375,7 @@ class shm_path final : public data_path {
     if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h)) throw comm_error(doing + ": " + std::strerror(errno));
   }
   static int recv_fd(int sock, shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
-    wait_fd(sock, POLLIN, deadline, doing);
+    sys::wait_fd(sock, POLLIN, deadline, doing);
     iovec io{&h, sizeof h};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr msg{};

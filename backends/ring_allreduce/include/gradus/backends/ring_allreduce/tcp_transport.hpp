@@ -42,6 +42,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "gradus/backends/ring_allreduce/fd.hpp"
 #include "gradus/backends/ring_allreduce/transport.hpp"
 #include "gradus/core/error.hpp"
 
@@ -50,39 +51,6 @@ namespace gradus::ring {
 namespace tcp_detail {
 
 constexpr std::uint64_t magic = 0x67726e6774637031;  // "grngtcp1"
-
-struct socket_fd {
-  int fd = -1;
-  explicit socket_fd(int f = -1) : fd(f) {}
-  socket_fd(const socket_fd&) = delete;
-  socket_fd& operator=(const socket_fd&) = delete;
-  socket_fd(socket_fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
-  socket_fd& operator=(socket_fd&& o) noexcept {
-    if (this != &o) {
-      if (fd >= 0) ::close(fd);
-      fd = std::exchange(o.fd, -1);
-    }
-    return *this;
-  }
-  ~socket_fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-inline int ms_left(clock::time_point deadline, int cap) {
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
-  return static_cast<int>(std::clamp<long long>(left, 0, cap));
-}
-
-inline void wait_fd(int fd, short events, clock::time_point deadline, const std::string& doing) {
-  while (true) {
-    pollfd p{fd, events, 0};
-    const int rc = ::poll(&p, 1, ms_left(deadline, 100));
-    if (rc > 0) return;
-    if (rc < 0 && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
-    if (clock::now() >= deadline) throw comm_error(doing + ": no answer before the timeout");
-  }
-}
 
 struct hello {
   std::uint64_t magic = tcp_detail::magic;
@@ -112,7 +80,7 @@ inline void exchange(int fd, const hello* mine_or_null, hello* theirs_or_null, c
       else if (errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
     }
     if (sent < sizeof mine || got < sizeof theirs)
-      wait_fd(fd, static_cast<short>((sent < sizeof mine ? POLLOUT : 0) | (got < sizeof theirs ? POLLIN : 0)), deadline, doing);
+      sys::wait_fd(fd, static_cast<short>((sent < sizeof mine ? POLLOUT : 0) | (got < sizeof theirs ? POLLIN : 0)), deadline, doing);
   }
 }
 
@@ -137,7 +105,7 @@ class tcp_listener {
     if (const int rc = ::getaddrinfo(numeric_host.c_str(), "0", &hints, &res); rc != 0 || !res)
       throw comm_error(where + ::gai_strerror(rc));
     const int family = res->ai_family;
-    fd_ = tcp_detail::socket_fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    fd_ = sys::unique_fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (fd_.fd >= 0 && family == AF_INET6) {
       const int zero = 0;  // "::" takes IPv4 as well
       (void)::setsockopt(fd_.fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
@@ -154,7 +122,7 @@ class tcp_listener {
   int fd() const { return fd_.fd; }
 
  private:
-  tcp_detail::socket_fd fd_;
+  sys::unique_fd fd_;
   int port_ = 0;
 };
 
@@ -182,12 +150,12 @@ class tcp_path final : public data_path {
       const std::string what = "dialling rank " + std::to_string(right) + " at " + shown_right;
       if (const int rc = ::getaddrinfo(right_host.c_str(), right_port.c_str(), &hints, &res); rc != 0 || !res)
         throw comm_error(where + what + ": " + ::gai_strerror(rc));
-      send_fd_ = tcp_detail::socket_fd(::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      send_fd_ = sys::unique_fd(::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       const int rc = send_fd_.fd < 0 ? -1 : ::connect(send_fd_.fd, res->ai_addr, res->ai_addrlen);
       const int err = errno;
       ::freeaddrinfo(res);
       if (rc != 0 && err != EINPROGRESS) throw comm_error(where + what + ": " + std::strerror(err));
-      tcp_detail::wait_fd(send_fd_.fd, POLLOUT, deadline, where + what);
+      sys::wait_fd(send_fd_.fd, POLLOUT, deadline, where + what);
       int soerr = 0;
       socklen_t len = sizeof soerr;
       ::getsockopt(send_fd_.fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
@@ -204,10 +172,10 @@ class tcp_path final : public data_path {
       if (fd < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
           throw comm_error(where + what + ": " + std::strerror(errno));
-        tcp_detail::wait_fd(mine.fd(), POLLIN, deadline, where + what);
+        sys::wait_fd(mine.fd(), POLLIN, deadline, where + what);
         continue;
       }
-      tcp_detail::socket_fd candidate(fd);
+      sys::unique_fd candidate(fd);
       tcp_detail::hello theirs;
       try {
         tcp_detail::exchange(fd, nullptr, &theirs, deadline, where + "greeting rank " + std::to_string(left));
@@ -246,7 +214,7 @@ class tcp_path final : public data_path {
         if (!write_some()) {
           if (clock::now() >= until) return false;
           pollfd p{send_fd_.fd, POLLOUT, 0};
-          (void)::poll(&p, 1, tcp_detail::ms_left(until, 10));
+          (void)::poll(&p, 1, sys::ms_left(until, 10));
         }
       }
       ::shutdown(send_fd_.fd, SHUT_WR);
@@ -436,7 +404,7 @@ class tcp_path final : public data_path {
     p[0] = {recv_fd_.fd, POLLIN, 0};
     nfds_t n = 1;
     if (!out_.empty()) p[n++] = {send_fd_.fd, POLLOUT, 0};
-    (void)::poll(p.data(), n, tcp_detail::ms_left(deadline, 5));
+    (void)::poll(p.data(), n, sys::ms_left(deadline, 5));
   }
 
   control* ctl_;
@@ -444,7 +412,7 @@ class tcp_path final : public data_path {
   bool crowded_;  // more ranks on this machine than cores
   std::size_t max_payload_;
   std::shared_ptr<buffer_pool> pool_;
-  tcp_detail::socket_fd send_fd_, recv_fd_;
+  sys::unique_fd send_fd_, recv_fd_;
   std::deque<outgoing> out_;
   std::uint64_t next_ticket_ = 0, first_unsent_ = 0;
   bool eof_ = false;
