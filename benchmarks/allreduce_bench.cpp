@@ -31,6 +31,7 @@ int main() try {
   o.rendezvous = env("GRADUS_RENDEZVOUS", "");
   o.transport = env("GRADUS_TRANSPORT", "auto");
   o.segment_bytes = std::stoul(env("GRADUS_SEGMENT_BYTES", "1048576"));
+  o.small_bytes = std::stoul(env("GRADUS_SMALL_BYTES", std::to_string(o.small_bytes).c_str()));
   o.timeout = std::chrono::seconds(60);
   gradus::ring_allreduce comm(o);
   const int N = comm.world_size();

@@ -11,7 +11,8 @@
 #   benchmarks/allreduce_vs_mpi.sh [build-dir = build-bench]
 #
 # Environment: NS (world sizes, default "2 4"), SEGMENT (gradus segment_bytes, default
-# 1 MiB), PATHS (default "shm tcp zmq-tcp"), MPIRUN_ARGS (extra mpirun arguments). Prints
+# 1 MiB), SMALL (gradus small_bytes: the all-gather path's limit, default the library's;
+# 0: always the ring), PATHS (default "shm tcp zmq-tcp"), MPIRUN_ARGS (extra mpirun arguments). Prints
 # the load average before each table: the machine is shared, and a loaded run should be
 # rerun. Unset OPENBLAS_CORETYPE and close other work first.
 set -euo pipefail
@@ -21,6 +22,7 @@ root=$(dirname "$here")
 build=${1:-$root/build-bench}
 ns=${NS:-2 4}
 segment=${SEGMENT:-1048576}
+if [[ -n ${SMALL:-} ]]; then export GRADUS_SMALL_BYTES=$SMALL; fi
 
 quiet() {
   local log

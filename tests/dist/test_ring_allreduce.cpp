@@ -253,6 +253,16 @@ BOOST_AUTO_TEST_CASE(allreduce_sweep_inproc) {
       const std::string rdv = "inproc://sweep" + std::to_string(job++);
       check_allreduce<float>(world, n, false, [&](int r) { return options(r, world, rdv, &ctx); });
     }
+    // The same small sizes through the ring itself (small_bytes 0: no all-gather path),
+    // chunks of one element and empty ones included.
+    for (std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{1000}}) {
+      const std::string rdv = "inproc://sweep-ring" + std::to_string(job++);
+      check_allreduce<float>(world, n, true, [&](int r) {
+        auto o = options(r, world, rdv, &ctx);
+        o.small_bytes = 0;
+        return o;
+      });
+    }
     // Many small segments: chunks of a few elements pipelined through the ring.
     const std::string rdv = "inproc://small-segments" + std::to_string(world);
     check_allreduce<float>(world, 1000, true, [&](int r) {
@@ -534,6 +544,28 @@ BOOST_AUTO_TEST_CASE(mismatched_collectives_name_the_ranks) {
     // and the communicator refuses further work, naming the first error
     BOOST_TEST(contains(*res[2].error, "rank 2"));
   }
+  {  // ranks that disagree on the small-buffer algorithm: named, with what each runs
+    auto res = on_threads(3, [&](int r) {
+      auto o = options(r, 3, "inproc://mismatch-algo", &ctx);
+      o.timeout = 5s;
+      if (r == 1) o.small_bytes = 0;
+      g::ring_allreduce comm(o);
+      std::vector<float> x(100, 1.f);
+      comm.allreduce_average(std::span<float>(x));
+    });
+    for (int r = 0; r < 3; ++r) {
+      BOOST_TEST_REQUIRE(res[r].error.has_value(), "rank " << r << " did not fail");
+      BOOST_TEST(contains(*res[r].error, "small_bytes (or segment_bytes) differs between ranks"), *res[r].error);
+    }
+    // rank 2 hears of it from rank 1 (which runs the ring), or from rank 1's abort after
+    // rank 1 heard from rank 0 (which runs the all-gather)
+    const std::string& m2 = *res[2].error;
+    const bool named = (contains(m2, "rank 1 (inproc://mismatch-algo.rank1") &&
+                        contains(m2, "runs it as the ring but rank 2 as an all-gather of whole buffers")) ||
+                       (contains(m2, "rank 0 (inproc://mismatch-algo.rank0") &&
+                        contains(m2, "runs it as an all-gather of whole buffers but rank 1 as the ring"));
+    BOOST_TEST(named, m2);
+  }
   {  // a barrier against a broadcast
     auto res = on_threads(2, [&](int r) {
       auto o = options(r, 2, "inproc://mismatch-op", &ctx);
@@ -606,34 +638,35 @@ BOOST_AUTO_TEST_CASE(fp16_compression_bounds_the_error_and_keeps_replicas_identi
   temp_dir dir;
   int job = 0;
   for (const bool average : {false, true})
-    for (int world : {2, 3}) {
-      const std::size_t n = 100003;  // a SIMD tail; chunks of several segments
-      const std::string rdv = dir.ipc("fp16-" + std::to_string(job++));
-      std::vector<std::vector<float>> got(world);
-      std::vector<std::string> fps(world);
-      auto res = on_threads(world, [&](int r) {
-        auto o = options(r, world, rdv);
-        o.compress = "fp16";
-        o.segment_bytes = 16 << 10;
-        g::ring_allreduce comm(o);
-        got[r] = inputs<float>(r, n);
-        if (average) comm.allreduce_average(std::span<float>(got[r]));
-        else comm.allreduce_sum(std::span<float>(got[r]));
-        std::vector<double> w(5, 0.1 * (r + 1));  // broadcasts are never compressed
-        comm.broadcast(std::span<double>(w), world - 1);
-        if (w[4] != 0.1 * world) throw std::runtime_error("a broadcast lost bits");
-      });
-      BOOST_TEST_CONTEXT("world " << world << (average ? ", average" : ", sum")) {
-        require_no_errors(res);
-        for (int r = 1; r < world; ++r) BOOST_TEST(checksum(got[r]) == checksum(got[0]), "rank " << r << "'s bits differ from rank 0's");
-        // Every hop rounds a partial sum of at most `world` inputs in [-1, 1] to 11 bits.
-        const double err = max_error(got[0], world, average);
-        const double bound = std::ldexp(1.0, -11) * world * world / (average ? world : 1);
-        BOOST_TEST(err <= bound);
-        BOOST_TEST(err > 1e-5, "no rounding seen: was the data compressed?");
-        BOOST_TEST_MESSAGE("fp16, world " << world << (average ? " average" : " sum") << ": max error " << err << " (bound " << bound << ")");
+    for (int world : {2, 3})
+      for (const std::size_t n : {std::size_t{100003}, std::size_t{1001}}) {
+        // 100003: a SIMD tail, chunks of several segments (the ring); 1001: the all-gather path
+        const std::string rdv = dir.ipc("fp16-" + std::to_string(job++));
+        std::vector<std::vector<float>> got(world);
+        std::vector<std::string> fps(world);
+        auto res = on_threads(world, [&](int r) {
+          auto o = options(r, world, rdv);
+          o.compress = "fp16";
+          o.segment_bytes = 16 << 10;
+          g::ring_allreduce comm(o);
+          got[r] = inputs<float>(r, n);
+          if (average) comm.allreduce_average(std::span<float>(got[r]));
+          else comm.allreduce_sum(std::span<float>(got[r]));
+          std::vector<double> w(5, 0.1 * (r + 1));  // broadcasts are never compressed
+          comm.broadcast(std::span<double>(w), world - 1);
+          if (w[4] != 0.1 * world) throw std::runtime_error("a broadcast lost bits");
+        });
+        BOOST_TEST_CONTEXT("world " << world << ", n " << n << (average ? ", average" : ", sum")) {
+          require_no_errors(res);
+          for (int r = 1; r < world; ++r) BOOST_TEST(checksum(got[r]) == checksum(got[0]), "rank " << r << "'s bits differ from rank 0's");
+          // Every hop rounds a partial sum of at most `world` inputs in [-1, 1] to 11 bits.
+          const double err = max_error(got[0], world, average);
+          const double bound = std::ldexp(1.0, -11) * world * world / (average ? world : 1);
+          BOOST_TEST(err <= bound);
+          BOOST_TEST(err > 1e-5, "no rounding seen: was the data compressed?");
+          BOOST_TEST_MESSAGE("fp16, world " << world << ", n " << n << (average ? " average" : " sum") << ": max error " << err << " (bound " << bound << ")");
+        }
       }
-    }
   // ranks that disagree on compression are named, with what each sends
   zmq::context_t ctx;
   auto res = on_threads(2, [&](int r) {

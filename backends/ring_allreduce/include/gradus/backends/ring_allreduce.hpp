@@ -149,6 +149,13 @@ class ring_allreduce {
     return ring::fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
   }
   ring::clock::time_point deadline() const { return ring::clock::now() + opt_.timeout; }
+  // The header of this rank's messages in collective fp (step, segment, bytes: per message).
+  ring::frame_header header(const ring::fingerprint& fp) const {
+    ring::frame_header h;
+    h.from = rank();
+    h.fp = fp;
+    return h;
+  }
 
   // Runs one collective; any failure is remembered, passed along the ring, and rethrown.
   template <class F>
@@ -174,6 +181,14 @@ class ring_allreduce {
   void expect(const ring::message& m, const ring::fingerprint& fp, std::uint32_t step, std::uint64_t segment, std::size_t bytes) {
     auto& L = link_->left();
     const std::string doing = ring::to_string(fp);
+    if (!(m.header.fp == fp) && m.header.fp.algo != fp.algo) {
+      auto same = m.header.fp;
+      same.algo = fp.algo;
+      if (same == fp)
+        throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
+                         " (" + L.address() + ") runs it as " + ring::algo_name(m.header.fp.algo) + " but rank " + std::to_string(rank()) +
+                         " as " + ring::algo_name(fp.algo) + ": ring_options::small_bytes (or segment_bytes) differs between ranks");
+    }
     if (!(m.header.fp == fp))
       throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
                        " (" + L.address() + ") is running " + ring::to_string(m.header.fp) + " but rank " + std::to_string(rank()) +
@@ -207,7 +222,75 @@ class ring_allreduce {
     auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
     if (opt_.compress == "fp16") fp.wire = ring::dtype_code::float16;
     if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
-    run(fp, [&] { allreduce_ring(x, fp); });
+    const std::size_t bytes = x.size() * (fp.wire == ring::dtype_code::float16 ? 2 : sizeof(T));
+    if (bytes * static_cast<std::size_t>(world_size() - 1) <= opt_.small_bytes && bytes <= link_->segment_bytes(opt_.segment_bytes))
+      fp.algo = ring::algo_code::gather;
+    run(fp, [&] {
+      if (fp.algo == ring::algo_code::gather) allreduce_gather(x, fp);
+      else allreduce_ring(x, fp);
+    });
+  }
+
+  // Small buffers, where a ring's 2(N-1) dependent hops cost more than its bytes: every
+  // rank's whole buffer goes around the ring (step s: rank r passes rank (r-s)'s buffer to
+  // r+1 and receives rank (r-s-1)'s from r-1), N-1 hops, and each rank adds the N buffers
+  // in rank order 0, 1, ..., N-1 (times 1/N for an average): the same bits everywhere.
+  // fp16: each rank's buffer travels compressed, its own copy rounded as the others see it.
+  template <ring_element T>
+  void allreduce_gather(std::span<T> x, const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    const std::size_t n = x.size();
+    const bool half = fp.wire == ring::dtype_code::float16;
+    const std::size_t block = n * (half ? 2 : sizeof(T));
+    auto mod = [N](int a) { return ((a % N) + N) % N; };
+    // rank q's buffer (as it travels) at gathered_[q * block]; this rank's own stays in x
+    // unless it is compressed. The previous collective's sends from here are complete.
+    gathered_.resize(static_cast<std::size_t>(N) * block);
+    auto at = [&](int q) { return gathered_.data() + static_cast<std::size_t>(q) * block; };
+    if (half) ring::fp16::compress(x.data(), at(r), n);
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    ring::frame_header h = header(fp);
+    h.bytes = block;
+    auto own = std::as_bytes(x);
+    std::uint64_t last = R.send(h, half ? std::span<const std::byte>(at(r), block) : own);
+    if (N == 2) {  // x_r + x_other is x_other + x_r bit for bit: add in place, nothing stored
+      if (half) ring::fp16::round_trip(x.data(), n);  // x is not what travels
+      ring::message m = L.recv(deadline(), doing);
+      expect(m, fp, 0, 0, block);
+      R.wait_sent(last, deadline(), doing);  // x is no longer read by the send
+      if (half) ring::fp16::decompress<true>(x.data(), m.payload.data(), n);
+      else add_received(x, m.payload);
+      if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
+      return;
+    }
+    for (int s = 0; s < N - 1; ++s) {
+      const int q = mod(r - s - 1);
+      ring::message m = L.recv(deadline(), doing);
+      expect(m, fp, static_cast<std::uint32_t>(s), 0, block);
+      if (block) std::memcpy(at(q), m.payload.data(), block);
+      m = {};  // frees the sender's slot before the next hop
+      if (s + 1 < N - 1) {
+        h.step = static_cast<std::uint32_t>(s + 1);
+        last = R.send(h, std::span<const std::byte>(at(q), block));
+      }
+    }
+    R.wait_sent(last, deadline(), doing);  // x (rank r's block) is no longer read by a send
+    auto& sum = scratch<T>();
+    sum.resize(n);
+    for (int q = 0; q < N; ++q) {
+      if (half) {
+        if (q == 0) ring::fp16::decompress<false>(sum.data(), at(q), n);
+        else ring::fp16::decompress<true>(sum.data(), at(q), n);
+      } else {
+        const T* from = q == r ? x.data() : reinterpret_cast<const T*>(at(q));
+        if (q == 0) std::copy(from, from + n, sum.data());
+        else ring::detail::add_into(sum.data(), from, n);
+      }
+    }
+    if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(sum.data(), T(1) / static_cast<T>(N), n);
+    std::copy(sum.begin(), sum.end(), x.begin());
   }
 
   template <ring_element T>
@@ -240,9 +323,7 @@ class ring_allreduce {
     auto& L = link_->left();
     auto& R = link_->right();
     const std::string doing = ring::to_string(fp);
-    ring::frame_header h;
-    h.from = r;
-    h.fp = fp;
+    ring::frame_header h = header(fp);
     std::uint64_t last = none;
     auto post = [&](int step, int c, std::size_t k) {
       const auto p = piece(c, k);
@@ -321,9 +402,7 @@ class ring_allreduce {
     auto& R = link_->right();
     const std::string doing = ring::to_string(fp);
     const bool forward = (r + 1) % N != root;
-    ring::frame_header h;
-    h.from = r;
-    h.fp = fp;
+    ring::frame_header h = header(fp);
     constexpr auto none = std::numeric_limits<std::uint64_t>::max();
     std::uint64_t last = none;
     for (std::size_t k = 0; k < count; ++k) {
@@ -345,13 +424,11 @@ class ring_allreduce {
   // A token around the ring: N-1 hops, after which each rank has heard (through its
   // left neighbour) from every other rank since they entered. Also the connect check.
   void token_ring(const ring::fingerprint& fp) {
-    const int N = world_size(), r = rank();
+    const int N = world_size();
     auto& L = link_->left();
     auto& R = link_->right();
     const std::string doing = ring::to_string(fp);
-    ring::frame_header h;
-    h.from = r;
-    h.fp = fp;
+    ring::frame_header h = header(fp);
     std::uint64_t last = R.send(h, {});
     for (int s = 0; s < N - 1; ++s) {
       ring::message m = L.recv(deadline(), doing);
@@ -369,6 +446,7 @@ class ring_allreduce {
   std::uint64_t seq_ = 0;
   std::string broken_;
   std::vector<std::byte> wire_;  // fp16 compression: x's segments as they travel
+  std::vector<std::byte> gathered_;  // allreduce_gather: every rank's buffer as it travelled
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;
 };

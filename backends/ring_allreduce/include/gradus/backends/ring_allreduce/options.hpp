@@ -60,6 +60,13 @@ struct ring_options {
   // Messages carry at most this many bytes: a collective streams segment by segment, so
   // sending, receiving and reducing overlap.
   std::size_t segment_bytes = std::size_t{1} << 20;
+  // Latency-bound all-reduces: when (world_size - 1) x the buffer's bytes on the wire is at
+  // most this (and the buffer fits one segment), the ranks pass whole buffers around the
+  // ring (an all-gather: N - 1 hops instead of the ring's 2(N - 1)) and each adds the N of
+  // them in rank order, so every rank still ends with the same bits. NCCL and Gloo switch
+  // algorithms by size the same way. 0: always the bandwidth-optimal ring. Must be the
+  // same on every rank (a rank that disagrees is named, as a mismatched collective is).
+  std::size_t small_bytes = std::size_t{32} << 10;
   // The ZeroMQ context to use (required for inproc://); null: the communicator owns one.
   zmq::context_t* context = nullptr;
   // Gradient compression of allreduce_sum / allreduce_average: "none", or "fp16" (Horovod's

@@ -22,6 +22,10 @@ using clock = std::chrono::steady_clock;
 
 enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier };
 enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float16 };
+// How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
+// all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
+enum class algo_code : std::uint16_t { ring = 0, gather = 1 };
+inline const char* algo_name(algo_code a) { return a == algo_code::gather ? "an all-gather of whole buffers" : "the ring"; }
 
 inline const char* op_name(op_code o) {
   switch (o) {
@@ -54,6 +58,7 @@ struct fingerprint {
   dtype_code dtype = dtype_code::none;
   std::int32_t root = 0;    // broadcast's root, 0 otherwise
   dtype_code wire = dtype_code::none;  // what the data travels as, when not dtype (fp16 compression)
+  algo_code algo = algo_code::ring;    // all-reduces: how (ring_options::small_bytes)
   friend bool operator==(const fingerprint&, const fingerprint&) = default;
 };
 

@@ -840,7 +840,7 @@ class zmq_ring final : public control {
   }
 
   std::string registration(int world, const std::string& host, const std::vector<std::string>& addrs) const {
-    std::string s = "gradus-ring/3\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
+    std::string s = "gradus-ring/4\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
                     detail::machine_and_netns() + "\n";
     for (const auto& a : addrs) s += a + "\n";
     return s;
@@ -957,7 +957,7 @@ class zmq_ring final : public control {
       if (!id.more() || !router.recv(body)) continue;
       identities.push_back(id.to_string());
       const auto lines = detail::split_lines(body.to_string_view());
-      if (lines.size() < 6 || lines[0] != "gradus-ring/3")
+      if (lines.size() < 6 || lines[0] != "gradus-ring/4")
         refuse(where + "a malformed registration (not a gradus ring rank, or one of another gradus version?)");
       int r = -1, w = -1;
       try {
