@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """A scaling model of gradus' data parallelism beyond this machine (issue 14).
 
-Two subcommands (numpy and the standard library only; run with /usr/bin/python3):
+Three subcommands (numpy and the standard library only; run with /usr/bin/python3):
 
   measure   runs build-bench/benchmarks/allreduce_bench (gradus' ring all-reduce) for
             N = 2, 3, 4 ranks over loopback (GRADUS_TRANSPORT tcp and shm) and over network
@@ -18,6 +18,15 @@ Two subcommands (numpy and the standard library only; run with /usr/bin/python3)
             and 100 Gbit/s links (ring against PS with 1, 4, 16 servers, with bucketing
             and overlap), prints markdown tables and writes benchmarks/scaling/projection.svg
             (and projection.md, the tables as printed).
+  steptime  runs the real example, build/ci/examples/mnist_mlp (--threads 1, batch 64, two
+            epochs; 3 repeats), alone (--comm local: t_compute per step), as two independent
+            processes at once, with gradus-run -np N --comm ring over loopback (shm, tcp;
+            N = 2, 3, 4) and in network namespaces over 1 Gbit/s tc tbf links (tcp; N = 2, 3,
+            4), writes the seconds per training step to benchmarks/scaling/steptime-2026-11-24/
+            steptime.txt and compares their medians with the model's step time
+            t_compute x max(1, N/cores) + t_allreduce(N, 0.94 MB) (prediction.md), the
+            all-reduce from the alpha-beta fit of that path and link on allreduce_bench's
+            tables (--fit-data, benchmarks/scaling/idle-2026-11-24). --predict-only: no runs.
 
 The model (see benchmarks/README.md, "Scaling model (issue 14)"):
   ring all-reduce of n bytes over N ranks:  t = 2(N-1) alpha + 2(N-1)/N n beta
@@ -32,13 +41,17 @@ import argparse
 import atexit
 import datetime as dt
 import glob
+import hashlib
+import json
 import math
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -128,13 +141,18 @@ IDLE_WAIT = 0.0  # measure --idle-wait
 TAG = ""  # measure --tag: ".<tag>" before .txt
 
 
-def wait_idle() -> str:
-    """Waits up to IDLE_WAIT s for other processes to use < 0.1 cores; says what it saw."""
+def wait_idle_cores() -> float:
+    """Waits up to IDLE_WAIT s for other processes to use < 0.1 cores; the cores they used last."""
     deadline = time.monotonic() + IDLE_WAIT
     busy = busy_cores()
     while busy >= 0.1 and time.monotonic() < deadline:
         busy = busy_cores()
-    return f"other processes used {busy:.2f} cores just before"
+    return busy
+
+
+def wait_idle() -> str:
+    """wait_idle_cores, said in words."""
+    return f"other processes used {wait_idle_cores():.2f} cores just before"
 
 
 def free_port() -> int:
@@ -145,12 +163,13 @@ def free_port() -> int:
     return port
 
 
-def run_ranks(argvs: list[list[str]], envs: list[dict], timeout: float) -> tuple[str, str]:
+def run_ranks(argvs: list[list[str]], envs: list[dict], timeout: float, outs: list | None = None) -> tuple[str, str]:
     """Starts one process per rank, waits for all (at most `timeout` s in all); returns rank
-    0's stdout and every rank's stderr. Raises if one fails or the time runs out."""
-    outs, procs = [], []
+    0's stdout and every rank's stderr. Raises if one fails or the time runs out. With a list
+    `outs`, every process's stdout is kept and appended to it (rank order)."""
+    procs = []
     for argv, env in zip(argvs, envs):
-        out = open(os.devnull, "w") if procs else subprocess.PIPE
+        out = open(os.devnull, "w") if procs and outs is None else subprocess.PIPE
         p = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.PIPE, text=True)
         procs.append(p)
         _started.append(p)
@@ -159,9 +178,13 @@ def run_ranks(argvs: list[list[str]], envs: list[dict], timeout: float) -> tuple
     try:
         out0, err0 = procs[0].communicate(timeout=max(1.0, deadline - time.monotonic()))
         errs.append(err0)
+        if outs is not None:
+            outs.append(out0)
         for p in procs[1:]:
-            _, e = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            o, e = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
             errs.append(e)
+            if outs is not None:
+                outs.append(o)
     except subprocess.TimeoutExpired:
         for p in procs:
             if p.poll() is None:
@@ -762,6 +785,302 @@ def fmt_alpha(al: float) -> str:
     return "—" if math.isnan(al) else f"{al * 1e6:.1f}"
 
 
+# ---------------------------------------------------------------------------------------
+# Step-time validation: the model against real data-parallel training steps
+# ---------------------------------------------------------------------------------------
+
+GRAD_PARAMS = 235_146  # mnist_mlp: 784-256-128-10, weights and biases, float32
+GRAD_BYTES = GRAD_PARAMS * 4  # 0.94 MB: one 25 MiB bucket, so nothing overlaps the backward pass
+STEPTIME_DIR = os.path.join(DATA, "steptime-2026-11-24")
+# (name, kind, data path, link, N): kind local (one process, --comm local), pair (two
+# independent --comm local processes at once: the compute with both cores busy), loopback
+# (gradus-run -np N, --comm ring), netns (one namespace per rank, tc tbf on each link)
+STEP_CONFIGS = [
+    ("local", "local", "-", "-", 1),
+    ("local-x2", "pair", "-", "-", 2),
+    ("shm-N2", "loopback", "shm", "loopback", 2),
+    ("tcp-N2", "loopback", "tcp", "loopback", 2),
+    ("shm-N3", "loopback", "shm", "loopback", 3),
+    ("shm-N4", "loopback", "shm", "loopback", 4),
+    ("tcp-N3", "loopback", "tcp", "loopback", 3),
+    ("tcp-N4", "loopback", "tcp", "loopback", 4),
+    ("tbf1gbit-N2", "netns", "tcp", "tbf1gbit", 2),
+    ("tbf1gbit-N3", "netns", "tcp", "tbf1gbit", 3),
+    ("tbf1gbit-N4", "netns", "tcp", "tbf1gbit", 4),
+]
+CLUSTER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG",
+                "GRADUS_CLUSTER", "GRADUS_ROLE", "GRADUS_RANK", "GRADUS_PS", "GRADUS_PS_INDEX", "GRADUS_BIND_ADDR",
+                "GRADUS_MASTER_ADDR", "GRADUS_MASTER_PORT", "OPENBLAS_CORETYPE", "GRADUS_COMM_TRANSPORT")
+
+
+def step_env(extra: dict) -> dict:
+    """One thread everywhere, passive OpenMP waits, no cluster variables but `extra`."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in CLUSTER_VARS and not k.startswith(("SLURM_", "OMPI_", "PMI_"))}
+    env.update({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "OMP_WAIT_POLICY": "passive"})
+    env.update(extra)
+    return env
+
+
+def json_lines(text: str) -> list[dict]:
+    """The JSON objects among `text`'s lines (gradus-run's '[rank] ' prefix removed)."""
+    out = []
+    for line in text.splitlines():
+        line = re.sub(r"^\[\d+\]\s*", "", line.strip())
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+def steps_per_epoch(j: dict) -> int:
+    """As train_mnist counts them: ceil((train_examples // world) / batch)."""
+    return -(-(int(j["train_examples"]) // int(j["world_size"])) // int(j["batch"]))
+
+
+def file_id(path: str) -> str:
+    with open(path, "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()[:12]
+    mtime = dt.datetime.fromtimestamp(os.path.getmtime(path), dt.timezone.utc)
+    return f"sha256 {digest}, built {mtime:%Y-%m-%d %H:%M} UTC"
+
+
+def run_step_config(cfg: tuple, exe: str, launcher: str, args: list[str], net: dict, timeout: float) -> list[dict]:
+    """One run of a configuration; rank 0's JSON (both processes' for the pair)."""
+    name, kind, path, link, n = cfg
+    if kind in ("local", "pair"):
+        argv = [exe, "--comm", "local", *args]
+        outs: list = []
+        run_ranks([argv] * n, [step_env({})] * n, timeout, outs)
+        js = [j for o in outs for j in json_lines(o)]
+    elif kind == "loopback":
+        argv = [launcher, "-np", str(n), "--timeout", str(int(timeout)), exe, "--comm", "ring",
+                "--comm-transport", path, *args]
+        r = subprocess.run(argv, env=step_env({}), capture_output=True, text=True, timeout=timeout + 30)
+        if r.returncode != 0:
+            raise RuntimeError(f"{name}: gradus-run exit {r.returncode}: {r.stderr.strip()[-400:]}")
+        js = json_lines(r.stdout)
+    else:
+        tag, subnet = net["tag"], net["subnet"]
+        for rk in range(n):
+            _sh("ip", "netns", "exec", f"{tag}n{rk}", "tc", "qdisc", "replace", "dev", "eth0", "root", "tbf", *TBF[link])
+        net["port"] += 1
+        argvs, envs = [], []
+        for rk in range(n):
+            argvs.append(["ip", "netns", "exec", f"{tag}n{rk}", exe, "--comm", "ring", "--comm-transport", path, *args])
+            envs.append(step_env({"RANK": str(rk), "WORLD_SIZE": str(n), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                                  "MASTER_ADDR": f"{subnet}.1", "MASTER_PORT": str(net["port"]),
+                                  "GRADUS_BIND_ADDR": f"{subnet}.{rk + 1}"}))
+        out, _ = run_ranks(argvs, envs, timeout)
+        js = json_lines(out)
+    if len(js) != (n if kind == "pair" else 1):
+        raise RuntimeError(f"{name}: expected {n if kind == 'pair' else 1} JSON line(s), got {len(js)}")
+    return js
+
+
+STEP_COLUMNS = ["config", "path", "link", "N", "repeat", "steps_per_epoch", "epoch_s", "wait_s", "ms_per_step",
+                "wait_ms_per_step", "load1", "busy_before"]
+
+
+def cmd_steptime_measure(a, configs: list) -> str:
+    global IDLE_WAIT
+    IDLE_WAIT = a.idle_wait
+    atexit.register(_cleanup)
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    build = os.path.abspath(a.build)
+    exe0 = os.path.join(build, "examples", "mnist_mlp")
+    launcher0 = os.path.join(build, "tools", "gradus-run", "gradus-run")
+    for f in (exe0, launcher0):
+        if not os.access(f, os.X_OK):
+            raise SystemExit(f"steptime: no {f} (cmake --build {a.build} --target mnist_mlp gradus-run)")
+    # private copies: a rebuild of the build tree meanwhile cannot swap the binary under a run
+    tmp = tempfile.mkdtemp(prefix="gradus-steptime-")
+    atexit.register(shutil.rmtree, tmp, True)
+    exe, launcher = os.path.join(tmp, "mnist_mlp"), os.path.join(tmp, "gradus-run")
+    shutil.copy2(exe0, exe)
+    shutil.copy2(launcher0, launcher)
+    data_dir = os.path.abspath(a.mnist)
+    args = ["--threads", "1", "--json", "--quiet", "--data", data_dir, "--epochs", str(a.epochs), "--seed", "1",
+            "--batch", str(a.batch)]
+    if a.train_limit:
+        args += ["--train-limit", str(a.train_limit)]
+    net: dict = {}
+    if any(c[1] == "netns" for c in configs):
+        if os.geteuid() != 0:
+            raise SystemExit("steptime: network namespaces need root (or leave the netns configurations out)")
+        net = {"tag": f"gst{os.getpid() % 100000}", "subnet": f"10.77.{210 + os.getpid() % 20}", "port": 29600}
+        make_namespaces(net["tag"], net["subnet"], max(c[4] for c in configs if c[1] == "netns"))
+    t_start = dt.datetime.now(dt.timezone.utc)
+    load_start = loadavg()
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "steptime.txt")
+
+    def shown(f: str) -> str:
+        return os.path.relpath(f, ROOT) if f.startswith(ROOT + os.sep) else f
+
+    cmd = " ".join([shown(exe0), *[shown(x) if x == data_dir else x for x in args]])
+    ids = f"mnist_mlp {file_id(exe0)}; gradus-run {file_id(launcher0)} (copied before the first run)"
+    rows: list = []
+    failed: list = []
+
+    def write() -> None:  # after every run: what was measured survives an interruption
+        header = [
+            f"gradus data-parallel training step time: {cmd}",
+            "  local: --comm local; local-x2: two such processes at once; <path>-N<n>: gradus-run -np <n> ... "
+            "--comm ring --comm-transport <path> (loopback);",
+            "  tbf1gbit-N<n>: --comm ring --comm-transport tcp, one network namespace per rank, veth pairs to a bridge, "
+            f"tc qdisc tbf {' '.join(TBF['tbf1gbit'])} on each rank's eth0",
+            "  env: OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_WAIT_POLICY=passive, no OPENBLAS_CORETYPE",
+            f"  {ids}; " + (f"built from {a.source_label}" if a.source_label else f"repository at {git_commit()} when measured"),
+            f"{t_start:%Y-%m-%d %H:%M}-{dt.datetime.now(dt.timezone.utc):%H:%M} UTC, {cpu_name()}, {os.cpu_count()} "
+            f"cores; load average at the start {load_start}, at the end {loadavg()}",
+            "  ms_per_step = epoch_seconds (rank 0's mean training-loop seconds per epoch) / steps_per_epoch; "
+            "wait = comm_wait_seconds (rank 0 waiting for the gradient all-reduce)",
+            f"  busy_before: cores other processes used in the 2 s before the run (waited up to {a.idle_wait:.0f} s "
+            "for < 0.1); load1: the 1-minute load average then",
+            *[f"  FAILED: {x}" for x in failed],
+        ]
+        widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(STEP_COLUMNS)]
+        table = "\n".join("  ".join(v.rjust(w) for v, w in zip(r, widths)) for r in [STEP_COLUMNS, *rows])
+        with open(path, "w") as f:
+            for h in header:
+                f.write(f"# {h}\n")
+            f.write(table + "\n")
+
+    for rep in range(1, a.repeats + 1):  # repeats interleaved: a disturbance spreads over configurations
+        for cfg in configs:
+            idle = wait_idle_cores()
+            load1 = loadavg().split()[0]
+            try:
+                js = run_step_config(cfg, exe, launcher, args, net, a.timeout)
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                failed.append(f"{cfg[0]} repeat {rep}: {str(e)[:300]}")
+                print(f"FAILED {failed[-1]}", file=sys.stderr, flush=True)
+                continue
+            for j in js:
+                spe = steps_per_epoch(j)
+                rows.append([cfg[0], cfg[2], cfg[3], str(cfg[4]), str(rep), str(spe), f"{j['epoch_seconds']:.6f}",
+                             f"{j['comm_wait_seconds']:.6f}", f"{j['epoch_seconds'] / spe * 1e3:.4f}",
+                             f"{j['comm_wait_seconds'] / spe * 1e3:.4f}", load1, f"{idle:.2f}"])
+                print("  ".join(rows[-1]), flush=True)
+            write()
+    _cleanup()
+    write()
+    print(f"wrote {os.path.relpath(path, ROOT)}", flush=True)
+    return path
+
+
+def read_steptime(path: str) -> tuple[dict, list[str]]:
+    """{config: {"path", "link", "N", "ms": [...], "wait": [...], "busy": [...]}} and the '#' header."""
+    cfgs: dict = {}
+    header = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("#"):
+                header.append(line[1:].strip())
+                continue
+            cols = line.split()
+            if not cols or cols[0] == "config":
+                continue
+            r = dict(zip(STEP_COLUMNS, cols))
+            c = cfgs.setdefault(r["config"], {"path": r["path"], "link": r["link"], "N": int(r["N"]), "ms": [],
+                                              "wait": [], "busy": [], "load1": []})
+            c["ms"].append(float(r["ms_per_step"]))
+            c["wait"].append(float(r["wait_ms_per_step"]))
+            c["busy"].append(float(r["busy_before"]))
+            c["load1"].append(float(r["load1"]))
+    return cfgs, header
+
+
+def measured_allreduce(points: list, n: int, nbytes: float) -> float:
+    """allreduce_bench's own time at N = n for nbytes, log-log interpolated between the
+    measured sizes around it (no model)."""
+    pts = sorted((b, t) for m, b, t in points if m == n)
+    b = np.log([p[0] for p in pts])
+    t = np.log([p[1] for p in pts])
+    return float(np.exp(np.interp(math.log(nbytes), b, t)))
+
+
+def cmd_steptime_predict(a, path: str) -> None:
+    lines: list[str] = []
+
+    def p(s: str = "") -> None:
+        print(s)
+        lines.append(s)
+
+    cfgs, header = read_steptime(path)
+    if "local" not in cfgs:
+        raise SystemExit(f"steptime: {path} has no 'local' (N = 1) rows: t_compute comes from them")
+    data = read_ring_tables(a.fit_data)
+    if not data:
+        raise SystemExit(f"steptime: no allreduce_bench tables in {a.fit_data}")
+    cores = a.cores
+    t_c = float(np.median(cfgs["local"]["ms"])) * 1e-3
+    fits = {k: fit_ring(v) for k, v in data.items()}
+    fits_big = {k: fit_ring([x for x in v if x[1] >= (1 << 20)]) for k, v in data.items()}
+    p(f"### Step time: measured against t_compute x max(1, N/{cores}) + t_allreduce(N, {GRAD_BYTES:,} bytes)")
+    p()
+    when = next((h for h in header if " UTC, " in h), "")
+    p(f"Measured: {os.path.relpath(path, ROOT)} ({when}); medians of "
+      f"{len(cfgs['local']['ms'])} runs.")
+    p(f"t_compute = {t_c * 1e3:.3f} ms per step (the 'local' configuration, N = 1, one thread, batch 64).")
+    p(f"t_allreduce: the α-β fit per data path and link on every size and N = 2, 3, 4 of {os.path.relpath(a.fit_data, ROOT)} "
+      "(allreduce_bench, not these step times): "
+      + "; ".join(f"{k[0]} / {k[1]}: α = {al * 1e6:.1f} µs, 1/β = {1 / be / 1e9:.3f} GB/s" for k, (al, be) in sorted(fits.items())
+                  if any(c["path"] == k[0] and c["link"] == k[1] for c in cfgs.values())) + ".")
+    p()
+    p("| config | N | measured ms/step | of it waiting for the all-reduce | not waiting | compute term | "
+      "predicted ms/step | error | the fit's all-reduce | allreduce_bench's own (interpolated) | predicted with it | "
+      "error | ≥ 1 MiB fit: predicted | error |")
+    p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, c in cfgs.items():
+        ms, wait, n = float(np.median(c["ms"])), float(np.median(c["wait"])), c["N"]
+        key = (c["path"], c["link"])
+        if c["path"] == "-":  # local (t_compute itself) or local-x2 (t_compute with both cores busy)
+            label = "local" if n == 1 else f"{name} ({n} independent --comm local processes at once)"
+            p(f"| {label} | 1 | {ms:.3f} | — | {ms:.3f} | {t_c * 1e3:.3f} | {t_c * 1e3:.3f} | "
+              f"{t_c / (ms * 1e-3) - 1:+.0%} | — | — | — | — | — | — |")
+            continue
+        if key not in data:
+            p(f"| {name} | {n} | {ms:.3f} | {wait:.3f} | {ms - wait:.3f} | | no allreduce_bench tables for "
+              f"{key[0]} / {key[1]} | | | | | | | |")
+            continue
+        comp = t_c * float(share(n, cores))
+        ar = float(ring_time(*fits[key], n, GRAD_BYTES))
+        ar_meas = measured_allreduce(data[key], n, GRAD_BYTES)
+        ar_big = float(ring_time(*fits_big[key], n, GRAD_BYTES))
+        pred, pred_m, pred_b = comp + ar, comp + ar_meas, comp + ar_big
+        p(f"| {name} | {n} | {ms:.3f} | {wait:.3f} | {ms - wait:.3f} | {comp * 1e3:.3f} | {pred * 1e3:.3f} | "
+          f"**{pred / (ms * 1e-3) - 1:+.0%}** | "
+          f"{ar * 1e3:.3f} | {ar_meas * 1e3:.3f} | {pred_m * 1e3:.3f} | {pred_m / (ms * 1e-3) - 1:+.0%} | "
+          f"{pred_b * 1e3:.3f} | {pred_b / (ms * 1e-3) - 1:+.0%} |")
+    p()
+    p(f"error = predicted / measured - 1; the target is within ±20%. Compute share max(1, N/{cores}): "
+      f"{cores} cores for N ranks. 'of it waiting': rank 0's comm_wait_seconds per step (the all-reduce and "
+      "any rank it waited for); 'not waiting' = measured - waiting (compute, the gradient's copies into and out of "
+      "the bucket, the hand-off to the comm thread); compute term = t_compute x max(1, N/cores). Per run (ms/step): "
+      + "; ".join(f"{k} {', '.join(f'{v:.3f}' for v in c['ms'])}" for k, c in cfgs.items()) + ".")
+    out = os.path.join(os.path.dirname(path), "prediction.md")
+    with open(out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"\nwrote {os.path.relpath(out, ROOT)}")
+
+
+def cmd_steptime(a) -> None:
+    names = [x for x in a.configs.split(",") if x]
+    known = {c[0]: c for c in STEP_CONFIGS}
+    if bad := [x for x in names if x not in known]:
+        raise SystemExit(f"steptime --configs: unknown {bad} (known: {', '.join(known)})")
+    configs = [known[x] for x in names]
+    if a.predict_only:
+        path = os.path.join(a.out, "steptime.txt")
+    else:
+        if "local" not in names:
+            raise SystemExit("steptime: the 'local' configuration (N = 1) gives t_compute: keep it in --configs")
+        path = cmd_steptime_measure(a, configs)
+    cmd_steptime_predict(a, path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd")
@@ -785,9 +1104,31 @@ def main() -> None:
         s.add_argument("--alpha-ns", default="2", help="the world sizes that alpha is fitted on ('' for all; "
                        "default 2: no more ranks than cores)")
         s.add_argument("--cores", type=int, default=2, help="cores of the measuring machine (CPU-shared variant)")
+    st = sub.add_parser("steptime", help="measure mnist_mlp's data-parallel step time and compare it with the model")
+    st.add_argument("--build", default=os.path.join(ROOT, "build", "ci"), help="where examples/mnist_mlp and "
+                    "tools/gradus-run/gradus-run are (build/ci)")
+    st.add_argument("--mnist", default=os.path.join(ROOT, "data", "mnist"), help="the MNIST IDX files")
+    st.add_argument("--configs", default=",".join(c[0] for c in STEP_CONFIGS),
+                    help="comma-separated (default: all): " + ", ".join(c[0] for c in STEP_CONFIGS))
+    st.add_argument("--epochs", type=int, default=2)
+    st.add_argument("--batch", type=int, default=64)
+    st.add_argument("--train-limit", type=int, default=0, help="mnist_mlp --train-limit (0: all 60000 images)")
+    st.add_argument("--repeats", type=int, default=3)
+    st.add_argument("--timeout", type=float, default=180, help="seconds for one run of N ranks")
+    st.add_argument("--idle-wait", type=float, default=60, help="seconds to wait before each run for the cores "
+                    "to be idle (other processes < 0.1 cores); runs anyway after that")
+    st.add_argument("--out", default=STEPTIME_DIR, help="where steptime.txt and prediction.md go")
+    st.add_argument("--fit-data", default=os.path.join(DATA, "idle-2026-11-24"),
+                    help="the allreduce_bench tables the α-β fits come from")
+    st.add_argument("--cores", type=int, default=2, help="cores of the measuring machine (compute share max(1, N/cores))")
+    st.add_argument("--predict-only", action="store_true", help="no runs: compare --out's steptime.txt with the model")
+    st.add_argument("--source-label", default="", help="what the binaries were built from, for the table's header "
+                    "(default: git describe --dirty of this tree)")
     a = ap.parse_args()
     if a.cmd == "measure":
         cmd_measure(a)
+    elif a.cmd == "steptime":
+        cmd_steptime(a)
     else:
         cmd_model(a)
 
