@@ -2,7 +2,7 @@
 """Data-parallel MNIST MLP: gradus' ring all-reduce against PyTorch DDP (gloo), in one run.
 
 The model is mnist_vs_pytorch.py's MLP (784-256-128-10 ReLU, softmax cross-entropy, SGD lr
-0.05 momentum 0.9, float32, the IDX files preloaded in memory), batch 64 per rank. Five
+0.05 momentum 0.9, float32, the IDX files preloaded in memory), batch 64 per rank. Six
 configurations, each a fresh set of processes, one thread per process:
 
   gradus 1x1   <build>/examples/mnist_mlp --comm local --threads 1
