@@ -242,55 +242,54 @@ class ring_allreduce {
     const std::size_t n = x.size();
     const bool half = fp.wire == ring::dtype_code::float16;
     const std::size_t block = n * (half ? 2 : sizeof(T));
-    auto mod = [N](int a) { return ((a % N) + N) % N; };
-    // rank q's buffer (as it travels) at gathered_[q * block]; this rank's own stays in x
-    // unless it is compressed. The previous collective's sends from here are complete.
+    // rank q's buffer (as it travels) at gathered_[q * block]. On 2 ranks x_r + x_other is
+    // x_other + x_r bit for bit, so x is sent as it is and added to in place; otherwise x's
+    // own block is kept there too, since the sum in rank order overwrites x. The previous
+    // collective's sends from here are complete.
+    const bool in_place = N == 2;
     gathered_.resize(static_cast<std::size_t>(N) * block);
     auto at = [&](int q) { return gathered_.data() + static_cast<std::size_t>(q) * block; };
     if (half) ring::fp16::compress(x.data(), at(r), n);
+    else if (!in_place && block) std::memcpy(at(r), x.data(), block);
     auto& L = link_->left();
     auto& R = link_->right();
     const std::string doing = ring::to_string(fp);
     ring::frame_header h = header(fp);
     h.bytes = block;
-    auto own = std::as_bytes(x);
-    std::uint64_t last = R.send(h, half ? std::span<const std::byte>(at(r), block) : own);
-    if (N == 2) {  // x_r + x_other is x_other + x_r bit for bit: add in place, nothing stored
+    std::uint64_t last = R.send(h, half || !in_place ? std::span<const std::byte>(at(r), block) : std::as_bytes(x));
+    if (in_place) {
       if (half) ring::fp16::round_trip(x.data(), n);  // x is not what travels
       ring::message m = L.recv(deadline(), doing);
       expect(m, fp, 0, 0, block);
       R.wait_sent(last, deadline(), doing);  // x is no longer read by the send
       if (half) ring::fp16::decompress<true>(x.data(), m.payload.data(), n);
       else add_received(x, m.payload);
-      if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
-      return;
-    }
-    for (int s = 0; s < N - 1; ++s) {
-      const int q = mod(r - s - 1);
-      ring::message m = L.recv(deadline(), doing);
-      expect(m, fp, static_cast<std::uint32_t>(s), 0, block);
-      if (block) std::memcpy(at(q), m.payload.data(), block);
-      m = {};  // frees the sender's slot before the next hop
-      if (s + 1 < N - 1) {
-        h.step = static_cast<std::uint32_t>(s + 1);
-        last = R.send(h, std::span<const std::byte>(at(q), block));
+    } else {
+      auto mod = [N](int a) { return ((a % N) + N) % N; };
+      for (int s = 0; s < N - 1; ++s) {
+        const int q = mod(r - s - 1);
+        ring::message m = L.recv(deadline(), doing);
+        expect(m, fp, static_cast<std::uint32_t>(s), 0, block);
+        if (block) std::memcpy(at(q), m.payload.data(), block);
+        m = {};  // frees the sender's slot before the next hop
+        if (s + 1 < N - 1) {
+          h.step = static_cast<std::uint32_t>(s + 1);
+          last = R.send(h, std::span<const std::byte>(at(q), block));
+        }
+      }
+      R.wait_sent(last, deadline(), doing);
+      for (int q = 0; q < N; ++q) {
+        if (half) {
+          if (q == 0) ring::fp16::decompress<false>(x.data(), at(q), n);
+          else ring::fp16::decompress<true>(x.data(), at(q), n);
+        } else {
+          const T* from = reinterpret_cast<const T*>(at(q));
+          if (q == 0) std::copy(from, from + n, x.data());
+          else ring::detail::add_into(x.data(), from, n);
+        }
       }
     }
-    R.wait_sent(last, deadline(), doing);  // x (rank r's block) is no longer read by a send
-    auto& sum = scratch<T>();
-    sum.resize(n);
-    for (int q = 0; q < N; ++q) {
-      if (half) {
-        if (q == 0) ring::fp16::decompress<false>(sum.data(), at(q), n);
-        else ring::fp16::decompress<true>(sum.data(), at(q), n);
-      } else {
-        const T* from = q == r ? x.data() : reinterpret_cast<const T*>(at(q));
-        if (q == 0) std::copy(from, from + n, sum.data());
-        else ring::detail::add_into(sum.data(), from, n);
-      }
-    }
-    if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(sum.data(), T(1) / static_cast<T>(N), n);
-    std::copy(sum.begin(), sum.end(), x.begin());
+    if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
   }
 
   template <ring_element T>
