@@ -235,6 +235,12 @@ def measured(run):
 
 
 # ---------------------------------------------------------------- table
+def baseline(fw, have):
+    """The 1-process configuration a 2x1 configuration of framework fw is compared with."""
+    own = f"{fw} 1x1"
+    return own if own in have else ("gradus 1x1" if fw.startswith("gradus") and "gradus 1x1" in have else None)
+
+
 def median(xs):
     xs = [x for x in xs if x == x]
     return statistics.median(xs) if xs else float("nan")
@@ -328,7 +334,7 @@ def main():
     verdicts = []
     for c in configs:
         fw, shape = c.split()
-        one = med.get(f"{fw} 1x1") or (med.get("gradus 1x1") if fw in ("gradus-mpi", "gradus-apart") else None)
+        one = med.get(baseline(fw, med))
         m = med[c]
         sp = one["s"] / m["s"] if one else float("nan")
         dacc = (m["acc"] - one["acc"]) * 100 if one else float("nan")
@@ -350,8 +356,8 @@ def main():
     for c in configs:
         if c.endswith("2x1"):
             fw = c.split()[0]
-            base = f"{fw} 1x1" if f"{fw} 1x1" in runs else ("gradus 1x1" if fw.startswith("gradus") else "")
-            if base in runs:
+            base = baseline(fw, runs)
+            if base:
                 per = [f"{o['epoch_seconds'] / t['epoch_seconds']:.2f}x" for o, t in zip(runs[base], runs[c])]
                 acc = [f"{(t['acc'] - o['acc']) * 100:+.2f}" for o, t in zip(runs[base], runs[c])]
                 print(f"{c} per round (paired by seed): speed-up {', '.join(per)}"
