@@ -55,6 +55,7 @@ class session final : private variable_source {
       using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
       auto& g = graph_for<outs>(std::get<O>(all)...);
       last_ = &g;
+      if constexpr (requires { Backend::before_run(); }) Backend::before_run();  // e.g. size the thread team
       return g.run_hooked(static_cast<const variable_source&>(*this), on_ready, std::get<n_out + F>(all)...);
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<sizeof...(Args) - n_out>{});
   }

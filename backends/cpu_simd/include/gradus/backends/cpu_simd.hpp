@@ -59,6 +59,7 @@ char* openblas_get_config(void);
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "gradus/backends/cpu_simd/threads.hpp"
 #include "gradus/gradus.hpp"
 
 namespace gradus {
@@ -71,13 +72,20 @@ struct cpu_simd {
   static constexpr index_t parallel_threshold = 1 << 15;
   static constexpr index_t chunk = 1 << 14;  // elements of one row piece handed to a thread
 
-  // ---- threads -------------------------------------------------------------------------
-  static int threads() { return omp_get_max_threads(); }
-  // Sets the threads of fused passes (OpenMP) and of GEMM (OpenBLAS).
-  static void set_threads(int n) {
-    omp_set_num_threads(n);
-    openblas_set_num_threads(n);
-  }
+  // ---- threads (cpu_simd/threads.hpp) --------------------------------------------------------
+  // threads(): the thread count of this calling thread's passes, which defines their results
+  // (set_threads, else OMP_NUM_THREADS); team(): the threads a pass starts now, fewer while
+  // other processes keep cores busy. set_threads sets both, for fused passes (OpenMP) and
+  // GEMM (OpenBLAS).
+  static int threads() { return cpu_threads::threads(); }
+  static int team() { return cpu_threads::team(); }
+  static void set_threads(int n) { cpu_threads::set_threads(n); }
+  // The team follows the free cores unless switched off (GRADUS_ADAPTIVE_THREADS=0) or
+  // pinned (pin_team(n); 0 adapts again).
+  static void set_adaptive_threads(bool on) { cpu_threads::governor::instance().set_adaptive(on); }
+  static void pin_team(int n) { cpu_threads::governor::instance().pin(n); }
+  // session::run calls it before every run: one clock read, a sample of /proc every 250 ms.
+  static void before_run() { cpu_threads::before_run(); }
 
   // ---- memory --------------------------------------------------------------------------
   static void* allocate(std::size_t bytes) {
@@ -276,7 +284,8 @@ struct cpu_simd {
   // summed over 36,864 pixels) gives OpenBLAS's threads nothing to split, and with two it
   // runs slower than with one. Here each thread multiplies its own slice of k on its own
   // (OpenBLAS runs single-threaded inside a parallel region) and the partial products are
-  // added in thread order: deterministic for a given thread count.
+  // added in slice order. The slices are threads(), not the team: deterministic for a given
+  // thread count however many cores are free (a team smaller than threads() takes several).
   template <class T>
   static bool split_k(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                       const T* b, index_t ldb, T beta, T* c, index_t ldc) {
@@ -287,9 +296,9 @@ struct cpu_simd {
     const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
     const auto ib = [](index_t v) { return static_cast<CBLAS_INT>(v); };
     T* parts = partial.data();
-#pragma omp parallel num_threads(nt)
-    {
-      const index_t t = omp_get_thread_num(), k0 = k * t / nt, k1 = k * (t + 1) / nt;
+#pragma omp parallel for schedule(static) num_threads(std::min(nt, team()))
+    for (int ti = 0; ti < nt; ++ti) {
+      const index_t t = ti, k0 = k * t / nt, k1 = k * (t + 1) / nt;
       const T* as = ta ? a + k0 * lda : a + k0;  // A is [m, k] (or [k, m] transposed)
       const T* bs = tb ? b + k0 : b + k0 * ldb;  // B is [k, n] (or [n, k] transposed)
       T* dst = t == 0 ? c : parts + (t - 1) * m * n;
