@@ -196,10 +196,21 @@ def last_json(out):
     raise ValueError("no JSON line in the output")
 
 
+def wait_policy_env(a, env):
+    # Both frameworks use OpenMP; --wait-policy gives both the same OMP_WAIT_POLICY ("default":
+    # none set, each library's own default: libgomp spins briefly at a barrier). The runs wait
+    # for idle cores first; on a busy machine gradus' team follows the free cores
+    # (cpu_simd/threads.hpp), so it no longer needs passive waiting (until issue 15 both ran
+    # passive, which cost gradus' MLP ~45% on idle cores).
+    env.pop("OMP_WAIT_POLICY", None)
+    env.pop("OPENBLAS_CORETYPE", None)  # users' machines do not set it
+    if a.wait_policy != "default":
+        env["OMP_WAIT_POLICY"] = a.wait_policy
+    return env
+
+
 def run_torch(a, model, seed, epochs):
-    # OMP_WAIT_POLICY=passive for both frameworks (both use OpenMP): on a shared machine,
-    # threads spinning at barriers while their partner is descheduled cost either one a lot
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
+    env = wait_policy_env(a, dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS=str(a.threads)))
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--seed", str(seed),
            "--epochs-n", str(epochs), "--data", a.data, "--threads", str(a.threads), "--batch", str(a.batch),
            "--train-limit", str(a.train_limit)]
@@ -217,7 +228,7 @@ def run_gradus(a, exe, model, seed, epochs, tmp):
            "--batch", str(a.batch), "--threads", str(a.threads), "--metrics", metrics]
     if a.train_limit:
         cmd += ["--train-limit", str(a.train_limit)]
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OMP_WAIT_POLICY="passive")
+    env = wait_policy_env(a, dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
@@ -257,6 +268,8 @@ def main():
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"), help="gradus' build directory")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--wait-policy", default="default", choices=["default", "passive", "active"],
+                    help="OMP_WAIT_POLICY for both frameworks (default: none set)")
     ap.add_argument("--train-limit", type=int, default=0, help="train on the first N images (0: all 60,000)")
     ap.add_argument("--no-gradus", action="store_true", help="PyTorch alone")
     ap.add_argument("--no-torch", action="store_true", help="gradus alone")

@@ -44,7 +44,6 @@
 // (mean training loss of the last epoch, over every rank), peak_rss_mb. The progress goes to stderr
 // (a live line on a terminal, plain lines otherwise; --quiet turns it off).
 #include <CLI/CLI.hpp>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -54,24 +53,17 @@
 #include <exception>
 #include <filesystem>
 #include <iostream>
-#include <limits>
+#include <memory>
 #include <optional>
 #include <span>
-#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
-#include <gradus/backends/ring_allreduce.hpp>
-#include <gradus/dist/cluster.hpp>
 #include <gradus/dist/data_parallel.hpp>
 #include <gradus/gradus.hpp>
-#include <gradus/io/checkpoint.hpp>
-#include <gradus/backends/zmq_ps/restore.hpp>
-#include <gradus/util/metrics_log.hpp>
 #include <gradus/util/progress.hpp>
-#include <gradus/util/svg_plot.hpp>
 
 #include "comm_options.hpp"
 
@@ -94,31 +86,9 @@ struct mnist_options : comm_options {
   double max_loss_ratio = 1000;  // a step's loss above this times the run's first loss: diverged (0: off)
 };
 
-inline void add_mnist_options(CLI::App& app, mnist_options& o) {
-  app.option_defaults()->always_capture_default();
-  app.add_option("--data", o.data, "directory with the four MNIST IDX files (tools/fetch-mnist.sh)");
-  app.add_option("--epochs", o.epochs, "training epochs (in all, counting those a resumed checkpoint holds)")
-      ->check(CLI::Range(1, 1000));
-  app.add_option("--batch", o.batch, "minibatch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{60000}));
-  app.add_option("--threads", o.threads, "threads (OpenMP and OpenBLAS)")->check(CLI::Range(1, 256));
-  app.add_option("--seed", o.seed, "seed of the initial weights and of each epoch's shuffle");
-  app.add_flag("--json", o.json, "print one final line of JSON metrics on stdout");
-  app.add_flag("--quiet", o.quiet, "no progress output on stderr");
-  app.add_option("--metrics", o.metrics, "append one row per epoch to this CSV file (epoch, step, train_loss, ...)");
-  app.add_option("--plot", o.plot, "write the loss and accuracy curves to this SVG file after every epoch");
-  auto* ck =
-      app.add_option("--checkpoint", o.checkpoint, "save the weights and optimizer state to this .npz after every epoch");
-  app.add_flag("--resume", o.resume, "restore --checkpoint (when it exists) and continue at its next epoch")->needs(ck);
-  app.add_option("--train-limit", o.train_limit, "train on the first N training images only (0: all)")
-      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}));
-  app.add_option("--log-every", o.log_every, "without a terminal: a progress line every N steps (0: one per epoch)")
-      ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
-  app.add_option("--max-loss-ratio", o.max_loss_ratio,
-                 "stop with an error when a step's loss is not finite or exceeds this times the run's first loss "
-                 "(a diverging run; 0: only non-finite losses)")
-      ->check(CLI::Range(0.0, 1e300));
-  add_comm_options(app, o);
-}
+// The options above (and --comm's), with their checks.
+void add_mnist_options(CLI::App& app, mnist_options& o);
+
 
 
 struct mnist_data {
@@ -131,41 +101,53 @@ struct mnist_data {
 // A ps task serves; restarted (gradus-run --max-restarts), it reloads its shards from
 // --checkpoint when the workers rejoin it (server recovery).
 inline std::optional<int> serve_if_ps(const mnist_options& o) {
-  return serve_if_ps(static_cast<const comm_options&>(o),
-                     o.checkpoint.empty() ? g::ps::restore_source{} : g::ps::restore_from_checkpoint(o.checkpoint));
+  return serve_if_ps(static_cast<const comm_options&>(o), o.checkpoint);
 }
 
-inline mnist_data load_mnist(const mnist_options& o) {
-  g::dims train_shape, test_shape;
-  // the training images stay bytes (47 MB, not 188 MB as float); batches are scaled to [0, 1]
-  auto train_x = g::data::load_mnist_image_bytes(o.data + "/train-images-idx3-ubyte", &train_shape);
-  auto train_y = g::data::load_mnist_labels(o.data + "/train-labels-idx1-ubyte");
-  auto test_x = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &test_shape);
-  auto test_y = g::data::load_mnist_labels(o.data + "/t10k-labels-idx1-ubyte");
-  const g::index_t n = train_shape.d[0], nt = test_shape.d[0];
-  if (train_shape.d[1] != 784 || test_shape.d[1] != 784 || static_cast<g::index_t>(train_y.size()) != n ||
-      static_cast<g::index_t>(test_y.size()) != nt)
-    throw g::data_error("gradus: MNIST in '" + o.data +
-                        "': the images are not 28x28 or their counts differ from the labels'");
-  if (o.train_limit > 0 && o.train_limit < n) {
-    train_x.resize(static_cast<std::size_t>(o.train_limit * 784));
-    train_y.resize(static_cast<std::size_t>(o.train_limit));
-  }
-  return {g::data::dataset(std::move(train_x), g::dims{784}, std::move(train_y), 1.0f / 255.0f), std::move(test_x),
-          std::move(test_y), nt};
-}
+// The four IDX files of --data (the training images stay bytes: 47 MB, not 188 MB as float;
+// batches are scaled to [0, 1]); --train-limit keeps the first N training images.
+mnist_data load_mnist(const mnist_options& o);
 
 // --lr and --momentum of the examples trained with SGD (defaults: the 0.05, 0.9).
-inline void add_sgd_options(CLI::App& app, double& lr, double& momentum) {
-  app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
-  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
-}
+void add_sgd_options(CLI::App& app, double& lr, double& momentum);
 
-inline double peak_rss_mb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: KiB
-}
+double peak_rss_mb();
+
+// The directory a file will be written to exists (or is created now), before any
+// training: a bad --checkpoint path fails at once, not after the first epoch.
+void ensure_parent_directory(const std::string& file, const std::string& option);
+
+// Checkpoints of the session (gradus::io's save_checkpoint / restore_checkpoint, recording
+// the world size that wrote them).
+void restore_session(g::session<g::cpu_simd>& s, const std::string& file, int world);
+void save_session(const g::session<g::cpu_simd>& s, const std::string& file, int world);
+
+// Rank 0's record of the epochs: --metrics (a CSV, appended to when resuming at first_epoch)
+// and --plot (the loss and accuracy curves, rewritten after every epoch).
+class epoch_records {
+ public:
+  epoch_records(const mnist_options& o, int first_epoch, bool chief);
+  ~epoch_records();
+  epoch_records(const epoch_records&) = delete;
+  epoch_records& operator=(const epoch_records&) = delete;
+  // epoch, step, train_loss, test_accuracy, train_seconds, examples_per_second, comm_wait_seconds
+  void add(const std::vector<double>& row);
+
+ private:
+  struct impl;
+  std::unique_ptr<impl> p_;
+};
+
+// The --json line (the file's header lists its fields).
+struct run_summary {
+  int first_epoch = 0;  // 0-based epoch this run started at
+  std::size_t train_examples = 0;
+  double test_accuracy = 0, train_seconds = 0, final_loss = 0;
+  int world_size = 1;
+  std::string comm;
+  double comm_wait_seconds = 0;
+};
+void print_json(const std::string& example, const mnist_options& o, const run_summary& r);
 
 // Runs f (returning the exit status); a gradus or standard error is printed on stderr, exit 1.
 template <class F>
@@ -188,18 +170,6 @@ std::uint64_t session_checksum(Session& s) {
   for (const auto& f : g::dist::replica_fields(s))
     for (const char c : f.name + "=" + f.value + ";") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
-}
-
-// The directory a file will be written to exists (or is created now), before any
-// training: a bad --checkpoint path fails at once, not after the first epoch.
-inline void ensure_parent_directory(const std::string& file, const std::string& option) {
-  const std::filesystem::path p(file);
-  if (p.filename().empty()) throw g::error("gradus: " + option + " '" + file + "' names a directory, not a file");
-  std::error_code ec;
-  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
-  if (ec || (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path())))
-    throw g::error("gradus: " + option + " '" + file + "': cannot create the directory '" + p.parent_path().string() +
-                   "'" + (ec ? ": " + ec.message() : std::string()));
 }
 
 // Accuracy of `logits` on the test set, in batches of 1000.
@@ -249,7 +219,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   // step from it (node-local disks: the others need not see the file); the checkpoint's
   // global step says how many epochs it holds
   if (o.resume && chief && std::filesystem::exists(o.checkpoint)) {
-    g::restore_checkpoint(s, o.checkpoint, {.world_size = world});
+    restore_session(s, o.checkpoint, world);
   } else if (o.resume && !quiet) {
     std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
   }
@@ -267,16 +237,8 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     first = static_cast<int>(gs / steps_per_epoch);
   }
 
-  // ---- metrics CSV (appended to when resuming) and the in-memory table the plot draws
-  const std::vector<std::string> columns{"epoch",         "step",          "train_loss",         "test_accuracy",
-                                         "train_seconds", "examples_per_second", "comm_wait_seconds"};
-  std::optional<g::util::metrics_log> log;
-  g::util::metrics_table history{columns, {}};
-  if (!o.metrics.empty() && chief) {
-    log = first > 0 ? g::util::metrics_log::append(o.metrics, columns, first)
-                    : g::util::metrics_log::create(o.metrics, columns);
-    history = log->table();
-  }
+  // ---- metrics CSV (appended to when resuming) and the SVG curves, on rank 0
+  epoch_records records(o, first, chief);
 
   g::util::progress::options popt;
   popt.every = o.log_every;
@@ -340,16 +302,9 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     if (!chief) continue;  // the replicas are identical: rank 0 evaluates, saves and reports
     acc = mnist_test_accuracy(s, logits, x, d);
     if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
-    if (!o.checkpoint.empty()) g::save_checkpoint(s, o.checkpoint, {.world_size = world});
-    const std::vector<double> row{static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc,
-                                  secs, static_cast<double>(d.train.size()) / secs, wait};
-    if (log) {
-      log->write(row);
-      history = log->table();
-    } else {
-      history.rows.push_back(row);
-    }
-    if (!o.plot.empty()) g::util::write_svg(o.plot, g::util::training_curves(history));
+    if (!o.checkpoint.empty()) save_session(s, o.checkpoint, world);
+    records.add({static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc, secs,
+                 static_cast<double>(d.train.size()) / secs, wait});
   }
 
   if (world > 1) {  // every rank: the replicas must hold the same bits
@@ -360,29 +315,11 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     // one write: launchers that merge the ranks' output (mpirun) keep the line whole
     std::cerr << (example + ": rank " + std::to_string(rank) + " of " + std::to_string(world) + ": replica checksum " + hex + "\n");
   }
-  if (o.json && chief) {
-    const int run = o.epochs - first;
-    nlohmann::json j = {{"example", example},
-                              {"epochs", o.epochs},
-                              {"start_epoch", first + 1},
-                              {"batch", o.batch},
-                              {"threads", o.threads},
-                              {"seed", o.seed},
-                              {"train_examples", d.train.size()},
-                              {"test_accuracy", acc},
-                              {"epoch_seconds", train_seconds / run},
-                              {"examples_per_second", static_cast<double>(d.train.size()) * run / train_seconds},
-                              {"final_loss", last_loss},
-                              {"world_size", world},
-                              {"comm", comm.name()},
-                              {"comm_wait_seconds", wait_total / run},
-                              {"peak_rss_mb", peak_rss_mb()}};
-    if (o.comm == "ps") {
-      j["consistency"] = o.consistency;
-      j["servers"] = g::cluster::from_env().ps.size();
-    }
-    std::cout << j.dump() << std::endl;
-  }
+  if (o.json && chief)
+    print_json(example, o,
+               {.first_epoch = first, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
+                .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
+                .comm_wait_seconds = wait_total});
   return 0;
 }
 

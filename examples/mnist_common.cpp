@@ -1,0 +1,151 @@
+// What examples/mnist_common.hpp declares and every MNIST example shares without a template:
+// options, loading, checkpoints, the metrics CSV and curves, the JSON line. Compiled once
+// (CMake: gradus_examples_common), so that an example's translation unit compiles its model.
+#include "mnist_common.hpp"
+
+#include <sys/resource.h>
+
+#include <iostream>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include <gradus/io/checkpoint.hpp>
+#include <gradus/util/metrics_log.hpp>
+#include <gradus/util/svg_plot.hpp>
+
+namespace gradus_examples {
+
+void add_mnist_options(CLI::App& app, mnist_options& o) {
+  app.option_defaults()->always_capture_default();
+  app.add_option("--data", o.data, "directory with the four MNIST IDX files (tools/fetch-mnist.sh)");
+  app.add_option("--epochs", o.epochs, "training epochs (in all, counting those a resumed checkpoint holds)")
+      ->check(CLI::Range(1, 1000));
+  app.add_option("--batch", o.batch, "minibatch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{60000}));
+  app.add_option("--threads", o.threads, "threads (OpenMP and OpenBLAS)")->check(CLI::Range(1, 256));
+  app.add_option("--seed", o.seed, "seed of the initial weights and of each epoch's shuffle");
+  app.add_flag("--json", o.json, "print one final line of JSON metrics on stdout");
+  app.add_flag("--quiet", o.quiet, "no progress output on stderr");
+  app.add_option("--metrics", o.metrics, "append one row per epoch to this CSV file (epoch, step, train_loss, ...)");
+  app.add_option("--plot", o.plot, "write the loss and accuracy curves to this SVG file after every epoch");
+  auto* ck =
+      app.add_option("--checkpoint", o.checkpoint, "save the weights and optimizer state to this .npz after every epoch");
+  app.add_flag("--resume", o.resume, "restore --checkpoint (when it exists) and continue at its next epoch")->needs(ck);
+  app.add_option("--train-limit", o.train_limit, "train on the first N training images only (0: all)")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{60000}));
+  app.add_option("--log-every", o.log_every, "without a terminal: a progress line every N steps (0: one per epoch)")
+      ->check(CLI::Range(std::int64_t{0}, std::numeric_limits<std::int64_t>::max()));
+  app.add_option("--max-loss-ratio", o.max_loss_ratio,
+                 "stop with an error when a step's loss is not finite or exceeds this times the run's first loss "
+                 "(a diverging run; 0: only non-finite losses)")
+      ->check(CLI::Range(0.0, 1e300));
+  add_comm_options(app, o);
+}
+
+
+mnist_data load_mnist(const mnist_options& o) {
+  g::dims train_shape, test_shape;
+  // the training images stay bytes (47 MB, not 188 MB as float); batches are scaled to [0, 1]
+  auto train_x = g::data::load_mnist_image_bytes(o.data + "/train-images-idx3-ubyte", &train_shape);
+  auto train_y = g::data::load_mnist_labels(o.data + "/train-labels-idx1-ubyte");
+  auto test_x = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &test_shape);
+  auto test_y = g::data::load_mnist_labels(o.data + "/t10k-labels-idx1-ubyte");
+  const g::index_t n = train_shape.d[0], nt = test_shape.d[0];
+  if (train_shape.d[1] != 784 || test_shape.d[1] != 784 || static_cast<g::index_t>(train_y.size()) != n ||
+      static_cast<g::index_t>(test_y.size()) != nt)
+    throw g::data_error("gradus: MNIST in '" + o.data +
+                        "': the images are not 28x28 or their counts differ from the labels'");
+  if (o.train_limit > 0 && o.train_limit < n) {
+    train_x.resize(static_cast<std::size_t>(o.train_limit * 784));
+    train_y.resize(static_cast<std::size_t>(o.train_limit));
+  }
+  return {g::data::dataset(std::move(train_x), g::dims{784}, std::move(train_y), 1.0f / 255.0f), std::move(test_x),
+          std::move(test_y), nt};
+}
+
+// --lr and --momentum of the examples trained with SGD (defaults: the 0.05, 0.9).
+void add_sgd_options(CLI::App& app, double& lr, double& momentum) {
+  app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
+  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: KiB
+}
+
+// The directory a file will be written to exists (or is created now), before any
+// training: a bad --checkpoint path fails at once, not after the first epoch.
+void ensure_parent_directory(const std::string& file, const std::string& option) {
+  const std::filesystem::path p(file);
+  if (p.filename().empty()) throw g::error("gradus: " + option + " '" + file + "' names a directory, not a file");
+  std::error_code ec;
+  if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);
+  if (ec || (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path())))
+    throw g::error("gradus: " + option + " '" + file + "': cannot create the directory '" + p.parent_path().string() +
+                   "'" + (ec ? ": " + ec.message() : std::string()));
+}
+
+void restore_session(g::session<g::cpu_simd>& s, const std::string& file, int world) {
+  g::restore_checkpoint(s, file, {.world_size = world});
+}
+
+void save_session(const g::session<g::cpu_simd>& s, const std::string& file, int world) {
+  g::save_checkpoint(s, file, {.world_size = world});
+}
+
+struct epoch_records::impl {
+  std::string plot;
+  std::optional<g::util::metrics_log> log;
+  g::util::metrics_table history;
+};
+
+epoch_records::epoch_records(const mnist_options& o, int first_epoch, bool chief) : p_(std::make_unique<impl>()) {
+  const std::vector<std::string> columns{"epoch",         "step",          "train_loss",         "test_accuracy",
+                                         "train_seconds", "examples_per_second", "comm_wait_seconds"};
+  p_->plot = o.plot;
+  p_->history = {columns, {}};
+  if (!o.metrics.empty() && chief) {
+    p_->log = first_epoch > 0 ? g::util::metrics_log::append(o.metrics, columns, first_epoch)
+                              : g::util::metrics_log::create(o.metrics, columns);
+    p_->history = p_->log->table();
+  }
+}
+
+epoch_records::~epoch_records() = default;
+
+void epoch_records::add(const std::vector<double>& row) {
+  if (p_->log) {
+    p_->log->write(row);
+    p_->history = p_->log->table();
+  } else {
+    p_->history.rows.push_back(row);
+  }
+  if (!p_->plot.empty()) g::util::write_svg(p_->plot, g::util::training_curves(p_->history));
+}
+
+void print_json(const std::string& example, const mnist_options& o, const run_summary& r) {
+  const int run = o.epochs - r.first_epoch;
+  nlohmann::json j = {{"example", example},
+                      {"epochs", o.epochs},
+                      {"start_epoch", r.first_epoch + 1},
+                      {"batch", o.batch},
+                      {"threads", o.threads},
+                      {"seed", o.seed},
+                      {"train_examples", r.train_examples},
+                      {"test_accuracy", r.test_accuracy},
+                      {"epoch_seconds", r.train_seconds / run},
+                      {"examples_per_second", static_cast<double>(r.train_examples) * run / r.train_seconds},
+                      {"final_loss", r.final_loss},
+                      {"world_size", r.world_size},
+                      {"comm", r.comm},
+                      {"comm_wait_seconds", r.comm_wait_seconds / run},
+                      {"peak_rss_mb", peak_rss_mb()}};
+  if (o.comm == "ps") {
+    j["consistency"] = o.consistency;
+    j["servers"] = cluster_ps_count();
+  }
+  std::cout << j.dump() << std::endl;
+}
+
+}  // namespace gradus_examples
