@@ -18,12 +18,10 @@ namespace g = gradus;
 namespace gx = gradus_examples;
 
 int main(int argc, char** argv) {
-  CLI::App app{"MNIST LeNet-5 (two 5x5 convolutions, max-pooling, three dense layers), SGD with momentum, trained with gradus."};
   gx::mnist_options o;
-  gx::add_mnist_options(app, o);
   double lr = 0.05, momentum = 0.9;
-  gx::add_sgd_options(app, lr, momentum);
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = gx::parse_command_line(argc, argv, "MNIST LeNet-5 (two 5x5 convolutions, max-pooling, three dense layers), SGD with momentum, trained with gradus.", o, gx::sgd_options(lr, momentum)))
+    return *rc;
 
   return gx::guarded([&] {
     if (const auto rc = gx::serve_if_ps(o)) return *rc;  // a ps task serves and ends

@@ -3,6 +3,7 @@
 // (CMake: gradus_examples_common), so that an example's translation unit compiles its model.
 #include "mnist_common.hpp"
 
+#include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
 #include <iostream>
@@ -63,6 +64,19 @@ mnist_data load_mnist(const mnist_options& o) {
 }
 
 // --lr and --momentum of the examples trained with SGD (defaults: the 0.05, 0.9).
+std::optional<int> parse_command_line(int argc, char** argv, const std::string& description, mnist_options& o,
+                                      const std::vector<number_option>& own) {
+  CLI::App app{description};
+  add_mnist_options(app, o);
+  for (const number_option& n : own) app.add_option(n.name, *n.value, n.help)->check(CLI::Range(n.lo, n.hi));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  return std::nullopt;
+}
+
 void add_sgd_options(CLI::App& app, double& lr, double& momentum) {
   app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
   app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));

@@ -6,10 +6,10 @@
 // where it needs images or sequences) and hands over the session, the training step and the
 // logits:
 //
-//   CLI::App app{"..."};
 //   gradus_examples::mnist_options o;
-//   gradus_examples::add_mnist_options(app, o);
-//   CLI11_PARSE(app, argc, argv);
+//   double lr = 0.05, momentum = 0.9;
+//   if (auto rc = gradus_examples::parse_command_line(argc, argv, "...", o, gradus_examples::sgd_options(lr, momentum)))
+//     return *rc;
 //   return gradus_examples::guarded([&] {
 //     auto data = gradus_examples::load_mnist(o);
 //     g::placeholder<"x", float, g::dyn, 784> x;  g::placeholder<"y", std::int32_t, g::dyn> y;
@@ -43,7 +43,6 @@
 // seconds per epoch of this run, evaluation excluded), examples_per_second, final_loss
 // (mean training loss of the last epoch, over every rank), peak_rss_mb. The progress goes to stderr
 // (a live line on a terminal, plain lines otherwise; --quiet turns it off).
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -110,6 +109,23 @@ mnist_data load_mnist(const mnist_options& o);
 
 // --lr and --momentum of the examples trained with SGD (defaults: the 0.05, 0.9).
 void add_sgd_options(CLI::App& app, double& lr, double& momentum);
+
+// An example's own option: a number in [lo, hi].
+struct number_option {
+  std::string name, help;
+  double* value;
+  double lo, hi;
+};
+inline std::vector<number_option> sgd_options(double& lr, double& momentum) {
+  return {{"--lr", "learning rate", &lr, 0.0, 10.0}, {"--momentum", "SGD momentum", &momentum, 0.0, 0.999}};
+}
+
+// The example's command line (CLI11, in mnist_common.cpp: an example's translation unit
+// does not compile it): the MNIST options, --comm's, and the example's own. Returns the
+// exit status when the program should stop (--help: 0; a bad option: its message and
+// CLI11's status), nothing when it should go on.
+std::optional<int> parse_command_line(int argc, char** argv, const std::string& description, mnist_options& o,
+                                      const std::vector<number_option>& own = {});
 
 double peak_rss_mb();
 

@@ -20,12 +20,13 @@ namespace g = gradus;
 namespace gx = gradus_examples;
 
 int main(int argc, char** argv) {
-  CLI::App app{"Sequential MNIST: an LSTM(128) over the 28 rows of each image, then dense 128->10; Adam; trained with gradus."};
   gx::mnist_options o;
-  gx::add_mnist_options(app, o);
   double lr = 1e-3;
-  app.add_option("--lr", lr, "Adam's learning rate")->check(CLI::Range(0.0, 1.0));
-  CLI11_PARSE(app, argc, argv);
+  if (const auto rc = gx::parse_command_line(
+          argc, argv,
+          "Sequential MNIST: an LSTM(128) over the 28 rows of each image, then dense 128->10; Adam; trained with gradus.",
+          o, {{"--lr", "Adam's learning rate", &lr, 0.0, 1.0}}))
+    return *rc;
 
   return gx::guarded([&] {
     if (const auto rc = gx::serve_if_ps(o)) return *rc;  // a ps task serves and ends
