@@ -142,7 +142,7 @@ def torch_worker(a):
         lib = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
         blas += f" ({os.path.realpath(lib)})" if os.path.exists(lib) else ""
     print(json.dumps({"epoch_seconds": seconds, "test_accuracy": accs, "loss": losses,
-                      "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                      "peak_rss_mb": peak_rss_mb(),
                       "torch": f"{torch.__version__}, BLAS {blas}"}))
 
 
@@ -194,6 +194,19 @@ def last_json(out):
         if line.startswith("{"):
             return json.loads(line)
     raise ValueError("no JSON line in the output")
+
+
+def peak_rss_mb():
+    # VmHWM: this address space's peak. ru_maxrss survives exec on Linux, so a worker would
+    # report its parent's size (the parent imported torch) if it was smaller itself.
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def wait_policy_env(a, env):

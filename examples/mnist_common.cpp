@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
+#include <cstdio>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -82,7 +83,19 @@ void add_sgd_options(CLI::App& app, double& lr, double& momentum) {
   app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
 }
 
+// The peak resident set of this program's address space: /proc/self/status's VmHWM. Not
+// getrusage's ru_maxrss, which Linux carries across exec: started by a 230 MB Python
+// process (benchmarks/mnist_vs_pytorch.py after `import torch`), this program would report
+// the parent's 230 MB instead of its own ~100.
 double peak_rss_mb() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    long kib = -1;
+    while (std::fgets(line, sizeof line, f))
+      if (std::sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    std::fclose(f);
+    if (kib >= 0) return static_cast<double>(kib) / 1024.0;
+  }
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // Linux: KiB
