@@ -6,8 +6,8 @@ Each run is `<build>/examples/mnist_mlp --threads 2 --epochs E --json --quiet` (
 what counts. Loads: idle; one core busy; two cores busy (a compiler's -j2), each core
 held by a spinning child process this script starts and ends by PID. Policies:
 
-  adaptive      the default: the team follows the free cores (cpu_simd/threads.hpp)
-  fixed         GRADUS_ADAPTIVE_THREADS=0: a team of --threads whatever the load (before)
+  adaptive      GRADUS_ADAPTIVE_THREADS=1: the team follows the free cores (cpu_simd/threads.hpp)
+  fixed         GRADUS_ADAPTIVE_THREADS=0, the default: a team of --threads whatever the load
   passive       fixed + OMP_WAIT_POLICY=passive (threads sleep at once at a barrier)
   spin10k       fixed + GOMP_SPINCOUNT=10000 (a bounded spin)
   1-thread      --threads 1
@@ -30,7 +30,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 POLICIES = {
-    "adaptive": ({}, 2),
+    "adaptive": ({"GRADUS_ADAPTIVE_THREADS": "1"}, 2),
     "fixed": ({"GRADUS_ADAPTIVE_THREADS": "0"}, 2),
     "passive": ({"GRADUS_ADAPTIVE_THREADS": "0", "OMP_WAIT_POLICY": "passive"}, 2),
     "spin10k": ({"GRADUS_ADAPTIVE_THREADS": "0", "GOMP_SPINCOUNT": "10000"}, 2),

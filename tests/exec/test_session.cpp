@@ -136,6 +136,7 @@ BOOST_AUTO_TEST_CASE(results_depend_on_threads_not_on_the_team) {
 // per thread; more load elsewhere only takes more cores; the children are ended by PID
 // whatever the outcome).
 BOOST_AUTO_TEST_CASE(team_shrinks_while_other_processes_hold_the_cores) {
+  g::cpu_simd::set_adaptive_threads(true);
   const int cpus = g::cpu_threads::governor::instance().cpus();
   BOOST_TEST_REQUIRE(cpus >= 1);
   std::vector<pid_t> kids;
@@ -174,4 +175,6 @@ BOOST_AUTO_TEST_CASE(team_shrinks_while_other_processes_hold_the_cores) {
     BOOST_TEST(s.omp == 1);
     BOOST_TEST(s.threads == 2);
   }
+  g::cpu_simd::set_adaptive_threads(false);
+  BOOST_TEST(g::cpu_simd::team() == 2);  // off: threads() whatever the load
 }

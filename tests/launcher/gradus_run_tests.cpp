@@ -615,8 +615,10 @@ BOOST_AUTO_TEST_CASE(a_killed_parameter_server_is_restarted) {
   // then exits 0, and the restarted ps0 is stopped as parameter servers are (not restarted).
   scratch s;
   const auto dir = s.dir.string();
-  const auto r = run({"-np", "1", "--ps", "1", "--max-restarts", "2", "--restart-delay", "0.2", child, "starts", dir,
-                      "restart-count", "env", "kill-first", "ps0", std::to_string(SIGKILL), "await", "0", dir, "ps0", "2",
+  // env before starts: the worker ends the job as soon as ps0's second start is recorded,
+  // so the line must already be in the pipe (gradus-run drains it) by then
+  const auto r = run({"-np", "1", "--ps", "1", "--max-restarts", "2", "--restart-delay", "0.2", child, "restart-count",
+                      "env", "starts", dir, "kill-first", "ps0", std::to_string(SIGKILL), "await", "0", dir, "ps0", "2",
                       "20000", "exit-if", "0", "0", "sleep", "20000"},
                      40);
   BOOST_TEST(r.exit_code() == 0, r.err);

@@ -80,8 +80,9 @@ struct cpu_simd {
   static int threads() { return cpu_threads::threads(); }
   static int team() { return cpu_threads::team(); }
   static void set_threads(int n) { cpu_threads::set_threads(n); }
-  // The team follows the free cores unless switched off (GRADUS_ADAPTIVE_THREADS=0) or
-  // pinned (pin_team(n); 0 adapts again).
+  // The team follows the free cores when switched on (GRADUS_ADAPTIVE_THREADS=1 or
+  // set_adaptive_threads(true); off by default: threads.hpp says why) or is pinned
+  // (pin_team(n); 0 unpins).
   static void set_adaptive_threads(bool on) { cpu_threads::governor::instance().set_adaptive(on); }
   static void pin_team(int n) { cpu_threads::governor::instance().pin(n); }
   // session::run calls it before every run: one clock read, a sample of /proc every 250 ms.
