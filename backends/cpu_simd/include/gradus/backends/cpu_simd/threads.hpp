@@ -205,20 +205,8 @@ class governor {
     }
     if (cpus_.empty()) available_ = false;
     period_ticks_ = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::milliseconds(250)).count();
-    // A first reading, so the first decision comes one period after start-up.
-    sample_now();
-  }
-  void sample_now() {
-    const cpu_times c = read_cpu_times();
-    const std::int64_t own = read_own_time();
-    if (!c.ok || own < 0) {
-      available_ = false;
-      return;
-    }
-    prev_ = c;
-    prev_own_ = own;
-    have_prev_ = true;
-    last_.store(std::chrono::steady_clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+    // A first reading (last_ is 0: it is due), so the first decision comes one period later.
+    sample(std::chrono::steady_clock::now());
   }
   static std::size_t read_file(const char* path, char* buf, std::size_t cap) {
     const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
