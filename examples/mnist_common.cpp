@@ -23,7 +23,7 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
   app.add_option("--epochs", o.epochs, "training epochs (in all, counting those a resumed checkpoint holds)")
       ->check(CLI::Range(1, 1000));
   app.add_option("--batch", o.batch, "minibatch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{60000}));
-  app.add_option("--threads", o.threads, "threads (OpenMP and OpenBLAS)")->check(CLI::Range(1, 256));
+  app.add_option("--threads", o.threads, "threads (fused passes and GEMM blocks; fewer while other processes hold cores, same results)")->check(CLI::Range(1, 256));
   app.add_option("--seed", o.seed, "seed of the initial weights and of each epoch's shuffle");
   app.add_flag("--json", o.json, "print one final line of JSON metrics on stdout");
   app.add_flag("--quiet", o.quiet, "no progress output on stderr");

@@ -1,5 +1,6 @@
 #define BOOST_TEST_MODULE exec_session
 #include <boost/test/unit_test.hpp>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -8,6 +9,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
@@ -74,51 +77,112 @@ BOOST_AUTO_TEST_CASE(governor_counts_taken_cores_with_hysteresis) {
   BOOST_TEST(gs::team(4, 2, 1) == 1);
 }
 
-// The bits are threads()'s, not the team's: a long-k GEMM (cpu_simd::split_k's slices) and a
-// training step give the same bits on a team of 1 as on 2, and before_run hands the team
-// to OpenMP.
+// The streaming-store threshold's cache size: the highest-level data or unified cache of
+// the first CPU this process may use, from a sysfs-shaped tree (K and M suffixes; the
+// instruction cache and a bigger L2 of another CPU are not it); 0 without one.
+BOOST_AUTO_TEST_CASE(last_level_cache_is_read_from_sysfs) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("gradus-sysfs-" + std::to_string(getpid()));
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  BOOST_TEST_REQUIRE(sched_getaffinity(0, sizeof set, &set) == 0);
+  int cpu = 0;
+  while (!CPU_ISSET(cpu, &set)) ++cpu;
+  auto cache = [&](int c, int index, const char* level, const char* type, const char* size) {
+    const fs::path d = root / ("cpu" + std::to_string(c)) / "cache" / ("index" + std::to_string(index));
+    fs::create_directories(d);
+    std::ofstream(d / "level") << level << "\n";
+    std::ofstream(d / "type") << type << "\n";
+    std::ofstream(d / "size") << size << "\n";
+  };
+  BOOST_TEST(g::cpu_threads::last_level_cache_bytes(root.string()) == 0u);
+  cache(cpu, 0, "1", "Data", "32K");
+  cache(cpu, 1, "1", "Instruction", "64K");
+  BOOST_TEST(g::cpu_threads::last_level_cache_bytes(root.string()) == 32u << 10);
+  cache(cpu, 2, "2", "Unified", "1024K");
+  cache(cpu, 3, "3", "Unified", "32768K");
+  cache(cpu + 1, 2, "2", "Unified", "2M");
+  BOOST_TEST(g::cpu_threads::last_level_cache_bytes(root.string()) == 32u << 20);
+  cache(cpu, 3, "3", "Unified", "96M");
+  BOOST_TEST(g::cpu_threads::last_level_cache_bytes(root.string()) == 96u << 20);
+  fs::remove_all(root);
+}
+
+// The bits are threads()'s, not the team's: GEMMs the backend cuts into blocks (an MLP
+// layer's forward [64,784] x [784,256], its data gradient with B transposed, its weight
+// gradient with A transposed, a batch of 3 items), one too narrow to cut (a single call,
+// with OpenMP's count at 1 for it: OpenBLAS threads by that count), a long-k GEMM (cpu_simd::split_k's slices) and
+// training steps give the same bits on a team of 1 as on 2 (OpenBLAS's own threads gave
+// 15,049 of the forward's 16,384 elements other bits), and before_run hands the team to
+// OpenMP. Every product is also checked against a double-precision sum.
 BOOST_AUTO_TEST_CASE(results_depend_on_threads_not_on_the_team) {
   g::cpu_simd::set_threads(2);
-  const g::index_t m = 6, n = 25, k = 5003;  // a conv weight gradient's shape; k reaches a tail
-  std::vector<float> a(static_cast<std::size_t>(m * k)), b(static_cast<std::size_t>(k * n));
-  for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
-  for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
-  std::vector<float> c1(static_cast<std::size_t>(m * n)), c2(c1.size());
-  g::cpu_simd::pin_team(1);
-  g::cpu_simd::before_run();
-  BOOST_TEST(g::cpu_simd::team() == 1);
-  BOOST_TEST(omp_get_max_threads() == 1);
-  BOOST_TEST(g::cpu_simd::threads() == 2);
-  g::cpu_simd::gemm(false, false, m, n, k, 1.0f, a.data(), k, 0, b.data(), n, 0, 0.0f, c1.data(), n, 0, 1);
-  g::cpu_simd::pin_team(2);
-  g::cpu_simd::before_run();
-  BOOST_TEST(omp_get_max_threads() == 2);
-  g::cpu_simd::gemm(false, false, m, n, k, 1.0f, a.data(), k, 0, b.data(), n, 0, 0.0f, c2.data(), n, 0, 1);
-  for (g::index_t i = 0; i < m; ++i)
-    for (g::index_t j = 0; j < n; ++j) {
-      double ref = 0;
-      for (g::index_t q = 0; q < k; ++q) ref += double(a[static_cast<std::size_t>(i * k + q)]) * b[static_cast<std::size_t>(q * n + j)];
-      const auto at = static_cast<std::size_t>(i * n + j);
-      BOOST_TEST(std::bit_cast<std::uint32_t>(c1[at]) == std::bit_cast<std::uint32_t>(c2[at]), "c(" << i << "," << j << ")");
-      BOOST_TEST(std::abs(c1[at] - ref) <= 1e-3 * (1 + std::abs(ref)), "c(" << i << "," << j << ") against double");
+  struct product {
+    bool ta, tb;
+    g::index_t m, n, k, batch;
+  };
+  const product cases[] = {
+      {false, false, 6, 25, 5003, 1},   // a conv weight gradient's shape; k reaches a tail
+      {false, false, 64, 256, 784, 1},  // mnist_mlp's first layer
+      {false, true, 64, 784, 256, 1},   // its data gradient (B = W, transposed)
+      {true, false, 784, 256, 64, 1},   // its weight gradient (A = x, transposed)
+      {false, false, 6, 36867, 25, 1},  // a convolution's forward: a long n with a tail
+      {false, false, 20, 24, 1000, 1},  // too narrow to cut, too short for split_k: one call
+      {false, false, 61, 133, 129, 3},  // a batch of three, odd extents
+  };
+  for (const product& p : cases) {
+    const g::index_t am = p.ta ? p.k : p.m, ak = p.ta ? p.m : p.k;  // A as stored
+    const g::index_t bk = p.tb ? p.n : p.k, bn = p.tb ? p.k : p.n;  // B as stored
+    std::vector<float> a(static_cast<std::size_t>(p.batch * am * ak)), b(static_cast<std::size_t>(p.batch * bk * bn));
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
+    std::vector<float> c[2];
+    for (int team = 1; team <= 2; ++team) {
+      g::cpu_simd::pin_team(team);
+      g::cpu_simd::before_run();
+      BOOST_TEST(g::cpu_simd::team() == team);
+      BOOST_TEST(omp_get_max_threads() == team);
+      BOOST_TEST(g::cpu_simd::threads() == 2);
+      auto& out = c[team - 1];
+      out.assign(static_cast<std::size_t>(p.batch * p.m * p.n), 0.5f);  // beta = 1 adds to it
+      g::cpu_simd::gemm(p.ta, p.tb, p.m, p.n, p.k, 1.0f, a.data(), ak, am * ak, b.data(), bn, bk * bn, 1.0f,
+                        out.data(), p.n, p.m * p.n, p.batch);
     }
+    int differ = 0, wrong = 0;
+    for (g::index_t t = 0; t < p.batch; ++t)
+      for (g::index_t i = 0; i < p.m; ++i)
+        for (g::index_t j = 0; j < p.n; ++j) {
+          double ref = 0.5;
+          for (g::index_t q = 0; q < p.k; ++q) {
+            const float av = a[static_cast<std::size_t>(t * am * ak + (p.ta ? q * ak + i : i * ak + q))];
+            const float bv = b[static_cast<std::size_t>(t * bk * bn + (p.tb ? j * bn + q : q * bn + j))];
+            ref += double(av) * bv;
+          }
+          const auto at = static_cast<std::size_t>((t * p.m + i) * p.n + j);
+          differ += std::bit_cast<std::uint32_t>(c[0][at]) != std::bit_cast<std::uint32_t>(c[1][at]);
+          wrong += !(std::abs(c[1][at] - ref) <= 1e-4 * (std::sqrt(double(p.k)) + std::abs(ref)));
+        }
+    BOOST_TEST(differ == 0, "[" << p.m << "," << p.n << "," << p.k << "] x" << p.batch << ": bits differ between teams");
+    BOOST_TEST(wrong == 0, "[" << p.m << "," << p.n << "," << p.k << "] x" << p.batch << ": off the double sum");
+  }
 
-  // a few SGD steps of a small MLP, on a team of 1 and of 2
+  // a few SGD steps of an MLP with a 784-wide input, on a team of 1 and of 2
   auto train = [](int team) {
     g::cpu_simd::pin_team(team);
-    g::placeholder<"x", float, g::dyn, 40> x;
+    g::placeholder<"x", float, g::dyn, 784> x;
     g::placeholder<"y", std::int32_t, g::dyn> y;
-    g::nn::dense<"l1", 40, 33> l1;
-    g::nn::dense<"l2", 33, 10> l2;
+    g::nn::dense<"l1", 784, 67> l1;
+    g::nn::dense<"l2", 67, 10> l2;
     const auto loss = g::nn::softmax_cross_entropy_loss(l2(g::relu(l1(x))), y);
     g::session<g::cpu_simd> s;
     l1.initialize(s, 7);
     l2.initialize(s, 7);
     auto step = g::minimize(s, loss, g::sgd{.lr = 0.1, .momentum = 0.9});
-    xt::xtensor<float, 2> xv = xt::zeros<float>({std::size_t{3000}, std::size_t{40}});
-    xt::xtensor<std::int32_t, 1> yv = xt::zeros<std::int32_t>({std::size_t{3000}});
-    for (std::size_t i = 0; i < 3000; ++i) {
-      for (std::size_t j = 0; j < 40; ++j) xv(i, j) = std::sin(0.013f * static_cast<float>(i * 40 + j));
+    const std::size_t rows = 500;
+    xt::xtensor<float, 2> xv = xt::zeros<float>({rows, std::size_t{784}});
+    xt::xtensor<std::int32_t, 1> yv = xt::zeros<std::int32_t>({rows});
+    for (std::size_t i = 0; i < rows; ++i) {
+      for (std::size_t j = 0; j < 784; ++j) xv(i, j) = std::sin(0.013f * static_cast<float>(i * 784 + j));
       yv(i) = static_cast<std::int32_t>((i * 7) % 10);
     }
     for (int it = 0; it < 3; ++it) step.run(x = xv, y = yv);
@@ -177,4 +241,5 @@ BOOST_AUTO_TEST_CASE(team_shrinks_while_other_processes_hold_the_cores) {
   }
   g::cpu_simd::set_adaptive_threads(false);
   BOOST_TEST(g::cpu_simd::team() == 2);  // off: threads() whatever the load
+  g::cpu_simd::set_adaptive_threads(true);  // the default
 }

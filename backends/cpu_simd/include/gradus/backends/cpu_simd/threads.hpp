@@ -25,15 +25,14 @@
 // one half does not flip the team every sample). The team is threads() less the taken
 // cores, at least 1. On idle cores it is threads(): the idle speed is the default's.
 //
-// Opt-in for now: GRADUS_ADAPTIVE_THREADS=1 (or set_adaptive_threads(true)) turns it on;
-// pin_team(n) fixes the team at n (0: back to threads(), or adaptive when on). Where /proc
-// is missing (not Linux) the team stays at threads(). Why not the default yet: OpenBLAS's
-// GEMM does not give the same bits on 1 thread as on 2 (its K blocking differs between
-// its single- and multi-threaded drivers), so a team that changes mid-run changes the
-// weights, and "the same --threads gives the same weights" (examples/check_resume.cmake)
-// would hold only on idle cores. It becomes the default once every GEMM is cut into
-// threads() column slices of single-threaded calls (issue 15's N-split), which makes the
-// bits the team's business no longer.
+// On by default; GRADUS_ADAPTIVE_THREADS=0 (or set_adaptive_threads(false)) keeps the team at
+// threads(); pin_team(n) fixes it at n (0: back to threads(), or adaptive when on). Where
+// /proc is missing (not Linux) the team stays at threads(). The team never changes a bit of
+// the results: every pass cuts its work by threads() (fused passes element by element,
+// GEMMs into blocks of one-thread OpenBLAS calls, cpu_simd::gemm), and a smaller team
+// runs the same pieces, more of them per thread. (Until issue 15's block split, OpenBLAS
+// threaded its own GEMMs, and its multi-threaded driver blocks K differently from its
+// single-threaded one: a team that shrank mid-run changed the weights.)
 #include <fcntl.h>
 #include <omp.h>
 #include <sched.h>
@@ -47,13 +46,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <vector>
-
-extern "C" {
-void openblas_set_num_threads(int num_threads);
-int openblas_get_num_threads(void);
-}
 
 namespace gradus::cpu_threads {
 
@@ -195,8 +190,8 @@ class governor {
 
  private:
   governor() {
-    if (const char* e = std::getenv("GRADUS_ADAPTIVE_THREADS"); e && (std::string_view(e) == "1" || std::string_view(e) == "true" || std::string_view(e) == "on"))
-      adaptive_ = true;
+    if (const char* e = std::getenv("GRADUS_ADAPTIVE_THREADS"); e && (std::string_view(e) == "0" || std::string_view(e) == "false" || std::string_view(e) == "off"))
+      adaptive_ = false;
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof set, &set) == 0) {
@@ -233,7 +228,7 @@ class governor {
     return n ? parse_self_stat(std::string_view(buf, n)) : -1;
   }
 
-  std::atomic<bool> adaptive_{false};
+  std::atomic<bool> adaptive_{true};
   std::atomic<int> pinned_{0};
   std::atomic<int> taken_{0};
   std::atomic<std::int64_t> last_{0};
@@ -248,31 +243,78 @@ class governor {
   std::vector<char> buffer_;
 };
 
+// The size in bytes of the highest-level data or unified cache in front of the first CPU
+// this process may run on, from /sys/devices/system/cpu/cpuN/cache/index*/{level,type,size}
+// ("32768K"); 0 where Linux does not say. `root` is that directory's parent (a test's own).
+inline std::size_t last_level_cache_bytes(const std::string& root = "/sys/devices/system/cpu") {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  int cpu = 0;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    while (cpu < CPU_SETSIZE - 1 && !CPU_ISSET(cpu, &set)) ++cpu;
+  auto read = [](const std::string& path) {
+    char buf[64] = {};
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::string();
+    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+    ::close(fd);
+    std::string s(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+  };
+  int best_level = 0;
+  std::size_t best = 0;
+  for (int i = 0; i < 16; ++i) {
+    const std::string dir = root + "/cpu" + std::to_string(cpu) + "/cache/index" + std::to_string(i) + "/";
+    const std::string level = read(dir + "level"), type = read(dir + "type"), size = read(dir + "size");
+    if (level.empty()) break;
+    if (type == "Instruction" || size.empty()) continue;
+    std::size_t v = 0, at = 0;
+    while (at < size.size() && size[at] >= '0' && size[at] <= '9') v = v * 10 + static_cast<std::size_t>(size[at++] - '0');
+    if (at < size.size()) v <<= size[at] == 'K' ? 10 : size[at] == 'M' ? 20 : size[at] == 'G' ? 30 : 0;
+    const int l = std::atoi(level.c_str());
+    if (l > best_level && v > 0) {
+      best_level = l;
+      best = v;
+    }
+  }
+  return best;
+}
+
 // Per calling thread (OpenMP's thread count is a per-thread setting): the thread count its
-// results are defined by, and the team last given to OpenMP and OpenBLAS.
+// results are defined by, and the team last given to OpenMP.
 inline thread_local int tl_threads = 0;
 inline thread_local int tl_team = 0;
-// OpenBLAS's threads follow the team unless the program keeps it at one (OPENBLAS_NUM_THREADS=1
-// and no set_threads on this thread), as some run it beside their own OpenMP passes.
-inline thread_local int tl_blas_follows = -1;
 
 inline int threads() {
   if (tl_threads <= 0) tl_threads = omp_get_max_threads();  // before any team was set here
   return tl_threads;
 }
 
+// Runs f with OpenBLAS on the calling thread alone. OpenBLAS's OpenMP build (Debian's
+// libopenblas0-openmp, 0.3.21) uses omp_get_max_threads() threads whenever it is called
+// outside an active parallel region (it resets its own count to OpenMP's on every call,
+// so openblas_set_num_threads(1) does not hold), and one thread inside one. Outside, the
+// calling thread's OpenMP count is 1 for the call and put back after: a cheap ICV store.
+template <class F>
+void blas_on_one_thread(F&& f) {
+  if (omp_in_parallel()) return f();
+  const int keep = omp_get_max_threads();
+  if (keep == 1) return f();
+  omp_set_num_threads(1);
+  f();
+  omp_set_num_threads(keep);
+}
+
 inline void apply_team(int team) {
   if (team == tl_team) return;
-  if (tl_blas_follows < 0) tl_blas_follows = openblas_get_num_threads() != 1;
   omp_set_num_threads(team);
-  if (tl_blas_follows) openblas_set_num_threads(team);
   tl_team = team;
 }
 
 inline void set_threads(int n) {
   tl_threads = std::max(1, n);
   tl_team = 0;
-  tl_blas_follows = 1;
   apply_team(governor::instance().team_for(tl_threads));
 }
 

@@ -1,0 +1,116 @@
+// LeNet-5's two convolutions (mnist_cnn, batch 64) three ways: gradus' path (im2col, one
+// GEMM through cpu_simd::gemm, a permute; the weight gradient one GEMM against the columns;
+// the data gradient one GEMM and col2im), and oneDNN 2.6 (Debian's libdnnl-dev, what
+// PyTorch runs its CPU convolutions on) with plain NCHW tensors and with the formats it
+// picks (blocked; the reorders from and to NCHW are timed with it). Each pass is checked
+// against gradus' values. Built only where oneDNN is found; it answers issue 15's question
+// whether oneDNN behind the backend's convolutions would win, before it is wired in.
+//
+//   bench_conv [rounds = 21]
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/gradus.hpp>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "bench_common.hpp"
+
+using namespace dnnl;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+namespace g = gradus;
+using idx = g::index_t;
+
+struct conv { const char* name; idx n, c, h, w, o, k; bool need_dx; };
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 21;
+  const conv cs[] = {{"conv1", 64, 1, 28, 28, 6, 5, false}, {"conv2", 64, 6, 12, 12, 16, 5, true}};
+  bool ok = true;
+  engine eng(engine::kind::cpu, 0);
+  stream st(eng);
+  std::printf("%d threads, %d rounds, 20 calls per sample, medians\n\n", omp_get_max_threads(), rounds);
+  const bench::background_load load;
+  std::printf("| conv | pass | gradus us | oneDNN nchw us | oneDNN blocked+reorders us | gradus / best oneDNN |\n|---|---|---:|---:|---:|---:|\n");
+  for (const conv& c : cs) {
+    const idx oh = c.h - c.k + 1, ow = c.w - c.k + 1, P = oh * ow, ckk = c.c * c.k * c.k;
+    std::vector<float> x(c.n * c.c * c.h * c.w), wt(c.o * ckk), y(c.n * c.o * P), dy(y.size()), dx(x.size()), dw(wt.size());
+    for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i);
+    for (size_t i = 0; i < wt.size(); ++i) wt[i] = std::cos(0.3f * i) * 0.2f;
+    for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::sin(0.7f * i) * 0.01f;
+    // gradus: the columns, the GEMM's [O, N*OH*OW] output, and the outputs
+    std::vector<float> col(ckk * c.n * P), yo(c.o * c.n * P), dyo(yo.size()), dcol(col.size()), yg(y.size()), dxg(x.size()), dwg(wt.size());
+    auto fwd_g = [&] {
+      g::cpu_simd::im2col(x.data(), c.n, c.c, c.h, c.w, c.k, c.k, idx(1), idx(0), col.data());
+      g::cpu_simd::gemm(false, false, c.o, c.n * P, ckk, 1.f, wt.data(), ckk, 0, col.data(), c.n * P, 0, 0.f, yo.data(), c.n * P, 0, 1);
+      g::dims in; in.rank = 3; in.d[0] = c.o; in.d[1] = c.n; in.d[2] = P;
+      g::cpu_simd::permute(yo.data(), in, std::array<std::size_t, g::max_rank>{1, 0, 2}, yg.data());
+    };
+    auto bwdw_g = [&] {
+      g::dims in; in.rank = 3; in.d[0] = c.n; in.d[1] = c.o; in.d[2] = P;
+      g::cpu_simd::permute(dy.data(), in, std::array<std::size_t, g::max_rank>{1, 0, 2}, dyo.data());
+      g::cpu_simd::gemm(false, true, c.o, ckk, c.n * P, 1.f, dyo.data(), c.n * P, 0, col.data(), c.n * P, 0, 0.f, dwg.data(), ckk, 0, 1);
+    };
+    auto bwdd_g = [&] {
+      g::cpu_simd::gemm(true, false, ckk, c.n * P, c.o, 1.f, wt.data(), ckk, 0, dyo.data(), c.n * P, 0, 0.f, dcol.data(), c.n * P, 0, 1);
+      std::fill(dxg.begin(), dxg.end(), 0.f);
+      g::cpu_simd::col2im(dcol.data(), c.n, c.c, c.h, c.w, c.k, c.k, idx(1), idx(0), dxg.data());
+    };
+    // oneDNN: plain NCHW descriptors, or `any` (its own formats) with reorders in the timing
+    memory::dims src{c.n, c.c, c.h, c.w}, wd{c.o, c.c, c.k, c.k}, dst{c.n, c.o, oh, ow}, s1{1, 1}, p0{0, 0};
+    auto plain = [&](bool blocked, double out[3]) {
+      auto any = [&](const memory::dims& d, tag t) { return memory::desc(d, dt::f32, blocked ? tag::any : t); };
+      auto fd = convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, any(src, tag::nchw), any(wd, tag::oihw), any(dst, tag::nchw), s1, p0, p0);
+      auto fpd = convolution_forward::primitive_desc(fd, eng);
+      auto dd = convolution_backward_data::desc(algorithm::convolution_direct, any(src, tag::nchw), any(wd, tag::oihw), any(dst, tag::nchw), s1, p0, p0);
+      auto dpd = convolution_backward_data::primitive_desc(dd, eng, fpd);
+      auto wdsc = convolution_backward_weights::desc(algorithm::convolution_direct, any(src, tag::nchw), any(wd, tag::oihw), any(dst, tag::nchw), s1, p0, p0);
+      auto wpd = convolution_backward_weights::primitive_desc(wdsc, eng, fpd);
+      memory ux({src, dt::f32, tag::nchw}, eng, x.data()), uw({wd, dt::f32, tag::oihw}, eng, wt.data()),  uy({dst, dt::f32, tag::nchw}, eng, y.data()), udy({dst, dt::f32, tag::nchw}, eng, dy.data()), udx({src, dt::f32, tag::nchw}, eng, dx.data()),
+          udw({wd, dt::f32, tag::oihw}, eng, dw.data());
+      auto conv_to = [&](memory& u, const memory::desc& want) { return want == u.get_desc() ? u : memory(want, eng); };
+      memory fx = conv_to(ux, fpd.src_desc()), fw = conv_to(uw, fpd.weights_desc()), fy = conv_to(uy, fpd.dst_desc());
+      memory bdy = conv_to(udy, dpd.diff_dst_desc()), bw = conv_to(uw, dpd.weights_desc()), bdx = conv_to(udx, dpd.diff_src_desc());
+      memory wx = conv_to(ux, wpd.src_desc()), wdy = conv_to(udy, wpd.diff_dst_desc()), wdw = conv_to(udw, wpd.diff_weights_desc());
+      auto rin = [&](memory& u, memory& m) { if (m.get(true) != u.get(true)) reorder(u, m).execute(st, u, m); };
+      convolution_forward fp(fpd); convolution_backward_data dp(dpd); convolution_backward_weights wp(wpd);
+      std::vector<bench::candidate> v;
+      v.push_back({"fwd", [&] { for (int r = 0; r < 20; ++r) { rin(ux, fx); rin(uw, fw); fp.execute(st, {{DNNL_ARG_SRC, fx}, {DNNL_ARG_WEIGHTS, fw}, {DNNL_ARG_DST, fy}}); rin(fy, uy); st.wait(); } }});
+      v.push_back({"bwdw", [&] { for (int r = 0; r < 20; ++r) { rin(ux, wx); rin(udy, wdy); wp.execute(st, {{DNNL_ARG_SRC, wx}, {DNNL_ARG_DIFF_DST, wdy}, {DNNL_ARG_DIFF_WEIGHTS, wdw}}); rin(wdw, udw); st.wait(); } }});
+      v.push_back({"bwdd", [&] { for (int r = 0; r < 20; ++r) { rin(udy, bdy); rin(uw, bw); dp.execute(st, {{DNNL_ARG_DIFF_DST, bdy}, {DNNL_ARG_WEIGHTS, bw}, {DNNL_ARG_DIFF_SRC, bdx}}); rin(bdx, udx); st.wait(); } }});
+      bench::run_interleaved(v, rounds, 2);
+      for (int i = 0; i < 3; ++i) out[i] = bench::median(v[i].seconds) / 20 * 1e6;
+      std::fprintf(stderr, "%s %s: fwd %s, bwd data %s, bwd weights %s\n", c.name, blocked ? "any" : "plain", fpd.impl_info_str(), dpd.impl_info_str(), wpd.impl_info_str());
+    };
+    double on[3], ob[3], gg[3];
+    plain(false, on);
+    plain(true, ob);
+    std::vector<bench::candidate> v;
+    v.push_back({"fwd", [&] { for (int r = 0; r < 20; ++r) fwd_g(); }});
+    v.push_back({"bwdw", [&] { for (int r = 0; r < 20; ++r) bwdw_g(); }});
+    v.push_back({"bwdd", [&] { for (int r = 0; r < 20; ++r) bwdd_g(); }});
+    bench::run_interleaved(v, rounds, 2);
+    for (int i = 0; i < 3; ++i) gg[i] = bench::median(v[i].seconds) / 20 * 1e6;
+    // the largest difference from gradus' values, per pass
+    double e[3] = {0, 0, 0};
+    for (size_t i = 0; i < y.size(); ++i) e[0] = std::max(e[0], double(std::abs(y[i] - yg[i])));
+    for (size_t i = 0; i < dw.size(); ++i) e[1] = std::max(e[1], double(std::abs(dw[i] - dwg[i])));
+    for (size_t i = 0; i < dx.size(); ++i) e[2] = std::max(e[2], double(std::abs(dx[i] - dxg[i])));
+    const char* pass[3] = {"forward", "weight gradient", "data gradient"};
+    for (int i = 0; i < 3; ++i) {
+      if (i == 2 && !c.need_dx) continue;
+      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.2f |\n", c.name, pass[i], gg[i], on[i], ob[i], gg[i] / std::min(on[i], ob[i]));
+      if (!(e[i] < 1e-4)) {
+        std::printf("%s %s: oneDNN differs from gradus by %g\n", c.name, pass[i], e[i]);
+        ok = false;
+      }
+    }
+  }
+  std::printf("\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", load.percent());
+  return ok ? 0 : 1;
+}
