@@ -6,8 +6,8 @@ Each run is `<build>/examples/mnist_mlp --threads 2 --epochs E --json --quiet` (
 what counts. Loads: idle; one core busy; two cores busy (a compiler's -j2), each core
 held by a spinning child process this script starts and ends by PID. Policies:
 
-  adaptive      GRADUS_ADAPTIVE_THREADS=1: the team follows the free cores (cpu_simd/threads.hpp)
-  fixed         GRADUS_ADAPTIVE_THREADS=0, the default: a team of --threads whatever the load
+  adaptive      the default (GRADUS_ADAPTIVE_THREADS=1): the team follows the free cores (cpu_simd/threads.hpp)
+  fixed         GRADUS_ADAPTIVE_THREADS=0: a team of --threads whatever the load (the default until aaafe7a)
   passive       fixed + OMP_WAIT_POLICY=passive (threads sleep at once at a barrier)
   spin10k       fixed + GOMP_SPINCOUNT=10000 (a bounded spin)
   1-thread      --threads 1

@@ -1,12 +1,19 @@
-// LeNet-5's two convolutions (mnist_cnn, batch 64) three ways: gradus' path (im2col, one
+// gradus' CPU kernels against oneDNN 2.6 (Debian's libdnnl-dev, what PyTorch runs its CPU
+// convolutions on), built only where oneDNN is found. Two tables:
+//
+// 1. LeNet-5's two convolutions (mnist_cnn, batch 64) three ways: gradus' path (im2col, one
 // GEMM through cpu_simd::gemm, a permute; the weight gradient one GEMM against the columns;
 // the data gradient one GEMM and col2im), and oneDNN 2.6 (Debian's libdnnl-dev, what
 // PyTorch runs its CPU convolutions on) with plain NCHW tensors and with the formats it
 // picks (blocked; the reorders from and to NCHW are timed with it). Each pass is checked
-// against gradus' values. Built only where oneDNN is found; it answers issue 15's question
-// whether oneDNN behind the backend's convolutions would win, before it is wired in.
+// against gradus' values.
+// 2. mnist_mlp's eight GEMMs of a training step (784-256-128-10, batch 64): cpu_simd::gemm
+// (blocks of one-thread OpenBLAS calls), oneDNN's matmul primitive (created once), and
+// OpenBLAS on its own threads.
+// They answer issue 15's question whether oneDNN behind the backend would win, before it is
+// wired in.
 //
-//   bench_conv [rounds = 21]
+//   bench_onednn [rounds = 21]
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
 #include <omp.h>
@@ -111,6 +118,54 @@ int main(int argc, char** argv) {
       }
     }
   }
+
+  // ---- mnist_mlp's GEMMs -------------------------------------------------------------------
+  struct prod {
+    const char* what;
+    bool ta, tb;
+    idx m, n, k;
+  };
+  const prod ps[] = {{"fc1 forward", false, false, 64, 256, 784}, {"fc1 dW", true, false, 784, 256, 64},
+                     {"fc2 forward", false, false, 64, 128, 256}, {"fc2 dx", false, true, 64, 256, 128},
+                     {"fc2 dW", true, false, 256, 128, 64},       {"fc3 forward", false, false, 64, 10, 128},
+                     {"fc3 dx", false, true, 64, 128, 10},        {"fc3 dW", true, false, 128, 10, 64}};
+  std::printf("\nmnist_mlp's GEMMs (a training step's eight), us per call\n\n| product | m x n x k | gradus blocks | oneDNN matmul | OpenBLAS %d threads | gradus / oneDNN |\n|---|---|---:|---:|---:|---:|\n", omp_get_max_threads());
+  double tot[3] = {0, 0, 0};
+  const int nt = omp_get_max_threads();
+  for (const prod& p : ps) {
+    const idx am = p.ta ? p.k : p.m, ak = p.ta ? p.m : p.k, bk = p.tb ? p.n : p.k, bn = p.tb ? p.k : p.n;
+    std::vector<float> a(static_cast<std::size_t>(am * ak)), b(static_cast<std::size_t>(bk * bn)), cg(static_cast<std::size_t>(p.m * p.n)), cd(cg.size()), cb(cg.size());
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.37f * static_cast<float>(i));
+    for (std::size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.11f * static_cast<float>(i));
+    memory::desc a_md({p.m, p.k}, dt::f32, p.ta ? tag::ba : tag::ab), b_md({p.k, p.n}, dt::f32, p.tb ? tag::ba : tag::ab),
+        c_md({p.m, p.n}, dt::f32, tag::ab);
+    matmul::primitive_desc mpd(matmul::desc(a_md, b_md, c_md), eng);
+    matmul mm(mpd);
+    memory ma(a_md, eng, a.data()), mb(b_md, eng, b.data()), mc(c_md, eng, cd.data());
+    auto once_g = [&] { g::cpu_simd::gemm(p.ta, p.tb, p.m, p.n, p.k, 1.f, a.data(), ak, 0, b.data(), bn, 0, 0.f, cg.data(), p.n, 0, 1); };
+    auto once_d = [&] { mm.execute(st, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}}); st.wait(); };
+    auto once_b = [&] {
+      cblas_sgemm(CblasRowMajor, p.ta ? CblasTrans : CblasNoTrans, p.tb ? CblasTrans : CblasNoTrans, static_cast<CBLAS_INT>(p.m),
+                  static_cast<CBLAS_INT>(p.n), static_cast<CBLAS_INT>(p.k), 1.f, a.data(), static_cast<CBLAS_INT>(ak), b.data(),
+                  static_cast<CBLAS_INT>(bn), 0.f, cb.data(), static_cast<CBLAS_INT>(p.n));
+    };
+    std::vector<bench::candidate> v;
+    v.push_back({"gradus", [&] { for (int r = 0; r < 50; ++r) once_g(); }, {}, [nt] { omp_set_num_threads(nt); }});
+    v.push_back({"oneDNN", [&] { for (int r = 0; r < 50; ++r) once_d(); }, {}, [nt] { omp_set_num_threads(nt); }});
+    v.push_back({"OpenBLAS", [&] { for (int r = 0; r < 50; ++r) once_b(); }, {}, [nt] { omp_set_num_threads(nt); }});
+    bench::run_interleaved(v, rounds, 2);
+    double us[3];
+    for (int i = 0; i < 3; ++i) tot[i] += us[i] = bench::median(v[static_cast<std::size_t>(i)].seconds) / 50 * 1e6;
+    double e = 0;
+    for (std::size_t i = 0; i < cg.size(); ++i) e = std::max(e, std::abs(double(cg[i]) - cd[i]) / (1.0 + std::abs(double(cg[i]))));
+    if (!(e < 1e-4)) {
+      std::printf("%s: oneDNN differs from gradus by %g\n", p.what, e);
+      ok = false;
+    }
+    std::printf("| %s | %ld x %ld x %ld | %.1f | %.1f | %.1f | %.2f |\n", p.what, static_cast<long>(p.m), static_cast<long>(p.n),
+                static_cast<long>(p.k), us[0], us[1], us[2], us[0] / us[1]);
+  }
+  std::printf("| all eight | | %.1f | %.1f | %.1f | %.2f |\n", tot[0], tot[1], tot[2], tot[0] / tot[1]);
   std::printf("\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", load.percent());
   return ok ? 0 : 1;
 }
