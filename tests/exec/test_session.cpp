@@ -111,10 +111,10 @@ BOOST_AUTO_TEST_CASE(last_level_cache_is_read_from_sysfs) {
 // The bits are threads()'s, not the team's: GEMMs the backend cuts into blocks (an MLP
 // layer's forward [64,784] x [784,256], its data gradient with B transposed, its weight
 // gradient with A transposed, a batch of 3 items), one too narrow to cut (a single call,
-// with OpenMP's count at 1 for it: OpenBLAS threads by that count), a long-k GEMM (cpu_simd::split_k's slices) and
-// training steps give the same bits on a team of 1 as on 2 (OpenBLAS's own threads gave
-// 15,049 of the forward's 16,384 elements other bits), and before_run hands the team to
-// OpenMP. Every product is also checked against a double-precision sum.
+// with OpenMP's count at 1 for it: OpenBLAS threads by that count), a long-k GEMM
+// (cpu_simd::split_k's slices) and training steps give the same bits on a team of 1 as on 2
+// (OpenBLAS's own threads gave 15,049 of the forward's 16,384 elements other bits), and
+// before_run hands the team to OpenMP. Every product is also checked against a double-precision sum.
 BOOST_AUTO_TEST_CASE(results_depend_on_threads_not_on_the_team) {
   g::cpu_simd::set_threads(2);
   struct product {

@@ -57,6 +57,21 @@ namespace gradus::cpu_threads {
 // hypervisor's other guests hold the core as surely as a process does); idle and iowait are
 // free. Lines of CPUs not in `cpus` (the affinity mask) are skipped; the aggregate "cpu "
 // line is skipped. ok is false when no wanted line was found.
+// Reads up to cap bytes of a small kernel file (/proc, /sys) into buf; the bytes read (0
+// when it cannot be opened).
+inline std::size_t read_file(const char* path, char* buf, std::size_t cap) {
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  std::size_t n = 0;
+  while (n < cap) {
+    const ssize_t r = ::read(fd, buf + n, cap - n);
+    if (r <= 0) break;
+    n += static_cast<std::size_t>(r);
+  }
+  ::close(fd);
+  return n;
+}
+
 struct cpu_times {
   std::uint64_t busy = 0, total = 0;
   bool ok = false;
@@ -203,18 +218,6 @@ class governor {
     // A first reading (last_ is 0: it is due), so the first decision comes one period later.
     sample(std::chrono::steady_clock::now());
   }
-  static std::size_t read_file(const char* path, char* buf, std::size_t cap) {
-    const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return 0;
-    std::size_t n = 0;
-    while (n < cap) {
-      const ssize_t r = ::read(fd, buf + n, cap - n);
-      if (r <= 0) break;
-      n += static_cast<std::size_t>(r);
-    }
-    ::close(fd);
-    return n;
-  }
   cpu_times read_cpu_times() {
     // The cpu lines come first (under ~120 bytes each); the interrupt counts after them
     // can be long and are not read.
@@ -253,12 +256,8 @@ inline std::size_t last_level_cache_bytes(const std::string& root = "/sys/device
   if (sched_getaffinity(0, sizeof set, &set) == 0)
     while (cpu < CPU_SETSIZE - 1 && !CPU_ISSET(cpu, &set)) ++cpu;
   auto read = [](const std::string& path) {
-    char buf[64] = {};
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return std::string();
-    const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-    ::close(fd);
-    std::string s(buf, n > 0 ? static_cast<std::size_t>(n) : 0);
+    char buf[64];
+    std::string s(buf, read_file(path.c_str(), buf, sizeof buf));
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
   };
