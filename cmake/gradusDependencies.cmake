@@ -33,6 +33,40 @@ if(NOT TARGET gradus_openblas)
     INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
 endif()
 
+# oneDNN, for gradus::cpu_simd's float convolutions (cpu_simd/dnnl.hpp; Debian: libdnnl-dev).
+# Optional in the build tree and for a consumer alike: GRADUS_DNNL = AUTO (the default: use it
+# where it is found), ON (required) or OFF. Found, the target defines GRADUS_HAVE_DNNL=1 and
+# links libdnnl; not found, it is empty and convolutions take cpu_simd's im2col + GEMM path.
+# The headers are gradus' own, so each build (ours, a consumer's) decides by what it finds.
+# Through find_path / find_library: Debian's dnnl-config.cmake also looks for OpenCL.
+if(NOT TARGET gradus_dnnl)
+  add_library(gradus_dnnl INTERFACE IMPORTED)
+  set(gradus_dnnl_mode AUTO)
+  if(DEFINED GRADUS_DNNL)
+    string(TOUPPER "${GRADUS_DNNL}" gradus_dnnl_mode)
+  endif()
+  if(NOT gradus_dnnl_mode MATCHES "^(AUTO|ON|OFF)$")
+    message(FATAL_ERROR "GRADUS_DNNL = '${GRADUS_DNNL}': expected AUTO, ON or OFF")
+  endif()
+  if(NOT gradus_dnnl_mode STREQUAL "OFF")
+    find_path(GRADUS_DNNL_INCLUDE_DIR oneapi/dnnl/dnnl.hpp)
+    find_library(GRADUS_DNNL_LIBRARY dnnl)
+    if(GRADUS_DNNL_INCLUDE_DIR AND GRADUS_DNNL_LIBRARY)
+      set_target_properties(gradus_dnnl PROPERTIES
+        INTERFACE_INCLUDE_DIRECTORIES "${GRADUS_DNNL_INCLUDE_DIR}"
+        INTERFACE_LINK_LIBRARIES "${GRADUS_DNNL_LIBRARY}"
+        INTERFACE_COMPILE_DEFINITIONS "GRADUS_HAVE_DNNL=1")
+      if(NOT CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+        message(STATUS "gradus: cpu_simd's float convolutions through oneDNN (${GRADUS_DNNL_LIBRARY})")
+      endif()
+    elseif(gradus_dnnl_mode STREQUAL "ON")
+      message(FATAL_ERROR "GRADUS_DNNL=ON, but oneDNN was not found (Debian: apt-get install libdnnl-dev)")
+    elseif(NOT CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
+      message(STATUS "gradus: oneDNN not found; convolutions through im2col + GEMM (Debian: libdnnl-dev)")
+    endif()
+  endif()
+endif()
+
 # libzip, for gradus::io (.npz checkpoints). Through pkg-config: Debian's libzip CMake config
 # also imports the zipcmp, zipmerge and ziptool programs (packaged apart, in zipcmp etc.)
 # and fails when they are absent, which they are with libzip-dev alone. The prefix is

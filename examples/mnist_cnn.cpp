@@ -8,7 +8,8 @@
 //             [--resume]] [--train-limit N] [--quiet] [--json]
 //
 // The images are fed as rows of 784 and seen as [B, 1, 28, 28] inside the graph (a view).
-// Each convolution is im2col + one GEMM over the whole batch (graph/ops/conv.hpp).
+// Each convolution is a conv2d node: oneDNN where gradus was built with it, else im2col
+// and one GEMM over the whole batch (graph/ops/conv.hpp, cpu_simd/dnnl.hpp).
 #include <cstdint>
 #include <string>
 

@@ -11,6 +11,7 @@ packages=(
   libclang-rt-14-dev       # clang's libFuzzer and sanitizer runtimes (tests/fuzz)
   libxtensor-dev libxsimd-dev libxtensor-blas-dev   # CPU storage, SIMD, LAPACK interop
   libopenblas-openmp-dev libopenblas-dev            # BLAS; gradus prefers the OpenMP build
+  libdnnl-dev              # oneDNN: cpu_simd's float convolutions (optional: GRADUS_DNNL)
   libboost-test-dev        # unit tests
   nlohmann-json3-dev       # cluster specs; the examples' --json metrics
   libcli11-dev             # the examples' command-line options (CLI11)

@@ -1,8 +1,8 @@
 #define BOOST_TEST_MODULE autodiff_grad_conv
-// Gradients of conv2d (through im2col's rule: col2im), max/avg pooling and flatten,
-// against central differences in double, with stride and padding; a LeNet-shaped
-// composite; and the kernel trace of one conv layer's backward pass (one GEMM for the
-// weights, one for the data, one col2im).
+// Gradients of conv2d (its data- and weight-gradient kernels), max/avg pooling and
+// flatten, against central differences in double, with stride and padding; a LeNet-shaped
+// composite; the kernel trace of one conv layer's backward pass; and im2col / col2im's
+// rules.
 #include "../support/check.hpp"
 #include "../support/finite_difference.hpp"
 
@@ -75,16 +75,25 @@ BOOST_AUTO_TEST_CASE(lenet_shaped_composite) {
   fd_check(s, "composite / x", loss, x);
 }
 
-// One conv layer's backward pass: the weight gradient and the data gradient are one GEMM
-// each over the whole batch, and im2col runs once (the forward's columns are reused).
+// One conv layer's backward pass: one data-gradient and one weight-gradient kernel.
 BOOST_AUTO_TEST_CASE(backward_kernel_trace) {
   const auto loss = g::sum(g::conv2d(x, w) * u5);
   const auto [gw, gx] = g::grad(loss, w, x);
   s.run(loss, gw, gx);
   const auto& st = s.stats();
-  BOOST_TEST(st.count("matmul") == 3u);  // forward, dW, dX
-  BOOST_TEST(st.count("im2col") == 1u);
-  BOOST_TEST(st.count("col2im") == 1u);
+  BOOST_TEST(st.count("conv2d") == 1u);
+  BOOST_TEST(st.count("conv2d_data_grad") == 1u);
+  BOOST_TEST(st.count("conv2d_weight_grad") == 1u);
+  BOOST_TEST(st.count("matmul") + st.count("im2col") + st.count("col2im") == 0u);
+}
+
+// im2col and col2im are each other's adjoints.
+BOOST_AUTO_TEST_CASE(im2col_and_col2im) {
+  constexpr g::window2d win{3, 3, 2, 1};
+  g::variable<"c", double, 27, 2 * 4 * 3> cv;  // columns of x's 3x3 / s2 / p1 patches
+  set_random(s, cv, -1, 1);
+  fd_check(s, "im2col / x", g::sum(g::im2col<win>(x) * cv), x);
+  fd_check(s, "col2im / c", g::sum(g::col2im<win>(cv, x) * x), cv);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

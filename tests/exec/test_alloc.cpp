@@ -2,7 +2,10 @@
 // operator new / delete (plain, array, nothrow, aligned) is replaced by a counting one,
 // and runs after the first of an expression mixing a fused elementwise chain, a matmul,
 // reductions and a softmax must not allocate. The first run must allocate, which proves
-// the counter sees the backend's buffers.
+// the counter sees the backend's buffers. oneDNN (where gradus is built with it: GEMM blocks
+// of 32 and more in every extent, float convolutions) allocates inside each of its execute
+// calls; those tests run with it switched off (gradus' own buffers), and the last two
+// count oneDNN's allocations too, which must be the same every step.
 #define BOOST_TEST_MODULE exec_alloc
 #include <boost/test/unit_test.hpp>
 
@@ -83,6 +86,14 @@ xt::xtensor<T, R> filled(const std::array<std::size_t, R>& shape, double scale) 
   return t;
 }
 
+// Sends GEMMs and convolutions to OpenBLAS and im2col while it lives.
+struct without_dnnl {
+  without_dnnl() { g::cpu_dnnl::set_enabled(false); }
+  ~without_dnnl() { g::cpu_dnnl::set_enabled(true); }
+  without_dnnl(const without_dnnl&) = delete;
+  without_dnnl& operator=(const without_dnnl&) = delete;
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(the_counter_counts) {
@@ -99,6 +110,7 @@ BOOST_AUTO_TEST_CASE(the_counter_counts) {
 }
 
 BOOST_AUTO_TEST_CASE(runs_after_the_first_allocate_nothing) {
+  const without_dnnl own_buffers_only;
   g::placeholder<"x", float, g::dyn, 64> x;
   g::placeholder<"y", std::int32_t, g::dyn> y;
   g::variable<"w", float, 64, 32> w;
@@ -163,6 +175,7 @@ BOOST_AUTO_TEST_CASE(a_single_output_run_allocates_nothing_after_the_first) {
 }
 
 BOOST_AUTO_TEST_CASE(a_training_step_allocates_nothing_after_the_first) {
+  const without_dnnl own_buffers_only;
   // Forward, backward, global-norm clipping and the Adam update of a 2-layer MLP, at a
   // threaded size (784x128 weights, batch 64), and an SGD-momentum step whose gradient is
   // another trained variable (the aliasing copy's scratch buffer is kept too).
@@ -209,4 +222,85 @@ BOOST_AUTO_TEST_CASE(a_training_step_allocates_nothing_after_the_first) {
   for (int i = 0; i < 3; ++i) aliased.run();
   const long n = allocations.load() - c0;
   BOOST_TEST(n == 0, n << " allocations in 3 aliased steps after the first");
+}
+
+// A convolutional training step (LeNet's two convolutions, pooling, a dense layer, SGD with
+// momentum) in double, where the convolutions run im2col + GEMM with the columns in
+// cpu_simd's per-thread scratch: nothing after the first step. In float, through oneDNN
+// where gradus was built with it, each of a step's five convolution calls (conv1's data
+// gradient is not needed) costs the small allocations inside oneDNN's execute (its
+// argument lists and execution context: 166 a step on 2 threads), counted here so that a
+// change is seen.
+template <class T>
+std::vector<long> conv_step_allocations(int steps) {
+  g::placeholder<"x", T, g::dyn, 1, 28, 28> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::nn::conv2d<"c1", 1, 6, 5, 1, 0, T> c1;
+  g::nn::conv2d<"c2", 6, 16, 5, 1, 0, T> c2;
+  g::nn::dense<"d", 16 * 4 * 4, 10, T> d;
+  const auto h = g::max_pool2d<2>(g::relu(c2(g::max_pool2d<2>(g::relu(c1(x))))));
+  const auto loss = g::nn::softmax_cross_entropy_loss(d(g::flatten(h)), y);
+  g::session<g::cpu_simd> s;
+  c1.initialize(s, 3);
+  c2.initialize(s, 3);
+  d.initialize(s, 3);
+  auto step = g::minimize(s, loss, g::sgd{.lr = 0.01, .momentum = 0.9});
+  const auto xv = filled<T, 4>({64, 1, 28, 28}, 1.0);
+  xt::xtensor<std::int32_t, 1> yv(std::array<std::size_t, 1>{64});
+  for (std::size_t i = 0; i < 64; ++i) yv(i) = static_cast<std::int32_t>(i % 10);
+  const long a0 = allocations.load();
+  const T l0 = step.run(x = xv, y = yv);
+  BOOST_TEST(allocations.load() - a0 > 0, "the first step plans and allocates");
+  std::vector<long> later;
+  later.reserve(static_cast<std::size_t>(steps));
+  T l = l0;
+  for (int i = 0; i < steps; ++i) {
+    const long c0 = allocations.load();
+    l = step.run(x = xv, y = yv);
+    later.push_back(allocations.load() - c0);
+  }
+  BOOST_TEST(l < l0);  // and it trains
+  return later;
+}
+
+BOOST_AUTO_TEST_CASE(a_conv_training_step_allocates_nothing_after_the_first) {
+  for (long n : conv_step_allocations<double>(4)) BOOST_TEST(n == 0, n << " allocations in a double conv step");
+  const auto f = conv_step_allocations<float>(6);
+  for (long n : f) {
+    BOOST_TEST_MESSAGE("float conv step: " << n << " allocations" << (g::cpu_dnnl::enabled() ? " (oneDNN)" : ""));
+    // without oneDNN none; with it, oneDNN's own in each execute (five calls a step, each
+    // one conv and up to three reorders per slice), the same each step: nothing accumulates
+    if (!g::cpu_dnnl::enabled()) BOOST_TEST(n == 0);
+    else BOOST_TEST((n == f.front() && n <= 40 * 5 * g::cpu_simd::threads()), n << " allocations in a float conv step");
+  }
+}
+
+// With oneDNN's matmul taking the large GEMM blocks (where gradus is built with it): the
+// allocations inside its execute calls are the same every step (nothing accumulates).
+BOOST_AUTO_TEST_CASE(an_mlp_step_with_onednn_allocates_the_same_every_step) {
+  g::placeholder<"x", float, g::dyn, 784> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::nn::dense<"l1", 784, 256> l1;
+  g::nn::dense<"l2", 256, 10> l2;
+  g::session<g::cpu_simd> s;
+  l1.initialize(s, 1);
+  l2.initialize(s, 1);
+  const auto loss = g::nn::softmax_cross_entropy_loss(l2(g::relu(l1(x))), y);
+  auto step = g::minimize(s, loss, g::sgd{.lr = 0.01, .momentum = 0.9});
+  const auto xv = filled<float, 2>({64, 784}, 1.0);
+  xt::xtensor<std::int32_t, 1> yv(std::array<std::size_t, 1>{64});
+  for (std::size_t i = 0; i < 64; ++i) yv(i) = static_cast<std::int32_t>(i % 10);
+  step.run(x = xv, y = yv);
+  std::vector<long> per_step;
+  per_step.reserve(5);
+  for (int i = 0; i < 5; ++i) {
+    const long c0 = allocations.load();
+    step.run(x = xv, y = yv);
+    per_step.push_back(allocations.load() - c0);
+  }
+  BOOST_TEST_MESSAGE("MLP step: " << per_step.front() << " allocations" << (g::cpu_dnnl::enabled() ? " (oneDNN)" : ""));
+  for (long n : per_step) {
+    if (!g::cpu_dnnl::enabled()) BOOST_TEST(n == 0);
+    else BOOST_TEST((n == per_step.front() && n <= 40 * 6 * g::cpu_simd::threads()), n << " allocations in a step");
+  }
 }

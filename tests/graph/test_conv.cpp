@@ -1,9 +1,13 @@
-// conv2d (im2col + GEMM), max_pool2d, avg_pool2d and flatten against direct loops over
-// the definitions (no im2col in the reference), with stride and padding, float and
-// double; bad shapes are shape_errors naming the op and the shapes.
+// conv2d, max_pool2d, avg_pool2d and flatten against direct loops over the definitions
+// (no im2col in the reference), with stride and padding, float and double; conv2d's data
+// and weight gradients in float, through oneDNN (where built with it) and through
+// im2col + GEMM, against double loops, with bits that depend on threads() and not on the
+// team; bad shapes are shape_errors naming the op and the shapes.
 #define BOOST_TEST_MODULE graph_conv
 #include "../support/check.hpp"
 
+#include <bit>
+#include <cstring>
 #include <limits>
 
 namespace g = gradus;
@@ -33,6 +37,33 @@ std::vector<double> conv_ref(const std::vector<T>& x, const std::vector<T>& w, i
           y[static_cast<std::size_t>(((b * o + q) * oh + a) * ow + e)] = acc;
         }
   return y;
+}
+
+// The adjoints of y = conv(x, w) for an output adjoint u [n,o,oh,ow], by the definition:
+// dx[n,c,yy,xx] = sum of u[n,o,a,e] w[o,c,i,j] over a*s-p+i = yy, e*s-p+j = xx, and
+// dw[o,c,i,j] = sum over n, a, e of u[n,o,a,e] x[n,c,a*s-p+i,e*s-p+j].
+template <class T>
+void conv_adjoint_ref(const std::vector<T>& x, const std::vector<T>& w, const std::vector<T>& u, int n, int c, int h,
+                      int wd, int o, int k, int s, int p, std::vector<double>& dx, std::vector<double>& dw) {
+  const int oh = (h + 2 * p - k) / s + 1, ow = (wd + 2 * p - k) / s + 1;
+  dx.assign(x.size(), 0.0);
+  dw.assign(w.size(), 0.0);
+  for (int b = 0; b < n; ++b)
+    for (int q = 0; q < o; ++q)
+      for (int a = 0; a < oh; ++a)
+        for (int e = 0; e < ow; ++e) {
+          const double g = static_cast<double>(u[static_cast<std::size_t>(((b * o + q) * oh + a) * ow + e)]);
+          for (int ch = 0; ch < c; ++ch)
+            for (int i = 0; i < k; ++i)
+              for (int j = 0; j < k; ++j) {
+                const int yy = a * s - p + i, xx = e * s - p + j;
+                if (yy < 0 || yy >= h || xx < 0 || xx >= wd) continue;
+                const auto xi = static_cast<std::size_t>(((b * c + ch) * h + yy) * wd + xx);
+                const auto wi = static_cast<std::size_t>(((q * c + ch) * k + i) * k + j);
+                dx[xi] += g * static_cast<double>(w[wi]);
+                dw[wi] += g * static_cast<double>(x[xi]);
+              }
+        }
 }
 
 // max over the window's pixels inside the image; avg: their sum / k^2.
@@ -85,6 +116,93 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(conv2d_against_direct_loops, T, real_types) {
     BOOST_TEST(same_shape(r32, {n, 4, 4, 3}));
     BOOST_TEST(close(r32, conv_ref(xs, ws, n, 3, 9, 7, 4, 3, 3, 2), tol, {}, tol));
   }
+}
+
+// conv2d's three passes in float, for shapes of LeNet (conv1: one input channel, whose data
+// gradient oneDNN leaves to im2col; conv2), a strided, padded one and an odd batch (slices
+// of unequal size): through oneDNN (where built with it) and through im2col + GEMM
+// (GRADUS_DNNL's switch), each against double loops, and each giving the same bits on a
+// team of 1 as on a team of 2 (threads() 2 in both).
+BOOST_AUTO_TEST_CASE(conv2d_passes_float_both_paths_every_team) {
+  struct conv_case {
+    int n, c, h, w, o, k, s, p;
+  };
+  const conv_case cases[] = {{64, 1, 28, 28, 6, 5, 1, 0}, {64, 6, 12, 12, 16, 5, 1, 0}, {7, 3, 9, 7, 4, 3, 2, 1},
+                             {5, 4, 6, 6, 3, 3, 1, 1}};
+  g::cpu_simd::set_threads(2);
+  for (const bool dnnl : {true, false}) {
+    g::cpu_dnnl::set_enabled(dnnl);
+    for (const conv_case& cc : cases) {
+      const int oh = (cc.h + 2 * cc.p - cc.k) / cc.s + 1, ow = (cc.w + 2 * cc.p - cc.k) / cc.s + 1;
+      const auto xs = uniform<float>(static_cast<std::size_t>(cc.n * cc.c * cc.h * cc.w), -1, 1);
+      const auto ws = uniform<float>(static_cast<std::size_t>(cc.o * cc.c * cc.k * cc.k), -0.5, 0.5);
+      const auto us = uniform<float>(static_cast<std::size_t>(cc.n * cc.o * oh * ow), -1, 1);
+      std::vector<double> y_ref = conv_ref(xs, ws, cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.s, cc.p), dx_ref, dw_ref;
+      conv_adjoint_ref(xs, ws, us, cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.s, cc.p, dx_ref, dw_ref);
+      std::vector<float> out[2][3];  // [team - 1][y, dx, dw]
+      for (int team = 1; team <= 2; ++team) {
+        g::cpu_simd::pin_team(team);
+        g::cpu_simd::before_run();  // hands the team to OpenMP, as session::run does
+        auto& [y, dx, dw] = out[team - 1];
+        y.resize(y_ref.size()), dx.resize(xs.size()), dw.resize(ws.size());
+        g::cpu_simd::conv2d(xs.data(), ws.data(), cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.k, cc.s, cc.p, y.data());
+        g::cpu_simd::conv2d_backward_data(us.data(), ws.data(), cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.k, cc.s, cc.p,
+                                          dx.data());
+        g::cpu_simd::conv2d_backward_weights(xs.data(), us.data(), cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.k, cc.s,
+                                             cc.p, dw.data());
+        BOOST_TEST(omp_get_max_threads() == team);  // oneDNN's calls left OpenMP's count as it was
+      }
+      const std::string what = std::string(dnnl ? "oneDNN" : "im2col") + " n" + std::to_string(cc.n) + " c" +
+                               std::to_string(cc.c) + " " + std::to_string(cc.h) + "x" + std::to_string(cc.w) + " o" +
+                               std::to_string(cc.o) + " k" + std::to_string(cc.k) + " s" + std::to_string(cc.s) +
+                               " p" + std::to_string(cc.p);
+      const std::vector<double>* refs[3] = {&y_ref, &dx_ref, &dw_ref};
+      const char* pass[3] = {"forward", "data gradient", "weight gradient"};
+      for (int i = 0; i < 3; ++i) {
+        const auto& a = out[0][i];
+        const auto& b = out[1][i];
+        BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0,
+                   what << " " << pass[i] << ": bits differ between a team of 1 and of 2");
+        // the weight gradient sums over the batch: its terms' count sets the tolerance
+        const double atol = i == 2 ? 2e-5 * std::sqrt(double(cc.n * oh * ow)) : 2e-5 * cc.c * cc.k;
+        BOOST_TEST(close(g::view(b.data(), {static_cast<g::index_t>(b.size())}), *refs[i], 1e-5,
+                         {}, atol),
+                   what << " " << pass[i]);
+      }
+    }
+  }
+  g::cpu_dnnl::set_enabled(true);
+  g::cpu_simd::pin_team(0);
+}
+
+// Through a session: the conv node and its two gradient kernels (not im2col, matmul and
+// permutes), and the gradients of a float loss against double loops on both paths.
+BOOST_AUTO_TEST_CASE(conv2d_gradients_through_the_graph) {
+  g::variable<"x", float, 6, 6, 12, 12> x;
+  g::variable<"w", float, 16, 6, 5, 5> w;
+  g::variable<"u", float, 6, 16, 8, 8> u;
+  const auto xs = uniform<float>(6 * 6 * 12 * 12, -1, 1), ws = uniform<float>(16 * 6 * 25, -0.5, 0.5),
+             us = uniform<float>(6 * 16 * 64, -1, 1);
+  std::vector<double> dx_ref, dw_ref;
+  conv_adjoint_ref(xs, ws, us, 6, 6, 12, 12, 16, 5, 1, 0, dx_ref, dw_ref);
+  for (const bool dnnl : {true, false}) {
+    g::cpu_dnnl::set_enabled(dnnl);
+    g::session<g::cpu_simd> s;
+    s.assign(x, g::view(xs.data(), {6, 6, 12, 12}));
+    s.assign(w, g::view(ws.data(), {16, 6, 5, 5}));
+    s.assign(u, g::view(us.data(), {6, 16, 8, 8}));
+    const auto loss = g::sum(g::conv2d(x, w) * u);
+    const auto [gx, gw] = g::grad(loss, x, w);
+    const auto [l, rx, rw] = s.run(loss, gx, gw);
+    BOOST_TEST(close(rx, dx_ref, 1e-5, {}, 2e-5 * 16 * 25), (dnnl ? "oneDNN" : "im2col") << " dx");
+    BOOST_TEST(close(rw, dw_ref, 1e-5, {}, 2e-5 * 48), (dnnl ? "oneDNN" : "im2col") << " dw");
+    const auto& st = s.stats();
+    BOOST_TEST(st.count("conv2d") == 1u);
+    BOOST_TEST(st.count("conv2d_data_grad") == 1u);
+    BOOST_TEST(st.count("conv2d_weight_grad") == 1u);
+    BOOST_TEST(st.count("im2col") + st.count("matmul") + st.count("permute") == 0u);
+  }
+  g::cpu_dnnl::set_enabled(true);
 }
 
 // LeNet's first layer at MNIST size with a batch large enough for the threaded paths.

@@ -1,12 +1,19 @@
 #pragma once
-// Derivative rules of the image ops. conv2d is im2col + matmul + layout ops, so only
-// im2col needs a rule of its own; col2im (its adjoint) is linear, with im2col as its
-// adjoint in turn. Pooling's adjoints are kernels of their own (pool2d_grad_node).
+// Derivative rules of the image ops. conv2d's adjoints are its data and weight gradients,
+// kernels of their own (grad() takes no gradients of gradients, so those need no rules).
+// col2im is im2col's adjoint and the other way round. Pooling's adjoints are kernels of
+// their own (pool2d_grad_node).
 #include "gradus/autodiff/grad.hpp"
 #include "gradus/graph/ops/conv.hpp"
 
 namespace gradus {
 
+// y = conv2d(x, w): dx = conv2d_data_grad(g, w), dw = conv2d_weight_grad(x, g)
+template <std::size_t I, class X, class W, window2d Win, class G>
+auto vjp(const conv2d_node<X, W, Win>& n, const G& g) {
+  if constexpr (I == 0) return conv2d_data_grad<Win>(g, n.w, n.x);
+  else return conv2d_weight_grad<Win>(n.x, g, n.w);
+}
 template <std::size_t I, class X, window2d Win, class G>
 auto vjp(const im2col_node<X, Win>& n, const G& g) {
   return col2im<Win>(g, n.x);

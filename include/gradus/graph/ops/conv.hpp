@@ -5,18 +5,21 @@
 //   max_pool2d<K, Stride = K, Pad = 0>(x), avg_pool2d<K, Stride = K, Pad = 0>(x) -> [N,C,OH,OW]
 //   flatten(x [N, ...]) -> [N, prod(...)]
 //
-// conv2d is not a node of its own: it is im2col (the patches as the columns of one
-// [C*KH*KW, N*OH*OW] matrix), one GEMM with the weights seen as [O, C*KH*KW], and a
-// permute back to NCHW. Autodiff then needs rules for im2col only (its adjoint, col2im,
-// adds each column back into its patch), and the weight gradient is one GEMM over the
-// whole batch, the data gradient another, as Caffe and PyTorch's CPU path do. H and W
-// must be static (they fix OH, OW and so the GEMM's shape); N may be dynamic.
+// conv2d is a node of its own (conv2d_node), as are its two adjoints, the data gradient
+// (conv2d_data_grad_node: dX from dY and W) and the weight gradient
+// (conv2d_weight_grad_node: dW from X and dY). These are the three calls a convolution
+// library offers (oneDNN's forward / backward-data / backward-weights primitives, cuDNN's
+// cudnnConvolutionForward / BackwardData / BackwardFilter), so a backend implements them
+// with whichever library it has: cpu_simd runs float convolutions through oneDNN where it
+// was found, and otherwise (and for double) im2col + one GEMM over the whole batch, as
+// Caffe and PyTorch's own CPU path do. (Until issue 15 conv2d was that composition in the
+// graph — im2col node, matmul, permute — which tied every backend to im2col.)
+// im2col and col2im stay as ops of their own. H and W must be static; N may be dynamic.
 // Padding reads zeros (conv2d, avg_pool2d, which divides by K*K as PyTorch's default
 // count_include_pad does) or is skipped (max_pool2d).
 #include <string>
 
 #include "gradus/graph/node.hpp"
-#include "gradus/graph/ops/matmul.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 
 namespace gradus {
@@ -138,6 +141,117 @@ auto col2im(const Col& col, const Like& like) {
   return col2im_node<Col, Like, Win>{{}, col, like};
 }
 
+// ---- conv2d and its adjoints -------------------------------------------------------------
+namespace detail {
+// The window of conv2d<Stride, Pad>(x, w): the weights' static kernel extents.
+template <class SW, index_t Stride, index_t Pad>
+constexpr window2d conv_window() {
+  return window2d{SW::extents[2], SW::extents[3], Stride, Pad};
+}
+template <class SX, class SW, window2d Win>
+struct conv_extents {
+  static constexpr std::array<index_t, 4> value{SX::extents[0], SW::extents[0], Win.oh(SX::extents[2]),
+                                                Win.ow(SX::extents[3])};
+};
+// The run-time checks of the three conv nodes: x [N,C,H,W] against w [O,C,KH,KW].
+inline void check_conv(const char* op, const dims& x, const dims& w, const window2d& win) {
+  check_window(op, x, win);
+  if (w.rank != 4 || w.d[1] != x.d[1] || w.d[2] != win.kh || w.d[3] != win.kw)
+    throw shape_error(std::string("gradus: ") + op + ": weights of shape " + to_string(w) +
+                      " do not fit an input of shape " + to_string(x) + " with a " + window_string(win));
+}
+inline dims conv_out(const dims& x, const dims& w, const window2d& win) {
+  return dims{std::array<index_t, 4>{x.d[0], w.d[0], win.oh(x.d[2]), win.ow(x.d[3])}};
+}
+inline void check_conv_adjoint(const char* op, const dims& g, const dims& want) {
+  if (!(g == want))
+    throw shape_error(std::string("gradus: ") + op + ": adjoint of shape " + to_string(g) + " does not fit (expected " +
+                      to_string(want) + ")");
+}
+}  // namespace detail
+
+// y [N,O,OH,OW] = sum over c, i, j of x[n, c, oh*S - P + i, ow*S - P + j] w[o, c, i, j]
+// (cross-correlation, as every framework's conv).
+template <class X, class W, window2d Win>
+struct conv2d_node : expr_base {
+  static_assert(real_dtype<value_t<X>>, "gradus: conv2d needs float or double input");
+  using value_type = value_t<X>;
+  using shape_type = shape_of_array<detail::conv_extents<shape_t<X>, shape_t<W>, Win>>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = "conv2d";
+  static constexpr window2d window = Win;
+  X x;
+  W w;
+  auto operands() const { return std::tie(x, w); }
+  auto children() const { return std::tie(x, w); }
+  dims infer(const dims& xd, const dims& wd) const {
+    detail::check_conv(op_name, xd, wd, Win);
+    return detail::conv_out(xd, wd, Win);
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims&, tensor_view<const value_type> xv, tensor_view<const value_type> wv) const {
+    const dims& d = xv.shape;
+    Backend::conv2d(xv.data(), wv.data(), d.d[0], d.d[1], d.d[2], d.d[3], wv.shape.d[0], Win.kh, Win.kw, Win.stride,
+                    Win.pad, out);
+  }
+  bool operator==(const conv2d_node&) const = default;
+};
+
+// dX [N,C,H,W] of y = conv2d(x, w), given the adjoint g [N,O,OH,OW]: the transposed
+// convolution of g with w. `like` (x) lends its dims only.
+template <class G, class W, class Like, window2d Win>
+struct conv2d_data_grad_node : expr_base {
+  using value_type = value_t<G>;
+  using shape_type = shape_t<Like>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = "conv2d_data_grad";
+  G g;
+  W w;
+  Like like;
+  auto operands() const { return std::tie(g, w, like); }
+  auto children() const { return std::tie(g, w); }
+  dims infer(const dims& gd, const dims& wd, const dims& xd) const {
+    detail::check_conv(op_name, xd, wd, Win);
+    detail::check_conv_adjoint(op_name, gd, detail::conv_out(xd, wd, Win));
+    return xd;
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims& d, tensor_view<const value_type> gv, tensor_view<const value_type> wv,
+               tensor_view<const value_type>) const {
+    Backend::conv2d_backward_data(gv.data(), wv.data(), d.d[0], d.d[1], d.d[2], d.d[3], wv.shape.d[0], Win.kh, Win.kw,
+                                  Win.stride, Win.pad, out);
+  }
+  bool operator==(const conv2d_data_grad_node&) const = default;
+};
+
+// dW [O,C,KH,KW] of y = conv2d(x, w), given the adjoint g [N,O,OH,OW]: summed over the
+// batch. `like` (w) lends its dims only.
+template <class X, class G, class Like, window2d Win>
+struct conv2d_weight_grad_node : expr_base {
+  using value_type = value_t<X>;
+  using shape_type = shape_t<Like>;
+  static constexpr node_kind kind = node_kind::kernel;
+  static constexpr const char* op_name = "conv2d_weight_grad";
+  X x;
+  G g;
+  Like like;
+  auto operands() const { return std::tie(x, g, like); }
+  auto children() const { return std::tie(x, g); }
+  dims infer(const dims& xd, const dims& gd, const dims& wd) const {
+    detail::check_conv(op_name, xd, wd, Win);
+    detail::check_conv_adjoint(op_name, gd, detail::conv_out(xd, wd, Win));
+    return wd;
+  }
+  template <class Backend>
+  void compute(value_type* out, const dims& wd, tensor_view<const value_type> xv, tensor_view<const value_type> gv,
+               tensor_view<const value_type>) const {
+    const dims& d = xv.shape;
+    Backend::conv2d_backward_weights(xv.data(), gv.data(), d.d[0], d.d[1], d.d[2], d.d[3], wd.d[0], Win.kh, Win.kw,
+                                     Win.stride, Win.pad, out);
+  }
+  bool operator==(const conv2d_weight_grad_node&) const = default;
+};
+
 // conv2d<Stride, Pad>(x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW] (cross-correlation, as
 // every framework's conv). Add a bias with `+ reshape<1, O, 1, 1>(b)` (nn::conv2d does).
 template <index_t Stride = 1, index_t Pad = 0, expression X, expression W>
@@ -152,13 +266,20 @@ auto conv2d(const X& x, const W& w) {
   static_assert(SX::extents[1] == dyn || SX::extents[1] == c,
                 "gradus: conv2d: the input's channels differ from the weights' second extent");
   static_assert(SX::extents[2] != dyn && SX::extents[3] != dyn,
-                "gradus: conv2d: the input's height and width must be static (they fix the GEMM's shape)");
-  constexpr window2d win{kh, kw, Stride, Pad};
-  constexpr index_t oh = win.oh(SX::extents[2]), ow = win.ow(SX::extents[3]);
-  static_assert(oh > 0 && ow > 0, "gradus: conv2d: the kernel is larger than the padded input");
-  // [O, C*KH*KW] x [C*KH*KW, N*OH*OW] -> [O, N*OH*OW] -> [O, N, OH*OW] -> [N, O, OH*OW] -> NCHW
-  auto y = matmul(reshape<o, c * kh * kw>(w), im2col<win>(x));
-  return reshape<SX::extents[0], o, oh, ow>(permute<1, 0, 2>(reshape<o, SX::extents[0], oh * ow>(y)));
+                "gradus: conv2d: the input's height and width must be static");
+  constexpr window2d win = detail::conv_window<SW, Stride, Pad>();
+  static_assert(check_shapes<op::window_op<win>, SX, shape<>>::value);
+  static_assert(win.oh(SX::extents[2]) > 0 && win.ow(SX::extents[3]) > 0,
+                "gradus: conv2d: the kernel is larger than the padded input");
+  return conv2d_node<X, W, win>{{}, x, w};
+}
+template <window2d Win, expression G, expression W, expression Like>
+auto conv2d_data_grad(const G& g, const W& w, const Like& like) {
+  return conv2d_data_grad_node<G, W, Like, Win>{{}, g, w, like};
+}
+template <window2d Win, expression X, expression G, expression Like>
+auto conv2d_weight_grad(const X& x, const G& g, const Like& like) {
+  return conv2d_weight_grad_node<X, G, Like, Win>{{}, x, g, like};
 }
 
 // flatten(x [N, ...]) -> [N, prod(...)]: a view, no copy.

@@ -13,6 +13,8 @@
 //   index    one_hot(idx, n, depth, out), gather(table, rows, row_len, idx, n, out)
 //            scatter_add(g, idx, n, row_len, out, rows), scatter_rows(src, idx, n, row_len, out, rows)
 //   layout   permute(in, in_dims, perm, out)
+//   conv     conv2d(x, w, n, c, h, w, o, kh, kw, stride, pad, y)           NCHW (*) OIHW -> NCHW
+//            conv2d_backward_data(dy, w, ..., dx), conv2d_backward_weights(x, dy, ..., dw)
 //   image    im2col(x, n, c, h, w, kh, kw, stride, pad, col), col2im(col, ..., x)
 //            pool2d(max, x, planes, h, w, kh, kw, stride, pad, y), pool2d_grad(max, x, g, ..., dx)
 //   update   for_each(n, rule, p...)                  an optimizer's rule, in place, one pass
@@ -60,6 +62,7 @@ char* openblas_get_config(void);
 #include <xtensor/xarray.hpp>
 #include <xtensor/xtensor.hpp>
 
+#include "gradus/backends/cpu_simd/dnnl.hpp"
 #include "gradus/backends/cpu_simd/threads.hpp"
 #include "gradus/gradus.hpp"
 
@@ -347,6 +350,8 @@ struct cpu_simd {
   template <class T>
   static void blas_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                         const T* b, index_t ldb, T beta, T* c, index_t ldc) {
+    if constexpr (std::is_same_v<T, float>)  // oneDNN's matmul for large blocks, where built with it
+      if (cpu_dnnl::matmul(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
     const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
     const auto ib = [](index_t v) { return static_cast<CBLAS_INT>(v); };
     cpu_threads::blas_on_one_thread([&] {
@@ -476,6 +481,59 @@ struct cpu_simd {
       for (index_t k = start[static_cast<std::size_t>(r)]; k < start[static_cast<std::size_t>(r) + 1]; ++k)
         zip_row(g + order[static_cast<std::size_t>(k)] * row_len, y, 0, row_len, add_op{});
     }
+  }
+
+  // ---- convolution (NCHW input and output, OIHW weights, dilation 1) --------------------
+  // float: oneDNN where it was found (cpu_simd/dnnl.hpp). Otherwise im2col into columns
+  // [C*KH*KW, N*OH*OW] and GEMMs: the forward is one batched GEMM whose items are the
+  // images (W [O, C*KH*KW] times image n's columns, written straight into y's NCHW), the
+  // data gradient the transposed GEMM and col2im, the weight gradient one GEMM over the
+  // whole batch (dY permuted to [O, N*OH*OW], times the columns transposed; its long k is
+  // cut by threads() in split_k). The columns live in a per-thread scratch buffer that
+  // grows to the largest convolution the thread has run and is reused after.
+  // OH * OW: the output pixels of one image and channel
+  static index_t conv_pixels(index_t h, index_t w, index_t kh, index_t kw, index_t s, index_t p) {
+    return ((h + 2 * p - kh) / s + 1) * ((w + 2 * p - kw) / s + 1);
+  }
+  template <class T>
+  static void conv2d(const T* x, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh,
+                     index_t kw, index_t s, index_t p, T* y) {
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::forward, {n, c, h, w, o, kh, kw, s, p}, x, wt, y)) return;
+#endif
+    const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
+    T* col = scratch<T>(0, ckk * n * hw);
+    im2col(x, n, c, h, w, kh, kw, s, p, col);
+    gemm(false, false, o, hw, ckk, T(1), wt, ckk, 0, col, n * hw, hw, T(0), y, hw, o * hw, n);
+  }
+  template <class T>
+  static void conv2d_backward_data(const T* dy, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o,
+                                   index_t kh, index_t kw, index_t s, index_t p, T* dx) {
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::data, {n, c, h, w, o, kh, kw, s, p}, dy, wt, dx)) return;
+#endif
+    const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
+    T* col = scratch<T>(0, ckk * n * hw);
+    gemm(true, false, ckk, hw, o, T(1), wt, ckk, 0, dy, hw, o * hw, T(0), col, n * hw, hw, n);
+    col2im(col, n, c, h, w, kh, kw, s, p, dx);
+  }
+  template <class T>
+  static void conv2d_backward_weights(const T* x, const T* dy, index_t n, index_t c, index_t h, index_t w, index_t o,
+                                      index_t kh, index_t kw, index_t s, index_t p, T* dw) {
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::weights, {n, c, h, w, o, kh, kw, s, p}, x, dy, dw)) return;
+#endif
+    const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
+    T* col = scratch<T>(0, ckk * n * hw);
+    T* dyt = scratch<T>(1, o * n * hw);
+    im2col(x, n, c, h, w, kh, kw, s, p, col);
+    dims nohw;
+    nohw.rank = 3, nohw.d[0] = n, nohw.d[1] = o, nohw.d[2] = hw;
+    permute(dy, nohw, std::array<std::size_t, max_rank>{1, 0, 2}, dyt);
+    gemm(false, true, o, ckk, n * hw, T(1), dyt, n * hw, 0, col, n * hw, 0, T(0), dw, ckk, 0, index_t(1));
   }
 
   // ---- images (NCHW, dilation 1) ---------------------------------------------------------
@@ -718,6 +776,28 @@ struct cpu_simd {
   }
 
  private:
+  // The calling thread's scratch buffer `which` (0 or 1), at least `count` elements: grown
+  // (never shrunk) to the largest request, freed when the thread ends.
+  struct scratch_buffer {
+    void* data = nullptr;
+    std::size_t bytes = 0;
+    scratch_buffer() = default;
+    scratch_buffer(const scratch_buffer&) = delete;
+    scratch_buffer& operator=(const scratch_buffer&) = delete;
+    ~scratch_buffer() { deallocate(data); }
+  };
+  template <class T>
+  static T* scratch(int which, index_t count) {
+    thread_local scratch_buffer buf[2];
+    scratch_buffer& b = buf[which];
+    const std::size_t want = static_cast<std::size_t>(count) * sizeof(T);
+    if (want > b.bytes) {
+      void* p = allocate(want);
+      deallocate(b.data);
+      b.data = p, b.bytes = want;
+    }
+    return static_cast<T*>(b.data);
+  }
   static constexpr std::uint64_t mix64(std::uint64_t z) {
     z += 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

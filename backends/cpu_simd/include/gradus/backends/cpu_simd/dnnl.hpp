@@ -1,0 +1,385 @@
+#pragma once
+// cpu_simd's float convolutions through oneDNN (Debian's libdnnl-dev 2.6, what PyTorch runs
+// its CPU convolutions on), where CMake found it (GRADUS_HAVE_DNNL, option GRADUS_DNNL).
+//
+// Why oneDNN rather than im2col + GEMM: LeNet's convolutions are GEMMs with k = 25 or
+// m = 6-16, where OpenBLAS spends much of its time packing, and im2col / col2im copy every
+// pixel 25 times; oneDNN's jit kernels convolve directly. mnist_cnn's epoch: 1.48-1.51 s against
+// 1.87-1.96 s with GRADUS_DNNL=0 (AMD EPYC Zen 4, 2 threads; benchmarks/README.md).
+//
+// How a call runs: the batch is cut into threads() slices (fewer when the batch is
+// smaller), each with primitives of its own that were created with OpenMP's thread count
+// at 1, and the team runs the slices. So, as for cpu_simd::gemm's blocks, the bits depend
+// on threads() and the shape only, never on the team the governor picks: a slice is one
+// single-threaded oneDNN call whichever thread runs it, and the weight gradient adds the
+// slices' partial sums in slice order. (oneDNN threading its own calls would make the weight
+// gradient depend on the thread count: its jit reduction across threads changed all 150
+// elements of conv1's weight gradient between 1 and 2 threads. And a primitive created for
+// 2 threads deadlocked when run by 1, so every primitive is created and run at 1.) Each
+// slice owns its scratchpads and its buffers.
+//
+// Layouts: each primitive is created for oneDNN's own layouts (format `any`: channels in
+// blocks of 8 or 16), with reorders from the tensors' NCHW / OIHW before the call and back
+// after it, into buffers of the slice's own. In the tensors' layouts oneDNN runs its
+// gemm-based convolution; in its own, its direct jit kernels, which on 32-image slices of
+// LeNet took 86-230 us per pass against 324-366 us (conv2's backward passes) and 0.40 ms
+// (conv1's weight gradient), reorders included in the comparison.
+//
+// Left to the caller's im2col path: a shape oneDNN has no primitive for (its
+// primitive_desc throws; remembered), double tensors (oneDNN's f64 convolutions are not in
+// 2.6), and the data gradient of a one-channel input (oneDNN pads the channel to a block
+// of 16: 2.1-3.0 ms for a 32-image slice of LeNet's conv1, whose input needs no gradient
+// in training anyway).
+//
+// GRADUS_DNNL=0 in the environment, or cpu_dnnl::set_enabled(false), sends every call to
+// the im2col path. What a call allocates: only inside oneDNN's execute (its argument
+// lists and execution context, the same each call; tests/exec/test_alloc.cpp counts them);
+// the primitives, buffers and scratchpads are made once per (shape, pass, slice count).
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+#include <omp.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gradus/backends/cpu_simd/threads.hpp"
+
+namespace gradus::cpu_dnnl {
+
+using dim = std::int64_t;
+
+enum class conv_pass { forward, data, weights };
+
+// x [n,c,h,w] (*) w [o,c,kh,kw], stride s, padding p on every side.
+struct conv_shape {
+  dim n, c, h, w, o, kh, kw, s, p;
+  dim oh() const { return (h + 2 * p - kh) / s + 1; }
+  dim ow() const { return (w + 2 * p - kw) / s + 1; }
+  bool operator==(const conv_shape&) const = default;
+};
+
+// -1: from GRADUS_DNNL (on unless it is "0"); 0 or 1: set_enabled's.
+inline std::atomic<int> enabled_state{-1};
+inline bool enabled() {
+  const int s = enabled_state.load(std::memory_order_relaxed);
+  if (s >= 0) return s == 1;
+  const char* e = std::getenv("GRADUS_DNNL");
+  const bool on = !(e && std::string_view(e) == "0");
+  enabled_state.store(on ? 1 : 0, std::memory_order_relaxed);
+  return on;
+}
+inline void set_enabled(bool on) { enabled_state.store(on ? 1 : 0, std::memory_order_relaxed); }
+
+// Plans a thread keeps (primitives per shape): past this many, the older half is dropped, so
+// a program that keeps changing shapes does not grow without bound.
+constexpr std::size_t max_plans = 128;
+
+inline const dnnl::engine& engine() {
+  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One argument of a slice's primitive: `user` is the tensor in its own layout (NCHW or OIHW,
+// its data handle set on each call); `prim` is what the primitive reads or writes: `user`
+// itself, or a buffer of the slice's own in the primitive's layout, with a reorder from
+// `user` before the call (an input) or to `user` after it (an output).
+struct conv_arg {
+  dnnl::memory user, prim, scratchpad;
+  dnnl::primitive reorder;
+  std::unordered_map<int, dnnl::memory> args;
+  bool reordered = false;
+};
+
+// One slice of the batch: images [n0, n1), its convolution primitive and its arguments.
+struct conv_slice {
+  dim n0 = 0, n1 = 0;
+  dnnl::primitive prim;
+  conv_arg a, b, out;  // see conv(): forward x, w -> y; data dy, w -> dx; weights x, dy -> dw
+  dnnl::memory scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+  dnnl::stream stream;
+  void run() {
+    if (a.reordered) a.reorder.execute(stream, a.args);
+    if (b.reordered) b.reorder.execute(stream, b.args);
+    prim.execute(stream, args);
+    if (out.reordered) out.reorder.execute(stream, out.args);
+    stream.wait();
+  }
+};
+
+inline void bind_arg(conv_arg& arg, const dnnl::memory::desc& plain, const dnnl::memory::desc& want, bool input) {
+  const auto& eng = engine();
+  arg.user = dnnl::memory(plain, eng, DNNL_MEMORY_NONE);
+  if (want == plain) {
+    arg.prim = arg.user;
+    return;
+  }
+  arg.prim = dnnl::memory(want, eng);  // oneDNN allocates the slice's own buffer
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::memory& from = input ? arg.user : arg.prim;
+  const dnnl::memory& to = input ? arg.prim : arg.user;
+  const dnnl::reorder::primitive_desc pd(from, to, attr);
+  arg.reorder = dnnl::reorder(pd);
+  arg.scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+  arg.args = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}, {DNNL_ARG_SCRATCHPAD, arg.scratchpad}};
+  arg.reordered = true;
+}
+
+inline void build_slice(conv_slice& sl, const conv_shape& sh, conv_pass pass) {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  const dim nb = sl.n1 - sl.n0;
+  const dnnl::memory::desc x_md({nb, sh.c, sh.h, sh.w}, dt::f32, tag::nchw);
+  const dnnl::memory::desc w_md({sh.o, sh.c, sh.kh, sh.kw}, dt::f32, tag::oihw);
+  const dnnl::memory::desc y_md({nb, sh.o, sh.oh(), sh.ow()}, dt::f32, tag::nchw);
+  // The primitive in oneDNN's own layouts (format `any`: channels in blocks of 8 or 16),
+  // with reorders from and to the tensors' NCHW / OIHW around the call. In the tensors'
+  // layouts oneDNN runs its gemm-based convolution; in its own, its direct jit kernels,
+  // 1.6-2.2x faster on LeNet's two layers' three passes even with the reorders
+  // (single-threaded on 32-image slices, AMD EPYC Zen 4; benchmarks/README.md).
+  auto pick = [](const dnnl::memory::desc& md) { return dnnl::memory::desc(md.dims(), dt::f32, tag::any); };
+  // oneDNN checks (h - kh + pad_l + pad_r) / s + 1 == oh with the same floor division as
+  // gradus' window2d, so the right padding is p too.
+  const dnnl::memory::dims strides{sh.s, sh.s}, pad{sh.p, sh.p};
+  const auto& eng = engine();
+  // Each slice owns its scratchpad (allocated here, once): with oneDNN's default, the
+  // library's scratchpad, two slices' calls running at once crashed in its gemm-based
+  // convolution.
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  const dnnl::convolution_forward::primitive_desc fwd(
+      dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
+                                      pick(x_md), pick(w_md), pick(y_md), strides, pad, pad),
+      attr, eng);
+  dnnl::memory::desc scratch_md;
+  switch (pass) {
+    case conv_pass::forward:
+      sl.prim = dnnl::convolution_forward(fwd);
+      scratch_md = fwd.scratchpad_desc();
+      bind_arg(sl.a, x_md, fwd.src_desc(), true);
+      bind_arg(sl.b, w_md, fwd.weights_desc(), true);
+      bind_arg(sl.out, y_md, fwd.dst_desc(), false);
+      sl.args = {{DNNL_ARG_SRC, sl.a.prim}, {DNNL_ARG_WEIGHTS, sl.b.prim}, {DNNL_ARG_DST, sl.out.prim}};
+      break;
+    case conv_pass::data: {
+      const dnnl::convolution_backward_data::primitive_desc pd(
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, pick(x_md), pick(w_md),
+                                                pick(y_md), strides, pad, pad),
+          attr, eng, fwd);
+      sl.prim = dnnl::convolution_backward_data(pd);
+      scratch_md = pd.scratchpad_desc();
+      bind_arg(sl.a, y_md, pd.diff_dst_desc(), true);
+      bind_arg(sl.b, w_md, pd.weights_desc(), true);
+      bind_arg(sl.out, x_md, pd.diff_src_desc(), false);
+      sl.args = {{DNNL_ARG_DIFF_DST, sl.a.prim}, {DNNL_ARG_WEIGHTS, sl.b.prim}, {DNNL_ARG_DIFF_SRC, sl.out.prim}};
+      break;
+    }
+    case conv_pass::weights: {
+      const dnnl::convolution_backward_weights::primitive_desc pd(
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, pick(x_md), pick(w_md),
+                                                   pick(y_md), strides, pad, pad),
+          attr, eng, fwd);
+      sl.prim = dnnl::convolution_backward_weights(pd);
+      scratch_md = pd.scratchpad_desc();
+      bind_arg(sl.a, x_md, pd.src_desc(), true);
+      bind_arg(sl.b, y_md, pd.diff_dst_desc(), true);
+      bind_arg(sl.out, w_md, pd.diff_weights_desc(), false);
+      sl.args = {{DNNL_ARG_SRC, sl.a.prim}, {DNNL_ARG_DIFF_DST, sl.b.prim}, {DNNL_ARG_DIFF_WEIGHTS, sl.out.prim}};
+      break;
+    }
+  }
+  sl.scratchpad = dnnl::memory(scratch_md, eng);  // oneDNN allocates it (size 0: none)
+  sl.args.emplace(DNNL_ARG_SCRATCHPAD, sl.scratchpad);
+  sl.stream = dnnl::stream(eng);
+}
+
+struct conv_plan {
+  conv_shape shape{};
+  conv_pass pass{};
+  int slices = 0;
+  bool usable = false;  // false: oneDNN refused the shape; the caller takes its own path
+  std::vector<conv_slice> slice;
+  std::vector<float> partial;  // weights: slices 1.. write their sums here, [slices - 1][o*c*kh*kw]
+};
+
+// The calling thread's plans, made on first use of a (shape, pass, slice count).
+inline conv_plan& plan_for(const conv_shape& sh, conv_pass pass, int slices) {
+  thread_local std::vector<std::unique_ptr<conv_plan>> plans;
+  for (auto& p : plans)
+    if (p->shape == sh && p->pass == pass && p->slices == slices) return *p;
+  auto p = std::make_unique<conv_plan>();
+  p->shape = sh, p->pass = pass, p->slices = slices;
+  p->slice.resize(static_cast<std::size_t>(slices));
+  try {
+    // created at one OpenMP thread: each slice runs single-threaded (see the top)
+    cpu_threads::blas_on_one_thread([&] {
+      for (int i = 0; i < slices; ++i) {
+        conv_slice& sl = p->slice[static_cast<std::size_t>(i)];
+        sl.n0 = sh.n * i / slices, sl.n1 = sh.n * (i + 1) / slices;
+        build_slice(sl, sh, pass);
+      }
+    });
+    if (pass == conv_pass::weights)
+      p->partial.assign(static_cast<std::size_t>((slices - 1) * sh.o * sh.c * sh.kh * sh.kw), 0.f);
+    p->usable = true;
+  } catch (const dnnl::error&) {
+    p->slice.clear();  // oneDNN has no primitive for this shape in these layouts
+  }
+  if (plans.size() >= max_plans) plans.erase(plans.begin(), plans.begin() + max_plans / 2);  // oldest first
+  plans.push_back(std::move(p));
+  return *plans.back();
+}
+
+// Runs one pass through oneDNN and returns true, or returns false (nothing written) where
+// the caller's own path must run: oneDNN switched off, or no primitive for the shape.
+//   forward  a = x, b = w, out = y      data  a = dy, b = w, out = dx
+//   weights  a = x, b = dy, out = dw
+inline bool conv(conv_pass pass, const conv_shape& sh, const float* a, const float* b, float* out) {
+  if (!enabled() || sh.n <= 0) return false;
+  if (pass == conv_pass::data && sh.c == 1) return false;  // see the top
+  const int slices = static_cast<int>(std::min<dim>(std::max(1, cpu_threads::threads()), sh.n));
+  conv_plan& pl = plan_for(sh, pass, slices);
+  if (!pl.usable) return false;
+  const dim x_img = sh.c * sh.h * sh.w, y_img = sh.o * sh.oh() * sh.ow(), w_size = sh.o * sh.c * sh.kh * sh.kw;
+  const dim a_img = pass == conv_pass::data ? y_img : x_img;
+  const dim b_img = pass == conv_pass::weights ? y_img : 0;  // the weights are shared
+  const dim out_img = pass == conv_pass::forward ? y_img : pass == conv_pass::data ? x_img : 0;
+  auto run_slice = [&](int i) {
+    conv_slice& sl = pl.slice[static_cast<std::size_t>(i)];
+    sl.a.user.set_data_handle(const_cast<float*>(a + sl.n0 * a_img));
+    sl.b.user.set_data_handle(const_cast<float*>(b + sl.n0 * b_img));
+    float* o = pass != conv_pass::weights || i == 0 ? out + sl.n0 * out_img
+                                                     : pl.partial.data() + (i - 1) * w_size;
+    sl.out.user.set_data_handle(o);
+    sl.run();
+  };
+  const int team = std::min(slices, cpu_threads::team());
+  if (team <= 1) {
+    cpu_threads::blas_on_one_thread([&] {
+      for (int i = 0; i < slices; ++i) run_slice(i);
+    });
+  } else {
+    std::exception_ptr failed;  // an exception must not leave the parallel region
+#pragma omp parallel for num_threads(team) schedule(static)
+    for (int i = 0; i < slices; ++i) {
+      omp_set_num_threads(1);  // this implicit task's count: oneDNN asks it inside the call
+      try {
+        run_slice(i);
+      } catch (...) {
+#pragma omp critical(gradus_dnnl_failed)
+        if (!failed) failed = std::current_exception();
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+  }
+  if (pass == conv_pass::weights)
+    for (int i = 1; i < slices; ++i) {
+      const float* p = pl.partial.data() + (i - 1) * w_size;
+      for (dim j = 0; j < w_size; ++j) out[j] += p[j];
+    }
+  return true;
+}
+
+// ---- GEMM blocks ----------------------------------------------------------------------------
+// One block of cpu_simd::gemm (row-major C = alpha op(A) op(B) + beta C, transposes and
+// leading dimensions as strides) through oneDNN's matmul on the calling thread, where the
+// block is large in every extent: mnist_mlp's five large products ran 1.11-1.46x faster
+// than OpenBLAS's single-threaded sgemm (benchmarks/bench_onednn), its three 10-wide ones
+// slower, which stay with OpenBLAS. One primitive per thread and block shape, created and
+// run at OpenMP count 1 (as the convolutions' slices), so a block's bits depend on its
+// shape only, and cpu_simd::gemm's cut keeps them independent of the team.
+struct matmul_key {
+  bool ta, tb;
+  dim m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  bool operator==(const matmul_key&) const = default;
+};
+struct matmul_plan {
+  matmul_key key{};
+  bool usable = false;
+  dnnl::primitive prim;
+  dnnl::memory a, b, c, scratchpad;
+  std::unordered_map<int, dnnl::memory> args;
+  dnnl::stream stream;
+};
+constexpr dim matmul_min_extent = 32;
+
+inline bool matmul(bool ta, bool tb, dim m, dim n, dim k, float alpha, const float* a, dim lda, const float* b,
+                   dim ldb, float beta, float* c, dim ldc) {
+  if (m < matmul_min_extent || n < matmul_min_extent || k < matmul_min_extent || !enabled()) return false;
+  const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc, alpha, beta};
+  thread_local std::vector<std::unique_ptr<matmul_plan>> plans;
+  matmul_plan* pl = nullptr;
+  for (auto& p : plans)
+    if (p->key == key) pl = p.get();
+  const int keep = omp_get_max_threads();
+  if (keep != 1) omp_set_num_threads(1);  // this thread's (or this implicit task's) count
+  struct restore {
+    int keep;
+    ~restore() {
+      if (keep != 1) omp_set_num_threads(keep);
+    }
+  } restore_count{keep};
+  if (!pl) {
+    auto p = std::make_unique<matmul_plan>();
+    p->key = key;
+    try {
+      using dt = dnnl::memory::data_type;
+      const auto& eng = engine();
+      const dnnl::memory::desc a_md({m, k}, dt::f32, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
+      const dnnl::memory::desc b_md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+      const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      if (alpha != 1.f) attr.set_output_scales(0, {alpha});
+      if (beta != 0.f) {
+        dnnl::post_ops po;
+        po.append_sum(beta);
+        attr.set_post_ops(po);
+      }
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
+      p->prim = dnnl::matmul(pd);
+      p->a = dnnl::memory(a_md, eng, DNNL_MEMORY_NONE);
+      p->b = dnnl::memory(b_md, eng, DNNL_MEMORY_NONE);
+      p->c = dnnl::memory(c_md, eng, DNNL_MEMORY_NONE);
+      p->scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
+      p->args = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}, {DNNL_ARG_SCRATCHPAD, p->scratchpad}};
+      p->stream = dnnl::stream(eng);
+      p->usable = true;
+    } catch (const dnnl::error&) {
+      // no matmul for these strides: OpenBLAS takes the block
+    }
+    if (plans.size() >= max_plans) plans.erase(plans.begin(), plans.begin() + max_plans / 2);  // oldest first
+    plans.push_back(std::move(p));
+    pl = plans.back().get();
+  }
+  if (!pl->usable) return false;
+  pl->a.set_data_handle(const_cast<float*>(a));
+  pl->b.set_data_handle(const_cast<float*>(b));
+  pl->c.set_data_handle(c);
+  pl->prim.execute(pl->stream, pl->args);
+  pl->stream.wait();
+  return true;
+}
+
+}  // namespace gradus::cpu_dnnl
+
+#else
+#include <cstdint>
+namespace gradus::cpu_dnnl {
+inline bool enabled() { return false; }
+inline void set_enabled(bool) {}
+inline bool matmul(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+                   const float*, std::int64_t, float, float*, std::int64_t) {
+  return false;
+}
+}  // namespace gradus::cpu_dnnl
+#endif
