@@ -1,17 +1,16 @@
 // gradus' CPU kernels against oneDNN 2.6 (Debian's libdnnl-dev, what PyTorch runs its CPU
 // convolutions on), built only where oneDNN is found. Two tables:
 //
-// 1. LeNet-5's two convolutions (mnist_cnn, batch 64) three ways: gradus' path (im2col, one
-// GEMM through cpu_simd::gemm, a permute; the weight gradient one GEMM against the columns;
-// the data gradient one GEMM and col2im), and oneDNN 2.6 (Debian's libdnnl-dev, what
-// PyTorch runs its CPU convolutions on) with plain NCHW tensors and with the formats it
-// picks (blocked; the reorders from and to NCHW are timed with it). Each pass is checked
-// against gradus' values.
+// 1. LeNet-5's two convolutions (mnist_cnn, batch 64) four ways: cpu_simd's entry points
+// (conv2d, conv2d_backward_weights, conv2d_backward_data) on their im2col + GEMM path
+// (GRADUS_DNNL's switch off) and on their oneDNN path (batch slices, one thread each,
+// cpu_simd/dnnl.hpp), and oneDNN called directly on its own threads, with plain NCHW
+// tensors and with the formats it picks (blocked; the reorders from and to NCHW are timed
+// with it). Each pass is checked against the im2col path's values.
 // 2. mnist_mlp's eight GEMMs of a training step (784-256-128-10, batch 64): cpu_simd::gemm
-// (blocks of one-thread OpenBLAS calls), oneDNN's matmul primitive (created once), and
-// OpenBLAS on its own threads.
-// They answer issue 15's question whether oneDNN behind the backend would win, before it is
-// wired in.
+// (blocks: oneDNN matmul where every extent is at least 32, else one-thread OpenBLAS calls),
+// oneDNN's matmul primitive called directly (created once, its own threads), and OpenBLAS
+// on its own threads.
 //
 //   bench_onednn [rounds = 21]
 #include <gradus/backends/cpu_simd.hpp>
@@ -43,30 +42,23 @@ int main(int argc, char** argv) {
   stream st(eng);
   std::printf("%d threads, %d rounds, 20 calls per sample, medians\n\n", omp_get_max_threads(), rounds);
   const bench::background_load load;
-  std::printf("| conv | pass | gradus us | oneDNN nchw us | oneDNN blocked+reorders us | gradus / best oneDNN |\n|---|---|---:|---:|---:|---:|\n");
+  std::printf("| conv | pass | gradus im2col us | gradus oneDNN slices us | oneDNN nchw us | oneDNN blocked+reorders us | slices / best oneDNN |\n|---|---|---:|---:|---:|---:|---:|\n");
   for (const conv& c : cs) {
     const idx oh = c.h - c.k + 1, ow = c.w - c.k + 1, P = oh * ow, ckk = c.c * c.k * c.k;
     std::vector<float> x(c.n * c.c * c.h * c.w), wt(c.o * ckk), y(c.n * c.o * P), dy(y.size()), dx(x.size()), dw(wt.size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.1f * i);
     for (size_t i = 0; i < wt.size(); ++i) wt[i] = std::cos(0.3f * i) * 0.2f;
     for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::sin(0.7f * i) * 0.01f;
-    // gradus: the columns, the GEMM's [O, N*OH*OW] output, and the outputs
-    std::vector<float> col(ckk * c.n * P), yo(c.o * c.n * P), dyo(yo.size()), dcol(col.size()), yg(y.size()), dxg(x.size()), dwg(wt.size());
-    auto fwd_g = [&] {
-      g::cpu_simd::im2col(x.data(), c.n, c.c, c.h, c.w, c.k, c.k, idx(1), idx(0), col.data());
-      g::cpu_simd::gemm(false, false, c.o, c.n * P, ckk, 1.f, wt.data(), ckk, 0, col.data(), c.n * P, 0, 0.f, yo.data(), c.n * P, 0, 1);
-      g::dims in; in.rank = 3; in.d[0] = c.o; in.d[1] = c.n; in.d[2] = P;
-      g::cpu_simd::permute(yo.data(), in, std::array<std::size_t, g::max_rank>{1, 0, 2}, yg.data());
+    // gradus: cpu_simd's three entry points, on either path
+    std::vector<float> yg(y.size()), dxg(x.size()), dwg(wt.size()), yi(y.size()), dxi(x.size()), dwi(wt.size());
+    auto fwd_g = [&](float* out) {
+      g::cpu_simd::conv2d(x.data(), wt.data(), c.n, c.c, c.h, c.w, c.o, c.k, c.k, idx(1), idx(0), out);
     };
-    auto bwdw_g = [&] {
-      g::dims in; in.rank = 3; in.d[0] = c.n; in.d[1] = c.o; in.d[2] = P;
-      g::cpu_simd::permute(dy.data(), in, std::array<std::size_t, g::max_rank>{1, 0, 2}, dyo.data());
-      g::cpu_simd::gemm(false, true, c.o, ckk, c.n * P, 1.f, dyo.data(), c.n * P, 0, col.data(), c.n * P, 0, 0.f, dwg.data(), ckk, 0, 1);
+    auto bwdw_g = [&](float* out) {
+      g::cpu_simd::conv2d_backward_weights(x.data(), dy.data(), c.n, c.c, c.h, c.w, c.o, c.k, c.k, idx(1), idx(0), out);
     };
-    auto bwdd_g = [&] {
-      g::cpu_simd::gemm(true, false, ckk, c.n * P, c.o, 1.f, wt.data(), ckk, 0, dyo.data(), c.n * P, 0, 0.f, dcol.data(), c.n * P, 0, 1);
-      std::fill(dxg.begin(), dxg.end(), 0.f);
-      g::cpu_simd::col2im(dcol.data(), c.n, c.c, c.h, c.w, c.k, c.k, idx(1), idx(0), dxg.data());
+    auto bwdd_g = [&](float* out) {
+      g::cpu_simd::conv2d_backward_data(dy.data(), wt.data(), c.n, c.c, c.h, c.w, c.o, c.k, c.k, idx(1), idx(0), out);
     };
     // oneDNN: plain NCHW descriptors, or `any` (its own formats) with reorders in the timing
     memory::dims src{c.n, c.c, c.h, c.w}, wd{c.o, c.c, c.k, c.k}, dst{c.n, c.o, oh, ow}, s1{1, 1}, p0{0, 0};
@@ -94,26 +86,35 @@ int main(int argc, char** argv) {
       for (int i = 0; i < 3; ++i) out[i] = bench::median(v[i].seconds) / 20 * 1e6;
       std::fprintf(stderr, "%s %s: fwd %s, bwd data %s, bwd weights %s\n", c.name, blocked ? "any" : "plain", fpd.impl_info_str(), dpd.impl_info_str(), wpd.impl_info_str());
     };
-    double on[3], ob[3], gg[3];
+    double on[3], ob[3], gi[3], gd[3];
     plain(false, on);
     plain(true, ob);
+    const auto path = [](bool dnnl) { return [dnnl] { g::cpu_dnnl::set_enabled(dnnl); }; };
     std::vector<bench::candidate> v;
-    v.push_back({"fwd", [&] { for (int r = 0; r < 20; ++r) fwd_g(); }});
-    v.push_back({"bwdw", [&] { for (int r = 0; r < 20; ++r) bwdw_g(); }});
-    v.push_back({"bwdd", [&] { for (int r = 0; r < 20; ++r) bwdd_g(); }});
+    v.push_back({"fwd im2col", [&] { for (int r = 0; r < 20; ++r) fwd_g(yi.data()); }, {}, path(false)});
+    v.push_back({"bwdw im2col", [&] { for (int r = 0; r < 20; ++r) bwdw_g(dwi.data()); }, {}, path(false)});
+    v.push_back({"bwdd im2col", [&] { for (int r = 0; r < 20; ++r) bwdd_g(dxi.data()); }, {}, path(false)});
+    v.push_back({"fwd slices", [&] { for (int r = 0; r < 20; ++r) fwd_g(yg.data()); }, {}, path(true)});
+    v.push_back({"bwdw slices", [&] { for (int r = 0; r < 20; ++r) bwdw_g(dwg.data()); }, {}, path(true)});
+    v.push_back({"bwdd slices", [&] { for (int r = 0; r < 20; ++r) bwdd_g(dxg.data()); }, {}, path(true)});
     bench::run_interleaved(v, rounds, 2);
-    for (int i = 0; i < 3; ++i) gg[i] = bench::median(v[i].seconds) / 20 * 1e6;
-    // the largest difference from gradus' values, per pass
+    g::cpu_dnnl::set_enabled(true);
+    for (int i = 0; i < 3; ++i) {
+      gi[i] = bench::median(v[static_cast<std::size_t>(i)].seconds) / 20 * 1e6;
+      gd[i] = bench::median(v[static_cast<std::size_t>(i + 3)].seconds) / 20 * 1e6;
+    }
+    // the largest difference from the im2col path's values, per pass: oneDNN direct, the slices
     double e[3] = {0, 0, 0};
-    for (size_t i = 0; i < y.size(); ++i) e[0] = std::max(e[0], double(std::abs(y[i] - yg[i])));
-    for (size_t i = 0; i < dw.size(); ++i) e[1] = std::max(e[1], double(std::abs(dw[i] - dwg[i])));
-    for (size_t i = 0; i < dx.size(); ++i) e[2] = std::max(e[2], double(std::abs(dx[i] - dxg[i])));
+    for (size_t i = 0; i < y.size(); ++i) e[0] = std::max({e[0], double(std::abs(y[i] - yi[i])), double(std::abs(yg[i] - yi[i]))});
+    for (size_t i = 0; i < dw.size(); ++i) e[1] = std::max({e[1], double(std::abs(dw[i] - dwi[i])), double(std::abs(dwg[i] - dwi[i]))});
+    for (size_t i = 0; i < dx.size(); ++i) e[2] = std::max({e[2], double(std::abs(dx[i] - dxi[i])), double(std::abs(dxg[i] - dxi[i]))});
     const char* pass[3] = {"forward", "weight gradient", "data gradient"};
     for (int i = 0; i < 3; ++i) {
       if (i == 2 && !c.need_dx) continue;
-      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.2f |\n", c.name, pass[i], gg[i], on[i], ob[i], gg[i] / std::min(on[i], ob[i]));
+      std::printf("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.2f |\n", c.name, pass[i], gi[i], gd[i], on[i], ob[i],
+                  gd[i] / std::min(on[i], ob[i]));
       if (!(e[i] < 1e-4)) {
-        std::printf("%s %s: oneDNN differs from gradus by %g\n", c.name, pass[i], e[i]);
+        std::printf("%s %s: the paths differ by %g\n", c.name, pass[i], e[i]);
         ok = false;
       }
     }

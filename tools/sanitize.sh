@@ -30,10 +30,13 @@ if [[ $src == */tests/mpi/* ]]; then
   # the frame-pointer unwinder stops inside Open MPI's libraries: the suppressions need whole stacks
   export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan_mpi.supp:fast_unwind_on_malloc=0 ${LSAN_OPTIONS:-}"
 fi
+# oneDNN where it is installed, as CMake's GRADUS_DNNL=AUTO does (cpu_simd/dnnl.hpp)
+dnnl=()
+[[ -f /usr/include/oneapi/dnnl/dnnl.hpp ]] && dnnl=(-DGRADUS_HAVE_DNNL=1 -ldnnl)
 # shellcheck disable=SC2086
 ${CXX:-g++} -std=gnu++20 -O1 -g -fno-omit-frame-pointer -march=native -ffp-contract=off -fopenmp $san \
   -DBOOST_TEST_DYN_LINK "${inc[@]}" "${mpi_cflags[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
-  "$src" -o "$out" -lboost_unit_test_framework -lopenblas -lzip -lzmq "${mpi_libs[@]}"
+  "$src" -o "$out" "${dnnl[@]}" -lboost_unit_test_framework -lopenblas -lzip -lzmq "${mpi_libs[@]}"
 cd "$root/build/ci" 2>/dev/null || cd "$root"
 export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"
 # libgomp is not instrumented either: the barrier ending an OpenMP parallel loop is invisible
