@@ -8,9 +8,8 @@
 // tensors and with the formats it picks (blocked; the reorders from and to NCHW are timed
 // with it). Each pass is checked against the im2col path's values.
 // 2. mnist_mlp's eight GEMMs of a training step (784-256-128-10, batch 64): cpu_simd::gemm
-// (blocks: oneDNN matmul where every extent is at least 32, else one-thread OpenBLAS calls),
-// oneDNN's matmul primitive called directly (created once, its own threads), and OpenBLAS
-// on its own threads.
+// (blocks of one-thread OpenBLAS calls), oneDNN's matmul primitive called directly (created
+// once, its own threads), and OpenBLAS on its own threads.
 //
 //   bench_onednn [rounds = 21]
 #include <gradus/backends/cpu_simd.hpp>

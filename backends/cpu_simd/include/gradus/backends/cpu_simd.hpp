@@ -350,8 +350,6 @@ struct cpu_simd {
   template <class T>
   static void blas_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                         const T* b, index_t ldb, T beta, T* c, index_t ldc) {
-    if constexpr (std::is_same_v<T, float>)  // oneDNN's matmul for large blocks, where built with it
-      if (cpu_dnnl::matmul(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)) return;
     const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
     const auto ib = [](index_t v) { return static_cast<CBLAS_INT>(v); };
     cpu_threads::blas_on_one_thread([&] {

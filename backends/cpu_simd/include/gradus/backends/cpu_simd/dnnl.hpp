@@ -288,98 +288,11 @@ inline bool conv(conv_pass pass, const conv_shape& sh, const float* a, const flo
   return true;
 }
 
-// ---- GEMM blocks ----------------------------------------------------------------------------
-// One block of cpu_simd::gemm (row-major C = alpha op(A) op(B) + beta C, transposes and
-// leading dimensions as strides) through oneDNN's matmul on the calling thread, where the
-// block is large in every extent: mnist_mlp's five large products ran 1.11-1.46x faster
-// than OpenBLAS's single-threaded sgemm (benchmarks/bench_onednn), its three 10-wide ones
-// slower, which stay with OpenBLAS. One primitive per thread and block shape, created and
-// run at OpenMP count 1 (as the convolutions' slices), so a block's bits depend on its
-// shape only, and cpu_simd::gemm's cut keeps them independent of the team.
-struct matmul_key {
-  bool ta, tb;
-  dim m, n, k, lda, ldb, ldc;
-  float alpha, beta;
-  bool operator==(const matmul_key&) const = default;
-};
-struct matmul_plan {
-  matmul_key key{};
-  bool usable = false;
-  dnnl::primitive prim;
-  dnnl::memory a, b, c, scratchpad;
-  std::unordered_map<int, dnnl::memory> args;
-  dnnl::stream stream;
-};
-constexpr dim matmul_min_extent = 32;
-
-inline bool matmul(bool ta, bool tb, dim m, dim n, dim k, float alpha, const float* a, dim lda, const float* b,
-                   dim ldb, float beta, float* c, dim ldc) {
-  if (m < matmul_min_extent || n < matmul_min_extent || k < matmul_min_extent || !enabled()) return false;
-  const matmul_key key{ta, tb, m, n, k, lda, ldb, ldc, alpha, beta};
-  thread_local std::vector<std::unique_ptr<matmul_plan>> plans;
-  matmul_plan* pl = nullptr;
-  for (auto& p : plans)
-    if (p->key == key) pl = p.get();
-  const int keep = omp_get_max_threads();
-  if (keep != 1) omp_set_num_threads(1);  // this thread's (or this implicit task's) count
-  struct restore {
-    int keep;
-    ~restore() {
-      if (keep != 1) omp_set_num_threads(keep);
-    }
-  } restore_count{keep};
-  if (!pl) {
-    auto p = std::make_unique<matmul_plan>();
-    p->key = key;
-    try {
-      using dt = dnnl::memory::data_type;
-      const auto& eng = engine();
-      const dnnl::memory::desc a_md({m, k}, dt::f32, ta ? dnnl::memory::dims{1, lda} : dnnl::memory::dims{lda, 1});
-      const dnnl::memory::desc b_md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-      const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{ldc, 1});
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      if (alpha != 1.f) attr.set_output_scales(0, {alpha});
-      if (beta != 0.f) {
-        dnnl::post_ops po;
-        po.append_sum(beta);
-        attr.set_post_ops(po);
-      }
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, eng);
-      p->prim = dnnl::matmul(pd);
-      p->a = dnnl::memory(a_md, eng, DNNL_MEMORY_NONE);
-      p->b = dnnl::memory(b_md, eng, DNNL_MEMORY_NONE);
-      p->c = dnnl::memory(c_md, eng, DNNL_MEMORY_NONE);
-      p->scratchpad = dnnl::memory(pd.scratchpad_desc(), eng);
-      p->args = {{DNNL_ARG_SRC, p->a}, {DNNL_ARG_WEIGHTS, p->b}, {DNNL_ARG_DST, p->c}, {DNNL_ARG_SCRATCHPAD, p->scratchpad}};
-      p->stream = dnnl::stream(eng);
-      p->usable = true;
-    } catch (const dnnl::error&) {
-      // no matmul for these strides: OpenBLAS takes the block
-    }
-    if (plans.size() >= max_plans) plans.erase(plans.begin(), plans.begin() + max_plans / 2);  // oldest first
-    plans.push_back(std::move(p));
-    pl = plans.back().get();
-  }
-  if (!pl->usable) return false;
-  pl->a.set_data_handle(const_cast<float*>(a));
-  pl->b.set_data_handle(const_cast<float*>(b));
-  pl->c.set_data_handle(c);
-  pl->prim.execute(pl->stream, pl->args);
-  pl->stream.wait();
-  return true;
-}
-
 }  // namespace gradus::cpu_dnnl
 
 #else
-#include <cstdint>
 namespace gradus::cpu_dnnl {
 inline bool enabled() { return false; }
 inline void set_enabled(bool) {}
-inline bool matmul(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
-                   const float*, std::int64_t, float, float*, std::int64_t) {
-  return false;
-}
 }  // namespace gradus::cpu_dnnl
 #endif
