@@ -2,9 +2,14 @@
 # Builds one test translation unit at -O1 under a sanitizer and runs it.
 #   tools/sanitize.sh asan tests/dist/test_data_parallel.cpp [test args...]
 #   tools/sanitize.sh tsan tests/dist/test_data_parallel.cpp
+#   tools/sanitize.sh archer tests/graph/test_conv.cpp
 #   NP=3 tools/sanitize.sh asan tests/mpi/test_mpi_allreduce.cpp
 # asan = AddressSanitizer + UndefinedBehaviorSanitizer (leaks included, UB fatal);
 # tsan = ThreadSanitizer with tests/sanitizers/tsan.supp (libzmq is not instrumented).
+# archer = ThreadSanitizer on OpenMP code: clang++-14 with LLVM's libomp and its Archer tool
+#   (OMP_TOOL_LIBRARIES=libarcher.so), which tells TSan about OpenMP's barriers, so the
+#   parallel loops run with OMP_NUM_THREADS (default 2) and are checked; races inside
+#   uninstrumented libraries (OpenBLAS, oneDNN) are not reported.
 # The binary goes to build/sanitize/<name>-<kind>; it runs from build/ci when that exists
 # (tests that start example programs find them there). A test under tests/mpi/ is built
 # with MPI (mpicxx --showme) and runs under mpirun -np $NP (default 2), with
@@ -18,7 +23,8 @@ mkdir -p "$root/build/sanitize"
 case $kind in
   asan) san="-fsanitize=address,undefined -fno-sanitize-recover=undefined" ;;
   tsan) san="-fsanitize=thread" ;;
-  *) echo "sanitize.sh: kind '$kind' is not asan or tsan" >&2; exit 2 ;;
+  archer) san="-fsanitize=thread" CXX=${CXX:-clang++-14} ;;
+  *) echo "sanitize.sh: kind '$kind' is not asan, tsan or archer" >&2; exit 2 ;;
 esac
 inc=()
 for d in "$root"/include "$root"/backends/*/include "$root"/tests; do inc+=("-I$d"); done
@@ -44,4 +50,8 @@ export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTION
 # program's own threads are what it checks (the loops themselves share nothing across
 # iterations; exec_test_* run them with 2 threads).
 [[ $kind == tsan ]] && export OMP_NUM_THREADS=1
+if [[ $kind == archer ]]; then
+  export OMP_TOOL_LIBRARIES=/usr/lib/llvm-14/lib/libarcher.so OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+  export TSAN_OPTIONS="ignore_noninstrumented_modules=1 $TSAN_OPTIONS"
+fi
 exec "${launch[@]}" "$out" "$@"
