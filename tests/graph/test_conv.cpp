@@ -205,6 +205,20 @@ BOOST_AUTO_TEST_CASE(conv2d_gradients_through_the_graph) {
   g::cpu_dnnl::set_enabled(true);
 }
 
+// The backend interface (exec/backend.hpp) is checked by section: cpu_simd has every one;
+// a type with memory functions only is a backend_memory and no backend.
+struct memory_only {
+  static constexpr const char* name = "memory_only";
+  static constexpr std::size_t alignment = 64;
+  static void* allocate(std::size_t);
+  static void deallocate(void*);
+  static void copy_to_device(void*, const void*, std::size_t);
+  static void copy_to_host(void*, const void*, std::size_t);
+  static void copy(void*, const void*, std::size_t);
+};
+static_assert(g::backend<g::cpu_simd> && g::backend_images<g::cpu_simd, float>);
+static_assert(g::backend_memory<memory_only> && !g::backend_images<memory_only, float> && !g::backend<memory_only>);
+
 // LeNet's first layer at MNIST size with a batch large enough for the threaded paths.
 BOOST_AUTO_TEST_CASE(conv2d_lenet_size_threaded) {
   g::session<g::cpu_simd> s;

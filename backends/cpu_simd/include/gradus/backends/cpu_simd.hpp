@@ -1,7 +1,8 @@
 #pragma once
 // gradus::cpu_simd — the CPU compute policy: xsimd for fused elementwise passes,
 // reductions and softmax; OpenBLAS (CBLAS) for GEMM; OpenMP for threads; xtensor for
-// interop. The interface every backend implements (a CUDA one follows the same shape):
+// interop. The interface every backend implements (named as concepts in exec/backend.hpp,
+// asserted below the struct; a CUDA one follows the same shape):
 //
 //   memory   allocate(bytes) / deallocate(p)         64-byte aligned device buffers
 //            copy_to_device(dst, src, bytes) / copy_to_host(dst, src, bytes)
@@ -64,6 +65,7 @@ char* openblas_get_config(void);
 
 #include "gradus/backends/cpu_simd/dnnl.hpp"
 #include "gradus/backends/cpu_simd/threads.hpp"
+#include "gradus/exec/backend.hpp"
 #include "gradus/gradus.hpp"
 
 namespace gradus {
@@ -1077,6 +1079,7 @@ struct cpu_simd {
                           std::to_string(i) + " is outside [0, " + std::to_string(bound) + ")");
   }
 };
+static_assert(backend<cpu_simd>, "gradus: cpu_simd does not implement the backend interface (exec/backend.hpp)");
 
 // ---- xtensor interop ---------------------------------------------------------------------
 

@@ -1,0 +1,118 @@
+#pragma once
+// The compute policy a session runs on, named. A backend is a type of static functions
+// (no state: a session's buffers are the backend's device memory, its kernels take raw
+// pointers and extents), in sections that match what the graph's nodes, the optimizers and
+// the session call on it:
+//
+//   memory     allocate / deallocate / copy_to_device / copy_to_host / copy (device to device)
+//   fused      assign(out, loop_shape, plan): one pass of an elementwise plan (exec/plan.hpp);
+//              for_each(n, rule, p...): an optimizer's rule in place over its buffers
+//   reduce     reduce(kind, in, outer, n, inner, out), argmax, sum_squares, first_nonfinite
+//   gemm       gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+//              stride_c, batch): row-major, transposes as flags, a batch by strides
+//   rows       softmax(in, rows, cols, out, log), softmax_xent(logits, labels, rows, cols, loss)
+//   index      one_hot, gather, scatter_add, scatter_rows
+//   layout     permute(in, in_dims, perm, out)
+//   images     conv2d / conv2d_backward_data / conv2d_backward_weights (NCHW, OIHW),
+//              im2col / col2im, pool2d / pool2d_grad
+//   random     dropout_mask(out, n, keep, seed, draw): counter-based, the same bits on
+//              every backend for a seed
+//
+// Each section is a concept of its own, checked for float and double, so a backend that
+// lacks one names the section in the compiler's message (cpu_simd.hpp asserts
+// backend<cpu_simd>; a CUDA backend is written against the same list). RNN cells need no
+// section: they are GEMMs and fused passes.
+#include <array>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+
+#include "gradus/exec/plan.hpp"
+#include "gradus/graph/leaves.hpp"  // tensor_view, which ops/reduce.hpp uses
+#include "gradus/graph/ops/reduce.hpp"
+
+namespace gradus {
+
+namespace backend_probe {
+// A rule of the shape for_each takes (an optimizer's update of w from g).
+template <class T>
+struct rule {
+  template <class V>
+  void operator()(V&, const V&) const {}
+};
+}  // namespace backend_probe
+
+template <class B>
+concept backend_memory = requires(void* p, const void* q, std::size_t bytes) {
+  { B::allocate(bytes) } -> std::same_as<void*>;
+  B::deallocate(p);
+  B::copy_to_device(p, q, bytes);
+  B::copy_to_host(p, q, bytes);
+  B::copy(p, q, bytes);
+  { B::alignment } -> std::convertible_to<std::size_t>;
+  { B::name } -> std::convertible_to<const char*>;
+};
+
+template <class B, class T>
+concept backend_fused = requires(T* o, const loop_shape& ls, const leaf_plan<T>& plan, index_t n) {
+  B::assign(o, ls, plan);
+  B::for_each(n, backend_probe::rule<T>{}, o, o);
+};
+
+template <class B, class T>
+concept backend_reduce = requires(const T* x, T* o, index_t n, std::int32_t* i32) {
+  B::reduce(reduce_kind::sum, x, n, n, n, o);
+  B::argmax(x, n, n, n, i32);
+  { B::sum_squares(x, n) } -> std::convertible_to<T>;
+  { B::first_nonfinite(x, n) } -> std::convertible_to<index_t>;
+};
+
+template <class B, class T>
+concept backend_gemm = requires(const T* a, T* c, index_t n, T s) {
+  B::gemm(true, false, n, n, n, s, a, n, n, a, n, n, s, c, n, n, n);
+};
+
+template <class B, class T>
+concept backend_rows = requires(const T* x, T* o, const std::int32_t* labels, index_t n) {
+  B::softmax(x, n, n, o, true);
+  B::softmax_xent(x, labels, n, n, o);
+};
+
+template <class B, class T>
+concept backend_index = requires(const T* x, T* o, const std::int32_t* idx, index_t n) {
+  B::one_hot(idx, n, n, o);
+  B::gather(x, n, n, idx, n, o);
+  B::scatter_add(x, idx, n, n, o, n);
+  B::scatter_rows(x, idx, n, n, o, n);
+};
+
+template <class B, class T>
+concept backend_layout = requires(const T* x, T* o, const dims& d, const std::array<std::size_t, max_rank>& perm) {
+  B::permute(x, d, perm, o);
+};
+
+template <class B, class T>
+concept backend_images = requires(const T* x, T* o, index_t n) {
+  B::conv2d(x, x, n, n, n, n, n, n, n, n, n, o);
+  B::conv2d_backward_data(x, x, n, n, n, n, n, n, n, n, n, o);
+  B::conv2d_backward_weights(x, x, n, n, n, n, n, n, n, n, n, o);
+  B::im2col(x, n, n, n, n, n, n, n, n, o);
+  B::col2im(x, n, n, n, n, n, n, n, n, o);
+  B::pool2d(true, x, n, n, n, n, n, n, n, o);
+  B::pool2d_grad(true, x, x, n, n, n, n, n, n, n, o);
+};
+
+template <class B, class T>
+concept backend_random = requires(T* o, index_t n, double keep, std::uint64_t seed) {
+  B::dropout_mask(o, n, keep, seed, seed);
+};
+
+// Every section, for one dtype.
+template <class B, class T>
+concept backend_for = backend_fused<B, T> && backend_reduce<B, T> && backend_gemm<B, T> && backend_rows<B, T> &&
+                      backend_index<B, T> && backend_layout<B, T> && backend_images<B, T> && backend_random<B, T>;
+
+template <class B>
+concept backend = backend_memory<B> && backend_for<B, float> && backend_for<B, double>;
+
+}  // namespace gradus
