@@ -491,6 +491,7 @@ struct cpu_simd {
   // whole batch (dY permuted to [O, N*OH*OW], times the columns transposed; its long k is
   // cut by threads() in split_k). The columns live in a per-thread scratch buffer that
   // grows to the largest convolution the thread has run and is reused after.
+
   // OH * OW: the output pixels of one image and channel
   static index_t conv_pixels(index_t h, index_t w, index_t kh, index_t kw, index_t s, index_t p) {
     return ((h + 2 * p - kh) / s + 1) * ((w + 2 * p - kw) / s + 1);
@@ -498,10 +499,8 @@ struct cpu_simd {
   template <class T>
   static void conv2d(const T* x, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh,
                      index_t kw, index_t s, index_t p, T* y) {
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>)
       if (cpu_dnnl::conv(cpu_dnnl::conv_pass::forward, {n, c, h, w, o, kh, kw, s, p}, x, wt, y)) return;
-#endif
     const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
     T* col = scratch<T>(0, ckk * n * hw);
     im2col(x, n, c, h, w, kh, kw, s, p, col);
@@ -510,10 +509,8 @@ struct cpu_simd {
   template <class T>
   static void conv2d_backward_data(const T* dy, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o,
                                    index_t kh, index_t kw, index_t s, index_t p, T* dx) {
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>)
       if (cpu_dnnl::conv(cpu_dnnl::conv_pass::data, {n, c, h, w, o, kh, kw, s, p}, dy, wt, dx)) return;
-#endif
     const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
     T* col = scratch<T>(0, ckk * n * hw);
     gemm(true, false, ckk, hw, o, T(1), wt, ckk, 0, dy, hw, o * hw, T(0), col, n * hw, hw, n);
@@ -522,10 +519,8 @@ struct cpu_simd {
   template <class T>
   static void conv2d_backward_weights(const T* x, const T* dy, index_t n, index_t c, index_t h, index_t w, index_t o,
                                       index_t kh, index_t kw, index_t s, index_t p, T* dw) {
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
     if constexpr (std::is_same_v<T, float>)
       if (cpu_dnnl::conv(cpu_dnnl::conv_pass::weights, {n, c, h, w, o, kh, kw, s, p}, x, dy, dw)) return;
-#endif
     const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
     T* col = scratch<T>(0, ckk * n * hw);
     T* dyt = scratch<T>(1, o * n * hw);

@@ -35,6 +35,24 @@
 // the im2col path. What a call allocates: only inside oneDNN's execute (its argument
 // lists and execution context, the same each call; tests/exec/test_alloc.cpp counts them);
 // the primitives, buffers and scratchpads are made once per (shape, pass, slice count).
+#include <cstdint>
+
+namespace gradus::cpu_dnnl {
+
+using dim = std::int64_t;
+
+enum class conv_pass { forward, data, weights };
+
+// x [n,c,h,w] (*) w [o,c,kh,kw], stride s, padding p on every side.
+struct conv_shape {
+  dim n, c, h, w, o, kh, kw, s, p;
+  dim oh() const { return (h + 2 * p - kh) / s + 1; }
+  dim ow() const { return (w + 2 * p - kw) / s + 1; }
+  bool operator==(const conv_shape&) const = default;
+};
+
+}  // namespace gradus::cpu_dnnl
+
 #if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
 #include <omp.h>
 
@@ -52,18 +70,6 @@
 #include "gradus/backends/cpu_simd/threads.hpp"
 
 namespace gradus::cpu_dnnl {
-
-using dim = std::int64_t;
-
-enum class conv_pass { forward, data, weights };
-
-// x [n,c,h,w] (*) w [o,c,kh,kw], stride s, padding p on every side.
-struct conv_shape {
-  dim n, c, h, w, o, kh, kw, s, p;
-  dim oh() const { return (h + 2 * p - kh) / s + 1; }
-  dim ow() const { return (w + 2 * p - kw) / s + 1; }
-  bool operator==(const conv_shape&) const = default;
-};
 
 // -1: from GRADUS_DNNL (on unless it is "0"); 0 or 1: set_enabled's.
 inline std::atomic<int> enabled_state{-1};
@@ -291,8 +297,10 @@ inline bool conv(conv_pass pass, const conv_shape& sh, const float* a, const flo
 }  // namespace gradus::cpu_dnnl
 
 #else
+// Built without oneDNN: every call takes the caller's own path.
 namespace gradus::cpu_dnnl {
 inline bool enabled() { return false; }
 inline void set_enabled(bool) {}
+inline bool conv(conv_pass, const conv_shape&, const float*, const float*, float*) { return false; }
 }  // namespace gradus::cpu_dnnl
 #endif
