@@ -218,6 +218,19 @@ struct memory_only {
 };
 static_assert(g::backend<g::cpu_simd> && g::backend_images<g::cpu_simd, float>);
 static_assert(g::backend_memory<memory_only> && !g::backend_images<memory_only, float> && !g::backend<memory_only>);
+// The sections' helpers are protected (backends/cpu_simd/*.hpp): the GEMM cut, the k slices,
+// the scratch buffers and the streaming stores are not part of the interface.
+template <class B>
+concept exposes_gemm_cut = requires { B::gemm_plan(1, 1, 1, 1, 1); };
+template <class B>
+concept exposes_split_k = requires { B::split_k_min_slice; };
+template <class B>
+concept exposes_scratch = requires { B::template scratch<float>(0, 1); };
+struct open_gemm : g::cpu_simd_sections::gemm_section {
+  using gemm_section::gemm_plan;  // the probe itself: it sees a member made public
+};
+static_assert(exposes_gemm_cut<open_gemm> && !exposes_gemm_cut<g::cpu_simd>);
+static_assert(!exposes_split_k<g::cpu_simd> && !exposes_scratch<g::cpu_simd> && g::cpu_simd::parallel_threshold > 0);
 
 // LeNet's first layer at MNIST size with a batch large enough for the threaded paths.
 BOOST_AUTO_TEST_CASE(conv2d_lenet_size_threaded) {
