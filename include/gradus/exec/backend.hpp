@@ -42,6 +42,15 @@ struct rule {
 };
 }  // namespace backend_probe
 
+// Whether a backend's buffers are host memory (a pointer the CPU may read): cpu_simd's are;
+// a GPU backend declares host_memory = false, and the executor then copies feeds to the
+// device and results back (exec/graph.hpp). A backend that does not say is host memory.
+template <class B>
+inline constexpr bool backend_host_memory = [] {
+  if constexpr (requires { B::host_memory; }) return static_cast<bool>(B::host_memory);
+  else return true;
+}();
+
 template <class B>
 concept backend_memory = requires(void* p, const void* q, std::size_t bytes) {
   { B::allocate(bytes) } -> std::same_as<void*>;

@@ -12,6 +12,8 @@
 // Each run: bind feeds, infer dims (a `dyn` mismatch throws here, naming op and shapes),
 // grow buffers that are too small (so the same shapes allocate nothing), run the steps.
 #include <algorithm>
+#include <array>
+#include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "gradus/core/error.hpp"
+#include "gradus/exec/backend.hpp"
 #include "gradus/exec/node_registry.hpp"
 #include "gradus/exec/plan.hpp"
 #include "gradus/graph/leaves.hpp"
@@ -192,6 +195,29 @@ class compiled_graph final : public graph_base {
     else return -1;
   }
 
+  // Where the backend's buffers are not host memory (backend_host_memory), feeds are copied
+  // into a device buffer per placeholder and outputs out into a host buffer per output.
+  static constexpr bool host_memory = backend_host_memory<Backend>;
+  struct staging {
+    void* data = nullptr;
+    std::size_t capacity = 0;
+    staging() = default;
+    staging(const staging&) = delete;
+    staging& operator=(const staging&) = delete;
+    ~staging() {
+      if (data) Backend::deallocate(data);
+    }
+    void reserve(std::size_t bytes) {
+      if (bytes <= capacity) return;
+      if (data) Backend::deallocate(data);
+      data = nullptr, capacity = 0;
+      data = Backend::allocate(bytes);
+      capacity = bytes;
+    }
+  };
+  std::map<int, staging> feed_buffers_;                                  // by placeholder slot
+  std::array<std::vector<unsigned char>, sizeof...(Outs)> host_results_;  // by output
+
   std::tuple<Outs...> outs_;
   std::array<int, sizeof...(Outs)> out_slots_{};
   std::vector<std::vector<std::size_t>> ready_after_;  // per step: the outputs it finishes
@@ -308,8 +334,13 @@ class compiled_graph final : public graph_base {
 
   static std::string nonfinite_at(const void* p, index_t i, std::string_view dtype) {
     double v = 0;
-    if (dtype == "float32") v = static_cast<double>(static_cast<const float*>(p)[i]);
-    else v = static_cast<const double*>(p)[i];
+    if (dtype == "float32") {
+      float f = 0;
+      Backend::copy_to_host(&f, static_cast<const float*>(p) + i, sizeof f);  // device memory on a GPU
+      v = static_cast<double>(f);
+    } else {
+      Backend::copy_to_host(&v, static_cast<const double*>(p) + i, sizeof v);
+    }
     return std::string(v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at element " + std::to_string(i);
   }
   void check_leaves(std::int64_t global_step) const {
@@ -374,8 +405,18 @@ class compiled_graph final : public graph_base {
       if (slots_[p.slot].data)
         throw feed_error("gradus: placeholder '" + std::string(p.name) + "' is fed twice");
       // A zero-size feed may have a null data(); any non-null address marks it bound.
-      slots_[p.slot].data = const_cast<typename F::value_type*>(f.data ? f.data : &zero_size_sentinel<typename F::value_type>);
-      slots_[p.slot].d = f.d;
+      using T = typename F::value_type;
+      if constexpr (host_memory) {
+        slots_[p.slot].data = const_cast<T*>(f.data ? f.data : &zero_size_sentinel<T>);
+        slots_[p.slot].d = f.d;
+      } else {  // a device backend: the feed is copied into the placeholder's own buffer
+        staging& st = feed_buffers_[p.slot];
+        const std::size_t bytes = static_cast<std::size_t>(f.d.numel()) * sizeof(T);
+        st.reserve(std::max(bytes, sizeof(T)));
+        if (bytes) Backend::copy_to_device(st.data, f.data, bytes);
+        slots_[p.slot].data = st.data;
+        slots_[p.slot].d = f.d;
+      }
       return;
     }
     throw feed_error("gradus: feed '" + std::string(F::name.view()) + "' names no placeholder of this graph");
@@ -501,11 +542,26 @@ class compiled_graph final : public graph_base {
   }
 
   template <std::size_t... I>
-  auto results(std::index_sequence<I...>) const {
+  auto results(std::index_sequence<I...>) {
     if constexpr (sizeof...(I) == 1)
-      return view_of<value_t<std::tuple_element_t<0, std::tuple<Outs...>>>>(out_slots_[0]);
+      return fetch<value_t<std::tuple_element_t<0, std::tuple<Outs...>>>>(0);
     else
-      return std::tuple{view_of<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>>(out_slots_[I])...};
+      return std::tuple{fetch<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>>(I)...};
+  }
+  // Output i as a host view: the slot itself where the backend's memory is the host's,
+  // else a copy into the graph's host buffer for that output (grown, never shrunk).
+  template <class T>
+  tensor_view<const T> fetch(std::size_t i) {
+    if constexpr (host_memory) {
+      return view_of<T>(out_slots_[i]);
+    } else {
+      const slot& sl = slots_[static_cast<std::size_t>(out_slots_[i])];
+      const std::size_t n = static_cast<std::size_t>(sl.d.numel());
+      auto& host = host_results_[i];
+      if (host.size() < n * sizeof(T)) host.resize(n * sizeof(T));
+      if (n) Backend::copy_to_host(host.data(), sl.data, n * sizeof(T));
+      return {reinterpret_cast<const T*>(host.data()), sl.d};
+    }
   }
 };
 

@@ -16,6 +16,7 @@
 #include <array>
 #include <cstddef>
 
+#include "gradus/core/device.hpp"
 #include "gradus/core/shape.hpp"
 
 namespace gradus {
@@ -24,14 +25,14 @@ namespace gradus {
 struct loop_shape {
   std::size_t rank = 1;  // >= 1
   std::array<index_t, max_rank> d{};
-  index_t inner() const { return d[rank - 1]; }
-  index_t rows() const {
+  GRADUS_HD index_t inner() const { return d[rank - 1]; }
+  GRADUS_HD index_t rows() const {
     index_t r = 1;
     for (std::size_t i = 0; i + 1 < rank; ++i) r *= d[i];
     return r;
   }
   // Unravel a row number into the leading indices.
-  void row_index(index_t row, index_t* idx) const {
+  GRADUS_HD void row_index(index_t row, index_t* idx) const {
     for (std::size_t k = rank - 1; k-- > 0;) {
       idx[k] = row % d[k];
       row /= d[k];
@@ -45,12 +46,12 @@ struct leaf_plan {
   std::array<index_t, max_rank> strides;  // in elements, 0 on broadcast axes
   const T* cur;
   index_t inner;  // stride of the last loop axis: 1, or 0 when broadcast
-  void set_row(const index_t* idx, std::size_t nlead) {
+  GRADUS_HD void set_row(const index_t* idx, std::size_t nlead) {
     cur = base;
     for (std::size_t k = 0; k < nlead; ++k) cur += idx[k] * strides[k];
     inner = strides[nlead];
   }
-  T eval(index_t j) const { return cur[j * inner]; }
+  GRADUS_HD T eval(index_t j) const { return cur[j * inner]; }
   template <class B>
   B load(index_t j) const {
     return inner ? B::load_unaligned(cur + j) : B(*cur);
@@ -73,8 +74,8 @@ struct leaf_plan {
 template <class T>
 struct scalar_plan {
   T v;
-  void set_row(const index_t*, std::size_t) {}
-  T eval(index_t) const { return v; }
+  GRADUS_HD void set_row(const index_t*, std::size_t) {}
+  GRADUS_HD T eval(index_t) const { return v; }
   template <class B>
   B load(index_t) const {
     return B(v);
@@ -91,8 +92,8 @@ template <class F, class P>
 struct unary_plan {
   F f;
   P p;
-  void set_row(const index_t* idx, std::size_t n) { p.set_row(idx, n); }
-  auto eval(index_t j) const { return f(p.eval(j)); }
+  GRADUS_HD void set_row(const index_t* idx, std::size_t n) { p.set_row(idx, n); }
+  GRADUS_HD auto eval(index_t j) const { return f(p.eval(j)); }
   template <class B>
   B load(index_t j) const {
     return f(p.template load<B>(j));
@@ -112,11 +113,11 @@ struct binary_plan {
   F f;
   PA a;
   PB b;
-  void set_row(const index_t* idx, std::size_t n) {
+  GRADUS_HD void set_row(const index_t* idx, std::size_t n) {
     a.set_row(idx, n);
     b.set_row(idx, n);
   }
-  auto eval(index_t j) const { return f(a.eval(j), b.eval(j)); }
+  GRADUS_HD auto eval(index_t j) const { return f(a.eval(j), b.eval(j)); }
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j));
@@ -138,12 +139,12 @@ struct ternary_plan {
   PA a;
   PB b;
   PC c;
-  void set_row(const index_t* idx, std::size_t n) {
+  GRADUS_HD void set_row(const index_t* idx, std::size_t n) {
     a.set_row(idx, n);
     b.set_row(idx, n);
     c.set_row(idx, n);
   }
-  auto eval(index_t j) const { return f(a.eval(j), b.eval(j), c.eval(j)); }
+  GRADUS_HD auto eval(index_t j) const { return f(a.eval(j), b.eval(j), c.eval(j)); }
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j), c.template load<B>(j));

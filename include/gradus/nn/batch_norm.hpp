@@ -20,6 +20,7 @@
 #include <string>
 #include <tuple>
 
+#include "gradus/core/device.hpp"
 #include "gradus/core/fixed_string.hpp"
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
@@ -34,7 +35,7 @@ template <class T>
 struct ema_rule {
   T decay, gain;  // moving = decay * moving + gain * stat
   template <class V>
-  void operator()(V& moving, const V& stat) const {
+  GRADUS_HD void operator()(V& moving, const V& stat) const {
     moving = V(decay) * moving + V(gain) * stat;
   }
 };

@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 
+#include "gradus/core/device.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
 #include "gradus/train/schedule.hpp"
@@ -38,7 +39,7 @@ template <class T>
 struct sgd_rule {
   T lr, wd, scale;
   template <class V>
-  void operator()(V& w, const V& g) const {
+  GRADUS_HD void operator()(V& w, const V& g) const {
     const V d = g * V(scale) + V(wd) * w;
     w = w - V(lr) * d;
   }
@@ -47,7 +48,7 @@ template <class T, bool Nesterov>
 struct momentum_rule {
   T lr, mu, wd, scale;
   template <class V>
-  void operator()(V& w, const V& g, V& m) const {
+  GRADUS_HD void operator()(V& w, const V& g, V& m) const {
     const V d = g * V(scale) + V(wd) * w;
     m = V(mu) * m + d;
     if constexpr (Nesterov) w = w - V(lr) * (d + V(mu) * m);
@@ -63,7 +64,7 @@ struct adam_rule {
   T decay;         // AdamW's 1 - lr*wd (1 for Adam)
   T scale;
   template <class V>
-  void operator()(V& w, const V& g, V& m, V& v) const {
+  GRADUS_HD void operator()(V& w, const V& g, V& m, V& v) const {
     using std::sqrt;
     const V d = g * V(scale) + V(l2) * w;
     m = V(b1) * m + V(T(1) - b1) * d;

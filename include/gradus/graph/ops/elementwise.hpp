@@ -6,6 +6,7 @@
 #include <cmath>
 #include <type_traits>
 
+#include "gradus/core/device.hpp"
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
@@ -15,7 +16,7 @@ namespace fn {
 
 // select for scalars; SIMD batches bring their own (found by ADL).
 template <class T>
-constexpr T select(bool c, T a, T b) {
+GRADUS_HD constexpr T select(bool c, T a, T b) {
   return c ? a : b;
 }
 
@@ -24,7 +25,7 @@ constexpr T select(bool c, T a, T b) {
   struct NAME {                                          \
     static constexpr const char* name = LABEL;           \
     template <class X>                                   \
-    X operator()(const X& x) const {                     \
+    GRADUS_HD X operator()(const X& x) const {                     \
       using std::exp, std::log, std::log1p, std::sqrt, std::abs, std::tanh, std::max, std::expm1; \
       return EXPR;                                       \
     }                                                    \
@@ -52,7 +53,7 @@ struct leaky_relu_fn {
   static constexpr const char* name = "leaky_relu";
   T alpha;
   template <class X>
-  X operator()(const X& x) const {
+  GRADUS_HD X operator()(const X& x) const {
     return select(x > X(0), x, X(alpha) * x);
   }
   bool operator==(const leaky_relu_fn&) const = default;
@@ -63,7 +64,7 @@ struct elu_fn {
   static constexpr const char* name = "elu";
   T alpha;
   template <class X>
-  X operator()(const X& x) const {
+  GRADUS_HD X operator()(const X& x) const {
     using std::expm1, std::min;
     // expm1 of min(x,0): the unused branch stays finite
     return select(x > X(0), x, X(alpha) * expm1(min(x, X(0))));
@@ -76,7 +77,7 @@ struct clamp_fn {
   static constexpr const char* name = "clamp";
   T lo, hi;
   template <class X>
-  X operator()(const X& x) const {
+  GRADUS_HD X operator()(const X& x) const {
     using std::max, std::min;
     return min(max(x, X(lo)), X(hi));
   }
@@ -87,7 +88,7 @@ struct clamp_fn {
   struct NAME {                                          \
     static constexpr const char* name = LABEL;           \
     template <class X>                                   \
-    X operator()(const X& a, const X& b) const {         \
+    GRADUS_HD X operator()(const X& a, const X& b) const {         \
       using std::max, std::min, std::pow;                \
       return EXPR;                                       \
     }                                                    \
@@ -113,7 +114,7 @@ GRADUS_BINARY_FN(not_equal, "not_equal", select(a != b, X(1), X(0)))
 struct where_fn {
   static constexpr const char* name = "where";
   template <class X>
-  X operator()(const X& c, const X& a, const X& b) const {
+  GRADUS_HD X operator()(const X& c, const X& a, const X& b) const {
     return select(c != X(0), a, b);
   }
   bool operator==(const where_fn&) const = default;

@@ -5,6 +5,7 @@
 // run time, so `mean` over a `dyn` axis differentiates without a static count).
 #include <tuple>
 
+#include "gradus/core/device.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/reduce.hpp"
@@ -74,7 +75,7 @@ namespace fn {
 struct left {
   static constexpr const char* name = "broadcast_like";
   template <class X>
-  X operator()(const X& a, const X&) const {
+  GRADUS_HD X operator()(const X& a, const X&) const {
     return a;
   }
   bool operator==(const left&) const = default;

@@ -31,6 +31,7 @@
 #include <string>
 #include <tuple>
 
+#include "gradus/core/device.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/reduce.hpp"
@@ -44,16 +45,16 @@ template <class T>
 struct rnn_set {
   T v;
   template <class X>
-  void operator()(X& x) const {
+  GRADUS_HD void operator()(X& x) const {
     x = X(v);
   }
 };
 template <class X>
-X rnn_sigmoid(const X& x) {
+GRADUS_HD X rnn_sigmoid(const X& x) {
   return fn::sigmoid_fn{}(x);
 }
 template <class X>
-X rnn_tanh(const X& x) {
+GRADUS_HD X rnn_tanh(const X& x) {
   return fn::tanh_fn{}(x);
 }
 // The extents of one run: T steps, B rows, I inputs, H hidden.
@@ -105,7 +106,7 @@ struct lstm_cell {
 
   struct step_rule {  // gates in place -> activated; c, h out
     template <class X>
-    void operator()(X& i, X& f, X& g, X& o, const X& cp, X& c, X& h) const {
+    GRADUS_HD void operator()(X& i, X& f, X& g, X& o, const X& cp, X& c, X& h) const {
       i = detail::rnn_sigmoid(i);
       f = detail::rnn_sigmoid(f);
       g = detail::rnn_tanh(g);
@@ -116,7 +117,7 @@ struct lstm_cell {
   };
   struct first_rule {  // c_{-1} = 0
     template <class X>
-    void operator()(X& i, X& f, X& g, X& o, X& c, X& h) const {
+    GRADUS_HD void operator()(X& i, X& f, X& g, X& o, X& c, X& h) const {
       i = detail::rnn_sigmoid(i);
       f = detail::rnn_sigmoid(f);
       g = detail::rnn_tanh(g);
@@ -128,7 +129,7 @@ struct lstm_cell {
   // dh = upstream + carried; dc = carried + dh o (1 - tanh(c)^2); the pre-activation
   // gradients out; dc becomes the carry into step t-1, dc f.
   template <class X>
-  static void grad_common(const X& dh, X& dc, const X& i, const X& g, const X& o, const X& c, X& di, X& dg,
+  GRADUS_HD static void grad_common(const X& dh, X& dc, const X& i, const X& g, const X& o, const X& c, X& di, X& dg,
                           X& dout) {
     const X one(1);
     const X tc = detail::rnn_tanh(c);
@@ -139,7 +140,7 @@ struct lstm_cell {
   }
   struct grad_rule {
     template <class X>
-    void operator()(const X& dhs, const X& carry, X& dc, const X& i, const X& f, const X& g, const X& o, const X& c,
+    GRADUS_HD void operator()(const X& dhs, const X& carry, X& dc, const X& i, const X& f, const X& g, const X& o, const X& c,
                     const X& cp, X& di, X& df, X& dg, X& dout) const {
       grad_common(dhs + carry, dc, i, g, o, c, di, dg, dout);
       df = dc * cp * f * (X(1) - f);
@@ -148,7 +149,7 @@ struct lstm_cell {
   };
   struct first_grad_rule {  // c_{-1} = 0: f has no gradient
     template <class X>
-    void operator()(const X& dhs, const X& carry, X& dc, const X& i, const X& g, const X& o, const X& c, X& di,
+    GRADUS_HD void operator()(const X& dhs, const X& carry, X& dc, const X& i, const X& g, const X& o, const X& c, X& di,
                     X& df, X& dg, X& dout) const {
       grad_common(dhs + carry, dc, i, g, o, c, di, dg, dout);
       df = X(0);
@@ -228,7 +229,7 @@ struct gru_cell {
 
   struct step_rule {
     template <class X>
-    void operator()(X& r, X& z, X& n, const X& hr, const X& hz, const X& hn, const X& hp, X& h) const {
+    GRADUS_HD void operator()(X& r, X& z, X& n, const X& hr, const X& hz, const X& hn, const X& hp, X& h) const {
       r = detail::rnn_sigmoid(r + hr);
       z = detail::rnn_sigmoid(z + hz);
       n = detail::rnn_tanh(n + r * hn);
@@ -237,7 +238,7 @@ struct gru_cell {
   };
   struct first_rule {  // h_{-1} = 0
     template <class X>
-    void operator()(X& r, X& z, X& n, const X& hr, const X& hz, const X& hn, X& h) const {
+    GRADUS_HD void operator()(X& r, X& z, X& n, const X& hr, const X& hz, const X& hn, X& h) const {
       r = detail::rnn_sigmoid(r + hr);
       z = detail::rnn_sigmoid(z + hz);
       n = detail::rnn_tanh(n + r * hn);
@@ -246,7 +247,7 @@ struct gru_cell {
   };
   // dh = upstream + carried; the carry into step t-1 starts as dh z (the GEMMs add the rest).
   template <class X>
-  static void grad_common(const X& dh, const X& dz, X& carry, const X& r, const X& z, const X& n, const X& hn,
+  GRADUS_HD static void grad_common(const X& dh, const X& dz, X& carry, const X& r, const X& z, const X& n, const X& hn,
                           X& dr, X& daz, X& dnx, X& dnh) {
     const X one(1);
     const X dan = dh * (one - z) * (one - n * n);
@@ -258,7 +259,7 @@ struct gru_cell {
   }
   struct grad_rule {
     template <class X>
-    void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, const X& hp, X& dr,
+    GRADUS_HD void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, const X& hp, X& dr,
                     X& dz, X& dnx, X& dnh) const {
       const X dh = dhs + carry;
       grad_common(dh, dh * (hp - n), carry, r, z, n, hn, dr, dz, dnx, dnh);
@@ -266,7 +267,7 @@ struct gru_cell {
   };
   struct first_grad_rule {
     template <class X>
-    void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, X& dr, X& dz, X& dnx,
+    GRADUS_HD void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, X& dr, X& dz, X& dnx,
                     X& dnh) const {
       const X dh = dhs + carry;
       grad_common(dh, -(dh * n), carry, r, z, n, hn, dr, dz, dnx, dnh);

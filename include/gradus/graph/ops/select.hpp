@@ -5,6 +5,7 @@
 // zeros of like's shape with g written at entry i.
 #include <string>
 
+#include "gradus/core/device.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {
@@ -97,7 +98,7 @@ struct select_backward_node : expr_base {
   struct fill {
     value_type v;
     template <class X>
-    void operator()(X& x) const {
+    GRADUS_HD void operator()(X& x) const {
       x = X(v);
     }
   };

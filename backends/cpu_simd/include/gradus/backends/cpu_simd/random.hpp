@@ -1,7 +1,8 @@
 #pragma once
-// cpu_simd: random masks, counter-based (the same bits for any thread count and on every
-// backend for a seed).
+// cpu_simd: random masks, counter-based (core/counter_hash.hpp: the same bits for any
+// thread count and on every backend for a seed).
 #include "gradus/backends/cpu_simd/images.hpp"
+#include "gradus/core/counter_hash.hpp"
 
 namespace gradus::cpu_simd_sections {
 
@@ -12,21 +13,10 @@ struct random_section : images_section {
   template <class T>
   static void dropout_mask(T* out, index_t n, double keep, std::uint64_t seed, std::uint64_t draw) {
     const T scale = static_cast<T>(1 / keep);
-    const std::uint64_t base = mix64(seed ^ mix64(draw + 0x632be59bd9b4e019ull));
+    const std::uint64_t base = counter_hash::stream(seed, draw);
     const bool par = n >= parallel_threshold;
 #pragma omp parallel for schedule(static) if (par)
-    for (index_t i = 0; i < n; ++i) {
-      const double u = static_cast<double>(mix64(base + static_cast<std::uint64_t>(i)) >> 11) * 0x1.0p-53;
-      out[i] = u < keep ? scale : T(0);
-    }
-  }
-
- protected:
-  static constexpr std::uint64_t mix64(std::uint64_t z) {
-    z += 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    for (index_t i = 0; i < n; ++i) out[i] = counter_hash::dropout_value(base, static_cast<std::uint64_t>(i), keep, scale);
   }
 };
 

@@ -1,0 +1,30 @@
+#pragma once
+// gradus::cuda — the GPU compute policy: session<cuda> and trainer<cuda, ...> run the same
+// model source as cpu_simd. The interface is exec/backend.hpp's, written file for file
+// against cpu_simd's sections:
+//
+//   cuda/base.hpp     name, host_memory = false, the thread's stream, for_n, index checks
+//   cuda/memory.hpp   caching device allocator, pinned staging for host <-> device copies
+//   cuda/fused.hpp    assign (an elementwise plan per element), for_each (a rule per element)
+//   cuda/reduce.hpp   reduce, argmax, sum_squares, first_nonfinite
+//   cuda/gemm.hpp     cuBLAS (cpu_simd's GEMM in the cuda-omp build)
+//   cuda/rows.hpp     softmax, log-softmax, softmax cross-entropy
+//   cuda/index.hpp    one_hot, gather, scatter_rows, scatter_add (sorted, no atomics)
+//   cuda/layout.hpp   permute
+//   cuda/images.hpp   cuDNN convolutions (cpu_simd's in the cuda-omp build), im2col,
+//                     col2im, pooling
+//   cuda/random.hpp   dropout masks (core/counter_hash.hpp, as cpu_simd)
+//
+// Built by nvcc for a GPU; built by g++ or clang++ with
+// -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP against Thrust's OpenMP system (the
+// cuda-omp test label), where every kernel runs on host threads and the executor still
+// treats the memory as a device's.
+#include "gradus/backends/cuda/random.hpp"
+#include "gradus/gradus.hpp"
+
+namespace gradus {
+
+struct cuda final : cuda_sections::random_section {};
+static_assert(backend<cuda>, "gradus: cuda does not implement the backend interface (exec/backend.hpp)");
+
+}  // namespace gradus

@@ -1,0 +1,67 @@
+#pragma once
+// cuda: GEMM, row-major with transposes as flags. On a GPU: cuBLAS (one handle per host
+// thread, on the thread's stream). Row-major C = op(A) op(B) is column-major
+// C^T = op(B)^T op(A)^T, so cuBLAS is called with the operands swapped and no copy; a
+// batch is one strided-batched call. In the cuda-omp build cpu_simd's GEMM stands in.
+#include "gradus/backends/cuda/reduce.hpp"
+
+#if GRADUS_CUDA_GPU
+#include <cublas_v2.h>
+#else
+#include "gradus/backends/cpu_simd.hpp"
+#endif
+
+namespace gradus::cuda_sections {
+
+struct gemm_section : reduce_section {
+  template <class T>
+  static void gemm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
+                   index_t stride_a, const T* b, index_t ldb, index_t stride_b, T beta, T* c, index_t ldc,
+                   index_t stride_c, index_t batch) {
+    static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gradus: cuda: gemm of float or double");
+    if (m <= 0 || n <= 0 || batch <= 0) return;
+#if GRADUS_CUDA_GPU
+    // Items that share an output (stride_c 0) accumulate in order: one call each.
+    if (stride_c == 0 && batch > 1) {
+      for (index_t i = 0; i < batch; ++i)
+        gemm(ta, tb, m, n, k, alpha, a + i * stride_a, lda, 0, b + i * stride_b, ldb, 0, i ? T(1) : beta, c, ldc, 0,
+             index_t(1));
+      return;
+    }
+    const cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N, opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const auto i32 = [](index_t v) { return static_cast<int>(v); };
+    cublasStatus_t st;
+    if constexpr (std::is_same_v<T, float>)
+      st = cublasSgemmStridedBatched(handle(), opb, opa, i32(n), i32(m), i32(k), &alpha, b, i32(ldb), stride_b, a,
+                                     i32(lda), stride_a, &beta, c, i32(ldc), stride_c, i32(batch));
+    else
+      st = cublasDgemmStridedBatched(handle(), opb, opa, i32(n), i32(m), i32(k), &alpha, b, i32(ldb), stride_b, a,
+                                     i32(lda), stride_a, &beta, c, i32(ldc), stride_c, i32(batch));
+    check_blas(st, "cublas gemm");
+#else
+    cpu_simd::gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
+#endif
+  }
+
+#if GRADUS_CUDA_GPU
+ protected:
+  static void check_blas(cublasStatus_t st, const char* what) {
+    if (st != CUBLAS_STATUS_SUCCESS)
+      throw cuda_error(std::string("gradus: cuda: ") + what + ": " + cublasGetStatusString(st));
+  }
+  static cublasHandle_t handle() {
+    struct holder {
+      cublasHandle_t h = nullptr;
+      holder() { check_blas(cublasCreate(&h), "cublasCreate"); }
+      holder(const holder&) = delete;
+      holder& operator=(const holder&) = delete;
+      ~holder() { cublasDestroy(h); }
+    };
+    thread_local holder h;
+    check_blas(cublasSetStream(h.h, stream()), "cublasSetStream");
+    return h.h;
+  }
+#endif
+};
+
+}  // namespace gradus::cuda_sections
