@@ -9,3 +9,12 @@ function(gradus_target_defaults tgt)
     target_compile_options(${tgt} PRIVATE -march=native)
   endif()
 endfunction()
+
+# gradus_cuda_target_defaults(tgt): the same for nvcc-compiled targets: every nvcc warning
+# an error with GRADUS_WERROR, and the host compiler's -Wall -Wextra on the host code.
+function(gradus_cuda_target_defaults tgt)
+  target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+  if(GRADUS_WERROR)
+    target_compile_options(${tgt} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--Werror=all-warnings -Xcompiler=-Werror>)
+  endif()
+endfunction()

@@ -33,7 +33,7 @@
 #include <string>
 #include <thread>
 
-#include <gradus/backends/cpu_simd.hpp>  // first: it quiets g++ 12's AVX-512 intrinsics warnings
+#include "example_backend.hpp"  // first: cpu_simd.hpp quiets g++ 12's AVX-512 intrinsics warnings
 #include <gradus/gradus.hpp>
 #include <gradus/dist/communicator.hpp>
 #include <gradus/dist/data_parallel.hpp>  // after gradus.hpp, which it builds on

@@ -12,6 +12,8 @@
 // estimate of each coefficient differs from the true one by about noise/sqrt(n) (0.003
 // for the defaults); gradient descent reaches that estimate, and `max_abs_coef_error` is
 // the largest |learned − true| over the 8 weights and the bias.
+#include "example_backend.hpp"  // first: gradus_examples::backend
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
@@ -19,7 +21,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -66,7 +67,7 @@ int main(int argc, char** argv) {
 
   try {
     if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
-    if (threads > 0) g::cpu_simd::set_threads(threads);
+    if (threads > 0) gradus_examples::set_threads(threads);
     auto comm = gradus_examples::make_communicator(co);
     const int rank = comm.rank(), world = comm.world_size();
     // this rank's samples (all of them in one process); full batch = the whole share
@@ -98,7 +99,7 @@ int main(int argc, char** argv) {
     const auto pred = g::matmul(x, w) + bias;
     const auto loss = g::mean(g::square(pred - y));
 
-    g::session<g::cpu_simd> s;
+    g::session<gradus_examples::backend> s;
     s.set_check_numerics(co.check_numerics);
     g::initialize(s, w, g::init::normal{0, 0.1}, seed);
     g::initialize(s, bias, g::init::zeros{}, seed);
@@ -160,7 +161,7 @@ int main(int argc, char** argv) {
       j["lr"] = lr;
       j["batch"] = b;
       j["steps"] = steps;
-      j["threads"] = g::cpu_simd::threads();
+      j["threads"] = gradus_examples::threads();
       j["final_loss"] = final_loss;
       j["max_abs_coef_error"] = max_err;
       j["w"] = learned;

@@ -15,6 +15,8 @@
 // softplus is the stable max(v, 0) + log1p(exp(−|v|)): no overflow for large |z| and no
 // log(0) as p saturates. The loss is its mean plus l2/2·‖w‖² (the bias not penalised),
 // minimised with Adam by g::minimize (full batch, or shuffled minibatches with --batch).
+#include "example_backend.hpp"  // first: gradus_examples::backend
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <array>
@@ -24,7 +26,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -158,7 +159,7 @@ int main(int argc, char** argv) {
 
   try {
     if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
-    if (threads > 0) g::cpu_simd::set_threads(threads);
+    if (threads > 0) gradus_examples::set_threads(threads);
     const dataset all = read_libsvm(data);
 
     // ---- stratified split: the same fraction of each class in the test set
@@ -188,7 +189,7 @@ int main(int argc, char** argv) {
     const auto loss = g::mean(g::softplus(-(y * z))) + static_cast<float>(l2 / 2) * g::sum(g::square(w));
     const auto accuracy = g::mean(g::greater(y * z, 0.f));  // the sign of z predicts the label
 
-    g::session<g::cpu_simd> s;
+    g::session<gradus_examples::backend> s;
     s.set_check_numerics(co.check_numerics);
     g::initialize(s, w, g::init::glorot_uniform{}, seed);
     g::initialize(s, b, g::init::zeros{}, seed);
@@ -276,7 +277,7 @@ int main(int argc, char** argv) {
       j["test_loss"] = test_loss;
       j["train_accuracy"] = train_acc;
       j["test_accuracy"] = test_acc;
-      j["threads"] = g::cpu_simd::threads();
+      j["threads"] = gradus_examples::threads();
       j["seconds"] = seconds;
       std::cout << j.dump() << std::endl;
     } else {

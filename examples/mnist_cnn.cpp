@@ -40,7 +40,7 @@ int main(int argc, char** argv) {
     const auto logits = fc3(g::relu(fc2(g::relu(fc1(g::flatten(h2))))));
     const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
 
-    g::session<g::cpu_simd> s;
+    g::session<gx::backend> s;
     s.set_check_numerics(o.check_numerics);
     conv1.initialize(s, o.seed);
     conv2.initialize(s, o.seed);

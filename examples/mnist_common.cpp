@@ -113,14 +113,6 @@ void ensure_parent_directory(const std::string& file, const std::string& option)
                    "'" + (ec ? ": " + ec.message() : std::string()));
 }
 
-void restore_session(g::session<g::cpu_simd>& s, const std::string& file, int world) {
-  g::restore_checkpoint(s, file, {.world_size = world});
-}
-
-void save_session(const g::session<g::cpu_simd>& s, const std::string& file, int world) {
-  g::save_checkpoint(s, file, {.world_size = world});
-}
-
 struct epoch_records::impl {
   std::string plot;
   std::optional<g::util::metrics_log> log;

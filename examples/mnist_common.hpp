@@ -59,14 +59,16 @@
 #include <utility>
 #include <vector>
 
-#include <gradus/backends/cpu_simd.hpp>
+#include "example_backend.hpp"  // gradus_examples::backend: cpu_simd, or cuda in a _cuda twin
 #include <gradus/dist/data_parallel.hpp>
+#include <gradus/io/checkpoint.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/util/progress.hpp>
 
 #include "comm_options.hpp"
 
 namespace gradus_examples {
+
 
 namespace g = gradus;
 
@@ -135,8 +137,14 @@ void ensure_parent_directory(const std::string& file, const std::string& option)
 
 // Checkpoints of the session (gradus::io's save_checkpoint / restore_checkpoint, recording
 // the world size that wrote them).
-void restore_session(g::session<g::cpu_simd>& s, const std::string& file, int world);
-void save_session(const g::session<g::cpu_simd>& s, const std::string& file, int world);
+template <class B>
+void restore_session(g::session<B>& s, const std::string& file, int world) {
+  g::restore_checkpoint(s, file, {.world_size = world});
+}
+template <class B>
+void save_session(const g::session<B>& s, const std::string& file, int world) {
+  g::save_checkpoint(s, file, {.world_size = world});
+}
 
 // Rank 0's record of the epochs: --metrics (a CSV, appended to when resuming at first_epoch)
 // and --plot (the loss and accuracy curves, rewritten after every epoch).
@@ -205,7 +213,7 @@ double mnist_test_accuracy(Session& s, const Logits& logits, const X& x, const m
 template <class Session, class Step, class Logits, class X, class Y>
 int train_mnist(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s, Step& step,
                 const Logits& logits, const X& x, const Y& y) {
-  g::cpu_simd::set_threads(o.threads);
+  set_threads(o.threads);
   auto& comm = step.communicator();
   const int rank = comm.rank(), world = comm.world_size();
   const bool chief = rank == 0;

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     const auto logits = fc(g::last_step(lstm1(g::time_major<28, 28>(x))));  // [28,B,28] -> [B,128] -> [B,10]
     const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
 
-    g::session<g::cpu_simd> s;
+    g::session<gx::backend> s;
     s.set_check_numerics(o.check_numerics);
     lstm1.initialize(s, o.seed);
     fc.initialize(s, o.seed, g::init::glorot_uniform{});

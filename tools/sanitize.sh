@@ -3,6 +3,7 @@
 #   tools/sanitize.sh asan tests/dist/test_data_parallel.cpp [test args...]
 #   tools/sanitize.sh tsan tests/dist/test_data_parallel.cpp
 #   tools/sanitize.sh archer tests/graph/test_conv.cpp
+#   tools/sanitize.sh asan tests/cuda_omp/test_cuda_omp.cpp   (Thrust's OpenMP system)
 #   NP=3 tools/sanitize.sh asan tests/mpi/test_mpi_allreduce.cpp
 # asan = AddressSanitizer + UndefinedBehaviorSanitizer (leaks included, UB fatal);
 # tsan = ThreadSanitizer with tests/sanitizers/tsan.supp (libzmq is not instrumented).
@@ -36,12 +37,15 @@ if [[ $src == */tests/mpi/* ]]; then
   # the frame-pointer unwinder stops inside Open MPI's libraries: the suppressions need whole stacks
   export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan_mpi.supp:fast_unwind_on_malloc=0 ${LSAN_OPTIONS:-}"
 fi
+# tests/cuda_omp: the CUDA backend on Thrust's OpenMP system (CCCL headers, as gradus::cuda_omp)
+thrust=()
+[[ $src == */tests/cuda_omp/* ]] && thrust=(-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP -isystem /usr/local/cuda/include/cccl)
 # oneDNN where it is installed, as CMake's GRADUS_DNNL=AUTO does (cpu_simd/dnnl.hpp)
 dnnl=()
 [[ -f /usr/include/oneapi/dnnl/dnnl.hpp ]] && dnnl=(-DGRADUS_HAVE_DNNL=1 -ldnnl)
 # shellcheck disable=SC2086
 ${CXX:-g++} -std=gnu++20 -O1 -g -fno-omit-frame-pointer -march=native -ffp-contract=off -fopenmp $san \
-  -DBOOST_TEST_DYN_LINK "${inc[@]}" "${mpi_cflags[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
+  -DBOOST_TEST_DYN_LINK "${inc[@]}" "${mpi_cflags[@]}" "${thrust[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
   "$src" -o "$out" "${dnnl[@]}" -lboost_unit_test_framework -lopenblas -lzip -lzmq "${mpi_libs[@]}"
 cd "$root/build/ci" 2>/dev/null || cd "$root"
 export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"

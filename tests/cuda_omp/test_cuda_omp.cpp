@@ -50,6 +50,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(elementwise_every_op_against_cpu, T, real_types) {
   const auto e2 = g::relu(a) * g::softplus(b) + g::leaky_relu(a, 0.2) - g::elu(b, 0.7) + g::clamp(a, -0.3, 0.4);
   const auto e3 = g::maximum(a, b) - g::minimum(a, b) + g::pow(g::abs(a) + T(0.1), b) + g::square(a) * g::rsqrt(g::abs(b) + T(1));
   const auto e4 = g::where(a < b, a, b) + (a >= b) * T(2) + g::equal(a, a) - g::not_equal(a, b) + g::log1p(g::abs(b)) - (-a);
+  // and every functor's derivative rule: the gradients of one loss over all four
+  const auto [ga, gb] = g::grad(g::sum(e1 * e2) + g::sum(e3 * e4), a, b);
   g::session<g::cpu_simd> cpu;
   g::session<g::cuda> gpu;
   for (const long n : {1L, 7L, 17L, 33L, 64L}) {
@@ -64,6 +66,11 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(elementwise_every_op_against_cpu, T, real_types) {
     BOOST_TEST(agree(d2, want[1], tol<T>()), "n = " << n);
     BOOST_TEST(agree(d3, want[2], tol<T>()), "n = " << n);
     BOOST_TEST(agree(d4, want[3], tol<T>()), "n = " << n);
+    const auto [cga, cgb] = cpu.run(ga, gb, fa, fb);
+    const auto wa = host(cga), wb = host(cgb);
+    const auto [dga, dgb] = gpu.run(ga, gb, fa, fb);
+    BOOST_TEST(agree(dga, wa, 10 * tol<T>()), "d/da, n = " << n);
+    BOOST_TEST(agree(dgb, wb, 10 * tol<T>()), "d/db, n = " << n);
   }
 }
 
@@ -142,7 +149,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(images_and_their_gradients_against_cpu, T, real_ty
   const auto cols = g::im2col<win>(x);
   const auto back = g::col2im<win>(cols * T(0.5), x);
   const auto loss = g::sum(g::square(mp)) + g::sum(ap * ap * ap) + g::sum(back * x);
-  const auto [dx, dw] = g::grad(loss, x, w);
+  const auto grads = g::grad(loss, x, w);  // not a structured binding: clang++ 14 cannot capture one
+  const auto& dx = std::get<0>(grads);
+  const auto& dw = std::get<1>(grads);
   const auto xv = uniform<T>(2 * 3 * 11 * 9, -1, 1);
   const auto wv = uniform<T>(4 * 3 * 3 * 3, -0.5, 0.5);
   auto run_all = [&](auto& s) {
@@ -383,7 +392,12 @@ BOOST_AUTO_TEST_CASE(no_device_allocation_after_the_first_step) {
     const auto after = g::cuda::memory_stats();
     BOOST_TEST(after.device_allocations == warm.device_allocations);
     BOOST_TEST(after.bytes_in_use == warm.bytes_in_use);
+    // value(v) on a device backend is a host copy, equal to the variable read through a run
+    const auto w = host(s.value(fc1.w));
+    BOOST_TEST(agree(s.run(fc1.w * 1.0f), w, 0.0));
+    BOOST_TEST(s.value(fc1.w).data() != nullptr);
   }
   const auto end = g::cuda::memory_stats();
   BOOST_TEST(end.bytes_in_use == before.bytes_in_use);  // the session gave every block back
 }
+

@@ -1,34 +1,47 @@
 #pragma once
 // A string literal usable as a template argument: the identity of a leaf
 // (feed key, checkpoint key, parameter-server key, graph label).
-#include <algorithm>
+//
+// One type for every length (a fixed capacity and a length), not fixed_string<N>: nvcc's
+// front end does not deduce a template argument whose type is a class template
+// specialisation (variable<N, T, E...> against variable<"w", float, 3> fails there in
+// partial specialisations and function calls alike), and one concrete type needs no
+// deduction. Names are at most 63 characters; the unused characters are zero, so equal
+// names are the same template argument.
 #include <cstddef>
 #include <string_view>
 
 namespace gradus {
 
-template <std::size_t N>
 struct fixed_string {
-  char chars[N]{};
+  static constexpr std::size_t capacity = 64;
+  char chars[capacity]{};
+  std::size_t length = 0;
+
   constexpr fixed_string() = default;
-  constexpr fixed_string(const char (&s)[N]) { std::copy_n(s, N, chars); }
-  constexpr std::string_view view() const { return {chars, N - 1}; }
+  template <std::size_t N>
+  constexpr fixed_string(const char (&s)[N]) : length(N - 1) {  // NOLINT: implicit, as a literal's stand-in
+    static_assert(N < capacity, "gradus: a name (fixed_string) has at most 63 characters");
+    for (std::size_t i = 0; i + 1 < N; ++i) chars[i] = s[i];
+  }
+  // The form nvcc's front end writes such a template argument in, in the host code it
+  // hands on: fixed_string{{'f', 'c', '1', ...}, 3}.
+  constexpr fixed_string(const char (&c)[capacity], std::size_t n) : length(n) {
+    for (std::size_t i = 0; i < capacity; ++i) chars[i] = c[i];
+  }
+  constexpr std::string_view view() const { return {chars, length}; }
   constexpr operator std::string_view() const { return view(); }
-  template <std::size_t M>
-  constexpr bool operator==(const fixed_string<M>& o) const { return view() == o.view(); }
+  constexpr bool operator==(const fixed_string&) const = default;
 };
 
-// Concatenation at compile time: a layer names its variables `Name + "/w"`.
-template <std::size_t N, std::size_t M>
-constexpr fixed_string<N + M - 1> operator+(const fixed_string<N>& a, const fixed_string<M>& b) {
-  fixed_string<N + M - 1> r;
-  std::copy_n(a.chars, N - 1, r.chars);
-  std::copy_n(b.chars, M, r.chars + N - 1);
+// a + b; a result over 63 characters is not a constant expression (a compile error where
+// it names a leaf)
+constexpr fixed_string operator+(const fixed_string& a, const fixed_string& b) {
+  if (a.length + b.length >= fixed_string::capacity) throw "gradus: a name (fixed_string) has at most 63 characters";
+  fixed_string r = a;
+  for (std::size_t i = 0; i < b.length; ++i) r.chars[a.length + i] = b.chars[i];
+  r.length = a.length + b.length;
   return r;
-}
-template <std::size_t N, std::size_t M>
-constexpr fixed_string<N + M - 1> operator+(const fixed_string<N>& a, const char (&b)[M]) {
-  return a + fixed_string<M>(b);
 }
 
 }  // namespace gradus

@@ -120,10 +120,10 @@ struct broadcast_result {
   static constexpr std::array<index_t, rank> compute(bool& ok) {
     std::array<index_t, rank> r{};
     ok = true;
-    for (std::size_t i = 0; i < rank; ++i) {
+    for (std::size_t i = 0; i != rank; ++i) {  // != and <=, not <: nvcc warns of `< 0` for a rank of 0
       // i counts from the trailing end
-      const index_t a = i < SA::rank ? SA::extents[SA::rank - 1 - i] : 1;
-      const index_t b = i < SB::rank ? SB::extents[SB::rank - 1 - i] : 1;
+      const index_t a = i + 1 <= SA::rank ? SA::extents[SA::rank - 1 - i] : 1;
+      const index_t b = i + 1 <= SB::rank ? SB::extents[SB::rank - 1 - i] : 1;
       const index_t e = broadcast_extent(a, b);
       if (e == -2) {
         ok = false;

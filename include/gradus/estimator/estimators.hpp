@@ -80,10 +80,11 @@ struct eval_result {
 namespace detail {
 
 template <std::size_t I>
-constexpr fixed_string<2> digit() {
+constexpr fixed_string digit() {
   static_assert(I < 10, "gradus: dnn estimators take at most 10 hidden layers");
-  fixed_string<2> r;
+  fixed_string r;
   r.chars[0] = static_cast<char>('0' + I);
+  r.length = 1;
   return r;
 }
 template <std::size_t I, std::size_t Hidden>

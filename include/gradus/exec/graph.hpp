@@ -87,6 +87,16 @@ struct graph_base {
   virtual const graph_stats& stats() const = 0;
 };
 
+namespace detail {
+// Whether view node N (K operands) has an offset into its first input. Decided outside the
+// generic lambda that uses it: nvcc's front end compiles a discarded `if constexpr` branch
+// there when the condition depends on the lambda's own parameters.
+template <class N, std::size_t K>
+inline constexpr bool has_offset = []<std::size_t... I>(std::index_sequence<I...>) {
+  return requires(const N& n, const dims& d) { n.offset((static_cast<void>(I), d)...); };
+}(std::make_index_sequence<K>{});
+}  // namespace detail
+
 template <class Backend, class... Outs>
 class compiled_graph final : public graph_base {
  public:
@@ -464,6 +474,8 @@ class compiled_graph final : public graph_base {
   template <class N>
   static void run_view(compiled_graph& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);
+    constexpr std::size_t operands = std::tuple_size_v<decltype(n.operands())>;
+    constexpr bool with_offset = detail::has_offset<N, operands>;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       slot& out = g.slots_[static_cast<std::size_t>(st.slot)];
       const auto& in = [&](std::size_t i) -> const dims& {
@@ -471,7 +483,7 @@ class compiled_graph final : public graph_base {
       };
       out.d = n.infer(in(I)...);
       void* base = g.slots_[static_cast<std::size_t>(g.inputs_[st.first])].data;
-      if constexpr (requires { n.offset(in(I)...); }) {
+      if constexpr (with_offset) {
         const index_t off = n.offset(in(I)...);
         if (off) base = static_cast<value_t<N>*>(base) + off;
       }

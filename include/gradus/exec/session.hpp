@@ -17,8 +17,13 @@ namespace gradus {
 
 template <class X>
 inline constexpr bool is_feed_v = false;
-template <fixed_string N, class T, class S>
-inline constexpr bool is_feed_v<feed<N, T, S>> = true;
+// A named concept, not `if constexpr (requires {...})`: inside a generic lambda nvcc's front
+// end compiles such a branch even where the requirement fails.
+template <class B>
+concept has_before_run = requires { B::before_run(); };
+template <class X>
+  requires requires { typename X::feed_tag; }
+inline constexpr bool is_feed_v<X> = true;  // by the tag: see is_variable_v
 
 template <class Backend>
 class session final : private variable_source {
@@ -55,7 +60,7 @@ class session final : private variable_source {
       using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
       auto& g = graph_for<outs>(std::get<O>(all)...);
       last_ = &g;
-      if constexpr (requires { Backend::before_run(); }) Backend::before_run();  // e.g. size the thread team
+      if constexpr (has_before_run<Backend>) Backend::before_run();  // e.g. size the thread team
       return g.run_hooked(static_cast<const variable_source&>(*this), on_ready, std::get<n_out + F>(all)...);
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<sizeof...(Args) - n_out>{});
   }
@@ -82,13 +87,22 @@ class session final : private variable_source {
     storage<T>(Name.view(), static_dims<shape<E...>>());
   }
 
-  // value(v): a view of a variable's current value (host-visible on CPU backends).
+  // value(v): a host view of a variable's current value: the storage itself where the
+  // backend's memory is the host's, else a copy made now (valid until the next value() of v).
   template <fixed_string Name, class T, index_t... E>
   tensor_view<const T> value(const variable<Name, T, E...>&) const {
     auto it = variables_.find(Name.view());
     if (it == variables_.end())
       throw feed_error("gradus: variable '" + std::string(Name.view()) + "' has no value in this session");
-    return {static_cast<const T*>(it->second.data), it->second.d};
+    if constexpr (backend_host_memory<Backend>) {
+      return {static_cast<const T*>(it->second.data), it->second.d};
+    } else {
+      auto& host = host_values_[std::string(Name.view())];
+      const std::size_t bytes = static_cast<std::size_t>(it->second.d.numel()) * sizeof(T);
+      host.resize(bytes);
+      Backend::copy_to_host(host.data(), it->second.data, bytes);
+      return {reinterpret_cast<const T*>(host.data()), it->second.d};
+    }
   }
 
   // What the last run executed (steps by kind, and the kernel trace).
@@ -212,6 +226,7 @@ class session final : private variable_source {
   }
 
   std::map<std::string, variable_storage, std::less<>> variables_;
+  mutable std::map<std::string, std::vector<unsigned char>> host_values_;  // value()'s copies (device backends)
   std::int64_t global_step_ = 0;
   bool check_numerics_ = false;
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;

@@ -87,6 +87,7 @@ tensor_view<const T> view(const T* data, std::initializer_list<index_t> shape) {
 // The binding of one placeholder for one run: a pointer and the fed dims.
 template <fixed_string Name, class T, class S>
 struct feed {
+  using feed_tag = void;  // is_feed_v (exec/session.hpp)
   static constexpr auto name = Name;
   using value_type = T;
   using shape_type = S;
@@ -124,6 +125,7 @@ struct variable : expr_base {
   static constexpr node_kind kind = node_kind::variable;
   static constexpr auto name = Name;
   static constexpr const char* op_name = "variable";
+  using variable_tag = void;  // is_variable_v (train/train_step.hpp)
   bool operator==(const variable&) const = default;
 };
 

@@ -42,8 +42,11 @@ namespace gradus {
 
 template <class E>
 inline constexpr bool is_variable_v = false;
-template <fixed_string N, class T, index_t... E>
-inline constexpr bool is_variable_v<variable<N, T, E...>> = true;
+// By the tag, not by a partial specialization over variable<N, T, E...>: nvcc's front end
+// does not deduce a class-type template argument (the fixed_string name) there.
+template <class X>
+  requires requires { typename X::variable_tag; }
+inline constexpr bool is_variable_v<X> = true;
 
 namespace detail {
 template <class... Vs>
@@ -510,9 +513,9 @@ template <class E, class Acc>
 struct append_variable {
   using type = typename collect_children<Acc, E>::type;
 };
-template <fixed_string N, class T, index_t... X, class... A>
-struct append_variable<variable<N, T, X...>, std::tuple<A...>> {
-  using V = variable<N, T, X...>;
+template <class V, class... A>
+  requires is_variable_v<V>
+struct append_variable<V, std::tuple<A...>> {
   using type = std::conditional_t<(std::is_same_v<A, V> || ...), std::tuple<A...>, std::tuple<A..., V>>;
 };
 template <class Acc, class E0, class... Es>

@@ -42,13 +42,7 @@ namespace gradus {
 
 namespace detail {
 template <class T>
-struct rnn_set {
-  T v;
-  template <class X>
-  GRADUS_HD void operator()(X& x) const {
-    x = X(v);
-  }
-};
+using rnn_set = fill_rule<T>;  // graph/ops/select.hpp
 template <class X>
 GRADUS_HD X rnn_sigmoid(const X& x) {
   return fn::sigmoid_fn{}(x);

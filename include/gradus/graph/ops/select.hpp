@@ -11,6 +11,19 @@
 namespace gradus {
 
 namespace detail {
+// x = v, as a for_each rule. At namespace scope, not nested in a node: a GPU kernel's type
+// names its rule, and nvcc cannot spell a kernel over a type nested in an expression type.
+template <class T>
+struct fill_rule {
+  T v;
+  template <class X>
+  GRADUS_HD void operator()(X& x) const {
+    x = X(v);
+  }
+};
+}  // namespace detail
+
+namespace detail {
 template <class S>
 struct tail_extents {
   static constexpr std::array<index_t, (S::rank > 0 ? S::rank - 1 : 0)> value = [] {
@@ -87,21 +100,13 @@ struct select_backward_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims& d, tensor_view<const value_type> g_in, tensor_view<const value_type>) const {
-    Backend::for_each(d.numel(), fill{value_type(0)}, out);
+    Backend::for_each(d.numel(), detail::fill_rule<value_type>{value_type(0)}, out);
     const index_t row = g_in.size();
     Backend::copy(out + detail::leading_index(op_name, index, d) * row, g_in.data(),
                   static_cast<std::size_t>(row) * sizeof(value_type));
   }
   bool operator==(const select_backward_node&) const = default;
 
- private:
-  struct fill {
-    value_type v;
-    template <class X>
-    GRADUS_HD void operator()(X& x) const {
-      x = X(v);
-    }
-  };
 };
 
 template <expression G, expression Like>

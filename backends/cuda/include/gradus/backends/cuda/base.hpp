@@ -45,6 +45,15 @@ struct cuda_error : error {
   using error::error;
 };
 
+// The functors the kernels run are namespace-scope types: nvcc's kernel stubs name them
+// from outside any class.
+namespace cuda_kernels {
+struct outside {  // an index outside [0, bound)
+  index_t bound;
+  GRADUS_HD bool operator()(std::int32_t v) const { return v < 0 || v >= bound; }
+};
+}  // namespace cuda_kernels
+
 namespace cuda_sections {
 
 struct base_section {
@@ -96,14 +105,10 @@ struct base_section {
 #endif
     return v;
   }
-  struct outside {
-    index_t bound;
-    GRADUS_HD bool operator()(std::int32_t v) const { return v < 0 || v >= bound; }
-  };
   // The first index outside [0, bound), found on the device, thrown with its position.
   static void check_indices(const char* op, const char* what, const std::int32_t* idx, index_t n, index_t bound) {
     if (n <= 0) return;
-    const std::int32_t* it = thrust::find_if(policy(), idx, idx + n, outside{bound});
+    const std::int32_t* it = thrust::find_if(policy(), idx, idx + n, cuda_kernels::outside{bound});
     if (it == idx + n) return;
     const index_t i = it - idx;
     throw index_error(std::string("gradus: ") + op + ": " + what + " " + std::to_string(read_one(it)) +

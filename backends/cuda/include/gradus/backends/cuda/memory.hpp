@@ -96,10 +96,16 @@ class device_pool {
 
  private:
   device_pool() = default;
+  // null when the device is out of memory; any other failure (no device, no driver) throws
   static void* raw_alloc(std::size_t size) {
 #if GRADUS_CUDA_GPU
     void* p = nullptr;
-    return cudaMalloc(&p, size) == cudaSuccess ? p : (cudaGetLastError(), nullptr);
+    const cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaSuccess) return p;
+    cudaGetLastError();  // clear it
+    if (e == cudaErrorMemoryAllocation) return nullptr;
+    throw cuda_error(std::string("gradus: cuda: cudaMalloc of ") + std::to_string(size) + " bytes: " +
+                     cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 #else
     return ::operator new(size, std::align_val_t{cuda_sections::base_section::alignment}, std::nothrow);
 #endif
