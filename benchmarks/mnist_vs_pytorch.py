@@ -20,6 +20,13 @@ peak RSS <= 0.5x.
   benchmarks/mnist_vs_pytorch.py                         # everything: ~15-25 min on 2 cores
   benchmarks/mnist_vs_pytorch.py --models mlp --seeds 1 --epochs 1   # a quick look
   benchmarks/mnist_vs_pytorch.py --no-gradus             # PyTorch alone
+  benchmarks/mnist_vs_pytorch.py --cuda                  # on a GPU: the examples' _cuda twins
+                                                         # against PyTorch on the same GPU
+
+With --cuda, gradus runs `<build>/examples/<name>_cuda` (built where nvcc is found) and
+PyTorch moves the model and the whole data set to the GPU once, batches by index_select
+there, and reads the loss every step (as the examples do). A PyTorch without CUDA runs on
+the CPU instead, and the table says so: the comparison is then against the CPU figures.
 
 PyTorch comes from Debian's python3-torch (1.13), which /usr/bin/python3 imports; when the
 python3 on PATH cannot import torch, the script re-runs itself with /usr/bin/python3.
@@ -66,6 +73,7 @@ def torch_worker(a):
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    dev = torch.device("cuda" if a.cuda and torch.cuda.is_available() else "cpu")
     d = a.data
     tx = load_idx(f"{d}/train-images-idx3-ubyte").reshape(-1, 784)
     ty = load_idx(f"{d}/train-labels-idx1-ubyte")
@@ -73,10 +81,10 @@ def torch_worker(a):
     vy = load_idx(f"{d}/t10k-labels-idx1-ubyte")
     if a.train_limit:
         tx, ty = tx[: a.train_limit], ty[: a.train_limit]
-    train_x = torch.from_numpy(tx.astype(np.float32) / 255.0)
-    train_y = torch.from_numpy(ty.astype(np.int64))
-    test_x = torch.from_numpy(vx.astype(np.float32) / 255.0)
-    test_y = torch.from_numpy(vy.astype(np.int64))
+    train_x = torch.from_numpy(tx.astype(np.float32) / 255.0).to(dev)
+    train_y = torch.from_numpy(ty.astype(np.int64)).to(dev)
+    test_x = torch.from_numpy(vx.astype(np.float32) / 255.0).to(dev)
+    test_y = torch.from_numpy(vy.astype(np.int64)).to(dev)
 
     class LSTMNet(nn.Module):
         def __init__(self):
@@ -102,6 +110,7 @@ def torch_worker(a):
     else:
         model = LSTMNet()
         opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model = model.to(dev)
     loss_fn = nn.CrossEntropyLoss()
 
     def accuracy():
@@ -118,7 +127,9 @@ def torch_worker(a):
     for e in range(a.epochs):
         g = torch.Generator()
         g.manual_seed(a.seed * 1000003 + e)
-        perm = torch.randperm(n, generator=g)
+        perm = torch.randperm(n, generator=g).to(dev)
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         t0 = time.perf_counter()
         total, steps = 0.0, 0
         for i in range(0, n, b):
@@ -128,8 +139,10 @@ def torch_worker(a):
             loss = loss_fn(model(xb), yb)
             loss.backward()
             opt.step()
-            total += loss.item()
+            total += loss.item()  # a device-to-host copy per step, as gradus' examples make
             steps += 1
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
         seconds.append(time.perf_counter() - t0)
         losses.append(total / steps)
         accs.append(accuracy())
@@ -141,9 +154,12 @@ def torch_worker(a):
     if blas == "generic":  # the system's libblas.so.3, whatever update-alternatives selects
         lib = "/usr/lib/x86_64-linux-gnu/libblas.so.3"
         blas += f" ({os.path.realpath(lib)})" if os.path.exists(lib) else ""
+    where = f"on {torch.cuda.get_device_name(0)}" if dev.type == "cuda" else f"BLAS {blas}"
+    if a.cuda and dev.type != "cuda":
+        where += " (CPU: this PyTorch has no CUDA or sees no GPU)"
     print(json.dumps({"epoch_seconds": seconds, "test_accuracy": accs, "loss": losses,
                       "peak_rss_mb": peak_rss_mb(),
-                      "torch": f"{torch.__version__}, BLAS {blas}"}))
+                      "torch": f"{torch.__version__}, {where}"}))
 
 
 # ---------------------------------------------------------------- runners (one process each)
@@ -226,7 +242,7 @@ def run_torch(a, model, seed, epochs):
     env = wait_policy_env(a, dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS=str(a.threads)))
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--model", model, "--seed", str(seed),
            "--epochs-n", str(epochs), "--data", a.data, "--threads", str(a.threads), "--batch", str(a.batch),
-           "--train-limit", str(a.train_limit)]
+           "--train-limit", str(a.train_limit)] + (["--cuda"] if a.cuda else [])
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
     if p.returncode != 0:
         raise SystemExit(f"the PyTorch run failed ({p.returncode}): {' '.join(cmd)}")
@@ -286,6 +302,8 @@ def main():
     ap.add_argument("--train-limit", type=int, default=0, help="train on the first N images (0: all 60,000)")
     ap.add_argument("--no-gradus", action="store_true", help="PyTorch alone")
     ap.add_argument("--no-torch", action="store_true", help="gradus alone")
+    ap.add_argument("--cuda", action="store_true",
+                    help="on a GPU: gradus' <example>_cuda against PyTorch on CUDA (CPU if it has none)")
     ap.add_argument("--json-out", help="also write every measurement to this JSON file")
     ap.add_argument("--idle-wait", type=float, default=120,
                     help="before each seed, wait up to this many seconds for idle cores (0: don't)")
@@ -324,11 +342,11 @@ def main():
         for m in models:
             epochs = a.epochs or DEFAULT_EPOCHS[m]
             acc_epochs = sorted({1, epochs}) if a.epochs else ACC_EPOCHS[m]
-            exe = os.path.join(a.build, "examples", GRADUS_EXAMPLE[m])
+            exe = os.path.join(a.build, "examples", GRADUS_EXAMPLE[m] + ("_cuda" if a.cuda else ""))
             have_gradus = not a.no_gradus and os.access(exe, os.X_OK)
             if not a.no_gradus and not have_gradus:
                 notes.append(f"{m}: no {exe} (cmake --preset release && cmake --build --preset release "
-                             f"--target {GRADUS_EXAMPLE[m]}): PyTorch only")
+                             f"--target {os.path.basename(exe)}): PyTorch only")
             runs = {"torch": [], "gradus": []}
             for s in seeds:
                 if a.idle_wait > 0:

@@ -1,8 +1,10 @@
 // bench_cuda: gradus::cuda's kernels against the library or the hardware called directly,
 // on one GPU, in the same run. Medians of `reps` timed calls (CUDA events), after warm-up.
 //
-//   elementwise  y = a * b + c (one fused pass, 16 bytes per element moved) against
-//                cudaMemcpy device to device (8 bytes per element): effective bandwidths
+//   elementwise  y = a * b + c (one fused pass, 16 bytes per element moved: the 16-byte
+//                kernel) and the same with a row length that is not a multiple of 4 (the
+//                one-element kernel) against cudaMemcpy device to device (8 bytes per
+//                element): effective bandwidths
 //   sgemm        g::cuda::gemm (row-major, through cuBLAS) against cublasSgemm
 //   conv         g::cuda::conv2d (descriptors and heuristics per call) against
 //                cudnnConvolutionForward with the same algorithm, descriptors made once
@@ -68,6 +70,8 @@ int main(int argc, char** argv) {
     std::printf("bench_cuda: no CUDA device: nothing measured\n");
     return 77;
   }
+  g::cuda::context ctx;  // a stream of its own, as a session has
+  const auto bound = g::cuda::bind(ctx);
   const int reps = argc > 1 ? std::atoi(argv[1]) : 21;
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
@@ -87,9 +91,20 @@ int main(int argc, char** argv) {
     const double t_copy = time_ms(reps, [&] {
       ok(cudaMemcpyAsync(y, a, n * sizeof(float), cudaMemcpyDeviceToDevice, g::cuda::stream()), "memcpy");
     });
+    g::loop_shape odd;  // rows of 4099 floats: not 16-byte multiples, one element per thread
+    odd.rank = 2;
+    odd.d[0] = static_cast<g::index_t>(n / 4099);
+    odd.d[1] = 4099;
+    const leaf la2{a, {4099, 1}, a, 1}, lb2{b, {4099, 1}, b, 1}, lc2{c, {4099, 1}, c, 1};
+    const g::binary_plan<g::fn::add, g::binary_plan<g::fn::mul, leaf, leaf>, leaf> plan2{{}, {{}, la2, lb2}, lc2};
+    const double t_odd = time_ms(reps, [&] { g::cuda::assign(y, odd, plan2); });
+    const std::size_t n_odd = static_cast<std::size_t>(odd.d[0] * odd.d[1]);
     const double bw_fused = 16.0 * n / t_fused / 1e6, bw_copy = 8.0 * n / t_copy / 1e6;  // GB/s
-    std::printf("| y = a*b + c, 2^26 floats | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n", bw_fused, bw_copy,
-                bw_fused / bw_copy);
+    const double bw_odd = 16.0 * n_odd / t_odd / 1e6;
+    std::printf("| y = a*b + c, 2^26 floats (16 bytes per thread) | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n",
+                bw_fused, bw_copy, bw_fused / bw_copy);
+    std::printf("| y = a*b + c, rows of 4099 floats (1 element per thread) | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n",
+                bw_odd, bw_copy, bw_odd / bw_copy);
     for (float* p : {a, b, c, y}) g::cuda::deallocate(p);
   }
   {  // sgemm

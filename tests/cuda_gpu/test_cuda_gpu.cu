@@ -1,8 +1,9 @@
 // gradus::cuda on a real GPU (label gpu), built by nvcc. Without a CUDA device the program
 // says why and exits with 77, which CTest reports as skipped. On a device: elementwise
-// plans, GEMM (cuBLAS), convolution (cuDNN) and the softmax loss against double loops on
-// the host, dropout masks against the host's counter hash bit for bit, the caching
-// allocator's steady state, and an MLP that learns.
+// plans (both fused kernels), GEMM (cuBLAS), convolution (cuDNN) and the softmax loss
+// against double loops on the host, dropout masks against the host's counter hash bit for
+// bit, the caching allocator's steady state, an MLP that learns, and two sessions training
+// side by side on their own streams.
 #define BOOST_TEST_MODULE cuda_gpu
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 namespace g = gradus;
@@ -129,6 +131,57 @@ BOOST_AUTO_TEST_CASE(mlp_learns_and_allocates_nothing_after_the_first_step) {
   for (int i = 0; i < 200; ++i) last = step.run(x = g::view(xv.data(), {64, 20}), y = g::view(yv.data(), {64}));
   BOOST_TEST(g::cuda::memory_stats().device_allocations == warm.device_allocations);
   BOOST_TEST(last < 0.5f * first, "loss " << first << " -> " << last);
+}
+
+// Both fused kernels (16 bytes per thread where rows allow it, one element per thread
+// elsewhere) against a loop on the host, at row lengths on both sides of the rule.
+BOOST_AUTO_TEST_CASE(fused_kernels_against_host_loops) {
+  g::placeholder<"a", float, g::dyn, g::dyn> a;
+  g::placeholder<"b", float, g::dyn> b;
+  const auto e = g::sigmoid(a) * b - g::square(a - 0.5f);
+  g::session<g::cuda> s;
+  for (const int n : {4, 6, 1024, 1027}) {
+    const auto av = uniform(5 * n, -2, 2, 7), bv = uniform(n, -2, 2, 8);
+    const auto before = g::cuda::fused_stats();
+    const auto r = s.run(e, a = g::view(av.data(), {5, n}), b = g::view(bv.data(), {n}));
+    const auto after = g::cuda::fused_stats();
+    std::vector<double> want(5 * n);
+    for (int i = 0; i < 5 * n; ++i) {
+      const double x = av[i];
+      want[i] = 1 / (1 + std::exp(-x)) * bv[i % n] - (x - 0.5) * (x - 0.5);
+    }
+    BOOST_TEST(worst(r, want) < 1e-5, "n = " << n);
+    BOOST_TEST(after.by_lanes - before.by_lanes == (n % 4 == 0 ? 1u : 0u), "n = " << n);
+  }
+}
+
+// Two sessions on two threads, each on its own stream, train the same model from the same
+// start at the same time: both end where one session alone ends, bit for bit.
+BOOST_AUTO_TEST_CASE(sessions_on_two_threads_run_side_by_side) {
+  const auto xv = uniform(64 * 20, -1, 1, 9);
+  std::vector<std::int32_t> yv(64);
+  for (int i = 0; i < 64; ++i) yv[i] = (xv[i * 20] > 0) * 2 + (xv[i * 20 + 1] > 0);
+  auto train = [&](std::vector<float>& out) {
+    g::placeholder<"x", float, g::dyn, 20> x;
+    g::placeholder<"y", std::int32_t, g::dyn> y;
+    g::nn::dense<"fc1", 20, 64> fc1;
+    g::nn::dense<"fc2", 64, 4> fc2;
+    const auto loss = g::nn::softmax_cross_entropy_loss(fc2(g::relu(fc1(x))), y);
+    g::session<g::cuda> s;
+    fc1.initialize(s, 1);
+    fc2.initialize(s, 2);
+    auto step = g::minimize(s, loss, g::sgd{.lr = 0.1, .momentum = 0.9});
+    for (int i = 0; i < 100; ++i) step.run(x = g::view(xv.data(), {64, 20}), y = g::view(yv.data(), {64}));
+    const auto w = s.value(fc1.w);
+    out.assign(w.begin(), w.end());
+  };
+  std::vector<float> alone, t1, t2;
+  train(alone);
+  std::thread a([&] { train(t1); }), b([&] { train(t2); });
+  a.join();
+  b.join();
+  BOOST_TEST(t1 == alone);
+  BOOST_TEST(t2 == alone);
 }
 
 int main(int argc, char** argv) {

@@ -19,11 +19,6 @@ static_assert(g::backend<g::cuda> && !g::backend_host_memory<g::cuda> && g::back
 
 namespace {
 
-template <class T>
-std::vector<double> host(const g::tensor_view<const T>& v) {
-  return std::vector<double>(v.begin(), v.end());
-}
-
 // |a - b| <= tol * (|b| + 1): cpu_simd's SIMD functions and the scalar ones the per-element
 // kernels call may differ in the last bits
 template <class T>

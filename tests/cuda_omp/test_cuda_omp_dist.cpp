@@ -19,11 +19,6 @@ using namespace gradus_test;
 
 namespace {
 
-template <class T>
-std::vector<double> host(const g::tensor_view<const T>& v) {
-  return std::vector<double>(v.begin(), v.end());
-}
-
 // A 12-16-3 MLP on `world` ranks (threads), rank r on its part of every batch; returns
 // every rank's variables after `steps` steps. Rank 0's initial values are the ones kept
 // (broadcast by the ring, held by the servers), the other ranks start elsewhere.

@@ -39,6 +39,12 @@ struct dyn_placeholder_impl<N, T, std::index_sequence<I...>> {
 template <g::fixed_string N, class T, std::size_t R>
 using dyn_placeholder = typename dyn_placeholder_impl<N, T, std::make_index_sequence<R>>::type;
 
+// A run's result (a host view on every backend) as doubles.
+template <class T>
+std::vector<double> host(const g::tensor_view<const T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
 inline std::mt19937& rng() {
   static std::mt19937 r(20240611u);
   return r;

@@ -168,6 +168,7 @@ class data_parallel_step {
   // the update). The first run broadcasts rank 0's variables and optimizer state first.
   template <class... Feeds>
   loss_type run(const Feeds&... feeds) {
+    const auto bound = step_.owner().bind();  // copies on the session's stream (a GPU's)
     if constexpr (parameter_server_policy<Comm>)
       if (dist::holds_variables(comm_)) return run_with_server(feeds...);
     if (comm_.world_size() == 1) {
@@ -196,11 +197,14 @@ class data_parallel_step {
     if (next_ != buckets_.size())
       throw error("gradus: data_parallel: only " + std::to_string(next_) + " of " + std::to_string(buckets_.size()) +
                   " gradient buckets were filled by the backward pass");
-    // the averaged gradients back where the optimizer reads them
+    // the averaged gradients back where the optimizer reads them (queued on the stream: the
+    // next step's copies into the buckets come after these on the same stream, and its
+    // reductions after those)
     auto grads = step_.gradients();
     for (const auto& b : buckets_)
       for (const auto& m : b.members)
-        backend::copy_to_device(static_cast<char*>(grads[m.var].data) + 0, b.data.data() + m.offset, m.bytes);
+        queue_copy_to_device<backend>(grads[m.var].data, b.data.data() + m.offset, m.bytes);
+    uploaded_.record();
     step_.apply_gradients();
     ++stats_.steps;
     if (opts_.check_replicas_every > 0 && stats_.steps % opts_.check_replicas_every == 0) check_replicas();
@@ -223,6 +227,7 @@ class data_parallel_step {
   void pull_state() {
     if constexpr (parameter_server_policy<Comm>) {
       if (!dist::holds_variables(comm_) || !on_server_) return;
+      const auto bound = step_.owner().bind();
       on_worker([this] {
         const auto& names = Step::variable_names();
         comm_.barrier();
@@ -253,6 +258,7 @@ class data_parallel_step {
   void pull_variables() {
     if constexpr (parameter_server_policy<Comm>) {
       if (!dist::holds_variables(comm_) || !on_server_) return;
+      const auto bound = step_.owner().bind();
       on_worker([this] { comm_.barrier(); });
       pull_all();
     }
@@ -338,8 +344,12 @@ class data_parallel_step {
               push_rows(i, g);
               return;
             }
-            backend::copy_to_host(grad_host_[i].data(), g.data, grad_host_[i].size());
-            worker_.submit([this, i, key = names[i]] { with_grad_span(i, [&](auto sp) { comm_.push(key, as_const(sp)); }); });
+            queue_copy_to_host<backend>(grad_host_[i].data(), g.data, grad_host_[i].size());
+            grad_ready_[i].record();
+            worker_.submit([this, i, key = names[i]] {
+              grad_ready_[i].wait();  // the copy out of the device (queued: the backward pass goes on)
+              with_grad_span(i, [&](auto sp) { comm_.push(key, as_const(sp)); });
+            });
           } catch (...) {
             if (!hook_error) hook_error = std::current_exception();
           }
@@ -360,8 +370,8 @@ class data_parallel_step {
   data_parallel_step& operator=(const data_parallel_step&) = delete;
   // A communicator reads no buffer of a collective that has returned or thrown (the ring
   // closes its sending socket on failure and waits for ZeroMQ to let go), so the buckets
-  // are freed with the step even after a failure.
-  ~data_parallel_step() = default;
+  // are freed with the step even after a failure, once the device has read them.
+  ~data_parallel_step() { uploaded_.wait(); }
 
   const comm_stats& stats() const { return stats_; }
   // The last run's gradients, averaged over the world (what the optimizer applied).
@@ -380,7 +390,9 @@ class data_parallel_step {
   struct bucket {
     std::string_view dtype;
     std::vector<member> members;
-    std::vector<std::byte> data;  // host memory the communicator reduces in place
+    std::size_t bytes = 0;
+    host_buffer<backend> data;  // host memory the communicator reduces in place (pinned on a GPU)
+    backend_event<backend> ready;  // after the copies of its gradients out of the device
     std::size_t pending = 0;
   };
 
@@ -404,8 +416,8 @@ class data_parallel_step {
   void with_grad_span(std::size_t i, F&& f) {
     typed_at(i, grad_host_[i], f);
   }
-  template <class F>
-  void typed_at(std::size_t i, std::vector<std::byte>& b, F& f) {
+  template <class F, class Buffer>
+  void typed_at(std::size_t i, Buffer& b, F& f) {
     if (Step::variable_dtypes()[i] == std::string_view("float64"))
       f(std::span<double>(reinterpret_cast<double*>(b.data()), b.size() / 8));
     else
@@ -487,13 +499,16 @@ class data_parallel_step {
                     std::string(dtypes[k]) + "; only float32 and float64 gradients are reduced");
       const std::size_t bytes = static_cast<std::size_t>(sizes[k]) * elem;
       if (buckets_.empty() || buckets_.back().dtype != dtypes[k] ||
-          (buckets_.back().data.size() + bytes > opts_.bucket_bytes && !buckets_.back().members.empty()))
-        buckets_.push_back({dtypes[k], {}, {}, 0});
+          (buckets_.back().bytes + bytes > opts_.bucket_bytes && !buckets_.back().members.empty())) {
+        buckets_.emplace_back();
+        buckets_.back().dtype = dtypes[k];
+      }
       auto& b = buckets_.back();
-      b.members.push_back({k, b.data.size(), bytes});
-      b.data.resize(b.data.size() + bytes);
+      b.members.push_back({k, b.bytes, bytes});
+      b.bytes += bytes;
       bucket_of_[k] = buckets_.size() - 1;
     }
+    for (auto& b : buckets_) b.data.resize(b.bytes);
   }
 
   // Gradient i is final: into its bucket; full buckets go to the background thread in
@@ -504,8 +519,8 @@ class data_parallel_step {
       if (m.var == i) {
         if (static_cast<std::size_t>(g.size) * (b.dtype == std::string_view("float64") ? 8 : 4) != m.bytes || g.sparse())
           throw error("gradus: data_parallel: gradient of '" + std::string(g.name) + "' is not the dense size planned");
-        backend::copy_to_host(b.data.data() + m.offset, g.data, m.bytes);
-        --b.pending;
+        queue_copy_to_host<backend>(b.data.data() + m.offset, g.data, m.bytes);
+        if (--b.pending == 0) b.ready.record();
       }
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) {
       if (opts_.overlap) worker_.submit([this, k = next_] { reduce(k); });
@@ -516,6 +531,7 @@ class data_parallel_step {
   // On the background thread.
   void reduce(std::size_t k) {
     auto& b = buckets_[k];
+    b.ready.wait();  // its gradients' copies out of the device
     const auto t0 = std::chrono::steady_clock::now();
     if (b.dtype == std::string_view("float64"))
       comm_.allreduce_average(std::span<double>(reinterpret_cast<double*>(b.data.data()), b.data.size() / 8));
@@ -535,7 +551,9 @@ class data_parallel_step {
   std::vector<std::size_t> bucket_of_;
   // parameter-server mode: each variable's storage, its host copy and its gradient's
   std::array<void*, Step::variable_count> storage_{};
-  std::array<std::vector<std::byte>, Step::variable_count> host_{}, grad_host_{};
+  std::array<std::vector<std::byte>, Step::variable_count> host_{};
+  std::array<host_buffer<backend>, Step::variable_count> grad_host_{};       // pinned on a GPU: pushed from there
+  std::array<backend_event<backend>, Step::variable_count> grad_ready_{};  // after each one's copy out of the device
   std::array<std::vector<std::int64_t>, Step::variable_count> rows_host_{};  // a sparse gradient's rows
   std::vector<run_field> optimizer_fields_, extra_fields_;
   bool fingerprint_checked_ = false;
@@ -547,6 +565,7 @@ class data_parallel_step {
   std::array<std::vector<std::vector<std::byte>>, Step::variable_count> slot_host_{};  // a parameter server holds the variables (run_with_server's first step)
   std::mutex stats_m_;
   comm_stats stats_;
+  backend_event<backend> uploaded_;  // after the last step's averaged gradients went back to the device
   comm_worker worker_;  // last: its thread stops before the buckets it reads go away
 };
 

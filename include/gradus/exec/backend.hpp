@@ -20,12 +20,18 @@
 //
 // Each section is a concept of its own, checked for float and double, so a backend that
 // lacks one names the section in the compiler's message (cpu_simd.hpp asserts
-// backend<cpu_simd>; a CUDA backend is written against the same list). RNN cells need no
-// section: they are GEMMs and fused passes.
+// backend<cpu_simd>, cuda.hpp backend<cuda>). RNN cells need no section: they are GEMMs and
+// fused passes.
+//
+// Two optional parts, for a backend whose work is queued rather than done when called (a
+// GPU's): backend_context (per-session state, bound to the calling thread: the session's
+// stream) and backend_async_copies (pinned host buffers, queued copies, events). Where a
+// backend has neither, session::bind() and host_buffer / queue_copy_to_* are plain calls.
 #include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "gradus/exec/plan.hpp"
 #include "gradus/graph/leaves.hpp"  // tensor_view, which ops/reduce.hpp uses
@@ -123,5 +129,101 @@ concept backend_for = backend_fused<B, T> && backend_reduce<B, T> && backend_gem
 
 template <class B>
 concept backend = backend_memory<B> && backend_for<B, float> && backend_for<B, double>;
+
+// Optional: per-session state (a GPU's stream). B::context is owned by the session, and
+// B::bind(context&) returns a guard that makes it the calling thread's current context
+// until the guard is destroyed; the backend queues the work it is given meanwhile there.
+// session::bind() does it for the session's own operations and for code that works on the
+// session's buffers from outside (a training step, data_parallel, checkpoints).
+template <class B>
+concept backend_context = requires(typename B::context& c) { B::bind(c); };
+
+// Optional: copies that are queued rather than waited for, between device memory and host
+// memory from allocate_host (pinned on a GPU), with events to wait for them from any
+// thread. data_parallel's gradient buckets use them to overlap the device-to-host copies
+// with the rest of the backward pass.
+template <class B>
+concept backend_async_copies = requires(void* p, const void* q, std::size_t bytes, typename B::event& e) {
+  { B::allocate_host(bytes) } -> std::same_as<void*>;
+  B::deallocate_host(p);
+  B::copy_to_host_async(p, q, bytes);
+  B::copy_to_device_async(p, q, bytes);
+  e.record();
+  e.wait();
+};
+
+namespace detail {
+struct no_event {
+  void record() {}
+  void wait() const {}
+};
+template <class B>
+struct event_of {
+  using type = no_event;
+};
+template <backend_async_copies B>
+struct event_of<B> {
+  using type = typename B::event;
+};
+}  // namespace detail
+
+// B::event where the backend queues copies, else an event that is always passed.
+template <class B>
+using backend_event = typename detail::event_of<B>::type;
+
+// A copy between device memory and a host_buffer<B>: queued where the backend can (the
+// host buffer must then stay untouched until an event recorded after it has passed),
+// done at once elsewhere.
+template <class B>
+void queue_copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
+  if constexpr (backend_async_copies<B>) B::copy_to_host_async(host_dst, src, bytes);
+  else B::copy_to_host(host_dst, src, bytes);
+}
+template <class B>
+void queue_copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
+  if constexpr (backend_async_copies<B>) B::copy_to_device_async(dst, host_src, bytes);
+  else B::copy_to_device(dst, host_src, bytes);
+}
+
+// A host buffer for a backend's copies: allocate_host's where the backend queues copies,
+// else plain host memory. Owns its bytes; sized once.
+template <class B>
+class host_buffer {
+ public:
+  host_buffer() = default;
+  explicit host_buffer(std::size_t bytes) { resize(bytes); }
+  host_buffer(const host_buffer&) = delete;
+  host_buffer& operator=(const host_buffer&) = delete;
+  host_buffer(host_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  host_buffer& operator=(host_buffer&& o) noexcept {
+    if (this != &o) {
+      release();
+      p_ = std::exchange(o.p_, nullptr);
+      n_ = std::exchange(o.n_, 0);
+    }
+    return *this;
+  }
+  ~host_buffer() { release(); }
+  void resize(std::size_t bytes) {  // discards the contents
+    if (bytes == n_) return;
+    release();
+    if constexpr (backend_async_copies<B>) p_ = static_cast<std::byte*>(B::allocate_host(bytes));
+    else p_ = new std::byte[bytes ? bytes : 1]();
+    n_ = bytes;
+  }
+  std::byte* data() { return p_; }
+  const std::byte* data() const { return p_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  void release() noexcept {
+    if (!p_) return;
+    if constexpr (backend_async_copies<B>) B::deallocate_host(p_);
+    else delete[] p_;
+    p_ = nullptr, n_ = 0;
+  }
+  std::byte* p_ = nullptr;
+  std::size_t n_ = 0;
+};
 
 }  // namespace gradus

@@ -128,7 +128,10 @@ class compiled_graph final : public graph_base {
 
   // run, calling on_ready(i, data) as soon as output i's value is final — while later
   // steps are still to run (a data-parallel trainer starts reducing a gradient there).
-  template <class Hook, class... Feeds>
+  // The views returned are host memory (copied out of a device backend's), or with
+  // ToHost = false the backend's own buffers (device memory on a GPU: what a training step
+  // hands to the optimizer without a round trip through the host).
+  template <bool ToHost = true, class Hook, class... Feeds>
   auto run_hooked(const variable_source& vars, Hook&& on_ready, const Feeds&... feeds) {
     for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
     (bind(feeds), ...);
@@ -169,7 +172,7 @@ class compiled_graph final : public graph_base {
         for (std::size_t i : ready_after_[k]) on_ready(i, slots_[static_cast<std::size_t>(out_slots_[i])].data);
       }
     }
-    return results(std::index_sequence_for<Outs...>{});
+    return results<ToHost>(std::index_sequence_for<Outs...>{});
   }
 
   const graph_stats& stats() const override { return stats_; }
@@ -280,8 +283,14 @@ class compiled_graph final : public graph_base {
       std::vector<int> reads;
       if constexpr (k == node_kind::constant) {
         const int s = new_slot(n);
-        slots_[s].data = const_cast<typename N::value_type*>(n.values->data());
-        slots_[s].d = n.d;
+        using T = typename N::value_type;
+        if constexpr (host_memory) {
+          slots_[s].data = const_cast<T*>(n.values->data());
+          slots_[s].d = n.d;
+        } else {  // a device backend: the values are copied to the device once, with the plan
+          T* dst = ensure<T>(s, n.d);
+          if (!n.values->empty()) Backend::copy_to_device(dst, n.values->data(), n.values->size() * sizeof(T));
+        }
         return s;
       } else if constexpr (k == node_kind::scalar || k == node_kind::elementwise || k == node_kind::shape_scalar) {
         plan_fused(n, reads);
@@ -553,18 +562,19 @@ class compiled_graph final : public graph_base {
     Backend::assign(out, ls, plan);
   }
 
-  template <std::size_t... I>
+  template <bool ToHost, std::size_t... I>
   auto results(std::index_sequence<I...>) {
     if constexpr (sizeof...(I) == 1)
-      return fetch<value_t<std::tuple_element_t<0, std::tuple<Outs...>>>>(0);
+      return fetch<value_t<std::tuple_element_t<0, std::tuple<Outs...>>>, ToHost>(0);
     else
-      return std::tuple{fetch<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>>(I)...};
+      return std::tuple{fetch<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>, ToHost>(I)...};
   }
   // Output i as a host view: the slot itself where the backend's memory is the host's,
-  // else a copy into the graph's host buffer for that output (grown, never shrunk).
-  template <class T>
+  // else a copy into the graph's host buffer for that output (grown, never shrunk). With
+  // ToHost = false, the slot itself on every backend.
+  template <class T, bool ToHost>
   tensor_view<const T> fetch(std::size_t i) {
-    if constexpr (host_memory) {
+    if constexpr (host_memory || !ToHost) {
       return view_of<T>(out_slots_[i]);
     } else {
       const slot& sl = slots_[static_cast<std::size_t>(out_slots_[i])];

@@ -5,7 +5,9 @@
 // row by row: set_row(idx) positions every leaf on a row of the loop shape, then
 // load<B>(j) gives elements [j, j + B::size) of that row as a SIMD batch B, load_tail<B>(j, n)
 // the last n < B::size of them (the other lanes repeat element j + n - 1), and eval(j)
-// element j as a scalar (per-element evaluation, e.g. one GPU thread per element).
+// element j as a scalar (per-element evaluation, e.g. one GPU thread per element), and
+// eval_lanes<V>(j) elements [j, j + V) as V scalars (a GPU thread that loads and stores 16
+// bytes at a time; lanes_ok says whether every row of every leaf allows it).
 // The CPU backend evaluates every element through load or load_tail, never eval: a
 // function's SIMD and scalar implementations can differ in the last bit (xsimd::tanh
 // and std::tanh do), and an element must have the same value wherever it lands in a
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 
 #include "gradus/core/device.hpp"
 #include "gradus/core/shape.hpp"
@@ -40,6 +43,12 @@ struct loop_shape {
   }
 };
 
+// V consecutive elements of a row, evaluated by one thread.
+template <class T, int V>
+struct lanes {
+  T v[V];
+};
+
 template <class T>
 struct leaf_plan {
   const T* base;
@@ -52,6 +61,33 @@ struct leaf_plan {
     inner = strides[nlead];
   }
   GRADUS_HD T eval(index_t j) const { return cur[j * inner]; }
+  template <int V>
+  GRADUS_HD lanes<T, V> eval_lanes(index_t j) const {
+    lanes<T, V> r{};
+    if (!inner) {
+      for (int k = 0; k < V; ++k) r.v[k] = *cur;
+    } else {
+#if defined(__CUDA_ARCH__)
+      struct alignas(sizeof(T) * V) chunk {
+        T v[V];
+      };
+      const chunk c = *reinterpret_cast<const chunk*>(cur + j);  // one 16-byte load (lanes_ok: aligned)
+      for (int k = 0; k < V; ++k) r.v[k] = c.v[k];
+#else
+      for (int k = 0; k < V; ++k) r.v[k] = cur[j + k];
+#endif
+    }
+    return r;
+  }
+  // Rows contiguous (or broadcast) and every row's start aligned to V elements.
+  bool lanes_ok(std::size_t rank, index_t V) const {
+    const index_t last = strides[rank - 1];
+    if (last == 0) return true;
+    if (last != 1 || reinterpret_cast<std::uintptr_t>(base) % (sizeof(T) * static_cast<std::size_t>(V)) != 0) return false;
+    for (std::size_t k = 0; k + 1 < rank; ++k)
+      if (strides[k] % V != 0) return false;
+    return true;
+  }
   template <class B>
   B load(index_t j) const {
     return inner ? B::load_unaligned(cur + j) : B(*cur);
@@ -76,6 +112,13 @@ struct scalar_plan {
   T v;
   GRADUS_HD void set_row(const index_t*, std::size_t) {}
   GRADUS_HD T eval(index_t) const { return v; }
+  template <int V>
+  GRADUS_HD lanes<T, V> eval_lanes(index_t) const {
+    lanes<T, V> r{};
+    for (int k = 0; k < V; ++k) r.v[k] = v;
+    return r;
+  }
+  bool lanes_ok(std::size_t, index_t) const { return true; }
   template <class B>
   B load(index_t) const {
     return B(v);
@@ -94,6 +137,14 @@ struct unary_plan {
   P p;
   GRADUS_HD void set_row(const index_t* idx, std::size_t n) { p.set_row(idx, n); }
   GRADUS_HD auto eval(index_t j) const { return f(p.eval(j)); }
+  template <int V>
+  GRADUS_HD auto eval_lanes(index_t j) const {
+    const auto x = p.template eval_lanes<V>(j);
+    lanes<decltype(f(x.v[0])), V> r{};
+    for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k]);
+    return r;
+  }
+  bool lanes_ok(std::size_t rank, index_t V) const { return p.lanes_ok(rank, V); }
   template <class B>
   B load(index_t j) const {
     return f(p.template load<B>(j));
@@ -118,6 +169,15 @@ struct binary_plan {
     b.set_row(idx, n);
   }
   GRADUS_HD auto eval(index_t j) const { return f(a.eval(j), b.eval(j)); }
+  template <int V>
+  GRADUS_HD auto eval_lanes(index_t j) const {
+    const auto x = a.template eval_lanes<V>(j);
+    const auto y = b.template eval_lanes<V>(j);
+    lanes<decltype(f(x.v[0], y.v[0])), V> r{};
+    for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k], y.v[k]);
+    return r;
+  }
+  bool lanes_ok(std::size_t rank, index_t V) const { return a.lanes_ok(rank, V) && b.lanes_ok(rank, V); }
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j));
@@ -145,6 +205,18 @@ struct ternary_plan {
     c.set_row(idx, n);
   }
   GRADUS_HD auto eval(index_t j) const { return f(a.eval(j), b.eval(j), c.eval(j)); }
+  template <int V>
+  GRADUS_HD auto eval_lanes(index_t j) const {
+    const auto x = a.template eval_lanes<V>(j);
+    const auto y = b.template eval_lanes<V>(j);
+    const auto z = c.template eval_lanes<V>(j);
+    lanes<decltype(f(x.v[0], y.v[0], z.v[0])), V> r{};
+    for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k], y.v[k], z.v[k]);
+    return r;
+  }
+  bool lanes_ok(std::size_t rank, index_t V) const {
+    return a.lanes_ok(rank, V) && b.lanes_ok(rank, V) && c.lanes_ok(rank, V);
+  }
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j), c.template load<B>(j));

@@ -25,6 +25,22 @@ template <class X>
   requires requires { typename X::feed_tag; }
 inline constexpr bool is_feed_v<X> = true;  // by the tag: see is_variable_v
 
+namespace detail {
+// A session's backend context (exec/backend.hpp's backend_context), or nothing.
+template <class B>
+struct context_of {
+  struct none {};
+  using type = none;
+};
+template <backend_context B>
+struct context_of<B> {
+  using type = typename B::context;
+};
+struct no_binding {  // a guard that guards nothing (user-provided destructor: no unused-variable warning)
+  ~no_binding() {}
+};
+}  // namespace detail
+
 template <class Backend>
 class session final : private variable_source {
  public:
@@ -33,8 +49,19 @@ class session final : private variable_source {
   session(const session&) = delete;
   session& operator=(const session&) = delete;
   ~session() {
+    const auto bound = bind();
     graphs_.clear();
     for (auto& [name, v] : variables_) Backend::deallocate(v.data);
+  }
+
+  // Makes this session's backend context (a GPU backend's stream) current on the calling
+  // thread until the returned guard goes away: the backend calls made meanwhile are queued
+  // with the session's own work. Every session operation binds itself; code that calls the
+  // backend on the session's buffers from outside (a training step, data_parallel,
+  // checkpoints) binds too. Nothing for a backend without a context.
+  [[nodiscard]] auto bind() const {
+    if constexpr (backend_context<Backend>) return Backend::bind(context_);
+    else return detail::no_binding{};
   }
 
   // run(outputs..., feeds...): evaluates the outputs; returns a tensor_view of each
@@ -45,10 +72,23 @@ class session final : private variable_source {
   }
 
   // run_hooked(on_ready, outputs..., feeds...): run, calling on_ready(i, data) as soon as
-  // output i is final, while the rest of the graph still runs (its device pointer; the
-  // view run returns has the same). The hook must not run this session.
+  // output i is final, while the rest of the graph still runs (its buffer: device memory on a
+  // GPU backend, as run_hooked_on_device returns it). The hook must not run this session.
   template <class Hook, class... Args>
   auto run_hooked(Hook&& on_ready, const Args&... args) {
+    return run_impl<true>(on_ready, args...);
+  }
+  // run_hooked, with results left where the backend computed them: views of the session's
+  // buffers (device memory on a GPU backend, to be read with Backend::copy_to_host), valid
+  // until the next run of the same outputs. What a training step uses for its gradients.
+  template <class Hook, class... Args>
+  auto run_hooked_on_device(Hook&& on_ready, const Args&... args) {
+    return run_impl<false>(on_ready, args...);
+  }
+
+ private:
+  template <bool ToHost, class Hook, class... Args>
+  auto run_impl(Hook& on_ready, const Args&... args) {
     constexpr std::size_t n_out = count_outputs<Args...>();
     static_assert(n_out > 0, "gradus: session::run needs at least one output expression");
     static_assert(((is_feed_v<Args> || expression<Args>) && ...),
@@ -58,13 +98,16 @@ class session final : private variable_source {
       static_assert((is_feed_v<std::remove_cvref_t<std::tuple_element_t<n_out + F, decltype(all)>>> && ...),
                     "gradus: session::run: every feed must come after the outputs");
       using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
+      const auto bound = bind();
       auto& g = graph_for<outs>(std::get<O>(all)...);
       last_ = &g;
       if constexpr (has_before_run<Backend>) Backend::before_run();  // e.g. size the thread team
-      return g.run_hooked(static_cast<const variable_source&>(*this), on_ready, std::get<n_out + F>(all)...);
+      return g.template run_hooked<ToHost>(static_cast<const variable_source&>(*this), on_ready,
+                                           std::get<n_out + F>(all)...);
     }(std::make_index_sequence<n_out>{}, std::make_index_sequence<sizeof...(Args) - n_out>{});
   }
 
+ public:
   // assign(v, tensor): set a variable's value (allocated on first assignment).
   template <fixed_string Name, class T, index_t... E, tensor_like X>
   void assign(const variable<Name, T, E...>&, const X& x) {
@@ -74,6 +117,7 @@ class session final : private variable_source {
     if (!(want == got))
       throw feed_error("gradus: assign to variable '" + std::string(Name.view()) + "': expected shape " +
                        to_string(want) + ", got " + to_string(got));
+    const auto bound = bind();
     auto& st = storage<T>(Name.view(), want);
     Backend::copy_to_device(st.data, x.data(), static_cast<std::size_t>(want.numel()) * sizeof(T));
     st.initialized = true;
@@ -97,6 +141,7 @@ class session final : private variable_source {
     if constexpr (backend_host_memory<Backend>) {
       return {static_cast<const T*>(it->second.data), it->second.d};
     } else {
+      const auto bound = bind();
       auto& host = host_values_[std::string(Name.view())];
       const std::size_t bytes = static_cast<std::size_t>(it->second.d.numel()) * sizeof(T);
       host.resize(bytes);
@@ -129,6 +174,7 @@ class session final : private variable_source {
   // shape is an error naming both.
   template <class T>
   T* state(std::string_view name, const dims& d) {
+    const auto bound = bind();
     auto& st = storage<T>(name, d);
     if (!st.initialized) {
       std::vector<T> zeros(static_cast<std::size_t>(d.numel()), T(0));
@@ -213,6 +259,7 @@ class session final : private variable_source {
                          std::string(dtype_name<T>()));
       return it->second;
     }
+    const auto bound = bind();
     variable_storage st;
     st.d = d;
     st.dtype = dtype_name<T>();
@@ -225,6 +272,8 @@ class session final : private variable_source {
     return it == variables_.end() ? nullptr : &it->second;
   }
 
+  // first: destroyed last, after every buffer queued on its stream has been given back
+  mutable typename detail::context_of<Backend>::type context_;
   std::map<std::string, variable_storage, std::less<>> variables_;
   mutable std::map<std::string, std::vector<unsigned char>> host_values_;  // value()'s copies (device backends)
   std::int64_t global_step_ = 0;

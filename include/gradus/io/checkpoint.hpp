@@ -98,6 +98,7 @@ inline std::string multi_index(const dims& shape, std::size_t i) {
 template <class Backend>
 void save_checkpoint(const session<Backend>& s, const std::filesystem::path& file,
                      const checkpoint_options& options = {}) {
+  const auto bound = s.bind();  // the copies out of a device go on the session's stream
   const auto entries = s.entries();
   std::vector<std::vector<std::byte>> host(entries.size());
   std::vector<io::npz_array_ref> arrays;
@@ -128,6 +129,7 @@ void save_checkpoint(const session<Backend>& s, const std::filesystem::path& fil
 template <class Backend>
 void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
                         const checkpoint_options& options = {}) {
+  const auto bound = s.bind();
   const std::vector<io::npz_array> arrays = io::read_npz(file);
   std::map<std::string, const io::npz_array*, std::less<>> by_name;
   for (const auto& a : arrays) by_name.emplace(a.name, &a);

@@ -184,6 +184,7 @@ class train_step {
   template <class Hook, class... Feeds>
   loss_type compute_gradients_hooked(Hook&& on_ready, const Feeds&... feeds) {
     constexpr bool hooked = !std::is_same_v<std::remove_cvref_t<Hook>, no_gradient_hook>;
+    const auto bound = s_.bind();  // the gradients' sparse coalescing goes on the session's stream too
     auto fetch_ready = [&](std::size_t out, void* data) {
       if constexpr (hooked) {
         if (out == 0 || grad_of_fetch[out - 1] < 0) return;  // the loss; a sparse gradient's parts
@@ -196,14 +197,14 @@ class train_step {
         [&](const auto&... f) {
           auto r = [&] {
             try {
-              return s_.run_hooked(fetch_ready, loss_, f..., feeds...);
+              return s_.run_hooked_on_device(fetch_ready, loss_, f..., feeds...);
             } catch (const numerics_error& e) {
               throw numerics_error(e.what() + reached(e.outputs), e.outputs);
             }
           }();
           [&]<std::size_t... I>(std::index_sequence<I...>) { (take_gradient<I>(r), ...); }(
               std::index_sequence_for<Vs...>{});
-          Backend::copy_to_host(&last_loss_, std::get<0>(r).data(), sizeof(loss_type));
+          Backend::copy_to_host(&last_loss_, std::get<0>(r).data(), sizeof(loss_type));  // device results
         },
         fetches_);
     if constexpr (hooked) {
@@ -225,6 +226,7 @@ class train_step {
   void apply_gradients() {
     if (!have_grads_) throw error("gradus: train_step::apply_gradients: no gradients; call compute_gradients first");
     have_grads_ = false;
+    const auto bound = s_.bind();
     double scale = 1;
     if (opt_.clip_global_norm > 0) {
       last_norm_ = norm_of_gradients();
@@ -246,6 +248,7 @@ class train_step {
   // The L2 norm over all gradients of the last compute_gradients() (one extra pass).
   double gradient_norm() const {
     if (!have_grads_) throw error("gradus: train_step::gradient_norm: no gradients; call compute_gradients first");
+    const auto bound = s_.bind();
     return norm_of_gradients();
   }
   // The learning rate the next update will use.

@@ -3,9 +3,13 @@
 // model source as cpu_simd. The interface is exec/backend.hpp's, written file for file
 // against cpu_simd's sections:
 //
-//   cuda/base.hpp     name, host_memory = false, the thread's stream, for_n, index checks
-//   cuda/memory.hpp   caching device allocator, pinned staging for host <-> device copies
-//   cuda/fused.hpp    assign (an elementwise plan per element), for_each (a rule per element)
+//   cuda/base.hpp     name, host_memory = false, the session's context (its stream) and
+//                     binding it to the calling thread
+//   cuda/memory.hpp   caching device allocator (blocks tagged by stream), pinned staging and
+//                     pinned buffers with queued copies and events, Thrust's policy, for_n,
+//                     index checks, the cuda-omp build's memory-space checks
+//   cuda/fused.hpp    assign (an elementwise plan: 16 bytes or one element per thread),
+//                     for_each (a rule per element)
 //   cuda/reduce.hpp   reduce, argmax, sum_squares, first_nonfinite
 //   cuda/gemm.hpp     cuBLAS (cpu_simd's GEMM in the cuda-omp build)
 //   cuda/rows.hpp     softmax, log-softmax, softmax cross-entropy

@@ -4,12 +4,20 @@
 //
 // The kernels are Thrust algorithms over functors whose call operator is GRADUS_HD, so one
 // source serves two builds:
-//   nvcc              a GPU: Thrust's CUDA system on the thread's stream, cuBLAS, cuDNN;
+//   nvcc              a GPU: Thrust's CUDA system on the session's stream, cuBLAS, cuDNN;
 //   g++ / clang++     Thrust's OpenMP system (-DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP,
 //                     the cuda-omp build): the same functors on host threads, with cpu_simd's
 //                     GEMM standing in for cuBLAS and its convolutions for cuDNN.
 // Either way the backend declares host_memory = false, so the executor copies feeds in and
 // results out through copy_to_device / copy_to_host exactly as it does on a GPU.
+//
+// Streams. Each session owns a cuda::context (exec/backend.hpp's backend_context): its own
+// stream, made on first use. The session binds it to the calling thread for the length of
+// each of its operations (session::bind), and everything the backend queues meanwhile goes
+// on that stream, in order. Work queued with no context bound goes on CUDA's legacy default
+// stream, which is ordered with every session's stream (they are blocking streams): correct
+// from any thread, only not concurrent. So a session may be used from one thread after
+// another, and two sessions on two threads run side by side.
 #include <thrust/detail/config.h>
 
 #if defined(__CUDACC__)
@@ -24,14 +32,12 @@
 #include <thrust/system/omp/execution_policy.h>
 #endif
 
-#include <thrust/find.h>
-#include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
-
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "gradus/core/device.hpp"
 #include "gradus/core/error.hpp"
@@ -45,15 +51,6 @@ struct cuda_error : error {
   using error::error;
 };
 
-// The functors the kernels run are namespace-scope types: nvcc's kernel stubs name them
-// from outside any class.
-namespace cuda_kernels {
-struct outside {  // an index outside [0, bound)
-  index_t bound;
-  GRADUS_HD bool operator()(std::int32_t v) const { return v < 0 || v >= bound; }
-};
-}  // namespace cuda_kernels
-
 namespace cuda_sections {
 
 struct base_section {
@@ -62,58 +59,72 @@ struct base_section {
   static constexpr bool host_memory = false;     // the executor stages feeds and results
 
 #if GRADUS_CUDA_GPU
-  // One stream per host thread (a session runs on the thread that calls run()); every
-  // kernel, copy and library call of that thread goes on it, in order.
-  static cudaStream_t stream() {
-    struct holder {
-      cudaStream_t s = nullptr;
-      holder() { check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags"); }
-      holder(const holder&) = delete;
-      holder& operator=(const holder&) = delete;
-      ~holder() { cudaStreamDestroy(s); }
-    };
-    thread_local holder h;
-    return h.s;
-  }
-  static auto policy() { return thrust::cuda::par_nosync.on(stream()); }
   static void check(cudaError_t e, const char* what) {
     if (e != cudaSuccess)
       throw cuda_error(std::string("gradus: cuda: ") + what + ": " + cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
   }
+#endif
+
+  // A session's place on the device: its stream (created on first use) and an id that
+  // the caching allocator tags freed blocks with (0 is the legacy default stream).
+  class context {
+   public:
+    context() : id_(next_id()) {}
+    context(const context&) = delete;
+    context& operator=(const context&) = delete;
+    ~context() {
+#if GRADUS_CUDA_GPU
+      if (stream_) {
+        cudaStreamSynchronize(stream_);
+        cudaStreamDestroy(stream_);
+      }
+#endif
+    }
+    std::uint64_t id() const { return id_; }
+#if GRADUS_CUDA_GPU
+    cudaStream_t stream() {
+      if (!stream_) check(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate (a session's stream)");
+      return stream_;
+    }
+#endif
+
+   private:
+    static std::uint64_t next_id() {
+      static std::atomic<std::uint64_t> n{0};
+      return ++n;
+    }
+    std::uint64_t id_;
+#if GRADUS_CUDA_GPU
+    cudaStream_t stream_ = nullptr;
+#endif
+  };
+
+  // Makes a context current on the calling thread until it is destroyed (nests).
+  class binding {
+   public:
+    explicit binding(context& c) : prev_(std::exchange(current_, &c)) {}
+    binding(const binding&) = delete;
+    binding& operator=(const binding&) = delete;
+    ~binding() { current_ = prev_; }
+
+   private:
+    context* prev_;
+  };
+  [[nodiscard]] static binding bind(context& c) { return binding(c); }
+
+  // The id of the context bound on this thread; 0 when none is (the legacy stream).
+  static std::uint64_t current_context_id() { return current_ ? current_->id() : 0; }
+
+#if GRADUS_CUDA_GPU
+  // Where this thread's work goes now: the bound session's stream, else the legacy stream.
+  static cudaStream_t stream() { return current_ ? current_->stream() : cudaStreamLegacy; }
   static void synchronize() { check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
 #else
-  static auto policy() { return thrust::omp::par; }
   static void synchronize() {}
 #endif
 
-  // f(i) for i in [0, n): one thread per element (a grid-stride kernel on a GPU).
-  template <class F>
-  static void for_n(index_t n, const F& f) {
-    if (n > 0) thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
-  }
-
- protected:
-  // One element from device memory to the host (errors name what they read).
-  template <class T>
-  static T read_one(const T* p) {
-    T v{};
-#if GRADUS_CUDA_GPU
-    check(cudaMemcpyAsync(&v, p, sizeof(T), cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync (one element)");
-    synchronize();
-#else
-    std::memcpy(&v, p, sizeof(T));
-#endif
-    return v;
-  }
-  // The first index outside [0, bound), found on the device, thrown with its position.
-  static void check_indices(const char* op, const char* what, const std::int32_t* idx, index_t n, index_t bound) {
-    if (n <= 0) return;
-    const std::int32_t* it = thrust::find_if(policy(), idx, idx + n, cuda_kernels::outside{bound});
-    if (it == idx + n) return;
-    const index_t i = it - idx;
-    throw index_error(std::string("gradus: ") + op + ": " + what + " " + std::to_string(read_one(it)) +
-                      " at position " + std::to_string(i) + " is outside [0, " + std::to_string(bound) + ")");
-  }
+ private:
+  static inline thread_local context* current_ = nullptr;
 };
 
 }  // namespace cuda_sections

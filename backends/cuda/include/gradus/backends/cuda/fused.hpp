@@ -1,10 +1,14 @@
 #pragma once
-// cuda: fused passes. assign() evaluates one elementwise plan (exec/plan.hpp) with one
-// thread per output element: the plan is a by-value struct of pointers, strides and
-// scalars (mshadow's MapPlan idea), copied into the kernel, positioned on the element's
-// row (set_row) and evaluated as a scalar (eval) — the same plan code cpu_simd runs, so a
-// new elementwise op is written once. for_each() runs an optimizer's or an RNN cell's rule
-// per element over its arrays.
+// cuda: fused passes. assign() evaluates one elementwise plan (exec/plan.hpp): the plan is
+// a by-value struct of pointers, strides and scalars (mshadow's MapPlan idea), copied into
+// the kernel, positioned on the element's row (set_row) and evaluated per element — the
+// same plan code cpu_simd runs, so a new elementwise op is written once. Where every row
+// of the output and of each leaf starts 16-byte aligned and is contiguous (or broadcast),
+// and the rows are a multiple of 16 bytes long, each thread takes 16 bytes of the output
+// (4 floats, 2 doubles: eval_lanes, one vector load per leaf and one vector store); else
+// one thread per element (eval). A flat pass (one row) skips the row arithmetic.
+// for_each() runs an optimizer's or an RNN cell's rule per element over its arrays.
+#include <atomic>
 #include <type_traits>
 #include <utility>
 
@@ -15,19 +19,54 @@ namespace gradus {
 
 namespace cuda_kernels {
 
+// The plan positioned on the row of flat element i; j is i's place in the row.
+template <class Plan>
+GRADUS_HD Plan on_row(const Plan& plan, const loop_shape& ls, index_t i, index_t& j) {
+  Plan p = plan;
+  index_t idx[max_rank] = {};
+  if (ls.rank == 1) {
+    j = i;
+  } else {
+    const index_t inner = ls.d[ls.rank - 1];
+    const index_t row = i / inner;
+    j = i - row * inner;
+    ls.row_index(row, idx);
+  }
+  p.set_row(idx, ls.rank - 1);
+  return p;
+}
+
 template <class T, class Plan>
-struct assign_fn {
+struct assign_fn {  // one element per thread
   T* out;
   loop_shape ls;
   Plan plan;
   GRADUS_HD void operator()(index_t i) const {
-    const index_t inner = ls.d[ls.rank - 1];
-    const index_t row = i / inner, j = i - row * inner;
-    index_t idx[max_rank] = {};
-    ls.row_index(row, idx);
-    Plan p = plan;
-    p.set_row(idx, ls.rank - 1);
+    index_t j = 0;
+    const Plan p = on_row(plan, ls, i, j);
     out[i] = static_cast<T>(p.eval(j));
+  }
+};
+
+template <class T, class Plan, int V>
+struct assign_lanes_fn {  // V elements (16 bytes) per thread
+  T* out;
+  loop_shape ls;
+  Plan plan;
+  GRADUS_HD void operator()(index_t t) const {
+    const index_t i = t * V;
+    index_t j = 0;
+    const Plan p = on_row(plan, ls, i, j);
+    const auto r = p.template eval_lanes<V>(j);
+#if defined(__CUDA_ARCH__)
+    struct alignas(sizeof(T) * V) chunk {
+      T v[V];
+    } c;
+    for (int k = 0; k < V; ++k) c.v[k] = static_cast<T>(r.v[k]);
+    *reinterpret_cast<chunk*>(out + i) = c;  // one 16-byte store
+#else
+    for (int k = 0; k < V; ++k) out[i + k] = static_cast<T>(r.v[k]);
+#endif
   }
 };
 
@@ -49,11 +88,27 @@ struct for_each_fn {
 
 namespace cuda_sections {
 
+// How many fused passes took each kernel (tests check that both run).
+struct fused_counts {
+  std::size_t by_lanes = 0, by_element = 0;
+};
+
 struct fused_section : memory_section {
   template <class T, class Plan>
   static void assign(T* out, const loop_shape& ls, const Plan& plan) {
-    for_n(ls.rows() * ls.inner(), cuda_kernels::assign_fn<T, Plan>{out, ls, plan});
+    const index_t n = ls.rows() * ls.inner();
+    if (n <= 0) return;
+    expect_device(out, static_cast<std::size_t>(n) * sizeof(T), "assign", "the output");
+    constexpr int V = sizeof(T) == 4 || sizeof(T) == 8 ? static_cast<int>(16 / sizeof(T)) : 1;
+    if (V > 1 && ls.inner() % V == 0 && reinterpret_cast<std::uintptr_t>(out) % 16 == 0 && plan.lanes_ok(ls.rank, V)) {
+      ++counters().by_lanes;
+      for_n(n / V, cuda_kernels::assign_lanes_fn<T, Plan, V>{out, ls, plan});
+    } else {
+      ++counters().by_element;
+      for_n(n, cuda_kernels::assign_fn<T, Plan>{out, ls, plan});
+    }
   }
+  static fused_counts fused_stats() { return {counters().by_lanes.load(), counters().by_element.load()}; }
 
   template <class F, class P0, class... P>
   static void for_each(index_t n, const F& rule, P0* p0, P*... p) {
@@ -61,6 +116,9 @@ struct fused_section : memory_section {
     static_assert((std::is_same_v<std::remove_const_t<P>, T> && ...), "gradus: for_each: arrays of one dtype");
     constexpr std::size_t N = 1 + sizeof...(P);
     static_assert(N <= 64, "gradus: for_each: at most 64 arrays");
+    const auto bytes = static_cast<std::size_t>(n > 0 ? n : 0) * sizeof(T);
+    expect_device(p0, bytes, "for_each", "an array");
+    (expect_device(p, bytes, "for_each", "an array"), ...);
     constexpr unsigned long long writes = [] {
       const bool w[N] = {!std::is_const_v<P0>, !std::is_const_v<P>...};
       unsigned long long m = 0;
@@ -69,6 +127,15 @@ struct fused_section : memory_section {
       return m;
     }();
     for_n(n, cuda_kernels::for_each_fn<F, T, N, writes>{rule, {const_cast<T*>(p0), const_cast<T*>(p)...}});
+  }
+
+ private:
+  struct atomic_counts {
+    std::atomic<std::size_t> by_lanes{0}, by_element{0};
+  };
+  static atomic_counts& counters() {
+    static atomic_counts c;
+    return c;
   }
 };
 

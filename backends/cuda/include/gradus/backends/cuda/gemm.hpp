@@ -20,6 +20,8 @@ struct gemm_section : reduce_section {
                    index_t stride_c, index_t batch) {
     static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "gradus: cuda: gemm of float or double");
     if (m <= 0 || n <= 0 || batch <= 0) return;
+    if (k > 0) expect_device(a, sizeof(T), "gemm", "A"), expect_device(b, sizeof(T), "gemm", "B");
+    expect_device(c, sizeof(T), "gemm", "C");
 #if GRADUS_CUDA_GPU
     // Items that share an output (stride_c 0) accumulate in order: one call each.
     if (stride_c == 0 && batch > 1) {

@@ -1,12 +1,16 @@
 #pragma once
 // cuda: images (NCHW, OIHW, dilation 1). Convolutions through cuDNN on a GPU (the three
 // calls the conv node was built around: forward, backward data, backward filter; the
-// algorithm from cuDNN's heuristics, its workspace from the pool), cpu_simd's convolutions
-// in the cuda-omp build. im2col / col2im and pooling are kernels of their own: one thread
-// per output element, each gathering what it needs, so no thread writes another's element
-// and every sum runs in cpu_simd's order (the same bits on both backends).
+// algorithm from cuDNN's heuristics, asked once per shape, its workspace from the pool),
+// cpu_simd's convolutions in the cuda-omp build. im2col / col2im and pooling are kernels
+// of their own: one thread per output element, each gathering what it needs, so no thread
+// writes another's element and every sum runs in cpu_simd's order (the same bits on both
+// backends).
 #include <algorithm>
+#include <array>
 #include <limits>
+#include <map>
+#include <memory>
 
 #include "gradus/backends/cuda/layout.hpp"
 
@@ -216,7 +220,7 @@ struct images_section : layout_section {
     check_dnn(cudnnSetStream(h.h, stream()), "cudnnSetStream");
     return h.h;
   }
-  // The descriptors of one convolution, made and destroyed with the call.
+  // The descriptors of one convolution shape.
   template <class T>
   struct conv_desc {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -247,38 +251,67 @@ struct images_section : layout_section {
       cudnnDestroyTensorDescriptor(x);
     }
   };
+  // One convolution's descriptors and, per pass, the algorithm cuDNN's heuristics chose
+  // and its workspace size: asked once per shape and thread (a training step asks the
+  // same few shapes every time), not on every call.
+  template <class T>
+  struct conv_plan {
+    conv_desc<T> d;
+    int algo[3] = {-1, -1, -1};  // by pass; -1: not asked yet
+    std::size_t workspace[3] = {0, 0, 0};
+    conv_plan(index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh, index_t kw, index_t s, index_t p)
+        : d(n, c, h, w, o, kh, kw, s, p) {}
+  };
+  template <class T>
+  static conv_plan<T>& plan_for(index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh, index_t kw,
+                                index_t s, index_t p) {
+    thread_local std::map<std::array<index_t, 9>, std::unique_ptr<conv_plan<T>>> plans;
+    auto& slot = plans[{n, c, h, w, o, kh, kw, s, p}];
+    if (!slot) slot = std::make_unique<conv_plan<T>>(n, c, h, w, o, kh, kw, s, p);
+    return *slot;
+  }
   // forward: a = x, b = w, out = y; data: a = dy, b = w, out = dx; weights: a = x, b = dy, out = dw
   template <class T>
   static void conv_call(pass ps, const T* a, const T* b, T* out, index_t n, index_t c, index_t h, index_t w, index_t o,
                         index_t kh, index_t kw, index_t s, index_t p) {
-    const conv_desc<T> d(n, c, h, w, o, kh, kw, s, p);
+    conv_plan<T>& pl = plan_for<T>(n, c, h, w, o, kh, kw, s, p);
+    const conv_desc<T>& d = pl.d;
     const T one = 1, zero = 0;
     cudnnHandle_t hd = dnn();
+    const int k = static_cast<int>(ps);
     int got = 0;
-    std::size_t ws = 0;
     if (ps == pass::forward) {
-      cudnnConvolutionFwdAlgoPerf_t perf[8];
-      check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, d.x, d.w, d.conv, d.y, 8, &got, perf), "cudnnGetConvolutionForwardAlgorithm_v7");
-      const auto algo = perf[0].algo;
-      check_dnn(cudnnGetConvolutionForwardWorkspaceSize(hd, d.x, d.w, d.conv, d.y, algo, &ws), "workspace size");
-      cuda_detail::device_scratch<unsigned char> work(ws);
-      check_dnn(cudnnConvolutionForward(hd, &one, d.x, a, d.w, b, d.conv, algo, work.get(), ws, &zero, d.y, out),
+      if (pl.algo[k] < 0) {
+        cudnnConvolutionFwdAlgoPerf_t perf[8];
+        check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, d.x, d.w, d.conv, d.y, 8, &got, perf), "cudnnGetConvolutionForwardAlgorithm_v7");
+        check_dnn(cudnnGetConvolutionForwardWorkspaceSize(hd, d.x, d.w, d.conv, d.y, perf[0].algo, &pl.workspace[k]), "workspace size");
+        pl.algo[k] = static_cast<int>(perf[0].algo);
+      }
+      cuda_detail::device_scratch<unsigned char> work(pl.workspace[k]);
+      check_dnn(cudnnConvolutionForward(hd, &one, d.x, a, d.w, b, d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(pl.algo[k]),
+                                        work.get(), pl.workspace[k], &zero, d.y, out),
                 "cudnnConvolutionForward");
     } else if (ps == pass::data) {
-      cudnnConvolutionBwdDataAlgoPerf_t perf[8];
-      check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, d.w, d.y, d.conv, d.x, 8, &got, perf), "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-      const auto algo = perf[0].algo;
-      check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(hd, d.w, d.y, d.conv, d.x, algo, &ws), "workspace size");
-      cuda_detail::device_scratch<unsigned char> work(ws);
-      check_dnn(cudnnConvolutionBackwardData(hd, &one, d.w, b, d.y, a, d.conv, algo, work.get(), ws, &zero, d.x, out),
+      if (pl.algo[k] < 0) {
+        cudnnConvolutionBwdDataAlgoPerf_t perf[8];
+        check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, d.w, d.y, d.conv, d.x, 8, &got, perf), "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+        check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(hd, d.w, d.y, d.conv, d.x, perf[0].algo, &pl.workspace[k]), "workspace size");
+        pl.algo[k] = static_cast<int>(perf[0].algo);
+      }
+      cuda_detail::device_scratch<unsigned char> work(pl.workspace[k]);
+      check_dnn(cudnnConvolutionBackwardData(hd, &one, d.w, b, d.y, a, d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(pl.algo[k]),
+                                             work.get(), pl.workspace[k], &zero, d.x, out),
                 "cudnnConvolutionBackwardData");
     } else {
-      cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
-      check_dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, d.x, d.y, d.conv, d.w, 8, &got, perf), "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-      const auto algo = perf[0].algo;
-      check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, d.x, d.y, d.conv, d.w, algo, &ws), "workspace size");
-      cuda_detail::device_scratch<unsigned char> work(ws);
-      check_dnn(cudnnConvolutionBackwardFilter(hd, &one, d.x, a, d.y, b, d.conv, algo, work.get(), ws, &zero, d.w, out),
+      if (pl.algo[k] < 0) {
+        cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
+        check_dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, d.x, d.y, d.conv, d.w, 8, &got, perf), "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+        check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, d.x, d.y, d.conv, d.w, perf[0].algo, &pl.workspace[k]), "workspace size");
+        pl.algo[k] = static_cast<int>(perf[0].algo);
+      }
+      cuda_detail::device_scratch<unsigned char> work(pl.workspace[k]);
+      check_dnn(cudnnConvolutionBackwardFilter(hd, &one, d.x, a, d.y, b, d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(pl.algo[k]),
+                                               work.get(), pl.workspace[k], &zero, d.w, out),
                 "cudnnConvolutionBackwardFilter");
     }
   }

@@ -3,15 +3,34 @@
 // 512 bytes and, when freed, kept on a free list for their size, so a graph that runs the
 // same shapes again allocates nothing from the device (cudaMalloc synchronises the whole
 // device; PyTorch's CUDACachingAllocator exists for the same reason). No managed memory.
-// Host <-> device copies go through a pinned staging buffer per thread, on the thread's
-// stream; copy_to_host waits for its copy, copy_to_device only for the previous use of the
-// staging buffer.
+//
+// A freed block is tagged with the stream that freed it, and an event is recorded there.
+// The same stream takes it back at once (its own later work is ordered after the work that
+// used the block); another stream takes it only after making itself wait for that event
+// (cudaStreamWaitEvent: the device waits, the host does not). So neither deallocate nor a
+// kernel's scratch array ever waits on the host, and two sessions on two streams never
+// overwrite each other's blocks under a running kernel.
+//
+// Two pools of the same kind: one for buffers (variables, the plan's slots, staging), one
+// for a kernel's temporaries (Thrust's temporary storage through a Thrust allocator, sort
+// keys, cuDNN workspaces), so that a buffer planned on the first run never takes the
+// block a temporary just gave back and leaves the next run's temporary to allocate again.
+// A sort or a reduction allocates nothing from the device after its first run either. Host <-> device copies of pageable memory go through a pinned staging
+// buffer per thread; pinned host buffers (allocate_host) are copied from and to directly,
+// queued on the stream, with events to wait for them (what data_parallel's gradient
+// buckets use).
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <new>
 #include <unordered_map>
 #include <vector>
+
+#include <thrust/find.h>
+#include <thrust/for_each.h>
+#include <thrust/iterator/counting_iterator.h>
 
 #include "gradus/backends/cuda/base.hpp"
 
@@ -20,19 +39,38 @@ namespace gradus {
 namespace cuda_detail {
 
 struct pool_stats {
-  std::size_t device_allocations = 0;  // cudaMalloc calls (operator new in the cuda-omp build)
+  std::size_t device_allocations = 0;   // cudaMalloc calls (operator new in the cuda-omp build)
   std::size_t device_frees = 0;
-  std::size_t reused = 0;              // requests served from the free lists
-  std::size_t bytes_reserved = 0;      // held from the device: in use + cached
+  std::size_t reused = 0;               // requests served from the free lists
+  std::size_t cross_stream_reuses = 0;  // ... of them, blocks another stream had freed
+  std::size_t bytes_reserved = 0;       // held from the device: in use + cached
   std::size_t bytes_in_use = 0;
 };
 
 class device_pool {
+  using base = cuda_sections::base_section;
+
  public:
-  static device_pool& instance() {
+  static device_pool& buffers() {
     static device_pool p;
     return p;
   }
+  static device_pool& scratch() {
+    static device_pool p;
+    return p;
+  }
+  // Both pools' figures, summed.
+  static pool_stats total() {
+    const pool_stats a = buffers().stats(), b = scratch().stats();
+    return {a.device_allocations + b.device_allocations, a.device_frees + b.device_frees, a.reused + b.reused,
+            a.cross_stream_reuses + b.cross_stream_reuses, a.bytes_reserved + b.bytes_reserved,
+            a.bytes_in_use + b.bytes_in_use};
+  }
+  static void release_all() noexcept {
+    buffers().release_cached();
+    scratch().release_cached();
+  }
+  static bool device_memory(const void* p, std::size_t bytes) { return buffers().holds(p, bytes) || scratch().holds(p, bytes); }
   device_pool(const device_pool&) = delete;
   device_pool& operator=(const device_pool&) = delete;
   ~device_pool() { release_cached(); }
@@ -41,48 +79,74 @@ class device_pool {
 
   void* get(std::size_t bytes) {
     const std::size_t size = round(bytes);
+    const std::uint64_t me = base::current_context_id();
     {
       std::lock_guard<std::mutex> lock(m_);
       auto it = free_.find(size);
       if (it != free_.end() && !it->second.empty()) {
-        void* p = it->second.back();
-        it->second.pop_back();
-        in_use_.emplace(p, size);
+        auto& list = it->second;
+        // this stream's own block if there is one (newest first), else any other's
+        auto pick = std::find_if(list.rbegin(), list.rend(), [&](const cached& c) { return c.stream == me; });
+        const bool other = pick == list.rend();
+        if (other) pick = list.rbegin();
+        const cached c = *pick;
+        list.erase(std::next(pick).base());
+        if (other) {
+#if GRADUS_CUDA_GPU
+          base::check(cudaStreamWaitEvent(base::stream(), at(c.p).freed, 0),
+                      "cudaStreamWaitEvent (a block another stream freed)");
+#endif
+          ++stats_.cross_stream_reuses;
+        }
+        at(c.p).in_use = true;
         ++stats_.reused;
         stats_.bytes_in_use += size;
-        return p;
+        return c.p;
       }
     }
     void* p = raw_alloc(size);
     if (!p) {  // out of memory: give the cached blocks back and try once more
-      release_cached();
+      release_all();
       p = raw_alloc(size);
       if (!p)
         throw cuda_error("gradus: cuda: out of device memory allocating " + std::to_string(size) + " bytes (" +
                          std::to_string(stats().bytes_in_use) + " in use)");
     }
     std::lock_guard<std::mutex> lock(m_);
-    in_use_.emplace(p, size);
+    blocks_.emplace(key(p), block{size, true});
     ++stats_.device_allocations;
     stats_.bytes_reserved += size;
     stats_.bytes_in_use += size;
     return p;
   }
+  // Back to the free list of its size, tagged with the calling thread's stream, once the
+  // work queued there so far is done (an event; the host does not wait).
   void put(void* p) noexcept {
     if (!p) return;
     std::lock_guard<std::mutex> lock(m_);
-    auto it = in_use_.find(p);
-    if (it == in_use_.end()) return;  // not ours: nothing to do (never raw-freed blindly)
-    stats_.bytes_in_use -= it->second;
-    free_[it->second].push_back(p);
-    in_use_.erase(it);
+    auto it = blocks_.find(key(p));
+    if (it == blocks_.end() || !it->second.in_use) return;  // not ours: nothing to do (never raw-freed blindly)
+    block& b = it->second;
+#if GRADUS_CUDA_GPU
+    if (!b.freed && cudaEventCreateWithFlags(&b.freed, cudaEventDisableTiming) != cudaSuccess) b.freed = nullptr;
+    // without an event the block cannot be handed to another stream safely: wait here instead
+    if (!b.freed || cudaEventRecord(b.freed, base::stream()) != cudaSuccess) cudaStreamSynchronize(base::stream());
+#endif
+    b.in_use = false;
+    stats_.bytes_in_use -= b.size;
+    free_[b.size].push_back({p, base::current_context_id()});
   }
   // Return every cached (free) block to the device.
   void release_cached() noexcept {
     std::lock_guard<std::mutex> lock(m_);
     for (auto& [size, list] : free_) {
-      for (void* p : list) {
-        raw_free(p);
+      for (const cached& c : list) {
+        auto it = blocks_.find(key(c.p));
+#if GRADUS_CUDA_GPU
+        if (it->second.freed) cudaEventDestroy(it->second.freed);
+#endif
+        blocks_.erase(it);
+        raw_free(c.p);
         ++stats_.device_frees;
         stats_.bytes_reserved -= size;
       }
@@ -93,9 +157,32 @@ class device_pool {
     std::lock_guard<std::mutex> lock(m_);
     return stats_;
   }
+  // Whether [p, p + bytes) lies in one block the pool handed out and has not taken back:
+  // the cuda-omp build asks it of every pointer a copy or kernel treats as device memory.
+  bool holds(const void* p, std::size_t bytes) const {
+    std::lock_guard<std::mutex> lock(m_);
+    auto it = blocks_.upper_bound(key(p));
+    if (it == blocks_.begin()) return false;
+    --it;
+    return it->second.in_use && key(p) + bytes <= it->first + it->second.size;
+  }
 
  private:
+  struct block {
+    std::size_t size;
+    bool in_use;
+#if GRADUS_CUDA_GPU
+    cudaEvent_t freed = nullptr;  // recorded on the freeing stream
+#endif
+  };
+  struct cached {
+    void* p;
+    std::uint64_t stream;  // the context that freed it (0: the legacy stream)
+  };
+
   device_pool() = default;
+  static std::uintptr_t key(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
+  block& at(void* p) { return blocks_.at(key(p)); }
   // null when the device is out of memory; any other failure (no device, no driver) throws
   static void* raw_alloc(std::size_t size) {
 #if GRADUS_CUDA_GPU
@@ -107,35 +194,42 @@ class device_pool {
     throw cuda_error(std::string("gradus: cuda: cudaMalloc of ") + std::to_string(size) + " bytes: " +
                      cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
 #else
-    return ::operator new(size, std::align_val_t{cuda_sections::base_section::alignment}, std::nothrow);
+    return ::operator new(size, std::align_val_t{base::alignment}, std::nothrow);
 #endif
   }
   static void raw_free(void* p) noexcept {
 #if GRADUS_CUDA_GPU
     cudaFree(p);
 #else
-    ::operator delete(p, std::align_val_t{cuda_sections::base_section::alignment});
+    ::operator delete(p, std::align_val_t{base::alignment});
 #endif
   }
   mutable std::mutex m_;
-  std::unordered_map<std::size_t, std::vector<void*>> free_;
-  std::unordered_map<void*, std::size_t> in_use_;
+  std::unordered_map<std::size_t, std::vector<cached>> free_;
+  std::map<std::uintptr_t, block> blocks_;  // every block held from the device, by address
   pool_stats stats_;
 };
 
-// A kernel's temporary device array, from the pool and back to it at scope exit.
+// Thrust's temporary storage (sorts, reductions, searches) from the pool.
+struct thrust_temporaries {
+  using value_type = char;
+  char* allocate(std::ptrdiff_t n) { return static_cast<char*>(device_pool::scratch().get(static_cast<std::size_t>(n))); }
+  void deallocate(char* p, std::size_t) { device_pool::scratch().put(p); }
+  static thrust_temporaries& instance() {
+    static thrust_temporaries a;
+    return a;
+  }
+};
+
+// A kernel's temporary device array, from the pool and back to it at scope exit (on the
+// stream that used it: no wait).
 template <class T>
 class device_scratch {
  public:
-  explicit device_scratch(std::size_t n) : p_(static_cast<T*>(device_pool::instance().get(n * sizeof(T)))) {}
+  explicit device_scratch(std::size_t n) : p_(static_cast<T*>(device_pool::scratch().get(n * sizeof(T)))) {}
   device_scratch(const device_scratch&) = delete;
   device_scratch& operator=(const device_scratch&) = delete;
-  ~device_scratch() {
-#if GRADUS_CUDA_GPU
-    cudaStreamSynchronize(cuda_sections::base_section::stream());  // its kernels are done before reuse
-#endif
-    device_pool::instance().put(p_);
-  }
+  ~device_scratch() { device_pool::scratch().put(p_); }
   T* get() const { return p_; }
 
  private:
@@ -143,8 +237,11 @@ class device_scratch {
 };
 
 #if GRADUS_CUDA_GPU
-// The calling thread's pinned host buffer for copies, grown to the largest copy.
+// The calling thread's pinned host buffer for copies of pageable memory, grown to the
+// largest copy.
 class pinned_staging {
+  using base = cuda_sections::base_section;
+
  public:
   static pinned_staging& mine() {
     thread_local pinned_staging s;
@@ -158,18 +255,17 @@ class pinned_staging {
   }
   // The buffer, at least `bytes`, once the copy that last used it has finished.
   void* acquire(std::size_t bytes) {
-    using B = cuda_sections::base_section;
-    if (!done_) B::check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
-    B::check(cudaEventSynchronize(done_), "cudaEventSynchronize (staging)");
+    if (!done_) base::check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
+    base::check(cudaEventSynchronize(done_), "cudaEventSynchronize (staging)");
     if (bytes > size_) {
       if (data_) cudaFreeHost(data_);
       data_ = nullptr, size_ = 0;
-      B::check(cudaMallocHost(&data_, bytes), "cudaMallocHost (staging)");
+      base::check(cudaMallocHost(&data_, bytes), "cudaMallocHost (staging)");
       size_ = bytes;
     }
     return data_;
   }
-  void release() { cuda_sections::base_section::check(cudaEventRecord(done_, cuda_sections::base_section::stream()), "cudaEventRecord"); }
+  void release() { base::check(cudaEventRecord(done_, base::stream()), "cudaEventRecord"); }
 
  private:
   pinned_staging() = default;
@@ -181,25 +277,27 @@ class pinned_staging {
 
 }  // namespace cuda_detail
 
+namespace cuda_kernels {
+struct outside {  // an index outside [0, bound)
+  index_t bound;
+  GRADUS_HD bool operator()(std::int32_t v) const { return v < 0 || v >= bound; }
+};
+}  // namespace cuda_kernels
+
 namespace cuda_sections {
 
 struct memory_section : base_section {
-  static void* allocate(std::size_t bytes) { return cuda_detail::device_pool::instance().get(bytes); }
-  // A block goes back to the pool once the calling thread's stream has finished with it, so
-  // another thread (another stream) that takes it next cannot overwrite it under a kernel.
-  static void deallocate(void* p) noexcept {
-#if GRADUS_CUDA_GPU
-    if (p) cudaStreamSynchronize(stream());
-#endif
-    cuda_detail::device_pool::instance().put(p);
-  }
+  static void* allocate(std::size_t bytes) { return cuda_detail::device_pool::buffers().get(bytes); }
+  static void deallocate(void* p) noexcept { cuda_detail::device_pool::buffers().put(p); }
   // What the pool holds and how often it went to the device (tests assert that a second
   // run of the same graph goes to it zero times).
-  static cuda_detail::pool_stats memory_stats() { return cuda_detail::device_pool::instance().stats(); }
-  static void empty_cache() { cuda_detail::device_pool::instance().release_cached(); }
+  static cuda_detail::pool_stats memory_stats() { return cuda_detail::device_pool::total(); }
+  static void empty_cache() { cuda_detail::device_pool::release_all(); }
 
   static void copy_to_device(void* dst, const void* src, std::size_t bytes) {
     if (!bytes) return;
+    expect_device(dst, bytes, "copy_to_device", "the destination");
+    expect_host(src, bytes, "copy_to_device", "the source");
 #if GRADUS_CUDA_GPU
     auto& st = cuda_detail::pinned_staging::mine();
     void* pinned = st.acquire(bytes);
@@ -212,6 +310,8 @@ struct memory_section : base_section {
   }
   static void copy_to_host(void* dst, const void* src, std::size_t bytes) {
     if (!bytes) return;
+    expect_device(src, bytes, "copy_to_host", "the source");
+    expect_host(dst, bytes, "copy_to_host", "the destination");
 #if GRADUS_CUDA_GPU
     auto& st = cuda_detail::pinned_staging::mine();
     void* pinned = st.acquire(bytes);
@@ -225,11 +325,152 @@ struct memory_section : base_section {
   }
   static void copy(void* dst, const void* src, std::size_t bytes) {  // device to device
     if (!bytes) return;
+    expect_device(dst, bytes, "copy", "the destination");
+    expect_device(src, bytes, "copy", "the source");
 #if GRADUS_CUDA_GPU
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()), "cudaMemcpyAsync (device to device)");
 #else
     std::memcpy(dst, src, bytes);
 #endif
+  }
+
+  // Queued copies (exec/backend.hpp's backend_async_copies). Host memory from
+  // allocate_host is pinned: the copy engine reads and writes it directly while the host
+  // goes on, so the host must not touch it until an event recorded after the copy is done.
+  static void* allocate_host(std::size_t bytes) {
+#if GRADUS_CUDA_GPU
+    void* p = nullptr;
+    check(cudaMallocHost(&p, std::max<std::size_t>(bytes, 1)), "cudaMallocHost");
+    return p;
+#else
+    return ::operator new(std::max<std::size_t>(bytes, 1), std::align_val_t{alignment});
+#endif
+  }
+  static void deallocate_host(void* p) noexcept {  // waits for the copies queued on it (cudaFreeHost does)
+    if (!p) return;
+#if GRADUS_CUDA_GPU
+    cudaFreeHost(p);
+#else
+    ::operator delete(p, std::align_val_t{alignment});
+#endif
+  }
+  static void copy_to_host_async(void* pinned_dst, const void* src, std::size_t bytes) {
+    if (!bytes) return;
+    expect_device(src, bytes, "copy_to_host_async", "the source");
+    expect_host(pinned_dst, bytes, "copy_to_host_async", "the destination");
+#if GRADUS_CUDA_GPU
+    check(cudaMemcpyAsync(pinned_dst, src, bytes, cudaMemcpyDeviceToHost, stream()), "cudaMemcpyAsync (to pinned host)");
+#else
+    std::memcpy(pinned_dst, src, bytes);
+#endif
+  }
+  static void copy_to_device_async(void* dst, const void* pinned_src, std::size_t bytes) {
+    if (!bytes) return;
+    expect_device(dst, bytes, "copy_to_device_async", "the destination");
+    expect_host(pinned_src, bytes, "copy_to_device_async", "the source");
+#if GRADUS_CUDA_GPU
+    check(cudaMemcpyAsync(dst, pinned_src, bytes, cudaMemcpyHostToDevice, stream()), "cudaMemcpyAsync (from pinned host)");
+#else
+    std::memcpy(dst, pinned_src, bytes);
+#endif
+  }
+  // A point in the current stream: record() marks it, wait() blocks the calling thread (any
+  // thread) until the stream has passed it.
+  class event {
+   public:
+    event() = default;
+    event(const event&) = delete;
+    event& operator=(const event&) = delete;
+    event(event&& o) noexcept { swap(o); }
+    event& operator=(event&& o) noexcept {
+      event(std::move(o)).swap(*this);
+      return *this;
+    }
+    ~event() {
+#if GRADUS_CUDA_GPU
+      if (e_) cudaEventDestroy(e_);
+#endif
+    }
+    void record() {
+#if GRADUS_CUDA_GPU
+      if (!e_) check(cudaEventCreateWithFlags(&e_, cudaEventDisableTiming), "cudaEventCreate");
+      check(cudaEventRecord(e_, stream()), "cudaEventRecord");
+#endif
+      recorded_ = true;
+    }
+    void wait() const {
+      if (!recorded_) return;
+#if GRADUS_CUDA_GPU
+      check(cudaEventSynchronize(e_), "cudaEventSynchronize");
+#endif
+    }
+
+   private:
+    void swap(event& o) noexcept {
+#if GRADUS_CUDA_GPU
+      std::swap(e_, o.e_);
+#endif
+      std::swap(recorded_, o.recorded_);
+    }
+#if GRADUS_CUDA_GPU
+    cudaEvent_t e_ = nullptr;
+#endif
+    bool recorded_ = false;
+  };
+
+  // The execution policy of every Thrust call: the current stream (without the
+  // synchronisation Thrust would add after each algorithm), temporaries from the pool.
+  static auto policy() {
+#if GRADUS_CUDA_GPU
+    return thrust::cuda::par_nosync(cuda_detail::thrust_temporaries::instance()).on(stream());
+#else
+    return thrust::omp::par(cuda_detail::thrust_temporaries::instance());
+#endif
+  }
+
+  // f(i) for i in [0, n): one thread per element (a grid-stride kernel on a GPU).
+  template <class F>
+  static void for_n(index_t n, const F& f) {
+    if (n > 0) thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
+  }
+
+  // The cuda-omp build keeps the two memory spaces apart as a GPU does: a pointer used as
+  // device memory must lie in a block of the pool, a host pointer must not. On a GPU either
+  // mistake faults or corrupts memory; Thrust's OpenMP system would run it without a word.
+  // (Nothing on a GPU build: the hardware checks there.)
+  static void expect_device([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t bytes,
+                            [[maybe_unused]] const char* op, [[maybe_unused]] const char* what) {
+#if !GRADUS_CUDA_GPU
+    if (bytes && !cuda_detail::device_pool::device_memory(p, bytes)) space_error(op, what, bytes, "not device memory");
+#endif
+  }
+  static void expect_host([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t bytes,
+                          [[maybe_unused]] const char* op, [[maybe_unused]] const char* what) {
+#if !GRADUS_CUDA_GPU
+    if (bytes && cuda_detail::device_pool::device_memory(p, 1)) space_error(op, what, bytes, "device memory, not host memory");
+#endif
+  }
+
+ protected:
+  [[noreturn]] static void space_error(const char* op, const char* what, std::size_t bytes, const char* is) {
+    throw error(std::string("gradus: cuda: ") + op + ": " + what + " (" + std::to_string(bytes) + " bytes) is " + is +
+                " (the cuda-omp build checks what a GPU would fault on)");
+  }
+  // One element from device memory to the host (errors name what they read).
+  template <class T>
+  static T read_one(const T* p) {
+    T v{};
+    copy_to_host(&v, p, sizeof(T));
+    return v;
+  }
+  // The first index outside [0, bound), found on the device, thrown with its position.
+  static void check_indices(const char* op, const char* what, const std::int32_t* idx, index_t n, index_t bound) {
+    if (n <= 0) return;
+    const std::int32_t* it = thrust::find_if(policy(), idx, idx + n, cuda_kernels::outside{bound});
+    if (it == idx + n) return;
+    const index_t i = it - idx;
+    throw index_error(std::string("gradus: ") + op + ": " + what + " " + std::to_string(read_one(it)) +
+                      " at position " + std::to_string(i) + " is outside [0, " + std::to_string(bound) + ")");
   }
 };
 
