@@ -2,8 +2,8 @@
 # The parameter server as users run it (issue 13):
 #   check_ps.sh <example> <gradus-run> <mnist dir>
 # 1. gradus-run -np 2 --ps 2 <example> --comm ps --consistency async|bsp|ssp:2: each mode
-#    trains (12,000 images, 2 epochs) to >= 0.92 test accuracy, the JSON names the mode,
-#    the servers and the world, and the replicas agree at the end.
+#    trains (12,000 images, 2 epochs) to >= 0.92 test accuracy (async, ssp: >= 0.90, see below),
+#    the JSON names the mode, the servers and the world, and the replicas agree at the end.
 # 2. A TensorFlow user's TF_CONFIG with a chief, a worker and two ps tasks, host names
 #    ("localhost"), four processes started by hand: it trains.
 # 3. A worker SIGKILLed mid-training (processes started by hand with torchrun's variables
@@ -38,14 +38,25 @@ base=(--data "$data" --train-limit 12000 --seed 2 --threads 1 --json --quiet)
 train=("${base[@]}" --epochs 2)
 
 # ---- 1. the three modes through gradus-run
+# async's and ssp's results depend on how the OS interleaves the workers: the order of the
+# updates, and (async) a gradient's staleness, which nothing bounds; stale gradients under
+# the servers' momentum 0.9 act as extra momentum (Mitliagkas et al. 2016), and the final
+# iterate's accuracy swings by ~2 points. Measured (stop 28, clang -O1, with 0-8 busy loops
+# beside it): async 49 runs, 0.9137-0.9416; ssp:2 28 runs, 0.9185-0.9429; CI saw async
+# at 0.9123 (stop 27, tests in parallel). bsp is deterministic (0.9341 in every run) and
+# keeps 0.92; async and ssp get 0.90, which still fails a run that loses updates: a quarter
+# of the data (3,000 images, 1 epoch, one process) reaches only 0.87.
 for mode in async bsp ssp:2; do
+  min=0.92
+  [[ $mode == bsp ]] || min=0.90
   out=$work/mode.out
   OMP_NUM_THREADS=1 timeout 200 "$launcher" -np 2 --ps 2 --timeout 180 "$exe" "${train[@]}" --comm ps --consistency "$mode" \
     >"$out" 2>&1 </dev/null || fail "gradus-run --ps 2 with --consistency $mode failed"
   j=$(json_of "$out")
   [[ -n $j ]] || fail "$mode: no JSON line"
   acc=$(field "$j" test_accuracy)
-  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "$mode: test accuracy $acc < 0.92"
+  python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$acc" "$min" ||
+    fail "$mode: test accuracy $acc < $min"
   [[ $(field "$j" comm) == parameter_server && $(field "$j" consistency) == "$mode" && $(field "$j" servers) == 2 &&
      $(field "$j" world_size) == 2 ]] || fail "$mode: JSON $j"
   [[ $(grep -c 'replica checksum' "$out") == 2 ]] || fail "$mode: the replica checksums were not printed"
