@@ -41,11 +41,12 @@ train=("${base[@]}" --epochs 2)
 # async's and ssp's results depend on how the OS interleaves the workers: the order of the
 # updates, and (async) a gradient's staleness, which nothing bounds; stale gradients under
 # the servers' momentum 0.9 act as extra momentum (Mitliagkas et al. 2016), and the final
-# iterate's accuracy swings by ~2 points. Measured (stop 28, clang -O1, with 0-8 busy loops
-# beside it): async 49 runs, 0.9137-0.9416; ssp:2 28 runs, 0.9185-0.9429; CI saw async
-# at 0.9123 (stop 27, tests in parallel). bsp is deterministic (0.9341 in every run) and
-# keeps 0.92; async and ssp get 0.90, which still fails a run that loses updates: a quarter
-# of the data (3,000 images, 1 epoch, one process) reaches only 0.87.
+# iterate's accuracy swings by ~2 points. Measured (stop 28, clang -O1, 8 of the async runs
+# g++ -O3, with 0-8 busy loops beside it): async 49 runs, 0.9137-0.9416; ssp:2 28 runs,
+# 0.9185-0.9429; CI saw async at 0.9123 (stop 27, tests in parallel). bsp is deterministic
+# (0.9341 in every run) and keeps 0.92; async and ssp get 0.90, which still fails a run
+# that loses updates: a quarter of the data (3,000 images, 1 epoch, one process) reaches
+# only 0.87.
 for mode in async bsp ssp:2; do
   min=0.92
   [[ $mode == bsp ]] || min=0.90
