@@ -69,6 +69,72 @@ constexpr int world = 2, steps = 4;
 
 }  // namespace
 
+// A communicator of a world of two whose collectives change nothing and refuse device
+// memory: what gradus hands a communicator must be host memory (the ring and the parameter
+// server read and write it on the host; a device pointer there faults on a GPU).
+struct host_memory_only {
+  int calls = 0;
+  int r = 0;
+  int rank() const { return r; }
+  int world_size() const { return 2; }
+  template <class T>
+  void check(std::span<T> s, const char* op) {
+    ++calls;
+    if (g::cuda_detail::device_pool::device_memory(s.data(), s.size_bytes()))
+      throw std::runtime_error(std::string(op) + " was handed device memory (" + std::to_string(s.size_bytes()) + " bytes)");
+  }
+  void allreduce_sum(std::span<float> x) { check(x, "allreduce_sum"); }
+  void allreduce_sum(std::span<double> x) { check(x, "allreduce_sum"); }
+  void allreduce_average(std::span<float> x) { check(x, "allreduce_average"); }
+  void allreduce_average(std::span<double> x) { check(x, "allreduce_average"); }
+  void broadcast(std::span<float> x, int) { check(x, "broadcast"); }
+  void broadcast(std::span<double> x, int) { check(x, "broadcast"); }
+  void broadcast(std::span<std::byte> x, int) { check(x, "broadcast"); }
+  void barrier() {}
+};
+static_assert(g::dist::communicator<host_memory_only>);
+
+// broadcast_variables and reduce_gradients (the estimators' data-parallel road) over a cuda
+// session: each tensor reaches the communicator as a host copy and comes back unchanged.
+BOOST_AUTO_TEST_CASE(communicators_are_handed_host_copies_of_device_tensors) {
+  g::placeholder<"x", float, g::dyn, 12> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::nn::dense<"fc1", 12, 16> fc1;
+  g::nn::dense<"fc2", 16, 3> fc2;
+  const auto loss = g::nn::softmax_cross_entropy_loss(fc2(g::relu(fc1(x))), y);
+  g::session<g::cuda> s;
+  fc1.initialize(s, 5);
+  fc2.initialize(s, 6);
+  auto step = g::minimize(s, loss, g::adam{.lr = 0.01});
+  const auto xs = uniform<float>(8 * 12, -1, 1);
+  const auto ys = uniform_int(8, 0, 2);
+  step.run(x = g::view(xs.data(), {8, 12}), y = g::view(ys.data(), {8}));
+  const auto before = host(s.value(fc1.w));
+  host_memory_only comm;
+  g::dist::broadcast_variables(comm, s);  // 4 variables, 8 Adam slots, the step
+  BOOST_TEST(comm.calls == 13);
+  BOOST_TEST(host(s.value(fc1.w)) == before);  // rank 0 sends: its tensors are left as they were
+  comm.r = 1;  // a receiver: each tensor is copied back from what the communicator left in the host copy
+  g::dist::broadcast_variables(comm, s);
+  BOOST_TEST(comm.calls == 26);
+  BOOST_TEST(host(s.value(fc1.w)) == before);
+  step.compute_gradients(x = g::view(xs.data(), {8, 12}), y = g::view(ys.data(), {8}));
+  std::vector<std::vector<double>> grads;
+  for (auto& gb : step.gradients()) {
+    std::vector<float> h(static_cast<std::size_t>(gb.size));
+    g::cuda::copy_to_host(h.data(), gb.data, h.size() * sizeof(float));
+    grads.emplace_back(h.begin(), h.end());
+  }
+  g::dist::reduce_gradients(comm, step);  // the average over a world of copies of itself: unchanged
+  BOOST_TEST(comm.calls == 26 + 4);
+  std::size_t i = 0;
+  for (auto& gb : step.gradients()) {
+    std::vector<float> h(static_cast<std::size_t>(gb.size));
+    g::cuda::copy_to_host(h.data(), gb.data, h.size() * sizeof(float));
+    BOOST_TEST(std::vector<double>(h.begin(), h.end()) == grads[i++]);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(ring_allreduce_trains_cuda_sessions) {
   const auto xs = uniform<float>(static_cast<std::size_t>(steps * world * 8 * 12), -1, 1);
   const auto ys = uniform_int(static_cast<std::size_t>(steps * world * 8), 0, 2);
@@ -118,3 +184,7 @@ BOOST_AUTO_TEST_CASE(parameter_server_trains_cuda_sessions) {
   BOOST_TEST(std::memcmp(gpu[0].data(), gpu[1].data(), gpu[0].size() * sizeof(double)) == 0, "the workers differ");
   BOOST_TEST(largest_difference(gpu[0], cpu[0]) <= 1e-5);
 }
+
+#if GRADUS_CUDA_GPU  // the GPU build of this file (GRADUS_CUDA_DEVICE_SUITE): skipped without a device
+#include "../support/device_main.hpp"
+#endif

@@ -21,10 +21,12 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "gradus/core/error.hpp"
+#include "gradus/exec/backend.hpp"
 
 namespace gradus::dist {
 
@@ -272,18 +274,39 @@ class any_communicator {
 static_assert(communicator<any_communicator>);
 static_assert(parameter_server_policy<any_communicator>);
 
+namespace detail {
+// f(span) over the n values of type T at p, a session's tensor: p itself where the backend's
+// memory is the host's; else a host copy (on the session's stream, bound by the caller),
+// copied back to p after f when write_back. A communicator reads and writes what it is given
+// on the host: a device pointer handed to it faults on a GPU.
+template <class Backend, class T, class F>
+void with_host_span(T* p, std::size_t n, bool write_back, F&& f) {
+  if constexpr (backend_host_memory<Backend>) {
+    f(std::span<T>(p, n));
+  } else {
+    std::vector<T> h(n);
+    if (n) Backend::copy_to_host(h.data(), p, n * sizeof(T));
+    f(std::span<T>(h));
+    if (write_back && n) Backend::copy_to_device(p, h.data(), n * sizeof(T));
+  }
+}
+}  // namespace detail
+
 // Average every gradient of a train step's last compute_gradients() over the world.
 template <communicator Comm, class Step>
 void reduce_gradients(Comm& comm, Step& step) {
   if (comm.world_size() == 1) return;
+  using backend = typename std::remove_cvref_t<decltype(step.owner())>::backend_type;
+  const auto bound = step.owner().bind();
   for (auto& g : step.gradients()) {
     if (g.sparse())
       throw error("gradus: reduce_gradients: the gradient of '" + std::string(g.name) +
                   "' is sparse (embedding_lookup): call set_sparse_as_dense(true) on the step to all-reduce it");
+    const auto n = static_cast<std::size_t>(g.size);
     if (g.dtype == std::string_view("float32"))
-      comm.allreduce_average(std::span<float>(static_cast<float*>(g.data), static_cast<std::size_t>(g.size)));
+      detail::with_host_span<backend>(static_cast<float*>(g.data), n, true, [&](auto sp) { comm.allreduce_average(sp); });
     else if (g.dtype == std::string_view("float64"))
-      comm.allreduce_average(std::span<double>(static_cast<double*>(g.data), static_cast<std::size_t>(g.size)));
+      detail::with_host_span<backend>(static_cast<double*>(g.data), n, true, [&](auto sp) { comm.allreduce_average(sp); });
     else
       throw error("gradus: reduce_gradients: gradient of '" + std::string(g.name) + "' has dtype " + std::string(g.dtype));
   }
@@ -295,12 +318,17 @@ void reduce_gradients(Comm& comm, Step& step) {
 template <communicator Comm, class Session>
 void broadcast_variables(Comm& comm, Session& s) {
   if (comm.world_size() == 1) return;
+  using backend = typename Session::backend_type;
+  const auto bound = s.bind();
+  const bool receives = comm.rank() != 0;
   auto entries = s.entries();
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& e : entries) {
     const auto n = static_cast<std::size_t>(e.shape.numel());
-    if (e.dtype == std::string_view("float32")) comm.broadcast(std::span<float>(static_cast<float*>(e.data), n), 0);
-    else if (e.dtype == std::string_view("float64")) comm.broadcast(std::span<double>(static_cast<double*>(e.data), n), 0);
+    if (e.dtype == std::string_view("float32"))
+      detail::with_host_span<backend>(static_cast<float*>(e.data), n, receives, [&](auto sp) { comm.broadcast(sp, 0); });
+    else if (e.dtype == std::string_view("float64"))
+      detail::with_host_span<backend>(static_cast<double*>(e.data), n, receives, [&](auto sp) { comm.broadcast(sp, 0); });
     else throw error("gradus: broadcast_variables: '" + std::string(e.name) + "' has dtype " + std::string(e.dtype));
   }
   double step = static_cast<double>(s.global_step());  // exact below 2^53
