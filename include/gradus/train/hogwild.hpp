@@ -95,6 +95,9 @@ struct hogwild_report {
 
 template <class Backend, class Loss, class... Vs>
 class hogwild_trainer {
+  // The workers' threads read and write the shared variables with atomics on the host.
+  static_assert(backend_host_memory<Backend>,
+                "gradus: hogwild needs a backend whose tensors live in host memory (cpu_simd), not a device's");
   using step_t = train_step<Backend, sgd, Loss, Vs...>;
   using grads_t = std::remove_cvref_t<decltype(std::declval<const step_t&>().gradient_expressions())>;
   template <std::size_t I>

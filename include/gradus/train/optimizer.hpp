@@ -35,13 +35,14 @@ inline void check_range(const char* opt, const char* field, double v, double lo,
 }
 
 // The per-element rules, written once for scalars and SIMD batches (V is T or a batch).
+// No named locals of type V (core/device.hpp says why): a value used twice is a parameter
+// of a second function, bound to the temporary that computes it once.
 template <class T>
 struct sgd_rule {
   T lr, wd, scale;
   template <class V>
   GRADUS_HD void operator()(V& w, const V& g) const {
-    const V d = g * V(scale) + V(wd) * w;
-    w = w - V(lr) * d;
+    w = w - V(lr) * (g * V(scale) + V(wd) * w);
   }
 };
 template <class T, bool Nesterov>
@@ -49,7 +50,10 @@ struct momentum_rule {
   T lr, mu, wd, scale;
   template <class V>
   GRADUS_HD void operator()(V& w, const V& g, V& m) const {
-    const V d = g * V(scale) + V(wd) * w;
+    step(w, m, g * V(scale) + V(wd) * w);
+  }
+  template <class V>
+  GRADUS_HD void step(V& w, V& m, const V& d) const {
     m = V(mu) * m + d;
     if constexpr (Nesterov) w = w - V(lr) * (d + V(mu) * m);
     else w = w - V(lr) * m;
@@ -65,8 +69,11 @@ struct adam_rule {
   T scale;
   template <class V>
   GRADUS_HD void operator()(V& w, const V& g, V& m, V& v) const {
+    step(w, m, v, g * V(scale) + V(l2) * w);
+  }
+  template <class V>
+  GRADUS_HD void step(V& w, V& m, V& v, const V& d) const {
     using std::sqrt;
-    const V d = g * V(scale) + V(l2) * w;
     m = V(b1) * m + V(T(1) - b1) * d;
     v = V(b2) * v + V(T(1) - b2) * (d * d);
     w = w * V(decay) - V(step_size) * m / (sqrt(v) * V(inv_sqrt_bc2) + V(eps));

@@ -122,15 +122,19 @@ struct lstm_cell {
   };
   // dh = upstream + carried; dc = carried + dh o (1 - tanh(c)^2); the pre-activation
   // gradients out; dc becomes the carry into step t-1, dc f.
+  // (No named locals of type X in the rules: core/device.hpp says why.)
   template <class X>
   GRADUS_HD static void grad_common(const X& dh, X& dc, const X& i, const X& g, const X& o, const X& c, X& di, X& dg,
                           X& dout) {
-    const X one(1);
-    const X tc = detail::rnn_tanh(c);
-    dc = dc + dh * o * (one - tc * tc);
-    dout = dh * tc * o * (one - o);
-    di = dc * g * i * (one - i);
-    dg = dc * i * (one - g * g);
+    grad_given_tanh(dh, dc, i, g, o, detail::rnn_tanh(c), di, dg, dout);
+  }
+  template <class X>
+  GRADUS_HD static void grad_given_tanh(const X& dh, X& dc, const X& i, const X& g, const X& o, const X& tc, X& di,
+                                        X& dg, X& dout) {
+    dc = dc + dh * o * (X(1) - tc * tc);
+    dout = dh * tc * o * (X(1) - o);
+    di = dc * g * i * (X(1) - i);
+    dg = dc * i * (X(1) - g * g);
   }
   struct grad_rule {
     template <class X>
@@ -240,22 +244,31 @@ struct gru_cell {
     }
   };
   // dh = upstream + carried; the carry into step t-1 starts as dh z (the GEMMs add the rest).
+  // (No named locals of type X in the rules: core/device.hpp says why. dh and dan arrive as
+  // parameters bound to temporaries: computed before carry is overwritten.)
   template <class X>
   GRADUS_HD static void grad_common(const X& dh, const X& dz, X& carry, const X& r, const X& z, const X& n, const X& hn,
                           X& dr, X& daz, X& dnx, X& dnh) {
-    const X one(1);
-    const X dan = dh * (one - z) * (one - n * n);
+    grad_given_dan(dh, dh * (X(1) - z) * (X(1) - n * n), dz, carry, r, z, hn, dr, daz, dnx, dnh);
+  }
+  template <class X>
+  GRADUS_HD static void grad_given_dan(const X& dh, const X& dan, const X& dz, X& carry, const X& r, const X& z,
+                                       const X& hn, X& dr, X& daz, X& dnx, X& dnh) {
     carry = dh * z;
     dnx = dan;
     dnh = dan * r;
-    dr = dan * hn * r * (one - r);
-    daz = dz * z * (one - z);
+    dr = dan * hn * r * (X(1) - r);
+    daz = dz * z * (X(1) - z);
   }
   struct grad_rule {
     template <class X>
     GRADUS_HD void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, const X& hp, X& dr,
                     X& dz, X& dnx, X& dnh) const {
-      const X dh = dhs + carry;
+      given_dh(dhs + carry, carry, r, z, n, hn, hp, dr, dz, dnx, dnh);
+    }
+    template <class X>
+    GRADUS_HD static void given_dh(const X& dh, X& carry, const X& r, const X& z, const X& n, const X& hn, const X& hp,
+                                   X& dr, X& dz, X& dnx, X& dnh) {
       grad_common(dh, dh * (hp - n), carry, r, z, n, hn, dr, dz, dnx, dnh);
     }
   };
@@ -263,7 +276,11 @@ struct gru_cell {
     template <class X>
     GRADUS_HD void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, X& dr, X& dz, X& dnx,
                     X& dnh) const {
-      const X dh = dhs + carry;
+      given_dh(dhs + carry, carry, r, z, n, hn, dr, dz, dnx, dnh);
+    }
+    template <class X>
+    GRADUS_HD static void given_dh(const X& dh, X& carry, const X& r, const X& z, const X& n, const X& hn, X& dr, X& dz,
+                                   X& dnx, X& dnh) {
       grad_common(dh, -(dh * n), carry, r, z, n, hn, dr, dz, dnx, dnh);
     }
   };

@@ -237,7 +237,8 @@ struct images_section : layout_section {
       check_dnn(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, i(o), i(c), i(kh), i(kw)), "cudnnSetFilter4dDescriptor");
       check_dnn(cudnnSetConvolution2dDescriptor(conv, i(p), i(p), i(s), i(s), 1, 1, CUDNN_CROSS_CORRELATION, dt),
                 "cudnnSetConvolution2dDescriptor");
-      if constexpr (std::is_same_v<T, float>) cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH);  // no TF32: float results
+      if constexpr (std::is_same_v<T, float>)  // no TF32: float results
+        check_dnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
       check_dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, i(n), i(o), i((h + 2 * p - kh) / s + 1),
                                            i((wd + 2 * p - kw) / s + 1)),
                 "cudnnSetTensor4dDescriptor");
@@ -270,6 +271,16 @@ struct images_section : layout_section {
     if (!slot) slot = std::make_unique<conv_plan<T>>(n, c, h, w, o, kh, kw, s, p);
     return *slot;
   }
+  // The first of the heuristics' `got` answers (fastest first) that cuDNN can run here
+  // (status success) in the descriptor's math (float: FMA, no TF32).
+  template <class T, class Perf>
+  static int usable_algorithm(const Perf* perf, int got, const char* what) {
+    for (int i = 0; i < got; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && (!std::is_same_v<T, float> || perf[i].mathType == CUDNN_FMA_MATH))
+        return static_cast<int>(perf[i].algo);
+    throw cuda_error(std::string("gradus: cuda: ") + what + ": none of cuDNN's " + std::to_string(got) +
+                     " algorithms for this convolution can run (in FMA math)");
+  }
   // forward: a = x, b = w, out = y; data: a = dy, b = w, out = dx; weights: a = x, b = dy, out = dw
   template <class T>
   static void conv_call(pass ps, const T* a, const T* b, T* out, index_t n, index_t c, index_t h, index_t w, index_t o,
@@ -284,8 +295,10 @@ struct images_section : layout_section {
       if (pl.algo[k] < 0) {
         cudnnConvolutionFwdAlgoPerf_t perf[8];
         check_dnn(cudnnGetConvolutionForwardAlgorithm_v7(hd, d.x, d.w, d.conv, d.y, 8, &got, perf), "cudnnGetConvolutionForwardAlgorithm_v7");
-        check_dnn(cudnnGetConvolutionForwardWorkspaceSize(hd, d.x, d.w, d.conv, d.y, perf[0].algo, &pl.workspace[k]), "workspace size");
-        pl.algo[k] = static_cast<int>(perf[0].algo);
+        const int a = usable_algorithm<T>(perf, got, "cudnnGetConvolutionForwardAlgorithm_v7");
+        check_dnn(cudnnGetConvolutionForwardWorkspaceSize(hd, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(a),
+                                                          &pl.workspace[k]), "workspace size");
+        pl.algo[k] = a;
       }
       cuda_detail::device_scratch<unsigned char> work(pl.workspace[k]);
       check_dnn(cudnnConvolutionForward(hd, &one, d.x, a, d.w, b, d.conv, static_cast<cudnnConvolutionFwdAlgo_t>(pl.algo[k]),
@@ -295,8 +308,11 @@ struct images_section : layout_section {
       if (pl.algo[k] < 0) {
         cudnnConvolutionBwdDataAlgoPerf_t perf[8];
         check_dnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(hd, d.w, d.y, d.conv, d.x, 8, &got, perf), "cudnnGetConvolutionBackwardDataAlgorithm_v7");
-        check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(hd, d.w, d.y, d.conv, d.x, perf[0].algo, &pl.workspace[k]), "workspace size");
-        pl.algo[k] = static_cast<int>(perf[0].algo);
+        const int a = usable_algorithm<T>(perf, got, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+        check_dnn(cudnnGetConvolutionBackwardDataWorkspaceSize(hd, d.w, d.y, d.conv, d.x,
+                                                               static_cast<cudnnConvolutionBwdDataAlgo_t>(a), &pl.workspace[k]),
+                  "workspace size");
+        pl.algo[k] = a;
       }
       cuda_detail::device_scratch<unsigned char> work(pl.workspace[k]);
       check_dnn(cudnnConvolutionBackwardData(hd, &one, d.w, b, d.y, a, d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(pl.algo[k]),
@@ -306,8 +322,11 @@ struct images_section : layout_section {
       if (pl.algo[k] < 0) {
         cudnnConvolutionBwdFilterAlgoPerf_t perf[8];
         check_dnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(hd, d.x, d.y, d.conv, d.w, 8, &got, perf), "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
-        check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, d.x, d.y, d.conv, d.w, perf[0].algo, &pl.workspace[k]), "workspace size");
-        pl.algo[k] = static_cast<int>(perf[0].algo);
+        const int a = usable_algorithm<T>(perf, got, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+        check_dnn(cudnnGetConvolutionBackwardFilterWorkspaceSize(hd, d.x, d.y, d.conv, d.w,
+                                                                 static_cast<cudnnConvolutionBwdFilterAlgo_t>(a), &pl.workspace[k]),
+                  "workspace size");
+        pl.algo[k] = a;
       }
       cuda_detail::device_scratch<unsigned char> work(pl.workspace[k]);
       check_dnn(cudnnConvolutionBackwardFilter(hd, &one, d.x, a, d.y, b, d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(pl.algo[k]),

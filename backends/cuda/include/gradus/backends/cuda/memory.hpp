@@ -20,6 +20,7 @@
 // queued on the stream, with events to wait for them (what data_parallel's gradient
 // buckets use).
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <iterator>
 #include <map>
@@ -45,6 +46,9 @@ struct pool_stats {
   std::size_t cross_stream_reuses = 0;  // ... of them, blocks another stream had freed
   std::size_t bytes_reserved = 0;       // held from the device: in use + cached
   std::size_t bytes_in_use = 0;
+  // the most both pools held from the device at once since the program started (PyTorch's
+  // torch.cuda.max_memory_reserved: neither counts the CUDA context, cuBLAS' or cuDNN's own)
+  std::size_t peak_bytes_reserved = 0;
 };
 
 class device_pool {
@@ -64,7 +68,7 @@ class device_pool {
     const pool_stats a = buffers().stats(), b = scratch().stats();
     return {a.device_allocations + b.device_allocations, a.device_frees + b.device_frees, a.reused + b.reused,
             a.cross_stream_reuses + b.cross_stream_reuses, a.bytes_reserved + b.bytes_reserved,
-            a.bytes_in_use + b.bytes_in_use};
+            a.bytes_in_use + b.bytes_in_use, peak_reserved().load()};
   }
   static void release_all() noexcept {
     buffers().release_cached();
@@ -116,6 +120,7 @@ class device_pool {
     blocks_.emplace(key(p), block{size, true});
     ++stats_.device_allocations;
     stats_.bytes_reserved += size;
+    note_reserved(static_cast<std::ptrdiff_t>(size));
     stats_.bytes_in_use += size;
     return p;
   }
@@ -149,6 +154,7 @@ class device_pool {
         raw_free(c.p);
         ++stats_.device_frees;
         stats_.bytes_reserved -= size;
+        note_reserved(-static_cast<std::ptrdiff_t>(size));
       }
       list.clear();
     }
@@ -180,7 +186,29 @@ class device_pool {
     std::uint64_t stream;  // the context that freed it (0: the legacy stream)
   };
 
+#if GRADUS_CUDA_GPU
+  // The CUDA runtime is started first, so that it is torn down after the pools at exit
+  // (static objects end in the reverse order of their construction): their cudaFree calls
+  // then reach a live runtime.
+  device_pool() { cudaFree(nullptr); }
+#else
   device_pool() = default;
+#endif
+  // both pools' reserved bytes, and their peak
+  static std::atomic<std::size_t>& reserved() {
+    static std::atomic<std::size_t> n{0};
+    return n;
+  }
+  static std::atomic<std::size_t>& peak_reserved() {
+    static std::atomic<std::size_t> n{0};
+    return n;
+  }
+  static void note_reserved(std::ptrdiff_t delta) {
+    const std::size_t now = reserved().fetch_add(static_cast<std::size_t>(delta)) + static_cast<std::size_t>(delta);
+    std::size_t peak = peak_reserved().load();
+    while (now > peak && !peak_reserved().compare_exchange_weak(peak, now)) {
+    }
+  }
   static std::uintptr_t key(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
   block& at(void* p) { return blocks_.at(key(p)); }
   // null when the device is out of memory; any other failure (no device, no driver) throws
