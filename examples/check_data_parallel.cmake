@@ -2,14 +2,19 @@
 # as NP ranks over --comm COMM (default ring); checks that rank 0's JSON line reports the
 # world, that every rank ends with the same replica checksum (bit-identical variables and
 # optimizer state), that the accuracy is within TOL of the single process's and, with
-# MIN_ACC, at least MIN_ACC.
+# MIN_ACC, at least MIN_ACC. COMM_ARGS go to the ranks only; COMM_NAME is the "comm" their
+# JSON line must name (default COMM).
 #   cmake -DEXE=<example> -DLAUNCHER=<gradus-run> -DNP=2 -DARGS="..." -DTOL=0.01 -P check_data_parallel.cmake
 #   cmake ... "-DLAUNCHER=mpirun;--tag-output" -DCOMM=mpi -DMIN_ACC=0.9 ...
+#   cmake ... "-DLAUNCHER=gradus-run;--ps;2" -DCOMM=ps -DCOMM_NAME=parameter_server "-DCOMM_ARGS=--consistency bsp" ...
 # The launcher takes `-np N --timeout S` (gradus-run and Open MPI's mpirun both do); rank 0's
 # lines start "[0] " (gradus-run) or "[1,0]<stdout>:" (mpirun --tag-output).
 cmake_minimum_required(VERSION 3.20)
 if(NOT DEFINED COMM)
   set(COMM ring)
+endif()
+if(NOT DEFINED COMM_NAME)
+  set(COMM_NAME ${COMM})
 endif()
 foreach(v EXE LAUNCHER NP TOL)
   if(NOT DEFINED ${v})
@@ -17,6 +22,7 @@ foreach(v EXE LAUNCHER NP TOL)
   endif()
 endforeach()
 separate_arguments(args UNIX_COMMAND "${ARGS}")
+separate_arguments(comm_args UNIX_COMMAND "${COMM_ARGS}")
 
 execute_process(COMMAND ${EXE} ${args} --json --quiet RESULT_VARIABLE rc OUTPUT_VARIABLE single ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
@@ -24,7 +30,7 @@ if(NOT rc EQUAL 0)
 endif()
 string(JSON acc1 GET "${single}" test_accuracy)
 
-execute_process(COMMAND ${LAUNCHER} -np ${NP} --timeout 120 ${EXE} ${args} --comm ${COMM} --json
+execute_process(COMMAND ${LAUNCHER} -np ${NP} --timeout 120 ${EXE} ${args} --comm ${COMM} ${comm_args} --json
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message(STATUS "stdout:\n${out}")
 message(STATUS "stderr:\n${err}")
@@ -44,8 +50,8 @@ endif()
 string(JSON world GET "${json}" world_size)
 string(JSON comm GET "${json}" comm)
 string(JSON acc GET "${json}" test_accuracy)
-if(NOT world EQUAL NP OR NOT comm STREQUAL COMM)
-  message(FATAL_ERROR "check_data_parallel: world_size ${world}, comm ${comm}; expected ${NP}, ${COMM}")
+if(NOT world EQUAL NP OR NOT comm STREQUAL COMM_NAME)
+  message(FATAL_ERROR "check_data_parallel: world_size ${world}, comm ${comm}; expected ${NP}, ${COMM_NAME}")
 endif()
 
 # one checksum per rank, all equal

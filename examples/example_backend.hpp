@@ -31,4 +31,14 @@ int threads() {
   else return 0;
 }
 
+// The most device memory the backend's allocator held at once, in MiB (the --json line's
+// peak_device_mb, beside PyTorch's torch.cuda.max_memory_reserved); -1 for a CPU backend.
+template <class B>
+concept has_device_memory_stats = requires { B::memory_stats().peak_bytes_reserved; };
+template <class B = backend>
+double peak_device_mb() {
+  if constexpr (has_device_memory_stats<B>) return static_cast<double>(B::memory_stats().peak_bytes_reserved) / (1 << 20);
+  else return -1;
+}
+
 }  // namespace gradus_examples

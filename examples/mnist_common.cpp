@@ -160,6 +160,7 @@ void print_json(const std::string& example, const mnist_options& o, const run_su
                       {"comm", r.comm},
                       {"comm_wait_seconds", r.comm_wait_seconds / run},
                       {"peak_rss_mb", peak_rss_mb()}};
+  if (r.peak_device_mb >= 0) j["peak_device_mb"] = r.peak_device_mb;
   if (o.comm == "ps") {
     j["consistency"] = o.consistency;
     j["servers"] = cluster_ps_count();

@@ -41,7 +41,8 @@
 // With --json, stdout is one JSON line: example, epochs, start_epoch, batch, threads, seed,
 // train_examples, test_accuracy (after the last epoch), epoch_seconds (mean training
 // seconds per epoch of this run, evaluation excluded), examples_per_second, final_loss
-// (mean training loss of the last epoch, over every rank), peak_rss_mb. The progress goes to stderr
+// (mean training loss of the last epoch, over every rank), peak_rss_mb, and in a _cuda twin
+// peak_device_mb (the device memory its allocator held at most). The progress goes to stderr
 // (a live line on a terminal, plain lines otherwise; --quiet turns it off).
 
 #include <algorithm>
@@ -170,6 +171,7 @@ struct run_summary {
   int world_size = 1;
   std::string comm;
   double comm_wait_seconds = 0;
+  double peak_device_mb = -1;  // -1: not a device backend (no field in the JSON)
 };
 void print_json(const std::string& example, const mnist_options& o, const run_summary& r);
 
@@ -343,7 +345,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     print_json(example, o,
                {.first_epoch = first, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
                 .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
-                .comm_wait_seconds = wait_total});
+                .comm_wait_seconds = wait_total, .peak_device_mb = peak_device_mb()});
   return 0;
 }
 
