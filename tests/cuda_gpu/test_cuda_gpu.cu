@@ -11,7 +11,6 @@
 #include <gradus/backends/cuda.hpp>
 
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -184,13 +183,4 @@ BOOST_AUTO_TEST_CASE(sessions_on_two_threads_run_side_by_side) {
   BOOST_TEST(t2 == alone);
 }
 
-int main(int argc, char** argv) {
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    std::printf("skipped: no CUDA device (cudaGetDeviceCount: %s)\n",
-                e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-    return 77;
-  }
-  return boost::unit_test::unit_test_main([] { return true; }, argc, argv);
-}
+#include "../support/device_main.hpp"

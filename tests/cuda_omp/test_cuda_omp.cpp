@@ -5,10 +5,15 @@
 // (itself tested against independent references in tests/graph and tests/autodiff);
 // dropout masks must agree bit for bit; the caching allocator must not go to the device
 // again once a step has run.
+//
+// The same source is the GPU's suite: built by nvcc (tests/cuda_omp/CMakeLists.txt,
+// GRADUS_CUDA_DEVICE_SUITE) it runs every case on a device, against cpu_simd on the host.
 #define BOOST_TEST_MODULE cuda_omp
 #include "../support/check.hpp"
 
 #include <gradus/backends/cuda.hpp>
+
+#include "device_array.hpp"
 
 #include <cstring>
 
@@ -174,25 +179,32 @@ BOOST_AUTO_TEST_CASE(image_kernels_directly) {
   const int n = 2, c = 3, h = 7, w = 6, k = 3, s = 2, p = 2;
   const int oh = (h + 2 * p - k) / s + 1, ow = (w + 2 * p - k) / s + 1;
   const auto x = uniform<float>(static_cast<std::size_t>(n * c * h * w), -1, 1);
-  std::vector<float> col_c(static_cast<std::size_t>(c * k * k * n * oh * ow)), col_g(col_c.size());
+  const device_array<float> x_d(x);
+  std::vector<float> col_c(static_cast<std::size_t>(c * k * k * n * oh * ow));
+  device_array<float> col_d(col_c.size());
   g::cpu_simd::im2col(x.data(), n, c, h, w, k, k, s, p, col_c.data());
-  g::cuda::im2col(x.data(), n, c, h, w, k, k, s, p, col_g.data());
-  BOOST_TEST(col_c == col_g);
-  std::vector<float> x_c(x.size()), x_g(x.size());
+  g::cuda::im2col(x_d.get(), n, c, h, w, k, k, s, p, col_d.get());
+  BOOST_TEST(col_c == col_d.to_host());
+  std::vector<float> x_c(x.size());
+  const device_array<float> col_in(col_c);
+  device_array<float> x_g(x.size());
   g::cpu_simd::col2im(col_c.data(), n, c, h, w, k, k, s, p, x_c.data());
-  g::cuda::col2im(col_c.data(), n, c, h, w, k, k, s, p, x_g.data());
-  BOOST_TEST(x_c == x_g);  // each pixel sums in cpu_simd's order
+  g::cuda::col2im(col_in.get(), n, c, h, w, k, k, s, p, x_g.get());
+  BOOST_TEST(x_c == x_g.to_host());  // each pixel sums in cpu_simd's order
   for (const bool is_max : {true, false}) {
     const int ph = (h + 2 * 1 - 3) / 2 + 1, pw = (w + 2 * 1 - 3) / 2 + 1;
-    std::vector<float> y_c(static_cast<std::size_t>(n * c * ph * pw)), y_g(y_c.size());
+    std::vector<float> y_c(static_cast<std::size_t>(n * c * ph * pw));
+    device_array<float> y_g(y_c.size());
     g::cpu_simd::pool2d(is_max, x.data(), n * c, h, w, 3, 3, 2, 1, y_c.data());
-    g::cuda::pool2d(is_max, x.data(), n * c, h, w, 3, 3, 2, 1, y_g.data());
-    BOOST_TEST(y_c == y_g);
+    g::cuda::pool2d(is_max, x_d.get(), n * c, h, w, 3, 3, 2, 1, y_g.get());
+    BOOST_TEST(y_c == y_g.to_host());
     const auto gy = uniform<float>(y_c.size(), -1, 1);
-    std::vector<float> d_c(x.size()), d_g(x.size());
+    const device_array<float> gy_d(gy);
+    std::vector<float> d_c(x.size());
+    device_array<float> d_g(x.size());
     g::cpu_simd::pool2d_grad(is_max, x.data(), gy.data(), n * c, h, w, 3, 3, 2, 1, d_c.data());
-    g::cuda::pool2d_grad(is_max, x.data(), gy.data(), n * c, h, w, 3, 3, 2, 1, d_g.data());
-    BOOST_TEST(d_c == d_g);
+    g::cuda::pool2d_grad(is_max, x_d.get(), gy_d.get(), n * c, h, w, 3, 3, 2, 1, d_g.get());
+    BOOST_TEST(d_c == d_g.to_host());
   }
 }
 
@@ -201,9 +213,11 @@ BOOST_AUTO_TEST_CASE(image_kernels_directly) {
 BOOST_AUTO_TEST_CASE(dropout_masks_bit_identical) {
   for (const g::index_t n : {g::index_t(1), g::index_t(37), g::index_t(100003)})
     for (const double keep : {0.5, 0.9}) {
-      std::vector<float> a(static_cast<std::size_t>(n)), b(a.size());
+      std::vector<float> a(static_cast<std::size_t>(n));
+      device_array<float> b_d(a.size());
       g::cpu_simd::dropout_mask(a.data(), n, keep, 1234, 5);
-      g::cuda::dropout_mask(b.data(), n, keep, 1234, 5);
+      g::cuda::dropout_mask(b_d.get(), n, keep, 1234, 5);
+      const std::vector<float> b = b_d.to_host();
       BOOST_TEST(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0, "n = " << n << ", keep = " << keep);
       std::size_t kept = 0;
       for (float v : b) kept += v != 0;
@@ -226,12 +240,16 @@ BOOST_AUTO_TEST_CASE(scalar_kernels) {
   auto v = uniform<double>(5000, -1, 1);
   double ss = 0;
   for (double e : v) ss += e * e;
-  BOOST_TEST(std::abs(g::cuda::sum_squares(v.data(), 5000) - ss) <= 1e-12 * ss);
-  BOOST_TEST(g::cuda::first_nonfinite(v.data(), 5000) == -1);
+  {
+    const device_array<double> d(v);
+    BOOST_TEST(std::abs(g::cuda::sum_squares(d.get(), 5000) - ss) <= 1e-12 * ss);
+    BOOST_TEST(g::cuda::first_nonfinite(d.get(), 5000) == -1);
+  }
   v[4321] = std::numeric_limits<double>::infinity();
   v[4999] = std::numeric_limits<double>::quiet_NaN();
-  BOOST_TEST(g::cuda::first_nonfinite(v.data(), 5000) == 4321);
-  BOOST_TEST(g::cuda::first_nonfinite(v.data() + 4322, 678) == 677);
+  const device_array<double> d(v);
+  BOOST_TEST(g::cuda::first_nonfinite(d.get(), 5000) == 4321);
+  BOOST_TEST(g::cuda::first_nonfinite(d.get() + 4322, 678) == 677);
 }
 
 namespace {
@@ -387,6 +405,7 @@ BOOST_AUTO_TEST_CASE(no_device_allocation_after_the_first_step) {
     const auto after = g::cuda::memory_stats();
     BOOST_TEST(after.device_allocations == warm.device_allocations);
     BOOST_TEST(after.bytes_in_use == warm.bytes_in_use);
+    BOOST_TEST(warm.peak_bytes_reserved >= warm.bytes_reserved);  // the peak: never below what is held
     // value(v) on a device backend is a host copy, equal to the variable read through a run
     const auto w = host(s.value(fc1.w));
     BOOST_TEST(agree(s.run(fc1.w * 1.0f), w, 0.0));
@@ -394,5 +413,13 @@ BOOST_AUTO_TEST_CASE(no_device_allocation_after_the_first_step) {
   }
   const auto end = g::cuda::memory_stats();
   BOOST_TEST(end.bytes_in_use == before.bytes_in_use);  // the session gave every block back
+  g::cuda::empty_cache();  // the blocks go back to the device; the peak stays what it was
+  const auto emptied = g::cuda::memory_stats();
+  BOOST_TEST(emptied.bytes_reserved < end.bytes_reserved);
+  BOOST_TEST(emptied.peak_bytes_reserved == end.peak_bytes_reserved);
+  BOOST_TEST(end.peak_bytes_reserved >= end.bytes_reserved);
 }
 
+#if GRADUS_CUDA_GPU
+#include "../support/device_main.hpp"
+#endif
