@@ -265,6 +265,8 @@ def run_gradus(a, exe, model, seed, epochs, tmp):
     if a.train_limit:
         cmd += ["--train-limit", str(a.train_limit)]
     env = wait_policy_env(a, dict(os.environ, OMP_NUM_THREADS=str(a.threads)))
+    if a.gradus_library_path:
+        env["LD_LIBRARY_PATH"] = a.gradus_library_path
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if p.returncode != 0:
         sys.stderr.write(p.stderr)
@@ -304,6 +306,8 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "data", "mnist"), help="the MNIST IDX files")
     ap.add_argument("--build", default=os.path.join(ROOT, "build", "release"), help="gradus' build directory")
     ap.add_argument("--exe-dir", help="where the gradus examples are (default: <build>/examples)")
+    ap.add_argument("--gradus-library-path",
+                    help="LD_LIBRARY_PATH for the gradus runs alone (a GPU bundle's lib/: PyTorch keeps its own)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--wait-policy", default="default", choices=["default", "passive", "active"],
