@@ -26,11 +26,19 @@ gradus_find_dependency(OpenMP COMPONENTS CXX)
 # config under its own directory; the HINTS win over the system-wide alternative.
 gradus_find_dependency(OpenBLAS CONFIG
   HINTS /usr/lib/${CMAKE_LIBRARY_ARCHITECTURE}/openblas-openmp/cmake/openblas)
+# GRADUS_BLAS_LIBRARY, when set, is linked instead: another CBLAS (cpu_simd calls cblas_sgemm
+# and cblas_dgemm alone). tools/gpu-bundle.sh links Debian's reference BLAS (libblas3, 0.4 MB)
+# into the GPU suite, whose cpu_simd references are small products, rather than carry
+# OpenBLAS's 36 MB to the GPU machine.
 if(NOT TARGET gradus_openblas)
   add_library(gradus_openblas INTERFACE IMPORTED)
-  set_target_properties(gradus_openblas PROPERTIES
-    INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
-    INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
+  if(GRADUS_BLAS_LIBRARY)
+    set_target_properties(gradus_openblas PROPERTIES INTERFACE_LINK_LIBRARIES "${GRADUS_BLAS_LIBRARY}")
+  else()
+    set_target_properties(gradus_openblas PROPERTIES
+      INTERFACE_INCLUDE_DIRECTORIES "${OpenBLAS_INCLUDE_DIRS}"
+      INTERFACE_LINK_LIBRARIES "${OpenBLAS_LIBRARIES}")
+  endif()
 endif()
 
 # oneDNN, for gradus::cpu_simd's float convolutions (cpu_simd/dnnl.hpp; Debian: libdnnl-dev).

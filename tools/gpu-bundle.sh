@@ -6,10 +6,15 @@
 #   tools/gpu-bundle.sh --prebuilt BUILD [DIR]   pack the CUDA programs an existing build tree
 #                                                holds, without building (a "rehearsal" bundle:
 #                                                CI packs its own sm_90 PTX build this way)
+#   --plain / --compress (before the rest)       the files as a folder (the default with
+#                                                --prebuilt) or in one payload.tar.gz (the
+#                                                default otherwise: the programs are 55 MB as
+#                                                they are, 24 MB compressed)
 #
 # The build (build/gpu-bundle.build, or GRADUS_BUNDLE_BUILD): nvcc for CUDA architecture 90
 # (sm_90 machine code plus compute_90 PTX), Release, host code for x86-64-v3 (AVX2/FMA: any
 # H100/H200 host; not -march=native, which is this machine's CPU), without oneDNN and MPI,
+# with Debian's reference BLAS for cpu_simd (the GPU suite's references; OpenBLAS is 36 MB),
 # linked --as-needed; the targets are tools/gpu-check.sh --list-programs: the GPU tests (the
 # gpu-labelled test and tests/cuda_omp's units built by nvcc), bench_cuda, the _cuda twins of
 # the examples and gradus-run. About 20 minutes on 2 cores.
@@ -19,14 +24,19 @@
 # runtime, the driver, the CUDA runtime, cuBLAS, cuDNN and NCCL), lib-fallback/ (this
 # machine's libstdc++ and libgcc_s, used there only if the image's are older), data/ (MNIST
 # and the heart data, gzip-compressed), MANIFEST (commit, compiler, architecture, programs,
-# data sha256). It ends by running tools/gpu-check.sh --validate on the result and prints its
-# size with the repository's: the device tool takes 64 MiB in all.
+# data sha256). Compressed, all but MANIFEST travel in payload.tar.gz (its sha256 in MANIFEST),
+# which gpu-check.sh unpacks in a second. It ends by running tools/gpu-check.sh --validate on
+# the result and prints its size with the repository's: the device tool takes 64 MiB in all.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 die() { printf 'gpu-bundle: %s\n' "$*" >&2; exit 1; }
 say() { printf 'gpu-bundle: %s\n' "$*" >&2; }
 
-prebuilt=
+prebuilt= compress=
+case "${1:-}" in
+  --plain) compress=no; shift ;;
+  --compress) compress=yes; shift ;;
+esac
 if [[ ${1:-} == --prebuilt ]]; then
   [[ $# -ge 2 ]] || die "--prebuilt needs a build directory"
   prebuilt=$(cd "$2" 2>/dev/null && pwd) || die "--prebuilt $2: no such build directory"
@@ -44,11 +54,15 @@ nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
 if [[ -z $prebuilt ]]; then
   [[ -x $nvcc ]] || die "no nvcc at $nvcc (set CUDACXX): the bundle is built with the CUDA toolkit"
   build=${GRADUS_BUNDLE_BUILD:-$root/build/gpu-bundle.build}
+  # the GPU suite's cpu_simd references multiply small matrices: Debian's reference BLAS
+  # (libblas3, 0.4 MB) travels instead of OpenBLAS (36 MB)
+  blas=/usr/lib/$(gcc -dumpmachine)/blas/libblas.so.3
+  [[ -f $blas ]] || die "no reference BLAS at $blas (Debian: apt-get install libblas3)"
   say "configuring $build"
   cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc" \
     -DCMAKE_CUDA_ARCHITECTURES=90 -DGRADUS_CUDA=ON -DGRADUS_CUDA_DEVICE_SUITE=ON \
     -DGRADUS_NATIVE=OFF -DCMAKE_CXX_FLAGS=-march=x86-64-v3 -DCMAKE_CUDA_FLAGS=-Xcompiler=-march=x86-64-v3 \
-    -DGRADUS_DNNL=OFF -DGRADUS_MPI=OFF -DGRADUS_WERROR=ON -DGRADUS_BUILD_TESTS=ON -DGRADUS_BUILD_EXAMPLES=ON \
+    -DGRADUS_DNNL=OFF -DGRADUS_MPI=OFF -DGRADUS_BLAS_LIBRARY="$blas" -DGRADUS_WERROR=ON -DGRADUS_BUILD_TESTS=ON -DGRADUS_BUILD_EXAMPLES=ON \
     -DGRADUS_BUILD_BENCHMARKS=OFF -DCMAKE_EXE_LINKER_FLAGS=-Wl,--as-needed \
     "-DGRADUS_GPU_BUNDLE_PROGRAMS=$(IFS=';'; echo "${programs[*]}")" >/dev/null
   say "building ${programs[*]} (nvcc, sm_90 + PTX)"
@@ -58,6 +72,7 @@ else
   build=$prebuilt
   kind=rehearsal
 fi
+[[ -n $compress ]] || { [[ $kind == full ]] && compress=yes || compress=no; }
 arch=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")
 [[ -n $arch ]] || die "$build was configured without CUDA (no CMAKE_CUDA_ARCHITECTURES in its CMakeCache.txt)"
 
@@ -114,6 +129,11 @@ git -C "$root" diff --quiet HEAD 2>/dev/null || commit+="-dirty"
   for p in "${found[@]}"; do echo "program bin/$p"; done
   (cd "$bundle.tmp" && for f in data/*/*.gz; do echo "data $f $(sha256sum "$f" | cut -d' ' -f1)"; done)
 } >"$bundle.tmp/MANIFEST"
+if [[ $compress == yes ]]; then
+  tar -C "$bundle.tmp" -cf - bin lib lib-fallback data | gzip -6 -n >"$bundle.tmp/payload.tar.gz"
+  rm -rf "$bundle.tmp"/{bin,lib,lib-fallback,data}
+  echo "payload payload.tar.gz $(sha256sum "$bundle.tmp/payload.tar.gz" | cut -d' ' -f1)" >>"$bundle.tmp/MANIFEST"
+fi
 rm -rf "$bundle"
 mv "$bundle.tmp" "$bundle"
 
@@ -123,7 +143,11 @@ bundle_bytes=$(du -sb "$bundle" | cut -f1)
 tree_bytes=$(cd "$root" && { git ls-files -z; git ls-files -z --others --exclude-standard; } | du -cb --files0-from=- 2>/dev/null | tail -n 1 | cut -f1)
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 size_of() { mib "$(du -sb "$1" | cut -f1)"; }
-say "$bundle: $(mib "$bundle_bytes") ($kind: ${#found[@]} programs $(size_of "$bundle/bin"), libraries $(size_of "$bundle/lib"), data $(size_of "$bundle/data"))"
+if [[ $compress == yes ]]; then
+  say "$bundle: $(mib "$bundle_bytes") ($kind: ${#found[@]} programs, their libraries and the data in payload.tar.gz)"
+else
+  say "$bundle: $(mib "$bundle_bytes") ($kind: ${#found[@]} programs $(size_of "$bundle/bin"), libraries $(size_of "$bundle/lib"), data $(size_of "$bundle/data"))"
+fi
 say "with the repository's working tree ($(mib "$tree_bytes")): $(mib $((bundle_bytes + tree_bytes))) of the device tool's 64 MiB"
 if ((bundle_bytes + tree_bytes > 64 * 1048576)); then
   die "the bundle and the working tree together exceed 64 MiB: the device tool would refuse them"

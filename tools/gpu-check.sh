@@ -61,6 +61,18 @@ bundle=${1:-$root/build/gpu-bundle}
 
 say() { printf 'gpu-check: %s\n' "$*" >&2; }
 
+out_dir=${OUT:-$root/build/gpu-check}
+work=$(mktemp -d "${TMPDIR:-/tmp}/gradus-gpu-check.XXXXXX")  # the unpacked bundle, data, logs
+logs=$work/logs
+mkdir -p "$logs"
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
 # ---------------------------------------------------------------- the bundle
 problems=()
 problem() { problems+=("$*"); }
@@ -147,7 +159,28 @@ validate() {
     return 2
   fi
   kind=$(manifest_values kind)
-  local p rel listed code f want got
+  local p rel listed code f want got payload
+  # a compressed bundle: everything but MANIFEST in payload.tar.gz, unpacked here first
+  payload=$(manifest_values payload)
+  if [[ -n $payload ]]; then
+    f=${payload%% *} want=${payload##* }
+    if [[ ! -f $bundle/$f ]]; then
+      say "$bundle lacks $f (MANIFEST lists it): a bundle cut short; rebuild it with tools/gpu-bundle.sh"
+      return 2
+    fi
+    got=$(sha256sum "$bundle/$f" | cut -d' ' -f1)
+    if [[ $got != "$want" ]]; then
+      say "$bundle/$f has sha256 $got, MANIFEST says $want: a damaged copy; rebuild the bundle"
+      return 2
+    fi
+    mkdir -p "$work/unpacked"
+    if ! tar -C "$work/unpacked" -xzf "$bundle/$f"; then
+      say "$bundle/$f does not unpack (tar -xzf): rebuild the bundle"
+      return 2
+    fi
+    cp "$bundle/MANIFEST" "$work/unpacked/MANIFEST"
+    bundle=$work/unpacked
+  fi
   mapfile -t listed < <(manifest_values program)
   if [[ $kind == full ]]; then
     for p in "${programs[@]}"; do
@@ -220,17 +253,6 @@ validate() {
 }
 
 # ---------------------------------------------------------------- the steps
-out_dir=${OUT:-$root/build/gpu-check}
-work=$(mktemp -d "${TMPDIR:-/tmp}/gradus-gpu-check.XXXXXX")
-logs=$work/logs
-mkdir -p "$logs"
-pids=()
-cleanup() {
-  local p
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
 results=$work/results.tsv  # name, status, seconds, summary
 : >"$results"
 record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }

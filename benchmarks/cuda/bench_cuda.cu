@@ -75,7 +75,13 @@ int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 21;
   cudaDeviceProp prop{};
   ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
-  std::printf("device: %s, %d SMs; medians of %d calls\n\n", prop.name, prop.multiProcessorCount, reps);
+  int runtime = 0, driver = 0, blas_major = 0, blas_minor = 0;
+  cudaRuntimeGetVersion(&runtime);
+  cudaDriverGetVersion(&driver);
+  cublasGetProperty(MAJOR_VERSION, &blas_major);
+  cublasGetProperty(MINOR_VERSION, &blas_minor);
+  std::printf("device: %s, %d SMs; CUDA runtime %d, driver API %d, cuBLAS %d.%d, cuDNN %zu; medians of %d calls\n\n",
+              prop.name, prop.multiProcessorCount, runtime, driver, blas_major, blas_minor, cudnnGetVersion(), reps);
   std::printf("| benchmark | gradus | peer | ratio (gradus / peer, speed) |\n|---|---|---|---|\n");
 
   {  // elementwise

@@ -5,7 +5,9 @@
 #    data into a rehearsal bundle, and its own check passes (every library inside the bundle
 #    or on the GPU image's allow-list).
 # 2. tools/gpu-check.sh on it: exit 0, the table and JSON written, the device and every GPU
-#    step "skipped: no CUDA device".
+#    step "skipped: no CUDA device"; the same for the bundle packed --compress (one
+#    payload.tar.gz, as tools/gpu-bundle.sh packs the bundle a lease runs), and a damaged
+#    payload refused.
 # 3. Bundles that cannot be used are refused (exit 2) with the error naming what is wrong: no
 #    bundle at all; a program built for sm_80; a data file missing; a library taken out of
 #    lib/ (ldd then finds this machine's copy: outside the bundle).
@@ -31,7 +33,7 @@ expect_refusal() {
   for text in "$@"; do
     grep -qF -- "$text" "$work/$name.out" || { cat "$work/$name.out" >&2; fail "$name: the message lacks '$text'"; }
   done
-  echo "ok: $name refused: $(grep -m1 '^  - \|no bundle' "$work/$name.out")"
+  echo "ok: $name refused: $(grep -m1 -v 'cannot be used:$' "$work/$name.out")"
 }
 
 # ---- 1. the rehearsal bundle
@@ -69,6 +71,14 @@ assert doc["bundle"]["kind"] == "rehearsal", doc["bundle"]
 PY
 grep -q '| ring2 | skipped: no CUDA device |' "$work/out/gpu-check.md" || fail "the markdown table lacks the ring2 row"
 
+GRADUS_BUNDLE_DATA=$data timeout 200 "$root/tools/gpu-bundle.sh" --compress --prebuilt "$build" "$work/packed" >"$work/packed.out" 2>&1 ||
+  { cat "$work/packed.out" >&2; fail "gpu-bundle.sh --compress --prebuilt failed"; }
+[[ -f $work/packed/payload.tar.gz && ! -e $work/packed/bin ]] || fail "--compress left more than MANIFEST and payload.tar.gz: $(ls "$work/packed")"
+OUT=$work/out-packed timeout 200 "$root/tools/gpu-check.sh" "$work/packed" >"$work/packed-check.out" 2>&1 ||
+  { cat "$work/packed-check.out" >&2; fail "gpu-check.sh on the compressed rehearsal bundle failed"; }
+grep -q '| mnist | skipped: no CUDA device |' "$work/out-packed/gpu-check.md" || fail "the compressed bundle's table lacks the mnist row"
+echo "ok: the compressed bundle ($(du -sh "$work/packed" | cut -f1)) unpacks and passes"
+
 # ---- 3. refusals
 expect_refusal missing "$work/no-such-bundle" "no bundle at $work/no-such-bundle" "tools/gpu-bundle.sh"
 
@@ -79,6 +89,10 @@ expect_refusal other_arch "$work/other-arch" "bin/bench_cuda was built for anoth
 cp -a "$work/bundle" "$work/no-data"
 rm "$work/no-data/data/mnist/t10k-labels-idx1-ubyte.gz"
 expect_refusal missing_data "$work/no-data" "missing data file data/mnist/t10k-labels-idx1-ubyte.gz" "tools/fetch-mnist.sh"
+
+cp -a "$work/packed" "$work/damaged"
+truncate -s -1000 "$work/damaged/payload.tar.gz"
+expect_refusal damaged_payload "$work/damaged" "payload.tar.gz has sha256" "a damaged copy"
 
 cp -a "$work/bundle" "$work/no-zmq"
 rm "$work/no-zmq/lib/libzmq.so.5"

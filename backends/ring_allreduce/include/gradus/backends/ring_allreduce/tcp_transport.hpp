@@ -64,23 +64,22 @@ inline void exchange(int fd, const hello* mine_or_null, hello* theirs_or_null, c
   hello ignored{};
   const auto* out = reinterpret_cast<const char*>(mine_or_null ? mine_or_null : &none);
   auto* in = reinterpret_cast<char*>(theirs_or_null ? theirs_or_null : &ignored);
-  const hello& mine = *reinterpret_cast<const hello*>(out);
-  const hello& theirs = *reinterpret_cast<const hello*>(in);
-  std::size_t sent = mine_or_null ? 0 : sizeof mine, got = theirs_or_null ? 0 : sizeof theirs;
-  while (sent < sizeof mine || got < sizeof theirs) {
-    if (sent < sizeof mine) {
-      const ssize_t k = ::send(fd, out + sent, sizeof mine - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+  constexpr std::size_t size = sizeof(hello);
+  std::size_t sent = mine_or_null ? 0 : size, got = theirs_or_null ? 0 : size;
+  while (sent < size || got < size) {
+    if (sent < size) {
+      const ssize_t k = ::send(fd, out + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) sent += static_cast<std::size_t>(k);
       else if (k < 0 && errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
     }
-    if (got < sizeof theirs) {
-      const ssize_t k = ::recv(fd, in + got, sizeof theirs - got, MSG_DONTWAIT);
+    if (got < size) {
+      const ssize_t k = ::recv(fd, in + got, size - got, MSG_DONTWAIT);
       if (k > 0) got += static_cast<std::size_t>(k);
       else if (k == 0) throw comm_error(doing + ": the peer closed the connection");
       else if (errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
     }
-    if (sent < sizeof mine || got < sizeof theirs)
-      sys::wait_fd(fd, static_cast<short>((sent < sizeof mine ? POLLOUT : 0) | (got < sizeof theirs ? POLLIN : 0)), deadline, doing);
+    if (sent < size || got < size)
+      sys::wait_fd(fd, static_cast<short>((sent < size ? POLLOUT : 0) | (got < size ? POLLIN : 0)), deadline, doing);
   }
 }
 
