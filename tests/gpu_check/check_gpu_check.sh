@@ -7,7 +7,8 @@
 # 2. tools/gpu-check.sh on it: exit 0, the table and JSON written, the device and every GPU
 #    step "skipped: no CUDA device"; the same for the bundle packed --compress (one
 #    payload.tar.gz, as tools/gpu-bundle.sh packs the bundle a lease runs), and a damaged
-#    payload refused.
+#    payload refused; and with GRADUS_GPU_CHECK_ASSUME_DEVICE=1 every GPU step runs (and fails
+#    or skips for want of a device), each reported: the check's own plumbing.
 # 3. Bundles that cannot be used are refused (exit 2) with the error naming what is wrong: no
 #    bundle at all; a program built for sm_80; a data file missing; a library taken out of
 #    lib/ (ldd then finds this machine's copy: outside the bundle).
@@ -70,6 +71,26 @@ assert doc["failed"] == [], doc["failed"]
 assert doc["bundle"]["kind"] == "rehearsal", doc["bundle"]
 PY
 grep -q '| ring2 | skipped: no CUDA device |' "$work/out/gpu-check.md" || fail "the markdown table lacks the ring2 row"
+
+# the GPU steps' plumbing, with no GPU: GRADUS_GPU_CHECK_ASSUME_DEVICE=1 runs every step;
+# each must be reported, none may hang, and the check must fail (exit 1), naming the steps
+GRADUS_GPU_CHECK_ASSUME_DEVICE=1 OUT=$work/out-assumed timeout 200 "$root/tools/gpu-check.sh" "$work/bundle" >"$work/assumed.out" 2>&1
+rc=$?
+[[ $rc == 1 ]] || { cat "$work/assumed.out" >&2; fail "gpu-check.sh with an assumed device: exit $rc, expected 1"; }
+python3 - "$work/out-assumed/gpu-check.json" <<'PY' || { cat "$work/assumed.out" >&2; fail "the report of the assumed-device run is not what it should be"; }
+import json, sys
+doc = json.load(open(sys.argv[1]))
+steps = {s["step"]: s for s in doc["steps"]}
+assert len(steps) == 16, sorted(steps)
+assert steps["device"]["status"] == "ok", steps["device"]
+# the programs ran and said why they could not: the CUDA runtime's words reach the table
+for k in ("ring2", "ps2"):
+    assert steps[k]["status"].startswith("failed"), steps[k]
+    assert "cuda" in steps[k]["summary"], steps[k]
+assert steps["suite:cuda_gpu"]["status"] == "skipped", steps["suite:cuda_gpu"]
+assert set(doc["failed"]) >= {"ring2", "ps2"}, doc["failed"]
+PY
+echo "ok: with an assumed device every step ran and was reported ($(python3 -c 'import json,sys; print(", ".join(json.load(open(sys.argv[1]))["failed"]))' "$work/out-assumed/gpu-check.json") failed)"
 
 GRADUS_BUNDLE_DATA=$data timeout 200 "$root/tools/gpu-bundle.sh" --compress --prebuilt "$build" "$work/packed" >"$work/packed.out" 2>&1 ||
   { cat "$work/packed.out" >&2; fail "gpu-bundle.sh --compress --prebuilt failed"; }
