@@ -119,9 +119,10 @@ else()
   string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::cluster needs nlohmann_json (Debian: nlohmann-json3-dev)")
 endif()
 
-# cppzmq (and libzmq through it), for gradus::ring_allreduce. Debian's cppzmq-dev ships a
-# CMake config (target cppzmq) that finds libzmq by pkg-config. Like libzip: required by the
-# build tree, component ring_allreduce of the installed package.
+# cppzmq (and libzmq through it), for the ZeroMQ communicators (gradus::net, gradus::ring,
+# gradus::ps). Debian's cppzmq-dev ships a CMake config (target cppzmq) that finds libzmq by
+# pkg-config. Like libzip: required by the build tree, components net, ring and ps of the
+# installed package (ring_allreduce and zmq_ps: their old names, for one release).
 if(NOT TARGET cppzmq)
   if(CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
     find_package(cppzmq CONFIG QUIET)
@@ -130,16 +131,20 @@ if(NOT TARGET cppzmq)
   endif()
 endif()
 if(TARGET cppzmq)
-  set(gradus_ring_allreduce_FOUND TRUE)
-  set(gradus_zmq_ps_FOUND ${gradus_cluster_FOUND})
+  set(gradus_net_FOUND TRUE)
+  set(gradus_ring_FOUND TRUE)
+  set(gradus_ps_FOUND ${gradus_cluster_FOUND})
 else()
-  set(gradus_ring_allreduce_FOUND FALSE)
-  set(gradus_zmq_ps_FOUND FALSE)
+  set(gradus_net_FOUND FALSE)
+  set(gradus_ring_FOUND FALSE)
+  set(gradus_ps_FOUND FALSE)
   if(gradus_NOT_FOUND_MESSAGE)
     string(APPEND gradus_NOT_FOUND_MESSAGE "; ")
   endif()
-  string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::ring_allreduce and gradus::zmq_ps need cppzmq and libzmq (Debian: cppzmq-dev libzmq3-dev)")
+  string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::net, gradus::ring and gradus::ps need cppzmq and libzmq (Debian: cppzmq-dev libzmq3-dev)")
 endif()
+set(gradus_ring_allreduce_FOUND ${gradus_ring_FOUND})
+set(gradus_zmq_ps_FOUND ${gradus_ps_FOUND})
 
 # MPI, for gradus::mpi. Optional everywhere: the build tree follows GRADUS_MPI (AUTO: when
 # found, ON: required, OFF: never looked for); the installed package reports it as component

@@ -7,12 +7,12 @@
 
 #include <iostream>
 
-#include <gradus/backends/ring_allreduce.hpp>
-#include <gradus/backends/zmq_ps.hpp>
-#include <gradus/backends/zmq_ps/restore.hpp>
-#include <gradus/dist/cluster.hpp>
+#include <gradus/comm/ring.hpp>
+#include <gradus/comm/ps.hpp>
+#include <gradus/comm/ps/restore.hpp>
+#include <gradus/parallel/cluster.hpp>
 #ifdef GRADUS_HAVE_MPI
-#include <gradus/backends/mpi.hpp>
+#include <gradus/comm/mpi.hpp>
 #endif
 
 namespace gradus_examples {
@@ -62,7 +62,7 @@ void add_comm_options(CLI::App& app, comm_options& o) {
                "and the global step (tf.debugging.check_numerics; costs a pass over every buffer)");
 }
 
-g::dist::any_communicator make_communicator(const comm_options& o) {
+g::parallel::any_communicator make_communicator(const comm_options& o) {
   if (o.comm == "local") {
     // A process of a cluster that was not asked to join it trains alone on all the data,
     // and every such process writes the same checkpoint path: say so.
@@ -89,15 +89,15 @@ g::dist::any_communicator make_communicator(const comm_options& o) {
     g::ps_options po;
     po.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
     g::parse_consistency(o.consistency, po);
-    return g::dist::any_communicator::make<g::parameter_server<>>(c, po);
+    return g::parallel::any_communicator::make<g::parameter_server<>>(c, po);
   }
   if (o.comm == "mpi") {
 #ifdef GRADUS_HAVE_MPI
     // rank and world from MPI; a spec the environment holds (mpirun's OMPI_COMM_WORLD_*,
     // Slurm's) must agree with them. An MPI whose launcher sets none of the formats
     // cluster::from_env reads (MPICH's mpiexec) gives "default": nothing to check.
-    if (c.source == "default") return g::dist::any_communicator::make<g::mpi_allreduce>();
-    return g::dist::any_communicator::make<g::mpi_allreduce>(c);
+    if (c.source == "default") return g::parallel::any_communicator::make<g::mpi_allreduce>();
+    return g::parallel::any_communicator::make<g::mpi_allreduce>(c);
 #else
     throw g::error("gradus: --comm mpi: this build has no MPI (install libopenmpi-dev and reconfigure)");
 #endif
@@ -106,7 +106,7 @@ g::dist::any_communicator make_communicator(const comm_options& o) {
   ro.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
   ro.transport = o.transport;
   ro.compress = o.compress;
-  return g::dist::any_communicator::make<g::ring_allreduce>(c, ro);
+  return g::parallel::any_communicator::make<g::ring_allreduce>(c, ro);
 }
 
 std::optional<int> serve_if_ps(const comm_options& o, const std::string& restore_checkpoint) {

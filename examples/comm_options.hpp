@@ -18,13 +18,13 @@
 //   --check-replicas N     compare the replicas' bits every N steps (and always at the end)
 //   --check-numerics       stop at the first NaN or infinity, naming the node, the
 //                          variable or gradient and the step (session::set_check_numerics)
-// An example builds its step with g::dist::minimize(comm, data_parallel_options(o), ...),
+// An example builds its step with g::parallel::minimize(comm, data_parallel_options(o), ...),
 // trains on its rank's share of the data, and lets rank 0 report.
 //
 // Compiled once: what the options name (the ring, the parameter server and its server, MPI,
 // the cluster spec) is built in examples/comm_options.cpp, one translation unit that every
 // example links (CMake's gradus_examples_common), and reaches the example through
-// dist::any_communicator, one virtual call per collective. The communicator stack is 60% of
+// parallel::any_communicator, one virtual call per collective. The communicator stack is 60% of
 // an example's object code when each example compiles it; here an example compiles its
 // model, its training loop and the data-parallel step (docs: README "Compile time").
 #include <chrono>
@@ -35,8 +35,8 @@
 
 #include "example_backend.hpp"  // first: cpu_simd.hpp quiets g++ 12's AVX-512 intrinsics warnings
 #include <gradus/gradus.hpp>
-#include <gradus/dist/communicator.hpp>
-#include <gradus/dist/data_parallel.hpp>  // after gradus.hpp, which it builds on
+#include <gradus/parallel/communicator.hpp>
+#include <gradus/parallel/data_parallel.hpp>  // after gradus.hpp, which it builds on
 
 namespace CLI {
 class App;
@@ -83,7 +83,7 @@ void add_comm_options(CLI::App& app, comm_options& o);
 
 // The communicator --comm names; for ring, the world comes from the environment
 // (cluster::from_env: TF_CONFIG, torchrun's, Slurm's, OpenMPI's variables or GRADUS_CLUSTER).
-g::dist::any_communicator make_communicator(const comm_options& o);
+g::parallel::any_communicator make_communicator(const comm_options& o);
 
 // A ps task of the cluster (gradus-run --ps, GRADUS_ROLE=ps, a TF_CONFIG task of type
 // "ps") serves the variables until the chief ends the job and returns its exit status;
@@ -96,7 +96,7 @@ std::optional<int> serve_if_ps(const comm_options& o, const std::string& restore
 // The parameter-server tasks the environment's cluster spec names (the JSON line's "servers").
 std::size_t cluster_ps_count();
 
-inline g::dist::data_parallel_options data_parallel_options(const comm_options& o) {
+inline g::parallel::data_parallel_options data_parallel_options(const comm_options& o) {
   return {.bucket_bytes = static_cast<std::size_t>(o.bucket_mb) << 20, .overlap = true,
           .check_replicas_every = o.check_replicas};
 }

@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
     s.set_check_numerics(co.check_numerics);
     g::initialize(s, w, g::init::normal{0, 0.1}, seed);
     g::initialize(s, bias, g::init::zeros{}, seed);
-    auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});
+    auto step = g::parallel::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});
     step.set_run_fingerprint({{"samples", std::to_string(samples)}, {"steps", std::to_string(steps)},
                               {"batch", std::to_string(batch)}, {"noise", g::shortest_text(noise)},
                               {"seed", std::to_string(seed)}});

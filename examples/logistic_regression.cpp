@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
     const dataset part = take(train, share);
     const auto n_part = static_cast<g::index_t>(part.rows());
     if (rank != 0) json = true;
-    auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::adam{.lr = lr});
+    auto step = g::parallel::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::adam{.lr = lr});
     step.set_run_fingerprint({{"samples", std::to_string(all.rows())}, {"epochs", std::to_string(epochs)}, {"batch", std::to_string(batch)},
                               {"l2", g::shortest_text(l2)}, {"test_fraction", g::shortest_text(test_fraction)},
                               {"seed", std::to_string(seed)}});

@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
     fc2.initialize(s, o.seed);
     fc3.initialize(s, o.seed, g::init::glorot_uniform{});
     auto comm = gx::make_communicator(o);
-    auto step = g::dist::minimize(comm, gx::data_parallel_options(o), s, loss, g::sgd{.lr = lr, .momentum = momentum});
+    auto step = g::parallel::minimize(comm, gx::data_parallel_options(o), s, loss, g::sgd{.lr = lr, .momentum = momentum});
     return gx::train_mnist("mnist_cnn", o, data, s, step, logits, x, y);
   });
 }

@@ -61,7 +61,7 @@
 #include <vector>
 
 #include "example_backend.hpp"  // gradus_examples::backend: cpu_simd, or cuda in a _cuda twin
-#include <gradus/dist/data_parallel.hpp>
+#include <gradus/parallel/data_parallel.hpp>
 #include <gradus/io/checkpoint.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/util/progress.hpp>
@@ -189,11 +189,11 @@ int guarded(F&& f) {
 }
 
 // One checksum of the replica (FNV-1a over the per-tensor checksums of
-// dist::replica_fields): data-parallel ranks print it at the end; they must agree.
+// parallel::replica_fields): data-parallel ranks print it at the end; they must agree.
 template <class Session>
 std::uint64_t session_checksum(Session& s) {
   std::uint64_t h = 1469598103934665603ull;
-  for (const auto& f : g::dist::replica_fields(s))
+  for (const auto& f : g::parallel::replica_fields(s))
     for (const char c : f.name + "=" + f.value + ";") h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
 }

@@ -150,7 +150,7 @@ int main(int argc, char** argv) {
     const int rank = comm.rank(), world = comm.world_size();
     const auto shard = gradus_examples::shard_of(samples, rank, world);
     if (rank != 0) json = true;  // progress is rank 0's alone
-    auto step = g::dist::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});
+    auto step = g::parallel::minimize(comm, gradus_examples::data_parallel_options(co), s, loss, g::sgd{.lr = lr});
     step.set_run_fingerprint({{"samples", std::to_string(samples)}, {"steps", std::to_string(steps)},
                               {"tol", g::shortest_text(tol)}, {"lambda", g::shortest_text(lambda)},
                               {"noise", g::shortest_text(noise)}, {"seed", std::to_string(seed)}});

@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     lstm1.initialize(s, o.seed);
     fc.initialize(s, o.seed, g::init::glorot_uniform{});
     auto comm = gx::make_communicator(o);
-    auto step = g::dist::minimize(comm, gx::data_parallel_options(o), s, loss, g::adam{.lr = lr});
+    auto step = g::parallel::minimize(comm, gx::data_parallel_options(o), s, loss, g::adam{.lr = lr});
     return gx::train_mnist("seq_mnist_lstm", o, data, s, step, logits, x, y);
   });
 }

@@ -1,10 +1,10 @@
 #!/bin/bash
 # Builds one test translation unit at -O1 under a sanitizer and runs it.
-#   tools/sanitize.sh asan tests/dist/test_data_parallel.cpp [test args...]
-#   tools/sanitize.sh tsan tests/dist/test_data_parallel.cpp
+#   tools/sanitize.sh asan tests/parallel/test_data_parallel.cpp [test args...]
+#   tools/sanitize.sh tsan tests/parallel/test_data_parallel.cpp
 #   tools/sanitize.sh archer tests/graph/test_conv.cpp
 #   tools/sanitize.sh asan tests/cuda_omp/test_cuda_omp.cpp   (Thrust's OpenMP system)
-#   NP=3 tools/sanitize.sh asan tests/mpi/test_mpi_allreduce.cpp
+#   NP=3 tools/sanitize.sh asan tests/comm/mpi/test_mpi_allreduce.cpp
 #   GRADUS_SAN_DEBUG=-g1 tools/sanitize.sh asan tests/cuda_omp/test_cuda_omp.cpp
 #     (line tables only: with full -g, g++ -O1 with ASan+UBSan on that unit passes 24 GB)
 # asan = AddressSanitizer + UndefinedBehaviorSanitizer (leaks included, UB fatal);
@@ -14,7 +14,7 @@
 #   parallel loops run with OMP_NUM_THREADS (default 2) and are checked; races inside
 #   uninstrumented libraries (OpenBLAS, oneDNN) are not reported.
 # The binary goes to build/sanitize/<name>-<kind>; it runs from build/ci when that exists
-# (tests that start example programs find them there). A test under tests/mpi/ is built
+# (tests that start example programs find them there). A test under tests/comm/mpi/ is built
 # with MPI (mpicxx --showme) and runs under mpirun -np $NP (default 2), with
 # tests/sanitizers/lsan_mpi.supp for what Open MPI keeps past MPI_Finalize.
 set -euo pipefail
@@ -30,9 +30,9 @@ case $kind in
   *) echo "sanitize.sh: kind '$kind' is not asan, tsan or archer" >&2; exit 2 ;;
 esac
 inc=()
-for d in "$root"/include "$root"/backends/*/include "$root"/tests; do inc+=("-I$d"); done
+for d in "$root"/include "$root"/backends/*/*/include "$root"/tests; do inc+=("-I$d"); done
 mpi_cflags=() mpi_libs=() launch=()
-if [[ $src == */tests/mpi/* ]]; then
+if [[ $src == */tests/comm/mpi/* ]]; then
   for f in $(mpicxx --showme:compile); do mpi_cflags+=("${f/#-I/-isystem}"); done
   read -ra mpi_libs <<<"$(mpicxx --showme:link)"
   launch=(mpirun --allow-run-as-root --oversubscribe -np "${NP:-2}")

@@ -5,9 +5,9 @@
 #include "../support/check.hpp"
 
 #include <gradus/backends/cuda.hpp>
-#include <gradus/backends/ring_allreduce.hpp>
-#include <gradus/backends/zmq_ps.hpp>
-#include <gradus/dist/data_parallel.hpp>
+#include <gradus/comm/ring.hpp>
+#include <gradus/comm/ps.hpp>
+#include <gradus/parallel/data_parallel.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -40,7 +40,7 @@ std::vector<std::vector<double>> train_ranks(int world, int steps, const std::ve
         g::session<B> s;
         fc1.initialize(s, r == 0 ? 5 : 50);
         fc2.initialize(s, r == 0 ? 6 : 60);
-        auto step = g::dist::minimize(*comm, s, loss, g::sgd{.lr = 0.1});
+        auto step = g::parallel::minimize(*comm, s, loss, g::sgd{.lr = 0.1});
         const g::index_t part = 8;
         for (int k = 0; k < steps; ++k) {
           const g::index_t lo = (k * world + r) * part;
@@ -92,7 +92,7 @@ struct host_memory_only {
   void broadcast(std::span<std::byte> x, int) { check(x, "broadcast"); }
   void barrier() {}
 };
-static_assert(g::dist::communicator<host_memory_only>);
+static_assert(g::parallel::communicator<host_memory_only>);
 
 // broadcast_variables and reduce_gradients (the estimators' data-parallel road) over a cuda
 // session: each tensor reaches the communicator as a host copy and comes back unchanged.
@@ -111,11 +111,11 @@ BOOST_AUTO_TEST_CASE(communicators_are_handed_host_copies_of_device_tensors) {
   step.run(x = g::view(xs.data(), {8, 12}), y = g::view(ys.data(), {8}));
   const auto before = host(s.value(fc1.w));
   host_memory_only comm;
-  g::dist::broadcast_variables(comm, s);  // 4 variables, 8 Adam slots, the step
+  g::parallel::broadcast_variables(comm, s);  // 4 variables, 8 Adam slots, the step
   BOOST_TEST(comm.calls == 13);
   BOOST_TEST(host(s.value(fc1.w)) == before);  // rank 0 sends: its tensors are left as they were
   comm.r = 1;  // a receiver: each tensor is copied back from what the communicator left in the host copy
-  g::dist::broadcast_variables(comm, s);
+  g::parallel::broadcast_variables(comm, s);
   BOOST_TEST(comm.calls == 26);
   BOOST_TEST(host(s.value(fc1.w)) == before);
   step.compute_gradients(x = g::view(xs.data(), {8, 12}), y = g::view(ys.data(), {8}));
@@ -125,7 +125,7 @@ BOOST_AUTO_TEST_CASE(communicators_are_handed_host_copies_of_device_tensors) {
     g::cuda::copy_to_host(h.data(), gb.data, h.size() * sizeof(float));
     grads.emplace_back(h.begin(), h.end());
   }
-  g::dist::reduce_gradients(comm, step);  // the average over a world of copies of itself: unchanged
+  g::parallel::reduce_gradients(comm, step);  // the average over a world of copies of itself: unchanged
   BOOST_TEST(comm.calls == 26 + 4);
   std::size_t i = 0;
   for (auto& gb : step.gradients()) {

@@ -97,7 +97,7 @@ struct counting_comm {
   }
   void barrier() { ++barriers; }
 };
-static_assert(g::dist::communicator<counting_comm>);
+static_assert(g::parallel::communicator<counting_comm>);
 
 }  // namespace
 
@@ -128,7 +128,7 @@ BOOST_AUTO_TEST_CASE(linear_regressor_matches_least_squares) {
   }
   const auto ls = solve(ata, aty, 4);
 
-  g::linear_regressor<3, 1, g::cpu_simd, g::dist::local, g::sgd> m({.seed = 3, .batch_size = 32}, g::sgd{.lr = 0.02});
+  g::linear_regressor<3, 1, g::cpu_simd, g::parallel::local, g::sgd> m({.seed = 3, .batch_size = 32}, g::sgd{.lr = 0.02});
   const g::tensor_view<const float> xv{x.data(), g::dims{std::array<g::index_t, 2>{n, 3}}};
   const g::tensor_view<const float> yv{y.data(), g::dims{std::array<g::index_t, 1>{n}}};
   const auto tr = m.train(xv, yv, 15);

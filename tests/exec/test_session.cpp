@@ -36,7 +36,7 @@ BOOST_AUTO_TEST_CASE(bias_add_exp_matches_loop) {
                  boost::test_tools::tolerance(1e-6f));
 }
 
-// ---- threads (backends/cpu_simd/.../threads.hpp): the team follows the free cores ----------
+// ---- threads (backends/compute/cpu_simd/.../threads.hpp): the team follows the free cores ----------
 // The readers of /proc/stat and /proc/self/stat, on text whose answer is worked by hand.
 BOOST_AUTO_TEST_CASE(proc_stat_counts_the_cpus_of_the_mask) {
   const std::string stat =

@@ -1,4 +1,4 @@
-// libFuzzer target for the parameter server's wire decoder (gradus/backends/zmq_ps/wire.hpp).
+// libFuzzer target for the parameter server's wire decoder (gradus/comm/ps/wire.hpp).
 // An input becomes 0 to 3 frames (ps_wire_input.hpp), each in a heap block of its own size;
 // decode() runs on them with the default limits and with small ones. A message it accepts is
 // checked against the frames it came from (the header is frame 0's bytes, the payload is
@@ -11,7 +11,7 @@
 // this target could call; a copy of that code here would test the copy.
 #include "ps_wire_input.hpp"
 
-#include <gradus/backends/zmq_ps/wire.hpp>
+#include <gradus/comm/ps/wire.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>

@@ -10,7 +10,7 @@
 // "ok-" seeds decode, "bad-" seeds do not.
 #include "ps_wire_input.hpp"
 
-#include <gradus/backends/zmq_ps/wire.hpp>
+#include <gradus/comm/ps/wire.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>

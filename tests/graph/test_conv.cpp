@@ -218,7 +218,7 @@ struct memory_only {
 };
 static_assert(g::backend<g::cpu_simd> && g::backend_images<g::cpu_simd, float>);
 static_assert(g::backend_memory<memory_only> && !g::backend_images<memory_only, float> && !g::backend<memory_only>);
-// The sections' helpers are protected (backends/cpu_simd/*.hpp): the GEMM cut, the k slices,
+// The sections' helpers are protected (backends/compute/cpu_simd/*.hpp): the GEMM cut, the k slices,
 // the scratch buffers and the streaming stores are not part of the interface.
 template <class B>
 concept exposes_gemm_cut = requires { B::gemm_plan(1, 1, 1, 1, 1); };

@@ -33,7 +33,7 @@
 #include <string>
 #include <thread>
 
-#include <gradus/dist/cluster.hpp>
+#include <gradus/parallel/cluster.hpp>
 
 namespace {
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
-#include <gradus/dist/communicator.hpp>
+#include <gradus/parallel/communicator.hpp>
 #include <gradus/gradus.hpp>
 
 namespace g = gradus;
@@ -247,13 +247,13 @@ BOOST_AUTO_TEST_CASE(reduce_gradients_refuses_sparse) {
   auto cv = random_vec(positions * dim, 10);
   step.compute_gradients(ids = g::view(idx.data(), {positions}), c = g::view(cv.data(), {positions, dim}));
   world_of_two comm;
-  BOOST_CHECK_EXCEPTION(g::dist::reduce_gradients(comm, step), g::error, [](const g::error& e) {
+  BOOST_CHECK_EXCEPTION(g::parallel::reduce_gradients(comm, step), g::error, [](const g::error& e) {
     const std::string m = e.what();
     return m.find("'emb/table'") != std::string::npos && m.find("set_sparse_as_dense") != std::string::npos;
   });
   step.set_sparse_as_dense(true);
   step.compute_gradients(ids = g::view(idx.data(), {positions}), c = g::view(cv.data(), {positions, dim}));
-  g::dist::reduce_gradients(comm, step);  // dense now: accepted
+  g::parallel::reduce_gradients(comm, step);  // dense now: accepted
 }
 
 // An out-of-range index fails in the forward gather with the op and the value named.

@@ -12,7 +12,7 @@
 
 #include <sys/stat.h>
 
-#include "gradus/backends/zmq_ps/security.hpp"
+#include "gradus/comm/net/curve.hpp"
 
 namespace ps = gradus::ps;
 

@@ -12,7 +12,7 @@
 //   g::linear_classifier<784, 10> lc;
 //
 // Template parameters after the shapes: the backend (default cpu_simd: include
-// <gradus/backends/cpu_simd.hpp>), the communicator (default dist::local; a ring or a
+// <gradus/backends/cpu_simd.hpp>), the communicator (default parallel::local; a ring or a
 // parameter server trains the same model on many processes: rank 0's initial variables are
 // broadcast, each rank trains on its shard of every epoch, gradients are averaged before
 // each update) and the optimizer type (default adam, lr 1e-3).
@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "gradus/data/dataset.hpp"
-#include "gradus/dist/communicator.hpp"
+#include "gradus/parallel/communicator.hpp"
 #include "gradus/exec/session.hpp"
 #include "gradus/graph/ops/softmax.hpp"
 #include "gradus/io/checkpoint.hpp"
@@ -165,7 +165,7 @@ struct regression_head {
 
 template <class Body, class Head, index_t In, class Backend, class Comm, class Opt>
 class model {
-  static_assert(dist::communicator<Comm>, "gradus: estimator: Comm is not a communicator policy");
+  static_assert(parallel::communicator<Comm>, "gradus: estimator: Comm is not a communicator policy");
   using features = placeholder<"features", float, dyn, In>;
   using labels = typename Head::labels;
   using label_type = typename Head::label_type;
@@ -190,7 +190,7 @@ class model {
       throw error("gradus: estimator: batch_size must be >= 1, got " + std::to_string(cfg_.batch_size));
     body_.initialize(s_, cfg_.seed);
     if (!cfg_.model_dir.empty() && std::filesystem::exists(checkpoint_file())) restore(checkpoint_file());
-    dist::broadcast_variables(comm_, s_);
+    parallel::broadcast_variables(comm_, s_);
   }
 
   // ---- training --------------------------------------------------------------------
@@ -386,7 +386,7 @@ class model {
       index_t steps = 0;
       each_epoch(epoch, [&](tensor_view<const float> xb, tensor_view<const label_type> yb) {
         sum += static_cast<double>(step_.compute_gradients(x_ = xb, y_ = yb));
-        dist::reduce_gradients(comm_, step_);
+        parallel::reduce_gradients(comm_, step_);
         step_.apply_gradients();
         ++steps;
         r.examples += xb.shape.d[0];
@@ -406,16 +406,16 @@ class model {
 }  // namespace estimator
 
 // The premade models. Trailing parameters: backend, communicator, optimizer.
-template <index_t In, class Hidden, index_t Classes, class Backend = cpu_simd, class Comm = dist::local, class Opt = adam>
+template <index_t In, class Hidden, index_t Classes, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using dnn_classifier = estimator::model<estimator::detail::dnn_body<In, Hidden, Classes, float>,
                                         estimator::detail::classification_head<Classes>, In, Backend, Comm, Opt>;
-template <index_t In, class Hidden, index_t Out = 1, class Backend = cpu_simd, class Comm = dist::local, class Opt = adam>
+template <index_t In, class Hidden, index_t Out = 1, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using dnn_regressor = estimator::model<estimator::detail::dnn_body<In, Hidden, Out, float>,
                                        estimator::detail::regression_head<Out, float>, In, Backend, Comm, Opt>;
-template <index_t In, index_t Classes, class Backend = cpu_simd, class Comm = dist::local, class Opt = adam>
+template <index_t In, index_t Classes, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using linear_classifier = estimator::model<estimator::detail::linear_body<In, Classes, float>,
                                            estimator::detail::classification_head<Classes>, In, Backend, Comm, Opt>;
-template <index_t In, index_t Out = 1, class Backend = cpu_simd, class Comm = dist::local, class Opt = adam>
+template <index_t In, index_t Out = 1, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using linear_regressor = estimator::model<estimator::detail::linear_body<In, Out, float>,
                                           estimator::detail::regression_head<Out, float>, In, Backend, Comm, Opt>;
 

@@ -1,7 +1,8 @@
 // Evaluates relu(x·w + b) with gradus::cpu_simd (a BLAS GEMM, then a fused SIMD pass) and
 // checks every value against a plain loop: exit status 0 only if all of them agree. Then
 // writes the values to an .npz file and reads them back with gradus::io (libzip), and
-// reads a TF_CONFIG with gradus::cluster (nlohmann_json).
+// reads a TF_CONFIG with gradus::cluster (nlohmann_json), and checks that the communicators'
+// headers and targets (comm.cpp: gradus::ring, gradus::ps and their old names) are there.
 #include <unistd.h>
 
 #include <cmath>
@@ -11,11 +12,13 @@
 #include <map>
 #include <string>
 #include <gradus/backends/cpu_simd.hpp>
-#include <gradus/dist/cluster.hpp>
+#include <gradus/parallel/cluster.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/io/npz.hpp>
 
 namespace g = gradus;
+
+int comm_world_of_one();  // comm.cpp
 
 int main() {
   g::placeholder<"x", float, g::dyn, 3> x;
@@ -56,5 +59,7 @@ int main() {
       {"TF_CONFIG", R"({"cluster": {"worker": ["127.0.0.1:7000", "127.0.0.1:7001"]}, "task": {"type": "worker", "index": 1}})"}});
   const bool cluster_ok = spec.rank == 1 && spec.world_size == 2 && spec.rendezvous() == "tcp://127.0.0.1:7000";
   std::printf("consumer: cluster spec %s\n", cluster_ok ? "ok" : "WRONG");
-  return bad || !npz_ok || !cluster_ok;
+  const bool comm_ok = comm_world_of_one() == 1;
+  std::printf("consumer: communicators %s\n", comm_ok ? "ok" : "WRONG");
+  return bad || !npz_ok || !cluster_ok || !comm_ok;
 }

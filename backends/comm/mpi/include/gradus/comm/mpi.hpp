@@ -1,0 +1,252 @@
+#pragma once
+// gradus::mpi_allreduce — the communicator policy over MPI (target gradus::mpi): for
+// clusters that launch their jobs with mpirun / mpiexec or srun --mpi, where MPI's own
+// transports (shared memory, InfiniBand, tuned collectives) are the fastest path.
+//
+//   gradus::mpi_allreduce comm;                           // rank and world from MPI
+//   gradus::mpi_allreduce comm(gradus::cluster::from_env());  // ... checked against the spec
+//   comm.broadcast(std::span(weights), 0);
+//   comm.allreduce_average(std::span(gradients));
+//
+// Collectives are MPI_Allreduce (MPI_SUM) and MPI_Bcast, in place, on a duplicate of
+// MPI_COMM_WORLD (MPI_Comm_dup: gradus' messages never match the program's own). That
+// communicator returns its errors (MPI_ERRORS_RETURN) instead of aborting the job, and every
+// failing call throws gradus::comm_error naming the operation, the element count and
+// dtype, this rank and MPI_Error_string's text. A buffer of more than INT_MAX elements
+// (MPI's count is an int) goes in pieces of at most INT_MAX (mpi_options::max_count).
+// allreduce_average is the sum scaled by 1/N on every rank: the same bits everywhere when
+// MPI's sums are (OpenMPI's allreduce algorithms give every rank the same bits;
+// tests/comm/mpi/test_mpi_allreduce.cpp checks it).
+//
+// Initialization: the first mpi_allreduce of a process calls MPI_Init_thread with
+// MPI_THREAD_SERIALIZED (the data-parallel step runs its collectives on a background
+// thread) unless the program already initialized MPI, in which case it needs at least that
+// level too; a lower level throws gradus::error. MPI is finalized when the last
+// mpi_allreduce goes away, and only if an mpi_allreduce initialized it. MPI cannot be
+// initialized again after MPI_Finalize: a process makes one mpi_allreduce (or keeps one
+// alive) for its whole life; constructing one after that throws gradus::error. A program
+// that calls MPI_Init itself keeps control of MPI_Finalize.
+//
+// One thread at a time: two collectives must never run at once (MPI_THREAD_SERIALIZED).
+// Unlike ring_allreduce there is no timeout of gradus' own: a dead peer is MPI's to
+// report (OpenMPI's mpirun ends the whole job when a rank dies).
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // the C API only: no MPI-2 C++ bindings to compile
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <concepts>
+#include <cstddef>
+#include <mutex>
+#include <span>
+#include <string>
+
+#include "gradus/core/error.hpp"
+#include "gradus/parallel/communicator.hpp"
+
+namespace gradus {
+
+struct mpi_options {
+  // Elements per MPI call; a longer buffer goes in pieces (MPI counts are int). Below
+  // INT_MAX only to test the pieces.
+  std::size_t max_count = static_cast<std::size_t>(INT_MAX);
+};
+
+template <class T>
+concept mpi_element = std::same_as<T, float> || std::same_as<T, double>;
+// What broadcast also carries: raw bytes (run fingerprints, serialized state).
+template <class T>
+concept mpi_broadcast_element = mpi_element<T> || std::same_as<T, std::byte>;
+
+class mpi_allreduce {
+ public:
+  static constexpr const char* name = "mpi";
+
+  explicit mpi_allreduce(mpi_options options = {}) : opt_(options) {
+    if (opt_.max_count == 0 || opt_.max_count > static_cast<std::size_t>(INT_MAX))
+      throw error("gradus: mpi_allreduce: max_count = " + std::to_string(opt_.max_count) + " (must be 1 ... INT_MAX)");
+    acquire();
+    try {
+      check(MPI_Comm_rank(MPI_COMM_WORLD, &rank_), "MPI_Comm_rank");
+      check(MPI_Comm_size(MPI_COMM_WORLD, &world_), "MPI_Comm_size");
+      check(MPI_Comm_dup(MPI_COMM_WORLD, &comm_), "MPI_Comm_dup of MPI_COMM_WORLD");
+      check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    } catch (...) {
+      if (comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+      release();
+      throw;
+    }
+  }
+  // From a cluster spec (gradus::cluster::from_env(): under mpirun its OMPI_COMM_WORLD_*
+  // variables): its rank and world size must be MPI's, or the constructor throws naming both.
+  template <class Spec>
+    requires requires(const Spec& c) {
+      { c.rank } -> std::convertible_to<int>;
+      { c.world_size } -> std::convertible_to<int>;
+    }
+  explicit mpi_allreduce(const Spec& cluster, mpi_options options = {}) : mpi_allreduce(options) {
+    // (a delegating constructor: the destructor runs when this body throws)
+    const int r = static_cast<int>(cluster.rank), n = static_cast<int>(cluster.world_size);
+    if (r == rank_ && n == world_) return;
+    std::string from = "the cluster spec";
+    if constexpr (requires { std::string(cluster.source); }) from += " (" + std::string(cluster.source) + ")";
+    throw error("gradus: mpi_allreduce: " + from + " says rank " + std::to_string(r) + " of " + std::to_string(n) +
+                ", but MPI says rank " + std::to_string(rank_) + " of " + std::to_string(world_) +
+                (r < 0 ? " (this process is not a worker of its cluster spec)" : "") +
+                " (launch every rank with mpirun / srun --mpi, and nothing else setting RANK, TF_CONFIG or "
+                "GRADUS_CLUSTER)");
+  }
+  mpi_allreduce(const mpi_allreduce&) = delete;
+  mpi_allreduce& operator=(const mpi_allreduce&) = delete;
+  ~mpi_allreduce() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);  // a program that initialized MPI may have finalized it already
+    if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
+    release();
+  }
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  // The duplicated communicator (MPI_ERRORS_RETURN), for a program's own MPI calls.
+  MPI_Comm comm() const { return comm_; }
+
+  // x <- the sum of every rank's x, elementwise.
+  template <mpi_element T>
+  void allreduce_sum(std::span<T> x) {
+    pieces(x, "MPI_Allreduce (sum)", [&](T* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type<T>(), MPI_SUM, comm_); });
+  }
+  // x <- the sum scaled by 1/N (every rank scales the same bits by the same factor).
+  template <mpi_element T>
+  void allreduce_average(std::span<T> x) {
+    pieces(x, "MPI_Allreduce (average)", [&](T* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type<T>(), MPI_SUM, comm_); });
+    if (world_ == 1) return;
+    const T inv_n = T(1) / static_cast<T>(world_);
+    for (auto& v : x) v *= inv_n;
+  }
+  // x <- root's x.
+  template <mpi_broadcast_element T>
+  void broadcast(std::span<T> x, int root) {
+    if (root < 0 || root >= world_)
+      throw error("gradus: mpi_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " +
+                  std::to_string(world_) + " (rank " + std::to_string(rank_) + ")");
+    pieces(x, "MPI_Bcast from rank " + std::to_string(root), [&](T* p, int n) { return MPI_Bcast(p, n, type<T>(), root, comm_); });
+  }
+  void barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+  // A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
+  // mpi_allreduce: <op> failed on rank r of n: <MPI_Error_string>". For a program's own
+  // calls on comm(): comm.check(MPI_Allgather(..., comm.comm()), "MPI_Allgather of 4 float64").
+  void check(int rc, const std::string& op) const {
+    if (rc != MPI_SUCCESS) fail(rc, op);
+  }
+
+ private:
+  // Process-wide: how many mpi_allreduce exist, and whether one of them initialized MPI.
+  struct process_state {
+    std::mutex m;
+    int live = 0;
+    bool owned = false;
+  };
+  static process_state& state() {
+    static process_state s;
+    return s;
+  }
+
+  static void acquire() {
+    auto& s = state();
+    std::lock_guard lk(s.m);
+    int initialized = 0, finalized = 0;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (finalized)
+      throw error("gradus: mpi_allreduce: MPI was already finalized, and MPI cannot be initialized twice in a process "
+                  "(keep one mpi_allreduce alive for the whole program)");
+    int provided = MPI_THREAD_SINGLE;
+    if (!initialized) {
+      if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        throw comm_error("gradus: mpi_allreduce: MPI_Init_thread failed");
+      s.owned = true;
+    } else {
+      MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED) {
+      if (s.live == 0 && s.owned) {
+        MPI_Finalize();
+        s.owned = false;
+      }
+      throw error(std::string("gradus: mpi_allreduce: MPI provides the thread level ") + level_name(provided) +
+                  ", below MPI_THREAD_SERIALIZED, which the data-parallel step needs (it runs collectives on a "
+                  "background thread)" +
+                  (initialized ? "; the program initialized MPI itself: call MPI_Init_thread with MPI_THREAD_SERIALIZED "
+                                 "or MPI_THREAD_MULTIPLE"
+                               : ""));
+    }
+    ++s.live;
+  }
+  static void release() {
+    auto& s = state();
+    std::lock_guard lk(s.m);
+    if (--s.live == 0 && s.owned) {
+      int finalized = 0;
+      MPI_Finalized(&finalized);
+      if (!finalized) MPI_Finalize();
+      s.owned = false;
+    }
+  }
+  static const char* level_name(int level) {
+    switch (level) {
+      case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+      case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+      case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+      case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+      default: return "(unknown)";
+    }
+  }
+
+  template <class T>
+  static MPI_Datatype type() {
+    if constexpr (std::same_as<T, float>) return MPI_FLOAT;
+    else if constexpr (std::same_as<T, double>) return MPI_DOUBLE;
+    else return MPI_BYTE;
+  }
+  template <class T>
+  static const char* dtype_name() {
+    if constexpr (std::same_as<T, float>) return "float32";
+    else if constexpr (std::same_as<T, double>) return "float64";
+    else return "bytes";
+  }
+
+  // call(pointer, count) on each piece of at most max_count elements; nothing for none.
+  template <class T, class Call>
+  void pieces(std::span<T> x, const std::string& op, Call call) {
+    for (std::size_t at = 0; at < x.size(); at += opt_.max_count) {
+      const std::size_t n = std::min(opt_.max_count, x.size() - at);
+      const int rc = call(x.data() + at, static_cast<int>(n));
+      if (rc != MPI_SUCCESS) {
+        std::string what = op + " of " + std::to_string(x.size()) + " " + dtype_name<T>();
+        if (n != x.size()) what += " (the piece of " + std::to_string(n) + " at element " + std::to_string(at) + ")";
+        fail(rc, what);
+      }
+    }
+  }
+  [[noreturn]] void fail(int rc, const std::string& op) const {
+    char text[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    std::string why = MPI_Error_string(rc, text, &len) == MPI_SUCCESS ? std::string(text, static_cast<std::size_t>(len))
+                                                                      : "MPI error code " + std::to_string(rc);
+    throw comm_error("gradus: mpi_allreduce: " + op + " failed on rank " + std::to_string(rank_) + " of " +
+                     std::to_string(world_) + ": " + why);
+  }
+
+  mpi_options opt_;
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = -1, world_ = 0;
+};
+static_assert(parallel::communicator<mpi_allreduce>);
+
+}  // namespace gradus

@@ -1,0 +1,1029 @@
+#pragma once
+// gradus::parameter_server<Mode>: the parameter-server communicator policy over ZeroMQ.
+// `ps` tasks hold the variables (sharded: balanced_by_bytes, or any partitioner), workers
+// push each gradient as it is final and pull the variables back; the servers' optimizer
+// applies the updates. Plugs into the trainer, parallel::minimize and any_communicator like
+// the ring:
+//
+//   auto comm = gradus::parameter_server<gradus::ps_ssp<4>>(cluster::from_env());
+//   auto step = parallel::minimize(comm, {}, s, loss, adam{...}, w, b);
+//
+// and a ps process serves with gradus::ps::serve(cluster::from_env()).
+//
+// Mode: ps_async, ps_bsp, ps_ssp<S>, or ps_dynamic (the default: the mode comes from
+// ps_options::consistency, for a program's --consistency option). See server.hpp for what
+// each mode guarantees.
+//
+// Client: push_async / pull_async / push_pull return a handle to wait() on (ps-lite's
+// timestamps); payloads go in chunks of ps_options::chunk_bytes (1 MiB: raw ZeroMQ moves
+// 1 MiB messages faster than large ones), chunks of 64 KiB and more zero-copy (the caller
+// keeps the bytes unchanged until the handle completes). Every wait has a deadline and
+// its error names the server, its address and the operation. Collectives (allreduce,
+// broadcast, barrier: the trainer's fingerprint and agreement checks) run through server 0.
+#include <zmq.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <unistd.h>
+
+#include "gradus/comm/ps/partition.hpp"
+#include "gradus/comm/ps/server.hpp"
+#include "gradus/comm/ps/wire.hpp"
+#include "gradus/core/error.hpp"
+#include "gradus/parallel/communicator.hpp"
+
+namespace gradus {
+
+struct ps_async {
+  static constexpr ps::mode mode = ps::mode::async;
+  static constexpr int staleness = 0;
+};
+struct ps_bsp {
+  static constexpr ps::mode mode = ps::mode::bsp;
+  static constexpr int staleness = 0;
+};
+template <int S>
+struct ps_ssp {
+  static_assert(S >= 0);
+  static constexpr ps::mode mode = ps::mode::ssp;
+  static constexpr int staleness = S;
+};
+struct ps_dynamic {};
+
+struct ps_options {
+  std::vector<std::string> servers;  // "host:port" of each ps task, in task order
+  int rank = 0, world_size = 1;
+  ps::mode consistency = ps::mode::bsp;  // ps_dynamic only
+  int staleness = 0;                     // ps_dynamic with ssp
+  std::chrono::milliseconds timeout{60000};  // one wait's deadline
+  // A server whose connection closes (its process died) may come back: restarted (gradus-run
+  // --max-restarts) and reloaded from the last checkpoint. The worker opens a new
+  // connection, says it rejoins at its step, declares its shards again and resends what the
+  // old server left unanswered; it fails when the server is not back within this time
+  // (0: at once, 1 s after the connection closed).
+  std::chrono::milliseconds reconnect_timeout{30000};
+  std::size_t chunk_bytes = std::size_t(1) << 20;
+  ps::partitioner partition = ps::balanced_by_bytes;
+  std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
+  zmq::context_t* context = nullptr;  // nullptr: an own context
+  std::optional<ps::curve_client_config> curve;  // CURVE keys (ps::curve_client_from_env); none: plaintext
+};
+
+// "async", "bsp", "ssp:S" (also "ssp" = ssp:0 and "ssp<S>").
+inline void parse_consistency(const std::string& text, ps_options& o) {
+  if (text == "async") o.consistency = ps::mode::async;
+  else if (text == "bsp") o.consistency = ps::mode::bsp;
+  else if (text.rfind("ssp", 0) == 0) {
+    o.consistency = ps::mode::ssp;
+    std::string s = text.substr(3);
+    if (!s.empty() && (s.front() == ':' || s.front() == '<')) s = s.substr(1);
+    if (!s.empty() && s.back() == '>') s.pop_back();
+    char* end = nullptr;
+    const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
+    if ((!s.empty() && *end) || v < 0 || v > 1000000)
+      throw error("gradus: consistency '" + text + "': the staleness bound of ssp:S is an integer >= 0");
+    o.staleness = static_cast<int>(v);
+  } else {
+    throw error("gradus: consistency '" + text + "' is not async, bsp or ssp:S");
+  }
+}
+
+namespace ps::detail {
+struct send_flag {
+  std::atomic<bool> done{false};
+};
+inline void release_send(void*, void* hint) {
+  auto* f = static_cast<std::shared_ptr<send_flag>*>(hint);
+  (*f)->done.store(true, std::memory_order_release);
+  delete f;
+}
+}  // namespace ps::detail
+
+template <class Mode = ps_dynamic>
+class parameter_server {
+ public:
+  static constexpr const char* name = "parameter_server";
+
+  struct handle {
+    std::uint64_t first = 0, last = 0;  // request ids [first, last)
+  };
+  struct client_stats {
+    std::uint64_t pushes = 0, pulls = 0, bytes_pushed = 0, bytes_pulled = 0;
+    std::uint64_t max_staleness = 0;  // ssp/bsp: the largest clock - (clock the values were known to include)
+    double wait_seconds = 0;
+    std::uint64_t rejoins = 0;  // servers this worker rejoined after they restarted
+  };
+
+  explicit parameter_server(ps_options o) : o_(std::move(o)) { connect(); }
+  // From a cluster spec (cluster::from_env): the servers are its ps tasks.
+  template <class Spec>
+    requires requires(const Spec& c) { c.ps; c.rank; c.world_size; }
+  explicit parameter_server(const Spec& c, ps_options o = {}) : o_(std::move(o)) {
+    if (o_.servers.empty()) o_.servers = c.ps;
+    o_.rank = c.rank;
+    o_.world_size = c.world_size;
+    if (!o_.curve) o_.curve = ps::curve_client_from_env(c.rank);
+    if (o_.origin.empty()) o_.origin = c.source == "TF_CONFIG" ? "TF_CONFIG cluster.ps" : "GRADUS_PS";
+    if (!c.is_worker()) throw error("gradus: parameter_server: this process is a '" + c.task_type + "' task, not a worker (a ps task serves: ps::serve)");
+    connect();
+  }
+  parameter_server(const parameter_server&) = delete;
+  parameter_server& operator=(const parameter_server&) = delete;
+
+  ~parameter_server() {
+    try {
+      {
+        // say goodbye (and, from the chief, end the job), briefly; after a failure too, so
+        // that the servers do not wait for this worker
+        broken_ = false;
+        closing_ = true;
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(broken_text_.empty() ? 5 : 2);
+        std::vector<std::uint64_t> ids;
+        for (std::size_t k = 0; k < socks_.size(); ++k) {
+          auto h = ps::wire::make(o_.rank == 0 && shutdown_on_exit_ ? ps::wire::type::shutdown : ps::wire::type::bye);
+          ids.push_back(request(static_cast<int>(k), h, {}, req_kind::ack));
+        }
+        for (const auto id : ids) wait_id(id, until, "goodbye", /*throw_on_error=*/false);
+      }
+    } catch (...) {
+    }
+    for (std::size_t k = 0; k < socks_.size(); ++k) {
+      (void)zmq_socket_monitor(socks_[k].handle(), nullptr, 0);  // before its reader closes (libzmq 4.3 leaks undelivered events)
+      socks_[k].set(zmq::sockopt::linger, 0);
+    }
+    mons_.clear();
+    socks_.clear();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!flags_.empty() && std::chrono::steady_clock::now() < until) {
+      prune_flags();
+      if (!flags_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  int rank() const { return o_.rank; }
+  int world_size() const { return o_.world_size; }
+  ps::mode consistency() const { return mode_; }
+  int staleness() const { return staleness_; }
+  int servers() const { return static_cast<int>(o_.servers.size()); }
+  const client_stats& stats() const { return stats_; }
+  std::uint64_t clock() const { return clock_; }
+  // Whether the chief's destructor ends the servers' run (default true; false keeps them
+  // serving for another client, as tests do).
+  void set_shutdown_on_exit(bool v) { shutdown_on_exit_ = v; }
+
+  // ---- collectives, through server 0 ----
+  template <class T>
+  void allreduce_sum(std::span<T> x) {
+    collective(ps::wire::coll_op::sum, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
+  }
+  template <class T>
+  void allreduce_average(std::span<T> x) {
+    collective(ps::wire::coll_op::average, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    if (root < 0 || root >= o_.world_size)
+      throw error("gradus: parameter_server: broadcast from rank " + std::to_string(root) + " of " + std::to_string(o_.world_size));
+    collective(ps::wire::coll_op::broadcast, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), root);
+  }
+  void barrier() { collective(ps::wire::coll_op::barrier, {}, ps::wire::dtype::none, 0, 0); }
+
+  // ---- the parameter-server interface (parallel::parameter_server_policy) ----
+  // The optimizer the servers apply: its name and settings() text (data_parallel_step
+  // sends them before the first initialize).
+  void set_optimizer(std::string opt, std::map<std::string, std::string> settings) {
+    if (flushed_) throw error("gradus: parameter_server: set_optimizer after the variables went to the servers");
+    opt_name_ = std::move(opt);
+    opt_settings_ = std::move(settings);
+  }
+  // The learning rate of the pushes that follow (the worker's schedule at its step).
+  void set_learning_rate(double lr) { lr_ = lr; }
+
+  // Declares a variable and offers its first value (the chief's is kept). Every variable
+  // must be declared, in the same order on every worker, before the first push or pull.
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> values) {
+    initialize(key, values, {}, -1);
+  }
+  // With the optimizer's state tensors (each as long as the variable) and the steps
+  // already taken: a resumed checkpoint. The chief's state goes to the servers, and this
+  // worker's clock starts at `step`.
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> values, std::vector<std::span<const T>> slots, std::int64_t step) {
+    if (flushed_) throw error("gradus: parameter_server: '" + std::string(key) + "' declared after the first push or pull");
+    if (index_.count(std::string(key))) throw error("gradus: parameter_server: '" + std::string(key) + "' declared twice");
+    for (const auto& sl : slots)
+      if (sl.size() != values.size()) throw error("gradus: parameter_server: a state tensor of '" + std::string(key) + "' is not the variable's size");
+    index_[std::string(key)] = vars_.size();
+    vars_.push_back({std::string(key), values.size(), sizeof(T)});
+    dtypes_.push_back(ps::wire::dtype_of<T>());
+    std::vector<std::vector<std::byte>> state;
+    const auto b = std::as_bytes(values);
+    state.emplace_back(b.begin(), b.end());
+    for (const auto& sl : slots) {
+      const auto sb = std::as_bytes(sl);
+      state.emplace_back(sb.begin(), sb.end());
+    }
+    first_values_.push_back(std::move(state));
+    if (step >= 0) {
+      clock_ = static_cast<std::uint64_t>(step);
+      start_step_ = step;
+    }
+  }
+
+  // The servers' whole state of a variable: its values, each optimizer state tensor, and
+  // the optimizer steps applied (of its first shard). Consistent while no worker pushes:
+  // call it between two barriers (data_parallel_step::pull_state does).
+  template <class T>
+  std::int64_t snapshot(std::string_view key, std::span<T> values, std::vector<std::span<T>> slots) {
+    flush();
+    const std::size_t v = var_of(key, values.size(), ps::wire::dtype_of<T>(), "snapshot");
+    std::vector<std::uint64_t> ids;
+    for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {  // values and state
+      auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(shards_[s].server, h, {}, req_kind::snapshot);
+      auto& r = reqs_.at(id);
+      r.dst = std::as_writable_bytes(values.subspan(first, n));
+      for (auto& sl : slots) r.extra.push_back(std::as_writable_bytes(sl.subspan(first, n)));
+      ids.push_back(id);
+    });
+    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    std::int64_t updates = -1;
+    for (const auto id : ids) {
+      wait_id(id, until, "snapshot", true);
+      if (updates < 0) updates = last_updates_;
+    }
+    return updates;
+  }
+
+  // ---- sparse rows (an embedding table's rows + indices, as TF's IndexedSlices) ----
+  // Declares variable `key` a table of rows of `row_elements` elements (after initialize,
+  // before the first push or pull): its shards hold whole rows, and push_rows / pull_rows
+  // move rows only.
+  void set_rows(std::string_view key, std::size_t row_elements) {
+    if (flushed_) throw error(prefix() + "set_rows of '" + std::string(key) + "' after the variables went to the servers");
+    const auto it = index_.find(std::string(key));
+    if (it == index_.end()) throw error(prefix() + "set_rows of '" + std::string(key) + "', which was never declared (initialize)");
+    auto& v = vars_[it->second];
+    if (row_elements == 0 || v.elements % row_elements != 0)
+      throw error(prefix() + "'" + std::string(key) + "' of " + std::to_string(v.elements) + " elements is not a table of rows of " +
+                  std::to_string(row_elements));
+    v.row_elements = row_elements;
+  }
+  // A sparse-row gradient: values holds rows.size() rows (coalesced: each row once); the
+  // servers update those rows only, and only their optimizer state (lazily). Every shard of
+  // the table gets a message, maybe of no rows (bsp counts every worker's push).
+  template <class T>
+  handle push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
+    flush();
+    const std::size_t v = var_of(key, vars_[index_of(key, "push_rows")].elements, ps::wire::dtype_of<T>(), "push_rows");
+    const std::size_t L = row_length(v, "push_rows");
+    if (values.size() != rows.size() * L)
+      throw error(prefix() + "push_rows of '" + std::string(key) + "': " + std::to_string(values.size()) + " values for " + std::to_string(rows.size()) +
+                  " rows of " + std::to_string(L));
+    const std::size_t table_rows = vars_[v].elements / L;
+    std::vector<std::vector<std::size_t>> of_shard(shards_of_[v].size());
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      if (rows[j] < 0 || static_cast<std::size_t>(rows[j]) >= table_rows)
+        throw error(prefix() + "push_rows of '" + std::string(key) + "': row " + std::to_string(rows[j]) + " of a table of " + std::to_string(table_rows));
+      of_shard[shard_of_row(v, static_cast<std::size_t>(rows[j]) * L)].push_back(j);
+    }
+    handle hd{next_id_, next_id_};
+    for (std::size_t q = 0; q < shards_of_[v].size(); ++q) {
+      const auto s = shards_of_[v][q];
+      const auto& js = of_shard[q];
+      std::vector<std::byte> payload(js.size() * (8 + L * sizeof(T)));
+      for (std::size_t k = 0; k < js.size(); ++k) {
+        const auto r = static_cast<std::uint64_t>(rows[js[k]]);
+        std::memcpy(payload.data() + 8 * k, &r, 8);
+        std::memcpy(payload.data() + 8 * js.size() + k * L * sizeof(T), values.data() + js[k] * L, L * sizeof(T));
+      }
+      auto h = ps::wire::make(ps::wire::type::push_rows, static_cast<std::uint32_t>(s), L, js.size(), ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      h.scalar = lr_;
+      request(shards_[s].server, h, payload, req_kind::ack, /*copy=*/true);
+      stats_.bytes_pushed += payload.size();
+    }
+    ++stats_.pushes;
+    hd.last = next_id_;
+    return hd;
+  }
+  // Brings `table` (this worker's whole copy of the variable, as a pull left it) up to date
+  // by moving only the rows the servers changed since this worker's last pull_rows (all
+  // rows the first time after a server restarted). Waits as pull does.
+  template <class T>
+  handle pull_rows_async(std::string_view key, std::span<T> table) {
+    flush();
+    const std::size_t v = var_of(key, table.size(), ps::wire::dtype_of<T>(), "pull_rows");
+    const std::size_t L = row_length(v, "pull_rows");
+    handle hd{next_id_, next_id_};
+    for (const std::size_t s : shards_of_[v]) {
+      auto h = ps::wire::make(ps::wire::type::pull_rows, static_cast<std::uint32_t>(s), L, since_[s], ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(shards_[s].server, h, {}, req_kind::rows);
+      reqs_.at(id).dst = std::as_writable_bytes(table);
+    }
+    ++stats_.pulls;
+    hd.last = next_id_;
+    return hd;
+  }
+  template <class T>
+  void pull_rows(std::string_view key, std::span<T> table) {
+    const auto h = pull_rows_async(key, table);
+    wait({first_open(), h.last});
+  }
+
+  template <class T>
+  handle push_async(std::string_view key, std::span<const T> grad) {
+    flush();
+    const std::size_t v = var_of(key, grad.size(), ps::wire::dtype_of<T>(), "push");
+    handle hd{next_id_, next_id_};
+    for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
+      auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      h.scalar = lr_;
+      request(shards_[s].server, h, std::as_bytes(grad.subspan(first, n)), req_kind::ack);
+      stats_.bytes_pushed += n * sizeof(T);
+    });
+    ++stats_.pushes;
+    hd.last = next_id_;
+    return hd;
+  }
+  template <class T>
+  handle pull_async(std::string_view key, std::span<T> out) {
+    flush();
+    const std::size_t v = var_of(key, out.size(), ps::wire::dtype_of<T>(), "pull");
+    handle hd{next_id_, next_id_};
+    for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
+      auto h = ps::wire::make(ps::wire::type::pull, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      h.clock = clock_;
+      const auto id = request(shards_[s].server, h, {}, req_kind::pull);
+      reqs_.at(id).dst = std::as_writable_bytes(out.subspan(first, n));
+      stats_.bytes_pulled += n * sizeof(T);
+    });
+    ++stats_.pulls;
+    hd.last = next_id_;
+    return hd;
+  }
+  // Push a gradient and pull the variable it updates into `out` (after the update, as the
+  // mode allows: push then pull at the next clock is the usual pattern instead).
+  template <class T>
+  handle push_pull(std::string_view key, std::span<const T> grad, std::span<T> out) {
+    const auto a = push_async(key, grad);
+    const auto b = pull_async(key, out);
+    return {a.first, b.last};
+  }
+  void wait(handle h) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (std::uint64_t id = h.first; id < h.last; ++id) wait_id(id, t0 + o_.timeout, nullptr, true);
+    stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  // Everything posted so far has completed.
+  void wait_all() { wait({first_open(), next_id_}); }
+
+  template <class T>
+  void push(std::string_view key, std::span<const T> grad) {
+    (void)push_async(key, grad);
+  }
+  // Blocking pull: waits for it and for everything posted before it.
+  template <class T>
+  void pull(std::string_view key, std::span<T> out) {
+    const auto h = pull_async(key, out);
+    wait({first_open(), h.last});
+  }
+  // This worker finished a step: its clock advances on every server.
+  void step_done() {
+    flush();
+    ++clock_;
+    for (std::size_t k = 0; k < socks_.size(); ++k) {
+      auto h = ps::wire::make(ps::wire::type::clock);
+      h.clock = clock_;
+      send(static_cast<int>(k), h, {}, nullptr);
+    }
+  }
+
+ private:
+  enum class req_kind { ack, pull, coll, snapshot, rows };
+  struct req {
+    int server = 0;
+    req_kind kind = req_kind::ack;
+    ps::wire::type type = ps::wire::type::push;
+    std::uint32_t key = 0;
+    std::span<std::byte> dst;
+    std::vector<std::span<std::byte>> extra;  // snapshot: the optimizer state tensors
+    std::shared_ptr<ps::detail::send_flag> flag;
+    bool answered = false;
+    std::string failure;
+    std::uint64_t clock = 0;
+    ps::wire::header sent;                // as sent (a rejoin resends it)
+    std::span<const std::byte> payload;   // the caller's bytes (zero-copy requests)
+    std::vector<std::byte> body;          // or a copy
+  };
+
+  std::size_t chunk_elems(std::size_t elem) const { return std::max<std::size_t>(1, o_.chunk_bytes / elem); }
+  // f(shard key, first element of the chunk in the variable, elements) for each chunk of
+  // chunk_bytes of each shard in `keys`, in order.
+  template <class F>
+  void for_each_chunk(const std::vector<std::size_t>& keys, std::size_t elem, F&& f) const {
+    for (const std::size_t s : keys)
+      for (std::size_t at = 0; at < shards_[s].count; at += chunk_elems(elem))
+        f(s, shards_[s].offset + at, std::min(chunk_elems(elem), shards_[s].count - at));
+  }
+
+  std::string server_name(int k) const {
+    return "server " + std::to_string(k) + " (" + o_.servers[static_cast<std::size_t>(k)] + (o_.origin.empty() ? "" : ", from " + o_.origin) + ")";
+  }
+  std::string prefix() const { return "gradus: parameter_server: worker " + std::to_string(o_.rank) + ": "; }
+
+  void connect() {
+    if constexpr (std::is_same_v<Mode, ps_dynamic>) {
+      mode_ = o_.consistency;
+      staleness_ = mode_ == ps::mode::ssp ? o_.staleness : 0;
+    } else {
+      mode_ = Mode::mode;
+      staleness_ = Mode::staleness;
+    }
+    if (o_.servers.empty())
+      throw error("gradus: parameter_server: no ps tasks (gradus-run --ps M, GRADUS_PS=host:port,..., or TF_CONFIG cluster.ps)");
+    if (o_.world_size < 1 || o_.rank < 0 || o_.rank >= o_.world_size)
+      throw error("gradus: parameter_server: rank " + std::to_string(o_.rank) + " of a world of " + std::to_string(o_.world_size));
+    if (o_.chunk_bytes < 64) throw error("gradus: parameter_server: chunk_bytes must be at least 64");
+    if (!o_.context) {
+      own_ctx_ = std::make_unique<zmq::context_t>(1);
+      o_.context = own_ctx_.get();
+    }
+    for (std::size_t k = 0; k < o_.servers.size(); ++k) open_link(k);
+    // Hello to every server, waited for: a worker that cannot reach its servers says so
+    // here (ZeroMQ retries the connection, so servers may start after the workers).
+    everyone(ps::wire::type::hello, hello_text(false), "hello");
+    for (auto& l : links_) l.joined = true;
+  }
+
+  std::string hello_text(bool rejoin) const {
+    nlohmann::json j;
+    j["rank"] = o_.rank;
+    j["world_size"] = o_.world_size;
+    j["mode"] = ps::mode_name(mode_);
+    j["staleness"] = staleness_;
+    if (rejoin) {
+      j["rejoin"] = true;
+      j["clock"] = clock_;
+    }
+    return j.dump();
+  }
+
+  // A DEALER to server k, with a monitor that reports its connection's events.
+  void open_link(std::size_t k) {
+    zmq::socket_t d(*o_.context, zmq::socket_type::dealer);
+    d.set(zmq::sockopt::linger, 200);
+    d.set(zmq::sockopt::ipv6, 1);
+    d.set(zmq::sockopt::sndhwm, 0);
+    d.set(zmq::sockopt::rcvhwm, 0);
+    d.set(zmq::sockopt::heartbeat_ivl, 1000);
+    d.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
+    if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(k));
+    const auto& s = o_.servers[k];
+    const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
+    try {
+      d.connect(ep);
+    } catch (const zmq::error_t& e) {
+      throw comm_error(prefix() + "cannot connect to " + server_name(static_cast<int>(k)) + ": " + e.what());
+    }
+    // A server whose connection closes (its process died, or its heartbeats stopped) is
+    // noticed by the waits at once, not at their deadline.
+    const std::string mep = "inproc://gradus-ps-client-monitor-" + std::to_string(::getpid()) + "-" +
+                            std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(k) + "-" + std::to_string(link_generation_++);
+    if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0)) != 0)
+      throw zmq::error_t();
+    zmq::socket_t m(*o_.context, zmq::socket_type::pair);
+    m.set(zmq::sockopt::linger, 0);
+    m.connect(mep);
+    if (k == socks_.size()) {
+      socks_.push_back(std::move(d));
+      mons_.push_back(std::move(m));
+      links_.push_back({});
+    } else {  // a new connection in place of a lost one
+      (void)zmq_socket_monitor(socks_[k].handle(), nullptr, 0);  // before its reader closes (libzmq 4.3 leaks undelivered events)
+      socks_[k].set(zmq::sockopt::linger, 0);  // what it still queues goes: it is resent below, on the new one
+      socks_[k] = std::move(d);
+      mons_[k] = std::move(m);
+      links_[k] = {};
+      links_[k].joined = true;
+    }
+  }
+
+  // Server k's connection closed: wait for the server to come back (restarted), rejoin it
+  // on a new connection (hello at this worker's clock, the optimizer, the shards it holds:
+  // it reloads them from the checkpoint), then resend every request it left unanswered,
+  // with its id. Throws when it is not back within reconnect_timeout.
+  void rejoin(std::size_t k, const char* during) {
+    const auto since = links_[k].down_since;
+    const auto gone = [&](const std::string& why) {
+      fail(prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed" + (during ? std::string(" during ") + during : std::string()) +
+           " and " + why);
+    };
+    if (o_.reconnect_timeout.count() <= 0 || closing_) {
+      if (std::chrono::steady_clock::now() - since > std::chrono::seconds(1))
+        gone("did not come back within 1 s (the ps process died or was stopped)");
+      return;
+    }
+    std::vector<std::uint64_t> resend;
+    for (const auto& [id, r] : reqs_)
+      if (r.server == static_cast<int>(k) && !r.answered) resend.push_back(id);
+    if (std::getenv("GRADUS_PS_DEBUG"))
+      std::fprintf(stderr, "%srejoining server %zu at clock %llu during %s, down %.3f s, %zu to resend, gen %llu\n", prefix().c_str(), k,
+                   static_cast<unsigned long long>(clock_), during ? during : "?",
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count(), resend.size(),
+                   static_cast<unsigned long long>(link_generation_));
+    rejoining_ = true;
+    struct reset {
+      bool& b;
+      ~reset() { b = false; }
+    } reset_flag{rejoining_};
+    open_link(k);
+    const auto until = since + o_.reconnect_timeout;
+    const auto text = hello_text(true);
+    const auto answer = [&](std::uint64_t id, const char* what) {
+      try {
+        wait_id(id, until, what, true);
+      } catch (const comm_error& e) {
+        if (std::string_view(e.what()).find("no answer from") != std::string_view::npos)
+          gone("did not come back within " + std::to_string(o_.reconnect_timeout.count()) + " ms (restart it with gradus-run --max-restarts; it reloads the last checkpoint)");
+        throw;
+      } catch (const std::exception& e) {
+        gone(std::string("refused this worker's rejoining: ") + e.what());
+      }
+    };
+    // The hello, on a connection that may itself fail before the server answers (a dying
+    // server's listener still completes a connect, then resets it): a connection lost before
+    // the answer is replaced and the hello sent again; once answered, the server knows this
+    // connection, and what closed before the answer was an earlier attempt.
+    const auto hello = [&] {
+      return request(static_cast<int>(k), ps::wire::make(ps::wire::type::hello), std::as_bytes(std::span<const char>(text.data(), text.size())),
+                     req_kind::ack, /*copy=*/true);
+    };
+    auto hid = hello();
+    for (int attempt = 0;; ++attempt) {  // bounded by `until`
+      const auto it = reqs_.find(hid);
+      if (it != reqs_.end() && it->second.answered) break;
+      if (std::chrono::steady_clock::now() > until || it == reqs_.end()) break;  // answer() below reports it
+      pump(50);
+      if (!links_[k].refused.empty()) break;  // answer() reports the refusal
+      const auto again = reqs_.find(hid);
+      if (again != reqs_.end() && !again->second.answered && links_[k].lost) {
+        reqs_.erase(again);
+        open_link(k);
+        hid = hello();
+      }
+    }
+    answer(hid, "rejoin");
+    links_[k].lost = false;
+    links_[k].up = true;
+    if (flushed_) {
+      answer(request(static_cast<int>(k), ps::wire::make(ps::wire::type::config), std::as_bytes(std::span<const char>(config_text_.data(), config_text_.size())),
+                     req_kind::ack, /*copy=*/true),
+             "config");
+      std::vector<std::uint64_t> ids;
+      for (std::size_t s = 0; s < shards_.size(); ++s)
+        if (shards_[s].server == static_cast<int>(k)) ids.push_back(request(shards_[s].server, init_header(s), init_payload(s), req_kind::ack, /*copy=*/true));
+      for (const auto id : ids) answer(id, "init");
+      for (std::size_t s = 0; s < shards_.size(); ++s)  // its rows all changed (the checkpoint's): pull_rows moves them all
+        if (shards_[s].server == static_cast<int>(k)) since_[s] = 0;
+    }
+    for (const auto id : resend) {
+      const auto it = reqs_.find(id);
+      if (it == reqs_.end() || it->second.answered) continue;
+      auto& r = it->second;
+      send(r.server, r.sent, r.body.empty() ? r.payload : std::span<const std::byte>(r.body), r.body.empty() && !r.payload.empty() ? &r.flag : nullptr);
+    }
+    ++stats_.rejoins;
+  }
+
+  // One message to every server, and their answers.
+  void everyone(ps::wire::type t, const std::string& text, const char* what) {
+    std::vector<std::uint64_t> ids;
+    for (std::size_t k = 0; k < socks_.size(); ++k)
+      ids.push_back(request(static_cast<int>(k), ps::wire::make(t), std::as_bytes(std::span<const char>(text.data(), text.size())),
+                            req_kind::ack, /*copy=*/true));
+    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    for (const auto id : ids) wait_id(id, until, what, true);
+  }
+
+  // The optimizer, then the variables to the servers: the partition, one init per shard.
+  void flush() {
+    if (flushed_) return;
+    flushed_ = true;
+    nlohmann::json j;
+    j["optimizer"] = opt_name_;
+    j["settings"] = opt_settings_;
+    config_text_ = j.dump();
+    everyone(ps::wire::type::config, config_text_, "config");
+    shards_ = o_.partition(vars_, servers());
+    ps::check_partition(vars_, servers(), shards_);
+    shards_of_.assign(vars_.size(), {});
+    for (std::size_t s = 0; s < shards_.size(); ++s) shards_of_[shards_[s].var].push_back(s);
+    since_.assign(shards_.size(), 0);
+    std::vector<std::uint64_t> ids;
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      ids.push_back(request(shards_[s].server, init_header(s), init_payload(s), req_kind::ack, /*copy=*/true));
+      if (o_.rank != 0) continue;
+      // the chief's values (and any optimizer state) follow in chunks; its init is answered
+      // once the last has arrived
+      const auto var = shards_[s].var;
+      const std::size_t eb = vars_[var].element_bytes;
+      for_each_chunk({s}, eb, [&](std::size_t, std::size_t first, std::size_t n) {
+        auto h = init_header(s);
+        h.type = static_cast<std::uint8_t>(ps::wire::type::init_values);
+        h.offset = first;
+        h.count = n;
+        std::vector<std::byte> payload;
+        payload.reserve(n * eb * first_values_[var].size());
+        for (const auto& b : first_values_[var])
+          payload.insert(payload.end(), b.begin() + static_cast<std::ptrdiff_t>(first * eb), b.begin() + static_cast<std::ptrdiff_t>((first + n) * eb));
+        ids.push_back(request(shards_[s].server, h, payload, req_kind::ack, /*copy=*/true));
+      });
+    }
+    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    for (const auto id : ids) wait_id(id, until, "init", true);
+    first_values_.clear();
+  }
+
+  // Shard s's declaration: its key, range and dtype; scalar = the variable's elements, clock =
+  // the step this worker starts at. The payload: the name (the chief's values follow as
+  // init_values chunks).
+  ps::wire::header init_header(std::size_t s) const {
+    const auto& sh = shards_[s];
+    auto h = ps::wire::make(ps::wire::type::init, static_cast<std::uint32_t>(s), sh.offset, sh.count, dtypes_[sh.var]);
+    h.scalar = static_cast<double>(vars_[sh.var].elements);
+    h.clock = static_cast<std::uint64_t>(std::max<std::int64_t>(0, start_step_));
+    return h;
+  }
+  std::vector<std::byte> init_payload(std::size_t s) const {
+    const auto& v = vars_[shards_[s].var];
+    std::vector<std::byte> payload(4 + v.name.size());
+    const auto len = static_cast<std::uint32_t>(v.name.size());
+    std::memcpy(payload.data(), &len, 4);
+    std::memcpy(payload.data() + 4, v.name.data(), v.name.size());
+    return payload;
+  }
+
+  std::size_t index_of(std::string_view key, const char* what) const {
+    const auto it = index_.find(std::string(key));
+    if (it == index_.end()) throw error(prefix() + std::string(what) + " of '" + std::string(key) + "', which was never declared (initialize)");
+    return it->second;
+  }
+  std::size_t row_length(std::size_t v, const char* what) const {
+    if (vars_[v].row_elements == 0)
+      throw error(prefix() + std::string(what) + " of '" + vars_[v].name + "', which is not a table of rows (set_rows before the first push or pull)");
+    return vars_[v].row_elements;
+  }
+  // Which of variable v's shards (its position in shards_of_[v]) holds element e.
+  std::size_t shard_of_row(std::size_t v, std::size_t e) const {
+    for (std::size_t q = 0; q < shards_of_[v].size(); ++q) {
+      const auto& sh = shards_[shards_of_[v][q]];
+      if (e >= sh.offset && e < sh.offset + sh.count) return q;
+    }
+    throw error(prefix() + "no shard of '" + vars_[v].name + "' holds element " + std::to_string(e));
+  }
+
+  std::size_t var_of(std::string_view key, std::size_t n, ps::wire::dtype dt, const char* what) const {
+    const auto it = index_.find(std::string(key));
+    if (it == index_.end()) throw error(prefix() + std::string(what) + " of '" + std::string(key) + "', which was never declared (initialize)");
+    const auto& v = vars_[it->second];
+    if (v.elements != n || dtypes_[it->second] != dt)
+      throw error(prefix() + std::string(what) + " of '" + std::string(key) + "' with " + std::to_string(n) + " " + ps::wire::dtype_name(dt) +
+                  " elements; it has " + std::to_string(v.elements) + " " + ps::wire::dtype_name(dtypes_[it->second]));
+    return it->second;
+  }
+
+  std::uint64_t first_open() const { return reqs_.empty() ? next_id_ : reqs_.begin()->first; }
+
+  // Posts a request and returns its id.
+  std::uint64_t request(int server, ps::wire::header h, std::span<const std::byte> payload, req_kind kind, bool copy = false) {
+    if (broken_) throw comm_error(prefix() + "the communicator failed earlier: " + broken_text_);
+    h.id = next_id_++;
+    h.rank = o_.rank;
+    req r;
+    r.server = server;
+    r.kind = kind;
+    r.type = static_cast<ps::wire::type>(h.type);
+    r.key = h.key;
+    r.clock = h.clock;
+    r.sent = h;
+    // what a rejoin resends: the caller's bytes (kept until the handle completes) or a copy
+    if (copy) r.body.assign(payload.begin(), payload.end());
+    else r.payload = payload;
+    send(server, h, payload, copy ? nullptr : &r.flag);
+    reqs_.emplace(h.id, std::move(r));
+    return h.id;
+  }
+
+  void send(int server, ps::wire::header h, std::span<const std::byte> payload, std::shared_ptr<ps::detail::send_flag>* flag) {
+    h.rank = o_.rank;
+    h.payload_bytes = payload.size();
+    auto& s = socks_[static_cast<std::size_t>(server)];
+    try {
+      if (payload.empty()) {
+        s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::none);
+        return;
+      }
+      zmq::message_t body;
+      if (flag && payload.size() >= (64u << 10)) {
+        auto f = std::make_shared<ps::detail::send_flag>();
+        auto* hint = new std::shared_ptr<ps::detail::send_flag>(f);
+        try {
+          body = zmq::message_t(const_cast<std::byte*>(payload.data()), payload.size(), &ps::detail::release_send, hint);
+        } catch (...) {
+          delete hint;
+          throw;
+        }
+        *flag = f;
+        flags_.push_back(std::move(f));
+      } else {
+        body = zmq::message_t(payload.data(), payload.size());
+      }
+      s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
+      s.send(body, zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      fail(prefix() + "cannot send " + ps::wire::type_name(static_cast<ps::wire::type>(h.type)) + " to " + server_name(server) + ": " + e.what());
+    }
+  }
+
+  [[noreturn]] void fail(const std::string& text) {
+    broken_ = true;
+    broken_text_ = text;
+    throw comm_error(text);
+  }
+
+  void prune_flags() {
+    while (!flags_.empty() && flags_.front()->done.load(std::memory_order_acquire)) flags_.pop_front();
+  }
+
+  // Reads every message waiting on any socket (up to wait_ms for the first).
+  void pump(int wait_ms) {
+    std::vector<zmq::pollitem_t> items;
+    for (auto& s : socks_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& m : mons_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
+    for (std::size_t k = 0; k < mons_.size(); ++k)
+      if (items[socks_.size() + k].revents & ZMQ_POLLIN) link_events(k);
+    for (std::size_t k = 0; k < socks_.size(); ++k) {
+      if (!(items[k].revents & ZMQ_POLLIN)) continue;
+      for (int budget = 0; budget < 1024; ++budget) {
+        std::vector<zmq::message_t> parts;
+        zmq::message_t m;
+        if (!socks_[k].recv(m, zmq::recv_flags::dontwait)) break;
+        parts.push_back(std::move(m));
+        while (parts.back().more() && parts.size() < 4) {
+          zmq::message_t p;
+          (void)socks_[k].recv(p, zmq::recv_flags::none);
+          parts.push_back(std::move(p));
+        }
+        on_message(static_cast<int>(k), parts);
+      }
+    }
+  }
+
+  void on_message(int server, std::vector<zmq::message_t>& parts) {
+    std::vector<std::span<const std::byte>> frames;
+    for (auto& p : parts) frames.emplace_back(static_cast<const std::byte*>(p.data()), p.size());
+    ps::wire::limits lim;
+    lim.max_payload = std::max<std::size_t>(lim.max_payload, o_.chunk_bytes);
+    const auto d = ps::wire::decode(frames, lim);
+    if (!d.msg) fail(prefix() + server_name(server) + " sent a " + d.error);
+    const auto& h = d.msg->h;
+    const auto it = reqs_.find(h.id);
+    if (it == reqs_.end()) return;  // an answer to a request already failed or abandoned
+    auto& r = it->second;
+    r.answered = true;
+    if (static_cast<ps::wire::type>(h.type) == ps::wire::type::fail) {
+      r.failure = std::string(reinterpret_cast<const char*>(d.msg->payload.data()), d.msg->payload.size());
+      return;
+    }
+    if (r.kind == req_kind::snapshot) {
+      const std::size_t part = r.dst.size(), want = part * (1 + r.extra.size());
+      if (d.msg->payload.size() != want)
+        fail(prefix() + server_name(server) + " answered a snapshot of '" + key_name(r.key) + "' with " +
+             std::to_string(d.msg->payload.size()) + " bytes; expected " + std::to_string(want) + " (values and " +
+             std::to_string(r.extra.size()) + " optimizer state tensors: do the workers and servers use the same optimizer?)");
+      std::memcpy(r.dst.data(), d.msg->payload.data(), part);
+      for (std::size_t k = 0; k < r.extra.size(); ++k) std::memcpy(r.extra[k].data(), d.msg->payload.data() + (k + 1) * part, part);
+      last_updates_ = static_cast<std::int64_t>(h.scalar);
+      return;
+    }
+    if (r.kind == req_kind::rows) {  // rows changed since the stamp: u64 indices, then the rows
+      const std::size_t elem = ps::wire::dtype_size(static_cast<ps::wire::dtype>(h.dtype)), L = h.offset, n = h.count;
+      const auto& sh = shards_[r.key];
+      const auto& var = vars_[sh.var];
+      if (elem != var.element_bytes || L != var.row_elements || d.msg->payload.size() != n * (8 + L * elem))
+        fail(prefix() + server_name(server) + " answered pull_rows of '" + var.name + "' with " + std::to_string(n) + " rows of " +
+             std::to_string(L) + " in " + std::to_string(d.msg->payload.size()) + " bytes");
+      for (std::size_t j = 0; j < n; ++j) {
+        std::uint64_t row = 0;
+        std::memcpy(&row, d.msg->payload.data() + 8 * j, 8);
+        if (row * L < sh.offset || row * L + L > sh.offset + sh.count)
+          fail(prefix() + server_name(server) + " answered pull_rows of '" + var.name + "' with row " + std::to_string(row) + ", not in its shard");
+        std::memcpy(r.dst.data() + row * L * elem, d.msg->payload.data() + 8 * n + j * L * elem, L * elem);
+      }
+      since_[r.key] = static_cast<std::uint64_t>(h.scalar);
+      stats_.bytes_pulled += d.msg->payload.size();
+      return;
+    }
+    if (r.kind == req_kind::pull || r.kind == req_kind::coll) {
+      if (d.msg->payload.size() != r.dst.size())
+        fail(prefix() + server_name(server) + " answered a " + ps::wire::type_name(r.type) + " of " + std::to_string(r.dst.size()) +
+             " bytes with " + std::to_string(d.msg->payload.size()));
+      if (!r.dst.empty()) std::memcpy(r.dst.data(), d.msg->payload.data(), r.dst.size());
+      if (r.kind == req_kind::pull && r.clock > 0) {
+        const auto known = static_cast<std::uint64_t>(h.scalar);
+        if (r.clock > known) stats_.max_staleness = std::max(stats_.max_staleness, r.clock - known);
+      }
+    }
+  }
+
+  void link_events(std::size_t k) {
+    for (int budget = 0; budget < 64; ++budget) {
+      zmq::message_t ev, addr;
+      if (!mons_[k].recv(ev, zmq::recv_flags::dontwait)) return;
+      if (ev.more()) (void)mons_[k].recv(addr, zmq::recv_flags::none);
+      std::uint16_t event = 0;
+      if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
+      std::uint32_t value = 0;
+      if (ev.size() >= 6) std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      if (std::getenv("GRADUS_PS_DEBUG"))
+        std::fprintf(stderr, "%sserver %zu link event %u value %u (up %d lost %d)\n", prefix().c_str(), k, unsigned(event), unsigned(value), int(links_[k].up), int(links_[k].lost));
+      if (const auto why = ps::describe_handshake_failure(event, value, o_.servers[k])) {
+        // refused (auth, protocol) is final; "closed during the handshake" once may be a dying server
+        if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || ++links_[k].failed_handshakes >= 3) links_[k].refused = *why;
+      } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+        links_[k].failed_handshakes = 0;
+      }
+      if (event == ZMQ_EVENT_DISCONNECTED && links_[k].up) {
+        // lost for good: ZeroMQ would reconnect this socket by itself, but to a restarted
+        // server that knows nothing of it; rejoin() opens a new one
+        links_[k].up = false;
+        links_[k].lost = true;
+        links_[k].down_since = std::chrono::steady_clock::now();
+      } else if (event == ZMQ_EVENT_CONNECTED && !links_[k].lost) {
+        links_[k].up = true;
+      }
+    }
+  }
+
+  // Waits for request `id` (answered, and its zero-copy payload released).
+  void wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error) {
+    auto it = reqs_.find(id);
+    if (it == reqs_.end()) return;
+    while (true) {
+      auto& r = it->second;
+      if (r.answered && (!r.flag || r.flag->done.load(std::memory_order_acquire))) break;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        const std::string text = prefix() + "no answer from " + server_name(r.server) + " to " + (what ? what : ps::wire::type_name(r.type)) +
+                                 (r.type == ps::wire::type::pull || r.type == ps::wire::type::push ? " of '" + key_name(r.key) + "'" : std::string()) +
+                                 " at clock " + std::to_string(r.clock) + " within " + std::to_string(o_.timeout.count()) +
+                                 " ms (is it running and reachable? in bsp/ssp a pull also waits for the slowest worker)";
+        reqs_.erase(it);
+        if (!throw_on_error) return;
+        fail(text);
+      }
+      pump(static_cast<int>(std::min<long long>(left, r.answered ? 1 : 50)));
+      it = reqs_.find(id);
+      if (it == reqs_.end()) return;
+      const auto& link = links_[static_cast<std::size_t>(it->second.server)];
+      if (!link.refused.empty() && !it->second.answered) {
+        const std::string text = prefix() + link.refused;
+        reqs_.erase(it);
+        if (!throw_on_error) return;
+        fail(text);
+      }
+      if (!rejoining_) {
+        // a server whose connection closed: rejoin it when it is back (or fail), for every
+        // lost link, not only this request's: its answer may wait on a peer that waits there
+        const char* during = what ? what : ps::wire::type_name(it->second.type);
+        for (std::size_t k = 0; k < links_.size(); ++k) {
+          if (!links_[k].lost) continue;
+          if (!links_[k].joined) {  // before the first hello was answered: nothing to rejoin
+            if (static_cast<int>(k) == it->second.server && !it->second.answered &&
+                std::chrono::steady_clock::now() - links_[k].down_since > std::chrono::seconds(3)) {
+              // 3 s, not 1: a CURVE refusal closes the connection first and names itself
+              // through the monitor a moment later, which took over 1 s on a loaded CI machine
+              const std::string text = prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed during " + during +
+                                       " and did not come back within 3 s (the ps process died or was stopped)";
+              reqs_.erase(it);
+              if (!throw_on_error) return;
+              fail(text);
+            }
+            continue;
+          }
+          if (!throw_on_error) {  // a goodbye does not wait for a lost server
+            if (static_cast<int>(k) == it->second.server) {
+              reqs_.erase(it);
+              return;
+            }
+            continue;
+          }
+          rejoin(k, during);
+        }
+        it = reqs_.find(id);
+        if (it == reqs_.end()) return;
+      }
+    }
+    auto r = std::move(it->second);
+    reqs_.erase(it);
+    prune_flags();
+    if (!r.failure.empty() && throw_on_error) {
+      // every worker got the same refusal: the connections and the collective count stay sound
+      if (r.kind == req_kind::coll) throw comm_error(r.failure);
+      throw error(r.failure);
+    }
+  }
+
+  std::string key_name(std::uint32_t key) const {
+    return key < shards_.size() ? vars_[shards_[key].var].name : "key " + std::to_string(key);
+  }
+
+  void collective(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
+    auto h = ps::wire::make(ps::wire::type::coll, static_cast<std::uint32_t>(op), static_cast<std::uint64_t>(root), count, dt);
+    h.clock = coll_seq_++;
+    const auto id = request(0, h, data, req_kind::coll, /*copy=*/true);
+    reqs_.at(id).dst = op == ps::wire::coll_op::barrier ? std::span<std::byte>{} : data;
+    static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier"};
+    wait_id(id, std::chrono::steady_clock::now() + o_.timeout, names[static_cast<int>(op)], true);
+  }
+
+  ps_options o_;
+  std::unique_ptr<zmq::context_t> own_ctx_;
+  std::vector<zmq::socket_t> socks_, mons_;
+  struct link {
+    bool up = true;     // until its connection is seen to close
+    bool lost = false;  // its connection closed: rejoin() replaces it
+    bool joined = false;  // the server answered this worker's first hello (a loss is then a restart to rejoin)
+    std::chrono::steady_clock::time_point down_since{};
+    std::string refused;  // why the server refused this client's handshake (CURVE)
+    int failed_handshakes = 0;
+  };
+  std::vector<link> links_;
+  ps::mode mode_ = ps::mode::bsp;
+  int staleness_ = 0;
+  bool flushed_ = false, broken_ = false, shutdown_on_exit_ = true;
+  bool rejoining_ = false, closing_ = false;
+  std::uint64_t link_generation_ = 0;
+  std::string config_text_;
+  std::string broken_text_;
+  std::string opt_name_ = "sgd";
+  std::map<std::string, std::string> opt_settings_;
+  double lr_ = 0.01;
+  std::vector<ps::variable_info> vars_;
+  std::vector<ps::wire::dtype> dtypes_;
+  std::vector<std::vector<std::vector<std::byte>>> first_values_;  // per variable: values, then optimizer state
+  std::int64_t start_step_ = -1, last_updates_ = 0;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::vector<ps::shard> shards_;
+  std::vector<std::vector<std::size_t>> shards_of_;
+  std::vector<std::uint64_t> since_;  // per shard: the update stamp this worker's rows are current to (pull_rows)
+  std::map<std::uint64_t, req> reqs_;
+  std::deque<std::shared_ptr<ps::detail::send_flag>> flags_;
+  std::uint64_t next_id_ = 1, clock_ = 0, coll_seq_ = 0;
+  client_stats stats_;
+};
+
+static_assert(parallel::parameter_server_policy<parameter_server<ps_bsp>>);
+
+namespace ps {
+// Serves as parameter-server task `c.task_index` of the cluster spec (its address is
+// c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
+// the chief ends the job.
+template <class Spec>
+void serve(const Spec& c, server_options o = {}) {
+  if (c.task_type != "ps") throw error("gradus: ps::serve: this process is a '" + c.task_type + "' task, not a ps task");
+  if (c.task_index < 0 || c.task_index >= static_cast<int>(c.ps.size()))
+    throw error("gradus: ps::serve: ps task " + std::to_string(c.task_index) + " of " + std::to_string(c.ps.size()));
+  if (o.address.empty()) {
+    o.address = c.ps[static_cast<std::size_t>(c.task_index)];
+    if (!c.bind_addr.empty()) o.address = c.bind_addr + o.address.substr(o.address.rfind(':'));
+  }
+  o.index = c.task_index;
+  if (!o.curve) o.curve = curve_server_from_env(c.task_index);
+  zmq::context_t ctx(1);
+  server s(ctx, o);
+  s.run();
+}
+}  // namespace ps
+
+}  // namespace gradus

@@ -1,0 +1,455 @@
+#pragma once
+// gradus::ring_allreduce — the communicator policy of synchronous data parallelism: ranks
+// on a ring (each sends to rank+1 and receives from rank-1), meeting through rank 0
+// (ring_options::rendezvous). The data moves over shared memory between ranks of one host,
+// direct TCP sockets between hosts, or ZeroMQ (ring_options::transport); ZeroMQ always
+// carries the rendezvous, heartbeats and aborts.
+//
+//   gradus::ring_allreduce comm({.rank = r, .world_size = n, .rendezvous = "tcp://10.0.0.1:29500"});
+//   comm.broadcast(std::span(weights), 0);
+//   comm.allreduce_average(std::span(gradients));
+//
+// Every collective has a timeout (ring_options::timeout), a peer whose connection drops
+// makes every rank throw gradus::comm_error within a few seconds, and the ranks check
+// that they run the same collective (sequence number, op, dtype, element count) from the
+// header of the first message each receives. After a comm_error the communicator is
+// unusable: destroy it (before freeing the buffers of the failed collective, which ZeroMQ
+// may still be sending from).
+//
+// One thread at a time: a communicator may move between threads (a trainer's background
+// all-reduce thread), but two collectives must never run on it at once.
+#include <algorithm>
+#include <concepts>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradus/comm/ring/fp16.hpp"
+#include "gradus/comm/ring/options.hpp"
+#include "gradus/comm/ring/pair.hpp"
+#include "gradus/comm/ring/zmq_ring.hpp"
+#include "gradus/core/error.hpp"
+#include "gradus/parallel/communicator.hpp"
+
+namespace gradus {
+
+namespace ring::detail {
+
+template <class T>
+constexpr dtype_code dtype_of() {
+  if constexpr (std::same_as<T, std::byte>) return dtype_code::bytes;
+  else return std::same_as<T, float> ? dtype_code::float32 : dtype_code::float64;
+}
+
+// dst += src, a loop the compiler vectorises (no aliasing: src is a received message).
+template <class T>
+void add_into(T* __restrict dst, const T* __restrict src, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
+}
+template <class T>
+void scale(T* __restrict dst, T factor, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] *= factor;
+}
+
+}  // namespace ring::detail
+
+template <class T>
+concept ring_element = std::same_as<T, float> || std::same_as<T, double>;
+// What broadcast also carries: raw bytes (run fingerprints, serialized state).
+template <class T>
+concept ring_broadcast_element = ring_element<T> || std::same_as<T, std::byte>;
+
+class ring_allreduce {
+ public:
+  static constexpr const char* name = "ring";
+
+  // Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
+  // end (a barrier), all within options.timeout.
+  explicit ring_allreduce(const ring_options& options) : opt_(checked(options)), link_(std::make_unique<ring::zmq_ring>(options)) {
+    if (world_size() > 1) {
+      ring::fingerprint fp{0, 0, ring::op_code::connect, ring::dtype_code::none, 0};
+      run(fp, [&] { token_ring(fp); });
+    }
+  }
+  // From a cluster spec (gradus::cluster::from_env(): TF_CONFIG, torchrun, Slurm, OpenMPI,
+  // GRADUS_CLUSTER): its rank, world size and rendezvous; the rest from `base`.
+  //   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());
+  template <class Spec>
+    requires requires(const Spec& c) {
+      { c.rank } -> std::convertible_to<int>;
+      { c.world_size } -> std::convertible_to<int>;
+      { c.rendezvous() } -> std::convertible_to<std::string>;
+    }
+  explicit ring_allreduce(const Spec& cluster, ring_options base = {})
+      : ring_allreduce(with_cluster(cluster, std::move(base))) {}
+  ring_allreduce(const ring_allreduce&) = delete;
+  ring_allreduce& operator=(const ring_allreduce&) = delete;
+  ~ring_allreduce() = default;
+
+  int rank() const { return link_->rank(); }
+  int world_size() const { return link_->world_size(); }
+  // The data path in use: "shm" (shared memory), "tcp" (direct sockets), "zmq-ipc" or
+  // "zmq-tcp" (ZeroMQ), "inproc" (threads), or "none" for a world of one.
+  const std::string& transport() const { return link_->transport(); }
+  // Every rank's data address, by rank (empty for a world of one).
+  const std::vector<std::string>& addresses() const { return link_->addresses(); }
+
+  // x <- the elementwise sum of every rank's x. Every rank ends with the same bits.
+  template <ring_element T>
+  void allreduce_sum(std::span<T> x) {
+    allreduce(x, ring::op_code::allreduce_sum);
+  }
+  // x <- the sum times 1/world_size (computed once, by the owner of each chunk).
+  template <ring_element T>
+  void allreduce_average(std::span<T> x) {
+    allreduce(x, ring::op_code::allreduce_average);
+  }
+
+  // x <- root's x, streamed segment by segment along the ring from root.
+  template <ring_broadcast_element T>
+  void broadcast(std::span<T> x, int root) {
+    if (root < 0 || root >= world_size())
+      throw error("gradus: ring_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " + std::to_string(world_size()));
+    const auto fp = next(ring::op_code::broadcast, ring::detail::dtype_of<T>(), x.size(), root);
+    if (world_size() == 1) return;
+    run(fp, [&] { broadcast_ring(x, root, fp); });
+  }
+
+  // Returns once every rank has entered the barrier.
+  void barrier() {
+    const auto fp = next(ring::op_code::barrier, ring::dtype_code::none, 0, 0);
+    if (world_size() == 1) return;
+    run(fp, [&] { token_ring(fp); });
+  }
+
+ private:
+  static const ring_options& checked(const ring_options& o) {
+    if (o.compress != "none" && o.compress != "fp16")
+      throw error("gradus: ring_allreduce: compress '" + o.compress + "' must be none or fp16");
+    return o;
+  }
+  template <class Spec>
+  static ring_options with_cluster(const Spec& c, ring_options o) {
+    if (c.rank < 0)
+      throw error("gradus: ring_allreduce: this process is not a worker of its cluster spec (rank " +
+                  std::to_string(c.rank) + ")");
+    o.rank = c.rank;
+    o.world_size = c.world_size;
+    o.rendezvous = c.rendezvous();
+    // where the address came from (MASTER_ADDR, a Slurm node list, TF_CONFIG...), for errors
+    if constexpr (requires { c.rendezvous_origin(); }) o.origin = c.rendezvous_origin();
+    if constexpr (requires { c.bind_addr; }) {
+      if (o.bind_host.empty()) o.bind_host = c.bind_addr;  // GRADUS_BIND_ADDR
+    }
+    return o;
+  }
+  ring::fingerprint next(ring::op_code op, ring::dtype_code dt, std::size_t count, int root) {
+    return ring::fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
+  }
+  ring::clock::time_point deadline() const { return ring::clock::now() + opt_.timeout; }
+  // The header of this rank's messages in collective fp (step, segment, bytes: per message).
+  ring::frame_header header(const ring::fingerprint& fp) const {
+    ring::frame_header h;
+    h.from = rank();
+    h.fp = fp;
+    return h;
+  }
+
+  // Runs one collective; any failure is remembered, passed along the ring, and rethrown.
+  template <class F>
+  void run(const ring::fingerprint& fp, F&& body) {
+    if (!broken_.empty())
+      throw comm_error("gradus: ring_allreduce: " + ring::to_string(fp) + " on rank " + std::to_string(rank()) +
+                       ": the communicator failed earlier and cannot be used; destroy it. The first error: " + broken_);
+    try {
+      body();
+    } catch (const comm_error& e) {
+      broken_ = e.what();
+      link_->fail(broken_);
+      throw;
+    } catch (const zmq::error_t& e) {
+      broken_ = "gradus: ring_allreduce: " + ring::to_string(fp) + " on rank " + std::to_string(rank()) + ": ZeroMQ: " + e.what();
+      if (e.num() == ETERM) link_->close_now();
+      else link_->fail(broken_);
+      throw comm_error(broken_);
+    }
+  }
+
+  // Every received header must match this rank's own collective, step and segment.
+  void expect(const ring::message& m, const ring::fingerprint& fp, std::uint32_t step, std::uint64_t segment, std::size_t bytes) {
+    auto& L = link_->left();
+    const std::string doing = ring::to_string(fp);
+    if (!(m.header.fp == fp) && m.header.fp.algo != fp.algo) {
+      auto same = m.header.fp;
+      same.algo = fp.algo;
+      if (same == fp)
+        throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
+                         " (" + L.address() + ") runs it as " + ring::algo_name(m.header.fp.algo) + " but rank " + std::to_string(rank()) +
+                         " as " + ring::algo_name(fp.algo) + ": ring_options::small_bytes (or segment_bytes) differs between ranks");
+    }
+    if (!(m.header.fp == fp))
+      throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
+                       " (" + L.address() + ") is running " + ring::to_string(m.header.fp) + " but rank " + std::to_string(rank()) +
+                       " is running " + doing + ": every rank must call the same collectives in the same order with the same sizes");
+    if (m.header.step != step || m.header.segment != segment || m.header.bytes != bytes)
+      throw comm_error("gradus: ring_allreduce: " + doing + " on rank " + std::to_string(rank()) + ": rank " + std::to_string(L.peer()) +
+                       " (" + L.address() + ") sent step " + std::to_string(m.header.step) + " segment " + std::to_string(m.header.segment) +
+                       " of " + std::to_string(m.header.bytes) + " bytes; expected step " + std::to_string(step) + " segment " +
+                       std::to_string(segment) + " of " + std::to_string(bytes) + " bytes (segment_bytes differs between ranks?)");
+  }
+
+  // Ring all-reduce, as reduce-scatter then all-gather over N chunks (chunk c: elements
+  // [c*n/N, (c+1)*n/N), the first n%N chunks one longer; empty when n < N).
+  //
+  //   step s = 0 .. 2(N-1)-1: rank r sends chunk (r-s) mod N to r+1 and receives chunk
+  //   (r-s-1) mod N from r-1. In the first N-1 steps (reduce-scatter) it adds what it
+  //   receives to its own copy; after them rank r holds the complete sum of chunk
+  //   (r+1) mod N. In the last N-1 steps (all-gather) it overwrites with what it receives.
+  //
+  // So chunk c is summed in one fixed order, x_c + x_{c+1} + ... + x_{c+N-1} (ranks mod N,
+  // left to right), by its owner (c-1) mod N, who also applies the 1/N of an average; the
+  // all-gather copies the owner's bits to everyone. Same world size, same inputs: the
+  // same bits on every rank and in every run, whatever the timing.
+  //
+  // Each chunk travels as segments of segment_bytes. Steps are pipelined per segment: as
+  // soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
+  // s+1, while later segments are still arriving, so sending, receiving and reducing
+  // overlap and up to a whole chunk is in flight.
+  template <ring_element T>
+  void allreduce(std::span<T> x, ring::op_code op) {
+    auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
+    if (opt_.compress == "fp16") fp.wire = ring::dtype_code::float16;
+    if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
+    const std::size_t bytes = x.size() * (fp.wire == ring::dtype_code::float16 ? 2 : sizeof(T));
+    if (bytes * static_cast<std::size_t>(world_size() - 1) <= opt_.small_bytes && bytes <= link_->segment_bytes(opt_.segment_bytes))
+      fp.algo = ring::algo_code::gather;
+    run(fp, [&] {
+      if (fp.algo == ring::algo_code::gather) allreduce_gather(x, fp);
+      else allreduce_ring(x, fp);
+    });
+  }
+
+  // Small buffers, where a ring's 2(N-1) dependent hops cost more than its bytes: every
+  // rank's whole buffer goes around the ring (step s: rank r passes rank (r-s)'s buffer to
+  // r+1 and receives rank (r-s-1)'s from r-1), N-1 hops, and each rank adds the N buffers
+  // in rank order 0, 1, ..., N-1 (times 1/N for an average): the same bits everywhere.
+  // fp16: each rank's buffer travels compressed, its own copy rounded as the others see it.
+  template <ring_element T>
+  void allreduce_gather(std::span<T> x, const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    const std::size_t n = x.size();
+    const bool half = fp.wire == ring::dtype_code::float16;
+    const std::size_t block = n * (half ? 2 : sizeof(T));
+    // rank q's buffer (as it travels) at gathered_[q * block]. On 2 ranks x_r + x_other is
+    // x_other + x_r bit for bit, so x is sent as it is and added to in place; otherwise x's
+    // own block is kept there too, since the sum in rank order overwrites x. The previous
+    // collective's sends from here are complete.
+    const bool in_place = N == 2;
+    gathered_.resize(static_cast<std::size_t>(N) * block);
+    auto at = [&](int q) { return gathered_.data() + static_cast<std::size_t>(q) * block; };
+    if (half) ring::fp16::compress(x.data(), at(r), n);
+    else if (!in_place && block) std::memcpy(at(r), x.data(), block);
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    ring::frame_header h = header(fp);
+    h.bytes = block;
+    std::uint64_t last = R.send(h, half || !in_place ? std::span<const std::byte>(at(r), block) : std::as_bytes(x));
+    if (in_place) {
+      if (half) ring::fp16::round_trip(x.data(), n);  // x is not what travels
+      ring::message m = L.recv(deadline(), doing);
+      expect(m, fp, 0, 0, block);
+      R.wait_sent(last, deadline(), doing);  // x is no longer read by the send
+      if (half) ring::fp16::decompress<true>(x.data(), m.payload.data(), n);
+      else add_received(x, m.payload);
+    } else {
+      auto mod = [N](int a) { return ((a % N) + N) % N; };
+      for (int s = 0; s < N - 1; ++s) {
+        const int q = mod(r - s - 1);
+        ring::message m = L.recv(deadline(), doing);
+        expect(m, fp, static_cast<std::uint32_t>(s), 0, block);
+        if (block) std::memcpy(at(q), m.payload.data(), block);
+        m = {};  // frees the sender's slot before the next hop
+        if (s + 1 < N - 1) {
+          h.step = static_cast<std::uint32_t>(s + 1);
+          last = R.send(h, std::span<const std::byte>(at(q), block));
+        }
+      }
+      R.wait_sent(last, deadline(), doing);
+      for (int q = 0; q < N; ++q) {
+        if (half) {
+          if (q == 0) ring::fp16::decompress<false>(x.data(), at(q), n);
+          else ring::fp16::decompress<true>(x.data(), at(q), n);
+        } else {
+          const T* from = reinterpret_cast<const T*>(at(q));
+          if (q == 0) std::copy(from, from + n, x.data());
+          else ring::detail::add_into(x.data(), from, n);
+        }
+      }
+    }
+    if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
+  }
+
+  template <ring_element T>
+  void allreduce_ring(std::span<T> x, const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    const std::size_t n = x.size(), base = n / N, rem = n % N;
+    // Segments of segment_bytes: a larger chunk streams as several. Splitting smaller chunks
+    // further (at least 4 segments, down to 64 or 256 KiB) measured slower on 2 cores: each
+    // message costs a few thread wake-ups in ZeroMQ (benchmarks/README.md).
+    // fp16: each segment is compressed into `wire` (at the same offsets as in x) and sent
+    // from there; what arrives is widened as it is added or copied.
+    const bool half = fp.wire == ring::dtype_code::float16;
+    const std::size_t wire_size = half ? 2 : sizeof(T);
+    if (half) wire_.resize(2 * n);
+    const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / wire_size);
+    auto mod = [N](int a) { return ((a % N) + N) % N; };
+    auto chunk_begin = [&](int c) { return static_cast<std::size_t>(c) * base + std::min<std::size_t>(c, rem); };
+    auto chunk_size = [&](int c) { return base + (static_cast<std::size_t>(c) < rem ? 1 : 0); };
+    auto segments = [&](int c) { return std::max<std::size_t>(1, (chunk_size(c) + seg - 1) / seg); };
+    auto piece = [&](int c, std::size_t k) {
+      const std::size_t size = chunk_size(c), lo = std::min(size, k * seg);
+      return x.subspan(chunk_begin(c) + lo, std::min(seg, size - lo));
+    };
+    // The ticket of the latest send of each (chunk, segment), to wait on before overwriting.
+    std::vector<std::size_t> first(static_cast<std::size_t>(N) + 1, 0);
+    for (int c = 0; c < N; ++c) first[c + 1] = first[c] + segments(c);
+    constexpr auto none = std::numeric_limits<std::uint64_t>::max();
+    std::vector<std::uint64_t> ticket(first[N], none);
+
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    ring::frame_header h = header(fp);
+    std::uint64_t last = none;
+    auto post = [&](int step, int c, std::size_t k) {
+      const auto p = piece(c, k);
+      auto bytes = std::as_bytes(p);
+      if (half) {
+        // the previous send of this piece's wire bytes must be done before they change
+        if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
+        std::byte* w = wire_.data() + 2 * static_cast<std::size_t>(p.data() - x.data());
+        ring::fp16::compress(p.data(), w, p.size());
+        bytes = std::span<const std::byte>(w, 2 * p.size());
+      }
+      h.step = static_cast<std::uint32_t>(step);
+      h.segment = k;
+      h.bytes = bytes.size();
+      last = ticket[first[c] + k] = R.send(h, bytes);
+    };
+
+    const int steps = 2 * (N - 1);
+    const bool average = fp.op == ring::op_code::allreduce_average;
+    const T inv_n = T(1) / static_cast<T>(N);
+    for (std::size_t k = 0; k < segments(r); ++k) post(0, r, k);
+    for (int s = 0; s < steps; ++s) {
+      const int c = mod(r - s - 1);
+      for (std::size_t k = 0; k < segments(c); ++k) {
+        ring::message m = L.recv(deadline(), doing);
+        const auto dst = piece(c, k);
+        expect(m, fp, static_cast<std::uint32_t>(s), k, dst.size() * wire_size);
+        if (s < N - 1) {
+          if (half) ring::fp16::decompress<true>(dst.data(), m.payload.data(), dst.size());
+          else add_received(dst, m.payload);
+          if (s == N - 2 && average) ring::detail::scale(dst.data(), inv_n, dst.size());
+          // the owner keeps what the others will receive of its chunk: the same bits everywhere
+          if (s == N - 2 && half) ring::fp16::round_trip(dst.data(), dst.size());
+        } else {
+          if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
+          if (half) ring::fp16::decompress<false>(dst.data(), m.payload.data(), dst.size());
+          else if (!dst.empty()) std::memcpy(dst.data(), m.payload.data(), dst.size_bytes());
+        }
+        m = {};  // lets a zero-copy sender reuse its bytes
+        if (s + 1 < steps) post(s + 1, c, k);
+      }
+    }
+    if (last != none) R.wait_sent(last, deadline(), doing);
+  }
+
+  template <ring_element T>
+  void add_received(std::span<T> dst, std::span<const std::byte> src) {
+    if (dst.empty()) return;
+    const T* from = reinterpret_cast<const T*>(src.data());
+    if (reinterpret_cast<std::uintptr_t>(src.data()) % alignof(T) != 0) {  // ZeroMQ's buffers need not be aligned
+      auto& tmp = scratch<T>();
+      tmp.resize(dst.size());
+      std::memcpy(tmp.data(), src.data(), dst.size_bytes());
+      from = tmp.data();
+    }
+    ring::detail::add_into(dst.data(), from, dst.size());
+  }
+  template <class T>
+  std::vector<T>& scratch() {
+    if constexpr (std::same_as<T, float>) return scratch_f_;
+    else return scratch_d_;
+  }
+
+  // A pipeline along the ring from root: rank root+1 receives each segment, forwards it to
+  // root+2 before taking the next, and so on; the rank before root only receives.
+  template <ring_broadcast_element T>
+  void broadcast_ring(std::span<T> x, int root, const ring::fingerprint& fp) {
+    const int N = world_size(), r = rank();
+    const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / sizeof(T));
+    const std::size_t count = std::max<std::size_t>(1, (x.size() + seg - 1) / seg);
+    auto piece = [&](std::size_t k) {
+      const std::size_t lo = std::min(x.size(), k * seg);
+      return x.subspan(lo, std::min(seg, x.size() - lo));
+    };
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    const bool forward = (r + 1) % N != root;
+    ring::frame_header h = header(fp);
+    constexpr auto none = std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t last = none;
+    for (std::size_t k = 0; k < count; ++k) {
+      const auto p = piece(k);
+      if (r != root) {
+        ring::message m = L.recv(deadline(), doing);
+        expect(m, fp, 0, k, p.size_bytes());
+        if (!p.empty()) std::memcpy(p.data(), m.payload.data(), p.size_bytes());
+      }
+      if (r == root || forward) {
+        h.segment = k;
+        h.bytes = p.size_bytes();
+        last = R.send(h, std::as_bytes(p));
+      }
+    }
+    if (last != none) R.wait_sent(last, deadline(), doing);
+  }
+
+  // A token around the ring: N-1 hops, after which each rank has heard (through its
+  // left neighbour) from every other rank since they entered. Also the connect check.
+  void token_ring(const ring::fingerprint& fp) {
+    const int N = world_size();
+    auto& L = link_->left();
+    auto& R = link_->right();
+    const std::string doing = ring::to_string(fp);
+    ring::frame_header h = header(fp);
+    std::uint64_t last = R.send(h, {});
+    for (int s = 0; s < N - 1; ++s) {
+      ring::message m = L.recv(deadline(), doing);
+      expect(m, fp, static_cast<std::uint32_t>(s), 0, 0);
+      if (s + 1 < N - 1) {
+        h.step = static_cast<std::uint32_t>(s + 1);
+        last = R.send(h, {});
+      }
+    }
+    R.wait_sent(last, deadline(), doing);
+  }
+
+  ring_options opt_;
+  std::unique_ptr<ring::zmq_ring> link_;
+  std::uint64_t seq_ = 0;
+  std::string broken_;
+  std::vector<std::byte> wire_;  // fp16 compression: x's segments as they travel
+  std::vector<std::byte> gathered_;  // allreduce_gather: every rank's buffer as it travelled
+  std::vector<float> scratch_f_;
+  std::vector<double> scratch_d_;
+};
+
+static_assert(parallel::communicator<ring_allreduce>);
+
+}  // namespace gradus
