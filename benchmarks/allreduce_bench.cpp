@@ -6,7 +6,7 @@
 //   GRADUS_TRANSPORT                  auto | shm | tcp | zmq | zmq-tcp | zmq-ipc (default auto)
 //   GRADUS_SEGMENT_BYTES              optional, default 1 MiB
 // Rank 0 prints the table. The result of a last run is checked on every rank.
-#include <gradus/backends/ring_allreduce.hpp>
+#include <gradus/comm/ring.hpp>
 
 #include <chrono>
 #include <cstdio>

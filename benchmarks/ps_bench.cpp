@@ -42,7 +42,7 @@
 // per-round time over the samples and GB/s = (pushed + pulled bytes) / time, 1e9 bytes.
 // The pulled values are checked (gradus: the initial values, lr 0; raw: the server's
 // pattern) and the program fails if they differ.
-#include <gradus/backends/zmq_ps.hpp>
+#include <gradus/comm/ps.hpp>
 
 #include <zmq.hpp>
 
