@@ -28,7 +28,7 @@ Three subcommands (numpy and the standard library only; run with /usr/bin/python
             all-reduce from the alpha-beta fit of that path and link on allreduce_bench's
             tables (--fit-data, benchmarks/scaling/idle-2026-11-24). --predict-only: no runs.
 
-The model (see benchmarks/README.md, "Scaling model (issue 14)"):
+The model (docs/scaling.md):
   ring all-reduce of n bytes over N ranks:  t = 2(N-1) alpha + 2(N-1)/N n beta
   PS push+pull of n bytes, W workers, S servers:  t = alpha_ps + n beta_ps max(1, W/S)
   a training step of compute c (backward 2/3 c) whose gradient goes out in buckets of

@@ -26,7 +26,7 @@
 // example links (CMake's gradus_examples_common), and reaches the example through
 // parallel::any_communicator, one virtual call per collective. The communicator stack is 60% of
 // an example's object code when each example compiles it; here an example compiles its
-// model, its training loop and the data-parallel step (docs: README "Compile time").
+// model, its training loop and the data-parallel step (docs/compile-time.md).
 #include <chrono>
 #include <cstdint>
 #include <optional>

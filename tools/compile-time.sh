@@ -2,7 +2,7 @@
 # Measures the compile time of each example (compile only, no link) with g++ and
 # clang++-14 in Release, using the exact command CMake generates (compile_commands.json):
 # wall seconds (best of RUNS) and the compiler's peak memory (GNU time's "Maximum resident
-# set size", the same figure as /usr/bin/time -v). Prints README's "Compile time" table rows,
+# set size", the same figure as /usr/bin/time -v). Prints docs/compile-time.md's table rows,
 # and the _cuda twins' (nvcc) where the g++ configuration finds nvcc.
 #   tools/compile-time.sh [RUNS=3] [GLOB='*']   e.g. tools/compile-time.sh 1 'mnist_*'
 set -euo pipefail

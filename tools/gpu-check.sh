@@ -9,7 +9,7 @@
 #                                        builds these)
 #
 # On the device tool: command `tools/gpu-check.sh build/gpu-bundle`, carry ["build/gpu-bundle"],
-# timeout_s 420 (README.md, "Running the GPU check"). The machine has no Debian packages and
+# timeout_s 420 (docs/cuda.md, "Running the GPU check"). The machine has no Debian packages and
 # no network: everything the programs need that its image lacks travels in the bundle, and
 # its loader is pointed at the bundle's lib/ and at the image's CUDA libraries (the toolkit's
 # and the pip wheels' site-packages/nvidia/*/lib).

@@ -13,7 +13,7 @@ the float expression against the double one.
     gen_cases.py --seed S --cases K --out FILE.cpp
 
 The same seed always writes the same file. A failing case prints its seed, index and
-expression (tests/differential/README.md: hunting with fresh seeds).
+expression (docs/testing.md: hunting with fresh seeds).
 """
 import argparse
 import random
