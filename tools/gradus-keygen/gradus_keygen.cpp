@@ -14,14 +14,14 @@
 
 #include "gradus/comm/net/curve.hpp"
 
-namespace ps = gradus::ps;
+namespace net = gradus::net;
 
 namespace {
 
 int write_pair(const std::string& name, bool force) {
-  const std::string prefix = ps::key_prefix(name);
-  const auto kp = ps::generate_key_pair();
-  ps::save_key_pair(prefix, kp, force);
+  const std::string prefix = net::key_prefix(name);
+  const auto kp = net::generate_key_pair();
+  net::save_key_pair(prefix, kp, force);
   std::printf("gradus-keygen: wrote %s.key (the key pair: secret, mode 0600) and %s.pub (the public key)\n", prefix.c_str(), prefix.c_str());
   std::printf("public key: %s\n", kp.public_key.c_str());
   return 0;
@@ -30,33 +30,33 @@ int write_pair(const std::string& name, bool force) {
 // Adds the key of `pub_file` for `rank_text` to the allow-list `list` (written anew,
 // atomically; created when missing). A key already listed is refused.
 int allow(const std::string& pub_file, const std::string& rank_text, const std::string& list) {
-  const std::string key = ps::load_public_key(pub_file);
-  int rank = ps::any_rank;
+  const std::string key = net::load_public_key(pub_file);
+  int rank = net::any_rank;
   if (rank_text != "*") {
-    const auto p = ps::allow_list::parse(key + " " + rank_text + "\n", "--rank");  // the file format's own check
+    const auto p = net::allow_list::parse(key + " " + rank_text + "\n", "--rank");  // the file format's own check
     rank = *p.rank_of(key);
   }
   std::string text;
   mode_t mode = 0644;
   struct stat st {};
   if (::stat(list.c_str(), &st) == 0) {
-    text = ps::detail_security::read_file(list, "allow-list");
+    text = net::detail_security::read_file(list, "allow-list");
     mode = st.st_mode & 07777;
-    const auto existing = ps::allow_list::parse(text, list);
+    const auto existing = net::allow_list::parse(text, list);
     if (const auto r = existing.rank_of(key))
       throw gradus::error("gradus-keygen: the key of '" + pub_file + "' is already in '" + list + "' (rank " +
-                          (*r == ps::any_rank ? std::string("*") : std::to_string(*r)) + "); edit the file to change it");
+                          (*r == net::any_rank ? std::string("*") : std::to_string(*r)) + "); edit the file to change it");
     if (!text.empty() && text.back() != '\n') text += '\n';
   } else {
     text = "# gradus parameter-server allow-list: \"<public key> <rank>\" per line, rank * = any rank.\n"
            "# Read by ps tasks from GRADUS_PS_CURVE_ALLOW; gradus-keygen --allow adds lines.\n";
   }
   const auto slash = pub_file.rfind('/');
-  text += ps::allow_list::line(key, rank, pub_file.substr(slash == std::string::npos ? 0 : slash + 1));
-  (void)ps::allow_list::parse(text, list);  // what is written reads back
-  ps::detail_security::write_file_atomically(list, text, mode, /*overwrite=*/true);
+  text += net::allow_list::line(key, rank, pub_file.substr(slash == std::string::npos ? 0 : slash + 1));
+  (void)net::allow_list::parse(text, list);  // what is written reads back
+  net::detail_security::write_file_atomically(list, text, mode, /*overwrite=*/true);
   std::printf("gradus-keygen: %s may now connect as %s (%s)\n", pub_file.c_str(),
-              rank == ps::any_rank ? "any rank" : ("worker " + std::to_string(rank)).c_str(), list.c_str());
+              rank == net::any_rank ? "any rank" : ("worker " + std::to_string(rank)).c_str(), list.c_str());
   return 0;
 }
 

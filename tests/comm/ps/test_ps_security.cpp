@@ -37,7 +37,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gradus/comm/net/curve.hpp>
+#include <gradus/comm/ps/curve_config.hpp>
 
 extern char** environ;
 

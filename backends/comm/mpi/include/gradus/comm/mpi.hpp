@@ -48,6 +48,7 @@
 
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
+#include "gradus/parallel/elements.hpp"
 
 namespace gradus {
 
@@ -56,12 +57,6 @@ struct mpi_options {
   // INT_MAX only to test the pieces.
   std::size_t max_count = static_cast<std::size_t>(INT_MAX);
 };
-
-template <class T>
-concept mpi_element = std::same_as<T, float> || std::same_as<T, double>;
-// What broadcast also carries: raw bytes (run fingerprints, serialized state).
-template <class T>
-concept mpi_broadcast_element = mpi_element<T> || std::same_as<T, std::byte>;
 
 class mpi_allreduce {
  public:
@@ -116,12 +111,12 @@ class mpi_allreduce {
   MPI_Comm comm() const { return comm_; }
 
   // x <- the sum of every rank's x, elementwise.
-  template <mpi_element T>
+  template <parallel::collective_element T>
   void allreduce_sum(std::span<T> x) {
     pieces(x, "MPI_Allreduce (sum)", [&](T* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type<T>(), MPI_SUM, comm_); });
   }
   // x <- the sum scaled by 1/N (every rank scales the same bits by the same factor).
-  template <mpi_element T>
+  template <parallel::collective_element T>
   void allreduce_average(std::span<T> x) {
     pieces(x, "MPI_Allreduce (average)", [&](T* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type<T>(), MPI_SUM, comm_); });
     if (world_ == 1) return;
@@ -129,7 +124,7 @@ class mpi_allreduce {
     for (auto& v : x) v *= inv_n;
   }
   // x <- root's x.
-  template <mpi_broadcast_element T>
+  template <parallel::broadcast_element T>
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= world_)
       throw error("gradus: mpi_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " +

@@ -39,6 +39,9 @@
 
 #include <unistd.h>
 
+#include "gradus/comm/net/heartbeat.hpp"
+#include "gradus/comm/net/socket_monitor.hpp"
+#include "gradus/comm/net/zero_copy.hpp"
 #include "gradus/comm/ps/partition.hpp"
 #include "gradus/comm/ps/server.hpp"
 #include "gradus/comm/ps/wire.hpp"
@@ -101,17 +104,6 @@ inline void parse_consistency(const std::string& text, ps_options& o) {
   }
 }
 
-namespace ps::detail {
-struct send_flag {
-  std::atomic<bool> done{false};
-};
-inline void release_send(void*, void* hint) {
-  auto* f = static_cast<std::shared_ptr<send_flag>*>(hint);
-  (*f)->done.store(true, std::memory_order_release);
-  delete f;
-}
-}  // namespace ps::detail
-
 template <class Mode = ps_dynamic>
 class parameter_server {
  public:
@@ -160,11 +152,8 @@ class parameter_server {
       }
     } catch (...) {
     }
-    for (std::size_t k = 0; k < socks_.size(); ++k) {
-      (void)zmq_socket_monitor(socks_[k].handle(), nullptr, 0);  // before its reader closes (libzmq 4.3 leaks undelivered events)
-      socks_[k].set(zmq::sockopt::linger, 0);
-    }
-    mons_.clear();
+    mons_.clear();  // before the sockets they watch (net/socket_monitor.hpp)
+    for (auto& sock : socks_) sock.set(zmq::sockopt::linger, 0);
     socks_.clear();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!flags_.empty() && std::chrono::steady_clock::now() < until) {
@@ -425,7 +414,7 @@ class parameter_server {
     std::uint32_t key = 0;
     std::span<std::byte> dst;
     std::vector<std::span<std::byte>> extra;  // snapshot: the optimizer state tensors
-    std::shared_ptr<ps::detail::send_flag> flag;
+    std::shared_ptr<net::send_flag> flag;
     bool answered = false;
     std::string failure;
     std::uint64_t clock = 0;
@@ -493,8 +482,7 @@ class parameter_server {
     d.set(zmq::sockopt::ipv6, 1);
     d.set(zmq::sockopt::sndhwm, 0);
     d.set(zmq::sockopt::rcvhwm, 0);
-    d.set(zmq::sockopt::heartbeat_ivl, 1000);
-    d.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
+    net::set_heartbeats(d, std::chrono::milliseconds(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
     if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(k));
     const auto& s = o_.servers[k];
     const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
@@ -505,20 +493,17 @@ class parameter_server {
     }
     // A server whose connection closes (its process died, or its heartbeats stopped) is
     // noticed by the waits at once, not at their deadline.
-    const std::string mep = "inproc://gradus-ps-client-monitor-" + std::to_string(::getpid()) + "-" +
-                            std::to_string(reinterpret_cast<std::uintptr_t>(this)) + "-" + std::to_string(k) + "-" + std::to_string(link_generation_++);
-    if (zmq_socket_monitor(d.handle(), mep.c_str(), ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0)) != 0)
-      throw zmq::error_t();
-    zmq::socket_t m(*o_.context, zmq::socket_type::pair);
-    m.set(zmq::sockopt::linger, 0);
-    m.connect(mep);
+    net::socket_monitor m(*o_.context, d,
+                          ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                              (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0),
+                          "ps-client");
+    ++link_generation_;
     if (k == socks_.size()) {
       socks_.push_back(std::move(d));
       mons_.push_back(std::move(m));
       links_.push_back({});
     } else {  // a new connection in place of a lost one
-      (void)zmq_socket_monitor(socks_[k].handle(), nullptr, 0);  // before its reader closes (libzmq 4.3 leaks undelivered events)
+      mons_[k].stop();  // before the socket it watches closes (net/socket_monitor.hpp)
       socks_[k].set(zmq::sockopt::linger, 0);  // what it still queues goes: it is resent below, on the new one
       socks_[k] = std::move(d);
       mons_[k] = std::move(m);
@@ -733,7 +718,7 @@ class parameter_server {
     return h.id;
   }
 
-  void send(int server, ps::wire::header h, std::span<const std::byte> payload, std::shared_ptr<ps::detail::send_flag>* flag) {
+  void send(int server, ps::wire::header h, std::span<const std::byte> payload, std::shared_ptr<net::send_flag>* flag) {
     h.rank = o_.rank;
     h.payload_bytes = payload.size();
     auto& s = socks_[static_cast<std::size_t>(server)];
@@ -742,20 +727,13 @@ class parameter_server {
         s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::none);
         return;
       }
-      zmq::message_t body;
-      if (flag && payload.size() >= (64u << 10)) {
-        auto f = std::make_shared<ps::detail::send_flag>();
-        auto* hint = new std::shared_ptr<ps::detail::send_flag>(f);
-        try {
-          body = zmq::message_t(const_cast<std::byte*>(payload.data()), payload.size(), &ps::detail::release_send, hint);
-        } catch (...) {
-          delete hint;
-          throw;
-        }
+      // large payloads zero-copy (net/zero_copy.hpp): the request keeps its flag, and so
+      // does flags_ until ZeroMQ lets go of the bytes
+      std::shared_ptr<net::send_flag> f;
+      zmq::message_t body = net::payload_message(payload, flag ? &f : nullptr);
+      if (f) {
         *flag = f;
         flags_.push_back(std::move(f));
-      } else {
-        body = zmq::message_t(payload.data(), payload.size());
       }
       s.send(zmq::buffer(&h, sizeof h), zmq::send_flags::sndmore);
       s.send(body, zmq::send_flags::none);
@@ -778,7 +756,7 @@ class parameter_server {
   void pump(int wait_ms) {
     std::vector<zmq::pollitem_t> items;
     for (auto& s : socks_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
-    for (auto& m : mons_) items.push_back({m.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& m : mons_) items.push_back(m.poll_item());
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(wait_ms));
     for (std::size_t k = 0; k < mons_.size(); ++k)
       if (items[socks_.size() + k].revents & ZMQ_POLLIN) link_events(k);
@@ -858,13 +836,10 @@ class parameter_server {
 
   void link_events(std::size_t k) {
     for (int budget = 0; budget < 64; ++budget) {
-      zmq::message_t ev, addr;
-      if (!mons_[k].recv(ev, zmq::recv_flags::dontwait)) return;
-      if (ev.more()) (void)mons_[k].recv(addr, zmq::recv_flags::none);
-      std::uint16_t event = 0;
-      if (ev.size() >= 2) std::memcpy(&event, ev.data(), 2);
-      std::uint32_t value = 0;
-      if (ev.size() >= 6) std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      const auto ev = mons_[k].next();
+      if (!ev) return;
+      const std::uint16_t event = ev->id;
+      const std::uint32_t value = ev->value;
       if (std::getenv("GRADUS_PS_DEBUG"))
         std::fprintf(stderr, "%sserver %zu link event %u value %u (up %d lost %d)\n", prefix().c_str(), k, unsigned(event), unsigned(value), int(links_[k].up), int(links_[k].lost));
       if (const auto why = ps::describe_handshake_failure(event, value, o_.servers[k])) {
@@ -969,7 +944,8 @@ class parameter_server {
 
   ps_options o_;
   std::unique_ptr<zmq::context_t> own_ctx_;
-  std::vector<zmq::socket_t> socks_, mons_;
+  std::vector<zmq::socket_t> socks_;
+  std::vector<net::socket_monitor> mons_;  // after socks_: destroyed first
   struct link {
     bool up = true;     // until its connection is seen to close
     bool lost = false;  // its connection closed: rejoin() replaces it
@@ -998,7 +974,7 @@ class parameter_server {
   std::vector<std::vector<std::size_t>> shards_of_;
   std::vector<std::uint64_t> since_;  // per shard: the update stamp this worker's rows are current to (pull_rows)
   std::map<std::uint64_t, req> reqs_;
-  std::deque<std::shared_ptr<ps::detail::send_flag>> flags_;
+  std::deque<std::shared_ptr<net::send_flag>> flags_;
   std::uint64_t next_id_ = 1, clock_ = 0, coll_seq_ = 0;
   client_stats stats_;
 };

@@ -32,6 +32,7 @@
 #include "gradus/comm/ring/zmq_ring.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
+#include "gradus/parallel/elements.hpp"
 
 namespace gradus {
 
@@ -54,12 +55,6 @@ void scale(T* __restrict dst, T factor, std::size_t n) {
 }
 
 }  // namespace ring::detail
-
-template <class T>
-concept ring_element = std::same_as<T, float> || std::same_as<T, double>;
-// What broadcast also carries: raw bytes (run fingerprints, serialized state).
-template <class T>
-concept ring_broadcast_element = ring_element<T> || std::same_as<T, std::byte>;
 
 class ring_allreduce {
  public:
@@ -97,18 +92,18 @@ class ring_allreduce {
   const std::vector<std::string>& addresses() const { return link_->addresses(); }
 
   // x <- the elementwise sum of every rank's x. Every rank ends with the same bits.
-  template <ring_element T>
+  template <parallel::collective_element T>
   void allreduce_sum(std::span<T> x) {
     allreduce(x, ring::op_code::allreduce_sum);
   }
   // x <- the sum times 1/world_size (computed once, by the owner of each chunk).
-  template <ring_element T>
+  template <parallel::collective_element T>
   void allreduce_average(std::span<T> x) {
     allreduce(x, ring::op_code::allreduce_average);
   }
 
   // x <- root's x, streamed segment by segment along the ring from root.
-  template <ring_broadcast_element T>
+  template <parallel::broadcast_element T>
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= world_size())
       throw error("gradus: ring_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " + std::to_string(world_size()));
@@ -217,7 +212,7 @@ class ring_allreduce {
   // soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
   // s+1, while later segments are still arriving, so sending, receiving and reducing
   // overlap and up to a whole chunk is in flight.
-  template <ring_element T>
+  template <parallel::collective_element T>
   void allreduce(std::span<T> x, ring::op_code op) {
     auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
     if (opt_.compress == "fp16") fp.wire = ring::dtype_code::float16;
@@ -236,7 +231,7 @@ class ring_allreduce {
   // r+1 and receives rank (r-s-1)'s from r-1), N-1 hops, and each rank adds the N buffers
   // in rank order 0, 1, ..., N-1 (times 1/N for an average): the same bits everywhere.
   // fp16: each rank's buffer travels compressed, its own copy rounded as the others see it.
-  template <ring_element T>
+  template <parallel::collective_element T>
   void allreduce_gather(std::span<T> x, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t n = x.size();
@@ -292,13 +287,13 @@ class ring_allreduce {
     if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
   }
 
-  template <ring_element T>
+  template <parallel::collective_element T>
   void allreduce_ring(std::span<T> x, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t n = x.size(), base = n / N, rem = n % N;
     // Segments of segment_bytes: a larger chunk streams as several. Splitting smaller chunks
     // further (at least 4 segments, down to 64 or 256 KiB) measured slower on 2 cores: each
-    // message costs a few thread wake-ups in ZeroMQ (benchmarks/README.md).
+    // message costs a few thread wake-ups in ZeroMQ (benchmarks/results/allreduce_vs_mpi-9fc7f8c.md).
     // fp16: each segment is compressed into `wire` (at the same offsets as in x) and sent
     // from there; what arrives is widened as it is added or copied.
     const bool half = fp.wire == ring::dtype_code::float16;
@@ -368,7 +363,7 @@ class ring_allreduce {
     if (last != none) R.wait_sent(last, deadline(), doing);
   }
 
-  template <ring_element T>
+  template <parallel::collective_element T>
   void add_received(std::span<T> dst, std::span<const std::byte> src) {
     if (dst.empty()) return;
     const T* from = reinterpret_cast<const T*>(src.data());
@@ -388,7 +383,7 @@ class ring_allreduce {
 
   // A pipeline along the ring from root: rank root+1 receives each segment, forwards it to
   // root+2 before taking the next, and so on; the rank before root only receives.
-  template <ring_broadcast_element T>
+  template <parallel::broadcast_element T>
   void broadcast_ring(std::span<T> x, int root, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / sizeof(T));

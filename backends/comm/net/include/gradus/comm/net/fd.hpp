@@ -1,6 +1,7 @@
 #pragma once
-// What the shared-memory and direct-TCP data paths both need of file descriptors: an owner,
-// and a bounded wait for one to become ready.
+// File descriptors and deadlines, for the code that works on sockets below ZeroMQ (the
+// ring's shared-memory and direct-TCP data paths): an owner, the milliseconds left before
+// a deadline (what a poll may wait), and a bounded wait for a descriptor to become ready.
 #include <poll.h>
 #include <unistd.h>
 
@@ -11,10 +12,11 @@
 #include <string>
 #include <utility>
 
-#include "gradus/comm/ring/pair.hpp"
 #include "gradus/core/error.hpp"
 
-namespace gradus::ring::sys {
+namespace gradus::net {
+
+using clock = std::chrono::steady_clock;
 
 struct unique_fd {
   int fd = -1;
@@ -49,4 +51,4 @@ inline void wait_fd(int fd, short events, clock::time_point deadline, const std:
   }
 }
 
-}  // namespace gradus::ring::sys
+}  // namespace gradus::net

@@ -43,12 +43,13 @@
 #include <variant>
 #include <vector>
 
-#include <netdb.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include "gradus/backends/cpu_simd.hpp"
-#include "gradus/comm/net/curve.hpp"
+#include "gradus/comm/net/address.hpp"
+#include "gradus/comm/net/heartbeat.hpp"
+#include "gradus/comm/net/socket_monitor.hpp"
+#include "gradus/comm/ps/curve_config.hpp"
 #include "gradus/comm/ps/wire.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/train/optimizer.hpp"
@@ -145,7 +146,7 @@ struct server_options {
   bool bsp_continue_without_dead = false;
   // OpenMP threads of the server's update passes. 1: a 1 MiB chunk's update is memory-bound
   // (33 us on one thread), and a team per chunk cost 40x the CPU of a raw ZeroMQ server
-  // and 0.2x its throughput with 2 servers (benchmarks/README.md, ps_bench).
+  // and 0.2x its throughput with 2 servers (benchmarks/results/ps_bench-d4e0588.md).
   int threads = 1;
   // Stop when nothing at all has been heard for this long (0: never). Tests use it as a
   // bound; a job's servers end by `shutdown`.
@@ -176,15 +177,14 @@ class server {
     sock_.set(zmq::sockopt::ipv6, 1);
     sock_.set(zmq::sockopt::router_mandatory, 1);
     sock_.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(o_.limits.max_payload + sizeof(wire::header)));
-    sock_.set(zmq::sockopt::heartbeat_ivl, 1000);
-    sock_.set(zmq::sockopt::heartbeat_timeout, static_cast<int>(o_.heartbeat_timeout.count()));
+    net::set_heartbeats(sock_, o_.heartbeat_timeout);
     sock_.set(zmq::sockopt::sndhwm, 0);
     sock_.set(zmq::sockopt::rcvhwm, 0);
     if (o_.curve) {
       zap_ = zap_handler::for_context(ctx, o_.curve->allowed);
       make_curve_server(sock_, o_.curve->keys);
     }
-    for (const auto& ep : endpoints(o_.address)) {
+    for (const auto& ep : net::listen_endpoints(o_.address, "gradus: parameter server")) {
       try {
         sock_.bind(ep);
       } catch (const zmq::error_t& e) {
@@ -196,21 +196,11 @@ class server {
     // Lost connections (a worker that died, or whose heartbeats stopped) come as
     // DISCONNECTED events carrying the connection's file descriptor; each worker's is
     // known from its messages (ZMQ_SRCFD).
-    static std::atomic<unsigned long> counter{0};
-    const std::string ep = "inproc://gradus-ps-monitor-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + "-" +
-                           std::to_string(reinterpret_cast<std::uintptr_t>(this));
-    if (zmq_socket_monitor(sock_.handle(), ep.c_str(), ZMQ_EVENT_DISCONNECTED | handshake_failure_events) != 0) throw zmq::error_t();
-    mon_.emplace(ctx, zmq::socket_type::pair);
-    mon_->set(zmq::sockopt::linger, 0);
-    mon_->connect(ep);
+    mon_ = net::socket_monitor(ctx, sock_, ZMQ_EVENT_DISCONNECTED | handshake_failure_events, "ps");
   }
   server(const server&) = delete;
   server& operator=(const server&) = delete;
-  ~server() {
-    // stop the monitor before closing its reader: libzmq 4.3 leaks events it cannot deliver
-    (void)zmq_socket_monitor(sock_.handle(), nullptr, 0);
-    mon_.reset();
-  }
+  ~server() = default;  // mon_ stops before sock_ closes (net/socket_monitor.hpp)
 
   // The endpoint actually bound (with the port the system chose for ":0").
   const std::string& endpoint() const { return bound_; }
@@ -224,7 +214,7 @@ class server {
     omp_set_num_threads(std::max(1, o_.threads));  // this thread's parallel regions only
     auto last_heard = std::chrono::steady_clock::now();
     while (!done_ && !stop_.load()) {
-      zmq::pollitem_t items[2] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, {mon_->handle(), 0, ZMQ_POLLIN, 0}};
+      zmq::pollitem_t items[2] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, mon_.poll_item()};
       zmq::poll(items, 2, std::chrono::milliseconds(100));
       if (items[1].revents & ZMQ_POLLIN) monitor_events();
       const auto& item = items[0];
@@ -295,34 +285,6 @@ class server {
       return h;
     }
   };
-
-  static std::vector<std::string> endpoints(const std::string& a) {
-    if (a.find("://") != std::string::npos) return {a};
-    const auto colon = a.rfind(':');
-    if (colon == std::string::npos) throw error("gradus: parameter server: address '" + a + "' has no port (host:port)");
-    std::string host = a.substr(0, colon);
-    const std::string port = a.substr(colon + 1);
-    if (host.size() > 1 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-    if (host == "*" || host.empty()) return {"tcp://*:" + port};
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    addrinfo* res = nullptr;
-    if (const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || !res)
-      throw comm_error("gradus: parameter server: cannot resolve '" + host + "' (from '" + a + "'): " + ::gai_strerror(rc));
-    std::vector<std::string> out;
-    for (auto* p = res; p; p = p->ai_next) {
-      char buf[NI_MAXHOST];
-      if (::getnameinfo(p->ai_addr, p->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) continue;
-      std::string h = buf;
-      const std::string ep = "tcp://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + port;
-      if (std::find(out.begin(), out.end(), ep) == out.end()) out.push_back(ep);
-    }
-    ::freeaddrinfo(res);
-    // Port 0 ("any") can only be bound once: keep the first address.
-    if (port == "0" && out.size() > 1) out.resize(1);
-    return out;
-  }
 
   std::string who(int rank) const {
     return "worker " + std::to_string(rank);
@@ -1145,14 +1107,10 @@ class server {
 
   void monitor_events() {
     for (int budget = 0; budget < 256; ++budget) {
-      zmq::message_t ev, addr;
-      if (!mon_->recv(ev, zmq::recv_flags::dontwait)) return;
-      if (ev.more()) (void)mon_->recv(addr, zmq::recv_flags::none);
-      if (ev.size() < 6) continue;
-      std::uint16_t event = 0;
-      std::uint32_t value = 0;
-      std::memcpy(&event, ev.data(), 2);
-      std::memcpy(&value, static_cast<const char*>(ev.data()) + 2, 4);
+      const auto ev = mon_.next();
+      if (!ev) return;
+      const std::uint16_t event = ev->id;
+      const std::uint32_t value = ev->value;
       if (std::getenv("GRADUS_PS_DEBUG")) o_.log(prefix() + "event " + std::to_string(event) + " fd " + std::to_string(value));
       if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH && zap_)
         for (const auto& r : zap_->take_new_refusals())
@@ -1197,7 +1155,7 @@ class server {
 
   server_options o_;
   zmq::socket_t sock_;
-  std::optional<zmq::socket_t> mon_;
+  net::socket_monitor mon_;  // after sock_: destroyed first
   std::string bound_;
   std::string job_failed_;  // bsp: a worker was lost; every later request fails with this
   int last_fd_ = -1;

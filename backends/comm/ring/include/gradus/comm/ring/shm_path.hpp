@@ -50,7 +50,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "gradus/comm/ring/fd.hpp"
+#include "gradus/comm/net/fd.hpp"
 #include "gradus/comm/ring/pair.hpp"
 #include "gradus/core/error.hpp"
 
@@ -153,7 +153,7 @@ class shm_listener {
 
  private:
   std::string name_;
-  sys::unique_fd fd_;
+  net::unique_fd fd_;
 };
 
 
@@ -168,7 +168,7 @@ class shm_path final : public data_path {
     constexpr std::uint32_t slots = 16;
     const std::string where = "gradus: ring_allreduce: rank " + std::to_string(rank) + ": shared memory: ";
     // 1. dial the right neighbour's listener (its backlog takes it at once) and say who we are
-    sys::unique_fd to_right(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    net::unique_fd to_right(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
     {
       sockaddr_un un;
       const socklen_t len = shm_detail::abstract_address(right_listener.substr(6), un);
@@ -181,14 +181,14 @@ class shm_path final : public data_path {
     }
     // 2. take the left neighbour's connection, create this rank's segment and hand it over
     {
-      sys::unique_fd from_left(accept_one(mine.fd(), deadline, where + "waiting for rank " + std::to_string(left) + " to dial"));
+      net::unique_fd from_left(accept_one(mine.fd(), deadline, where + "waiting for rank " + std::to_string(left) + " to dial"));
       shm_detail::hello h;
       recv_all(from_left.fd, &h, sizeof h, deadline, where + "reading rank " + std::to_string(left) + "'s hello");
       if (h.magic != shm_detail::magic || h.rank != left)
         throw comm_error(where + "a stranger dialled its unix socket (rank " + std::to_string(h.rank) + ", expected rank " +
                          std::to_string(left) + ")");
       const std::size_t bytes = shm_detail::segment_size(slots, slot_bytes);
-      sys::unique_fd mem(static_cast<int>(::syscall(SYS_memfd_create, "gradus-ring", 1U /* MFD_CLOEXEC */)));
+      net::unique_fd mem(static_cast<int>(::syscall(SYS_memfd_create, "gradus-ring", 1U /* MFD_CLOEXEC */)));
       if (mem.fd < 0 || ::ftruncate(mem.fd, static_cast<off_t>(bytes)) != 0)
         throw comm_error(where + "cannot create a shared segment of " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
       reader_->map.emplace(mem.fd, bytes);
@@ -214,7 +214,7 @@ class shm_path final : public data_path {
     // 3. the right neighbour's segment, to write into
     {
       shm_detail::hello h;
-      sys::unique_fd mem(recv_fd(to_right.fd, h, deadline, where + "waiting for rank " + std::to_string(right) + "'s segment"));
+      net::unique_fd mem(recv_fd(to_right.fd, h, deadline, where + "waiting for rank " + std::to_string(right) + "'s segment"));
       if (h.magic != shm_detail::magic || h.rank != right || h.slots == 0 || (h.slots & (h.slots - 1)) != 0 || h.slot_bytes != slot_bytes)
         throw comm_error(where + "rank " + std::to_string(right) + " handed over a segment this rank cannot use (slots " +
                          std::to_string(h.slots) + ", slot bytes " + std::to_string(h.slot_bytes) + ", expected " +
@@ -325,7 +325,7 @@ class shm_path final : public data_path {
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) return fd;
       if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
-      sys::wait_fd(listener, POLLIN, deadline, doing);
+      net::wait_fd(listener, POLLIN, deadline, doing);
     }
   }
   static void send_all(int fd, const void* data, std::size_t n, clock::time_point deadline, const std::string& doing) {
@@ -336,7 +336,7 @@ class shm_path final : public data_path {
         p += k;
         n -= static_cast<std::size_t>(k);
       } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
-        sys::wait_fd(fd, POLLOUT, deadline, doing);
+        net::wait_fd(fd, POLLOUT, deadline, doing);
       } else {
         throw comm_error(doing + ": " + std::strerror(errno));
       }
@@ -352,14 +352,14 @@ class shm_path final : public data_path {
       } else if (k == 0) {
         throw comm_error(doing + ": the peer closed the connection");
       } else if (errno == EAGAIN || errno == EINTR) {
-        sys::wait_fd(fd, POLLIN, deadline, doing);
+        net::wait_fd(fd, POLLIN, deadline, doing);
       } else {
         throw comm_error(doing + ": " + std::strerror(errno));
       }
     }
   }
   static void send_fd(int sock, int fd, const shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
-    sys::wait_fd(sock, POLLOUT, deadline, doing);
+    net::wait_fd(sock, POLLOUT, deadline, doing);
     iovec io{const_cast<shm_detail::hello*>(&h), sizeof h};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr msg{};
@@ -375,7 +375,7 @@ class shm_path final : public data_path {
     if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h)) throw comm_error(doing + ": " + std::strerror(errno));
   }
   static int recv_fd(int sock, shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
-    sys::wait_fd(sock, POLLIN, deadline, doing);
+    net::wait_fd(sock, POLLIN, deadline, doing);
     iovec io{&h, sizeof h};
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
     msghdr msg{};

@@ -42,7 +42,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "gradus/comm/ring/fd.hpp"
+#include "gradus/comm/net/fd.hpp"
 #include "gradus/comm/ring/pair.hpp"
 #include "gradus/core/error.hpp"
 
@@ -79,7 +79,7 @@ inline void exchange(int fd, const hello* mine_or_null, hello* theirs_or_null, c
       else if (errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
     }
     if (sent < size || got < size)
-      sys::wait_fd(fd, static_cast<short>((sent < size ? POLLOUT : 0) | (got < size ? POLLIN : 0)), deadline, doing);
+      net::wait_fd(fd, static_cast<short>((sent < size ? POLLOUT : 0) | (got < size ? POLLIN : 0)), deadline, doing);
   }
 }
 
@@ -104,7 +104,7 @@ class tcp_listener {
     if (const int rc = ::getaddrinfo(numeric_host.c_str(), "0", &hints, &res); rc != 0 || !res)
       throw comm_error(where + ::gai_strerror(rc));
     const int family = res->ai_family;
-    fd_ = sys::unique_fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    fd_ = net::unique_fd(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (fd_.fd >= 0 && family == AF_INET6) {
       const int zero = 0;  // "::" takes IPv4 as well
       (void)::setsockopt(fd_.fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
@@ -121,7 +121,7 @@ class tcp_listener {
   int fd() const { return fd_.fd; }
 
  private:
-  sys::unique_fd fd_;
+  net::unique_fd fd_;
   int port_ = 0;
 };
 
@@ -149,12 +149,12 @@ class tcp_path final : public data_path {
       const std::string what = "dialling rank " + std::to_string(right) + " at " + shown_right;
       if (const int rc = ::getaddrinfo(right_host.c_str(), right_port.c_str(), &hints, &res); rc != 0 || !res)
         throw comm_error(where + what + ": " + ::gai_strerror(rc));
-      send_fd_ = sys::unique_fd(::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+      send_fd_ = net::unique_fd(::socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
       const int rc = send_fd_.fd < 0 ? -1 : ::connect(send_fd_.fd, res->ai_addr, res->ai_addrlen);
       const int err = errno;
       ::freeaddrinfo(res);
       if (rc != 0 && err != EINPROGRESS) throw comm_error(where + what + ": " + std::strerror(err));
-      sys::wait_fd(send_fd_.fd, POLLOUT, deadline, where + what);
+      net::wait_fd(send_fd_.fd, POLLOUT, deadline, where + what);
       int soerr = 0;
       socklen_t len = sizeof soerr;
       ::getsockopt(send_fd_.fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
@@ -171,10 +171,10 @@ class tcp_path final : public data_path {
       if (fd < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
           throw comm_error(where + what + ": " + std::strerror(errno));
-        sys::wait_fd(mine.fd(), POLLIN, deadline, where + what);
+        net::wait_fd(mine.fd(), POLLIN, deadline, where + what);
         continue;
       }
-      sys::unique_fd candidate(fd);
+      net::unique_fd candidate(fd);
       tcp_detail::hello theirs;
       try {
         tcp_detail::exchange(fd, nullptr, &theirs, deadline, where + "greeting rank " + std::to_string(left));
@@ -213,7 +213,7 @@ class tcp_path final : public data_path {
         if (!write_some()) {
           if (clock::now() >= until) return false;
           pollfd p{send_fd_.fd, POLLOUT, 0};
-          (void)::poll(&p, 1, sys::ms_left(until, 10));
+          (void)::poll(&p, 1, net::ms_left(until, 10));
         }
       }
       ::shutdown(send_fd_.fd, SHUT_WR);
@@ -403,7 +403,7 @@ class tcp_path final : public data_path {
     p[0] = {recv_fd_.fd, POLLIN, 0};
     nfds_t n = 1;
     if (!out_.empty()) p[n++] = {send_fd_.fd, POLLOUT, 0};
-    (void)::poll(p.data(), n, sys::ms_left(deadline, 5));
+    (void)::poll(p.data(), n, net::ms_left(deadline, 5));
   }
 
   control* ctl_;
@@ -411,7 +411,7 @@ class tcp_path final : public data_path {
   bool crowded_;  // more ranks on this machine than cores
   std::size_t max_payload_;
   std::shared_ptr<buffer_pool> pool_;
-  sys::unique_fd send_fd_, recv_fd_;
+  net::unique_fd send_fd_, recv_fd_;
   std::deque<outgoing> out_;
   std::uint64_t next_ticket_ = 0, first_unsent_ = 0;
   bool eof_ = false;
