@@ -24,7 +24,8 @@
 // Compiled once: what the options name (the ring, the parameter server and its server, MPI,
 // the cluster spec) is built in examples/comm_options.cpp, one translation unit that every
 // example links (CMake's gradus_examples_common), and reaches the example through
-// parallel::any_communicator, one virtual call per collective. The communicator stack is 60% of
+// parallel::any_communicator (the policy's collectives, and for ps its key-value store), one
+// virtual call per collective, push or pull. The communicator stack is 60% of
 // an example's object code when each example compiles it; here an example compiles its
 // model, its training loop and the data-parallel step (docs/compile-time.md).
 #include <chrono>

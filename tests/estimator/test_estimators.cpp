@@ -2,20 +2,27 @@
 // The premade models: what they learn against independent references (least squares by
 // normal equations, a function the test knows), the gain of hidden layers on a problem a
 // linear model cannot solve, checkpoints and resuming (bit-identical to an uninterrupted
-// run), the communicator wiring (a counting test double), and bad input.
+// run), the communicator wiring (a counting test double), data-parallel training on two
+// ranks (threads) bit-identical to the per-gradient average of a hand-written loop, and bad
+// input.
 #include <boost/test/unit_test.hpp>
 
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/estimator/estimators.hpp>
 #include <gradus/gradus.hpp>
+
+#include "../parallel/thread_comm.hpp"
 
 namespace g = gradus;
 
@@ -78,13 +85,16 @@ std::filesystem::path fresh_dir(const std::string& name) {
 // A world of two whose other rank always holds the same gradients as this one (so the
 // average is the identity), counting what the trainer asks of it.
 struct counting_comm {
-  int allreduces = 0, broadcasts = 0, barriers = 0;
+  int allreduces = 0, broadcasts = 0, barriers = 0, sums = 0;
   std::size_t reduced_values = 0;
   int rank() const { return 0; }
   int world_size() const { return 2; }
-  template <class T>
-  void allreduce_sum(std::span<T>) {
-    throw g::error("counting_comm: the trainer averages, it never sums");
+  // The gradients (float) are averaged, never summed; the run fingerprint gathers where each
+  // rank differs from rank 0 through a sum of one double per rank.
+  void allreduce_sum(std::span<float>) { throw g::error("counting_comm: the trainer averages, it never sums"); }
+  void allreduce_sum(std::span<double> v) {
+    if (v.size() != 2) throw g::error("counting_comm: a sum of " + std::to_string(v.size()) + " doubles");
+    ++sums;
   }
   template <class T>
   void allreduce_average(std::span<T> v) {
@@ -242,15 +252,117 @@ BOOST_AUTO_TEST_CASE(checkpoints_restore_and_resume) {
 BOOST_AUTO_TEST_CASE(communicator_policy_is_used) {
   const auto d = moons(200, 8);
   using model = g::dnn_classifier<2, g::hidden<4>, 2, g::cpu_simd, counting_comm>;
-  model m({.seed = 1, .batch_size = 10});
-  // rank 0 broadcast every tensor of the session (4 variables + Adam's 2 slots each) and
-  // its global step
-  BOOST_TEST(m.communicator().broadcasts == 13);
+  // every gradient its own bucket (1 byte: each gradient alone exceeds it)
+  model m({.seed = 1, .batch_size = 10, .data_parallel = {.bucket_bytes = 1}});
+  // the run fingerprint (its length and bytes from rank 0, one sum), then rank 0 broadcast
+  // every tensor of the session (4 variables + Adam's 2 slots each) and its global step
+  BOOST_TEST(m.communicator().sums == 1);
+  BOOST_TEST(m.communicator().broadcasts == 2 + 13);
   m.train(d.xv(2), d.yv(), 1);
   // rank 0 of 2 trains on every other example: 100 examples, 10 steps, 4 gradients each
   BOOST_TEST(m.global_step() == 10);
   BOOST_TEST(m.communicator().allreduces == 40);
   BOOST_TEST(m.communicator().reduced_values == 10u * (2 * 4 + 4 + 4 * 2 + 2));
+  BOOST_TEST(m.communicator().sums == 1);
+  BOOST_TEST(m.communicator().broadcasts == 2 + 13);  // nothing broadcast again
+  // by default the 4 gradients share one bucket: one average a step, the same values
+  model one({.seed = 1, .batch_size = 10});
+  one.train(d.xv(2), d.yv(), 1);
+  BOOST_TEST(one.communicator().allreduces == 10);
+  BOOST_TEST(one.communicator().reduced_values == 10u * (2 * 4 + 4 + 4 * 2 + 2));
+}
+
+namespace {
+
+// Every tensor of a session (variables, optimizer state) by name, as bytes, and the step.
+std::map<std::string, std::vector<unsigned char>> tensors(g::session<g::cpu_simd>& s) {
+  std::map<std::string, std::vector<unsigned char>> out;
+  for (const auto& e : s.entries()) {
+    const auto* p = static_cast<const unsigned char*>(e.data);
+    out[std::string(e.name)].assign(p, p + e.shape.numel() * static_cast<g::index_t>(g::dtype_size(e.dtype)));
+  }
+  out["global_step"].resize(sizeof(std::int64_t));
+  const std::int64_t step = s.global_step();
+  std::memcpy(out["global_step"].data(), &step, sizeof step);
+  return out;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(two_ranks_train_as_a_hand_written_loop_averaging_each_gradient) {
+  // The estimator on 2 ranks (threads) against the loop estimators ran before they trained
+  // through the data-parallel step: the same model built by hand (the layers' documented
+  // names and initializers), compute_gradients, each gradient averaged over the ranks
+  // through the same communicator, apply_gradients. Averages of two are exact up to one
+  // rounding whatever groups them, so the bits must agree, on both ranks.
+  const auto d = moons(300, 12);
+  const g::data::dataset ds(d.x, g::dims{std::array<g::index_t, 1>{2}}, d.y);
+  constexpr int world = 2, epochs = 2;
+  constexpr g::index_t batch = 16;
+  constexpr std::uint64_t seed = 5;
+  std::vector<std::map<std::string, std::vector<unsigned char>>> road(world), loop(world);
+  std::vector<std::string> errors(2 * world);
+  {
+    gradus_test::board b(world, std::chrono::milliseconds(20000));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < world; ++r)
+      ts.emplace_back([&, r] {
+        try {
+          g::dnn_classifier<2, g::hidden<8>, 2, g::cpu_simd, gradus_test::thread_comm> m(
+              {.seed = seed, .batch_size = batch}, g::adam{.lr = 0.01}, gradus_test::thread_comm{&b, r});
+          m.train(ds, epochs);
+          road[static_cast<std::size_t>(r)] = tensors(m.get_session());
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(r)] = e.what();
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  {
+    gradus_test::board b(world, std::chrono::milliseconds(20000));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < world; ++r)
+      ts.emplace_back([&, r] {
+        try {
+          gradus_test::thread_comm comm{&b, r};
+          g::placeholder<"features", float, g::dyn, 2> x;
+          g::placeholder<"labels", std::int32_t, g::dyn> y;
+          g::nn::dense<"dnn/hiddenlayer_0", 2, 8, float> hidden;
+          g::nn::dense<"dnn/logits", 8, 2, float> logits;
+          const auto loss = g::nn::softmax_cross_entropy_loss(logits(g::relu(hidden(x))), y);
+          g::session<g::cpu_simd> s;
+          auto step = g::minimize(s, loss, g::adam{.lr = 0.01});
+          hidden.initialize(s, seed);
+          logits.initialize(s, seed, g::init::glorot_uniform{});
+          for (int e = 0; e < epochs; ++e)
+            for (auto [xb, yb] : ds.shuffle(seed, static_cast<std::uint64_t>(e)).shard(r, world).batch(batch)) {
+              step.compute_gradients(x = g::tensor_view<const float>{xb.data(), g::dims{std::array<g::index_t, 2>{xb.shape.d[0], 2}}},
+                                     y = yb);
+              for (auto& gb : step.gradients())
+                comm.allreduce_average(std::span<float>(static_cast<float*>(gb.data), static_cast<std::size_t>(gb.size)));
+              step.apply_gradients();
+            }
+          loop[static_cast<std::size_t>(r)] = tensors(s);
+        } catch (const std::exception& e) {
+          errors[static_cast<std::size_t>(world + r)] = e.what();
+        }
+      });
+    for (auto& t : ts) t.join();
+  }
+  for (const auto& e : errors) BOOST_REQUIRE_MESSAGE(e.empty(), e);
+  BOOST_REQUIRE(loop[0].size() == 4 + 8 + 1u);  // 4 variables, Adam's 2 slots each, the step
+  std::int64_t steps = 0;
+  std::memcpy(&steps, road[0].at("global_step").data(), sizeof steps);
+  BOOST_TEST(steps == epochs * 10);  // 150 examples a rank, batches of 16
+  BOOST_TEST(loop[0].at("global_step") == road[0].at("global_step"));
+  for (int r = 0; r < world; ++r)
+    for (const auto& [name, bytes] : loop[0]) {
+      BOOST_TEST_CONTEXT("rank " << r << ", " << name) {
+        BOOST_REQUIRE(road[static_cast<std::size_t>(r)].count(name) == 1u);
+        BOOST_TEST((road[static_cast<std::size_t>(r)].at(name) == bytes));
+        BOOST_TEST((loop[static_cast<std::size_t>(r)].at(name) == bytes));
+      }
+    }
 }
 
 BOOST_AUTO_TEST_CASE(bad_input_names_what_is_wrong) {

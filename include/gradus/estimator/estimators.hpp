@@ -14,8 +14,13 @@
 // Template parameters after the shapes: the backend (default cpu_simd: include
 // <gradus/backends/cpu_simd.hpp>), the communicator (default parallel::local; a ring or a
 // parameter server trains the same model on many processes: rank 0's initial variables are
-// broadcast, each rank trains on its shard of every epoch, gradients are averaged before
-// each update) and the optimizer type (default adam, lr 1e-3).
+// broadcast, each rank trains on its shard of every epoch) and the optimizer type (default
+// adam, lr 1e-3). Every step is the data-parallel step (parallel/data_parallel.hpp), as
+// parallel::minimize makes it: the gradients averaged in buckets during the backward pass
+// (run_config::data_parallel), the ranks' run fingerprint compared before the first
+// broadcast (with the batch size and the seed), or, over a parameter server, pushed to the
+// servers and the variables pulled back (and the servers' state pulled before each
+// checkpoint).
 //
 // Variables are named as TensorFlow's premade models name theirs: "dnn/hiddenlayer_0/w",
 // ..., "dnn/logits/w", "linear/linear_model/w". With a model_dir, model_dir/model.npz is
@@ -36,7 +41,7 @@
 #include <vector>
 
 #include "gradus/data/dataset.hpp"
-#include "gradus/parallel/communicator.hpp"
+#include "gradus/parallel/data_parallel.hpp"
 #include "gradus/exec/session.hpp"
 #include "gradus/graph/ops/softmax.hpp"
 #include "gradus/io/checkpoint.hpp"
@@ -59,6 +64,7 @@ struct run_config {
   std::uint64_t seed = 1;           // initial variables and the shuffling of each epoch
   index_t batch_size = 64;          // per rank
   std::filesystem::path model_dir = {};  // empty: no checkpoints
+  parallel::data_parallel_options data_parallel = {};  // buckets, overlap, replica checks
 };
 
 struct train_result {
@@ -173,8 +179,9 @@ class model {
   using logits_t = decltype(std::declval<const Body&>()(std::declval<const features&>()));
   using loss_t = decltype(Head::loss(std::declval<const logits_t&>(), std::declval<const labels&>()));
   using probs_t = decltype(softmax(std::declval<const logits_t&>()));
-  using step_t = decltype(minimize(std::declval<session<Backend>&>(), std::declval<const loss_t&>(),
-                                   std::declval<const Opt&>()));
+  using step_t = decltype(parallel::minimize(std::declval<Comm&>(), std::declval<const parallel::data_parallel_options&>(),
+                                             std::declval<session<Backend>&>(), std::declval<const loss_t&>(),
+                                             std::declval<const Opt&>()));
 
  public:
   static constexpr index_t inputs = In;
@@ -185,12 +192,15 @@ class model {
         logits_(body_(x_)),
         loss_(Head::loss(logits_, y_)),
         probs_(softmax(logits_)),
-        step_(minimize(s_, loss_, opt)) {
+        step_(parallel::minimize(comm_, cfg_.data_parallel, s_, loss_, opt)) {
     if (cfg_.batch_size < 1)
       throw error("gradus: estimator: batch_size must be >= 1, got " + std::to_string(cfg_.batch_size));
     body_.initialize(s_, cfg_.seed);
     if (!cfg_.model_dir.empty() && std::filesystem::exists(checkpoint_file())) restore(checkpoint_file());
-    parallel::broadcast_variables(comm_, s_);
+    // every rank shuffles with the seed and shards the same batches: they must agree on both
+    step_.set_run_fingerprint({{"estimator.batch_size", std::to_string(cfg_.batch_size)},
+                               {"estimator.seed", std::to_string(cfg_.seed)}});
+    step_.broadcast_variables();  // evaluate() and predict() before training see rank 0's
   }
 
   // ---- training --------------------------------------------------------------------
@@ -385,14 +395,13 @@ class model {
       double sum = 0;
       index_t steps = 0;
       each_epoch(epoch, [&](tensor_view<const float> xb, tensor_view<const label_type> yb) {
-        sum += static_cast<double>(step_.compute_gradients(x_ = xb, y_ = yb));
-        parallel::reduce_gradients(comm_, step_);
-        step_.apply_gradients();
+        sum += static_cast<double>(step_.run(x_ = xb, y_ = yb));
         ++steps;
         r.examples += xb.shape.d[0];
       });
       r.mean_loss = steps ? sum / static_cast<double>(steps) : 0;
     }
+    step_.pull_state();  // a parameter server: its variables and optimizer state, for the checkpoint
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     r.global_step = s_.global_step();
     if (!cfg_.model_dir.empty() && comm_.rank() == 0) {

@@ -1,0 +1,155 @@
+#pragma once
+// any_key_value_store: any key-value store (key_value_store.hpp: a parameter server) behind
+// one virtual call per operation, so that the data-parallel step is compiled once for all of
+// them. It offers the optional parts of the concept whether or not the store has them: a
+// store without state initialization takes the variable alone (its optimizer starts fresh),
+// one without snapshot is pulled, set_optimizer / set_learning_rate do nothing where the store
+// has neither, and the sparse-row calls throw "gradus: <name> does not move sparse rows
+// (...)" where has_rows() is false.
+//
+//   auto kv = parallel::any_key_value_store::share(ptr);   // a std::shared_ptr<C>, shared
+//                                                          // with any_collectives
+// An empty one (default-constructed) is false: no store.
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/parallel/key_value_store.hpp"
+
+namespace gradus::parallel {
+
+class any_key_value_store {
+  struct iface {
+    virtual ~iface() = default;
+    virtual const char* name() = 0;
+    virtual void initialize(std::string_view, std::span<const float>) = 0;
+    virtual void initialize(std::string_view, std::span<const double>) = 0;
+    virtual void initialize(std::string_view, std::span<const float>, std::vector<std::span<const float>>, std::int64_t) = 0;
+    virtual void initialize(std::string_view, std::span<const double>, std::vector<std::span<const double>>, std::int64_t) = 0;
+    virtual void push(std::string_view, std::span<const float>) = 0;
+    virtual void push(std::string_view, std::span<const double>) = 0;
+    virtual void pull(std::string_view, std::span<float>) = 0;
+    virtual void pull(std::string_view, std::span<double>) = 0;
+    virtual std::int64_t snapshot(std::string_view, std::span<float>, std::vector<std::span<float>>) = 0;
+    virtual std::int64_t snapshot(std::string_view, std::span<double>, std::vector<std::span<double>>) = 0;
+    virtual void step_done() = 0;
+    virtual void set_optimizer(std::string, std::map<std::string, std::string>) = 0;
+    virtual void set_learning_rate(double) = 0;
+    virtual bool has_rows() = 0;
+    virtual void set_rows(std::string_view, std::size_t) = 0;
+    virtual void push_rows(std::string_view, std::span<const std::int64_t>, std::span<const float>) = 0;
+    virtual void push_rows(std::string_view, std::span<const std::int64_t>, std::span<const double>) = 0;
+    virtual void pull_rows(std::string_view, std::span<float>) = 0;
+    virtual void pull_rows(std::string_view, std::span<double>) = 0;
+  };
+  template <class C>
+  struct holder final : iface {
+    std::shared_ptr<C> c;
+    explicit holder(std::shared_ptr<C> p) : c(std::move(p)) {}
+    const char* name() override { return C::name; }
+    void initialize(std::string_view k, std::span<const float> x) override { c->initialize(k, x); }
+    void initialize(std::string_view k, std::span<const double> x) override { c->initialize(k, x); }
+    void push(std::string_view k, std::span<const float> x) override { c->push(k, x); }
+    void push(std::string_view k, std::span<const double> x) override { c->push(k, x); }
+    void pull(std::string_view k, std::span<float> x) override { c->pull(k, x); }
+    void pull(std::string_view k, std::span<double> x) override { c->pull(k, x); }
+    void step_done() override { c->step_done(); }
+    template <class T>
+    void init_state(std::string_view k, std::span<const T> x, std::vector<std::span<const T>> sl, std::int64_t step) {
+      if constexpr (requires { c->initialize(k, x, std::move(sl), step); }) c->initialize(k, x, std::move(sl), step);
+      else c->initialize(k, x);
+    }
+    template <class T>
+    std::int64_t snap(std::string_view k, std::span<T> x, std::vector<std::span<T>> sl) {
+      if constexpr (requires { c->snapshot(k, x, std::move(sl)); }) return c->snapshot(k, x, std::move(sl));
+      c->pull(k, x);
+      return -1;
+    }
+    void initialize(std::string_view k, std::span<const float> x, std::vector<std::span<const float>> sl, std::int64_t step) override {
+      init_state(k, x, std::move(sl), step);
+    }
+    void initialize(std::string_view k, std::span<const double> x, std::vector<std::span<const double>> sl, std::int64_t step) override {
+      init_state(k, x, std::move(sl), step);
+    }
+    std::int64_t snapshot(std::string_view k, std::span<float> x, std::vector<std::span<float>> sl) override { return snap(k, x, std::move(sl)); }
+    std::int64_t snapshot(std::string_view k, std::span<double> x, std::vector<std::span<double>> sl) override { return snap(k, x, std::move(sl)); }
+    void set_optimizer(std::string n, std::map<std::string, std::string> s) override {
+      if constexpr (requires { c->set_optimizer(std::move(n), std::move(s)); }) c->set_optimizer(std::move(n), std::move(s));
+    }
+    void set_learning_rate(double lr) override {
+      if constexpr (requires { c->set_learning_rate(lr); }) c->set_learning_rate(lr);
+    }
+    template <class F>
+    void on_rows(const char* what, F&& f) {
+      if constexpr (row_store<C>) f(*c);
+      else throw error(std::string("gradus: ") + C::name + " does not move sparse rows (" + what + ")");
+    }
+    bool has_rows() override { return row_store<C>; }
+    void set_rows(std::string_view k, std::size_t n) override { on_rows("set_rows", [&](auto& p) { p.set_rows(k, n); }); }
+    void push_rows(std::string_view k, std::span<const std::int64_t> r, std::span<const float> v) override {
+      on_rows("push_rows", [&](auto& p) { p.push_rows(k, r, v); });
+    }
+    void push_rows(std::string_view k, std::span<const std::int64_t> r, std::span<const double> v) override {
+      on_rows("push_rows", [&](auto& p) { p.push_rows(k, r, v); });
+    }
+    void pull_rows(std::string_view k, std::span<float> t) override { on_rows("pull_rows", [&](auto& p) { p.pull_rows(k, t); }); }
+    void pull_rows(std::string_view k, std::span<double> t) override { on_rows("pull_rows", [&](auto& p) { p.pull_rows(k, t); }); }
+  };
+  std::shared_ptr<iface> p_;
+
+ public:
+  any_key_value_store() = default;
+  template <key_value_store C>
+  static any_key_value_store share(std::shared_ptr<C> c) {
+    any_key_value_store s;
+    s.p_ = std::make_shared<holder<C>>(std::move(c));
+    return s;
+  }
+  explicit operator bool() const { return p_ != nullptr; }
+
+  const char* name() const { return p_->name(); }
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> x) {
+    p_->initialize(key, x);
+  }
+  template <class T>
+  void initialize(std::string_view key, std::span<const T> x, std::vector<std::span<const T>> slots, std::int64_t step) {
+    p_->initialize(key, x, std::move(slots), step);
+  }
+  template <class T>
+  void push(std::string_view key, std::span<const T> x) {
+    p_->push(key, x);
+  }
+  template <class T>
+  void pull(std::string_view key, std::span<T> x) {
+    p_->pull(key, x);
+  }
+  template <class T>
+  std::int64_t snapshot(std::string_view key, std::span<T> x, std::vector<std::span<T>> slots) {
+    return p_->snapshot(key, x, std::move(slots));
+  }
+  void step_done() { p_->step_done(); }
+  void set_optimizer(std::string name, std::map<std::string, std::string> settings) { p_->set_optimizer(std::move(name), std::move(settings)); }
+  void set_learning_rate(double lr) { p_->set_learning_rate(lr); }
+  bool has_rows() const { return p_->has_rows(); }
+  void set_rows(std::string_view key, std::size_t row_elements) { p_->set_rows(key, row_elements); }
+  template <class T>
+  void push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
+    p_->push_rows(key, rows, values);
+  }
+  template <class T>
+  void pull_rows(std::string_view key, std::span<T> table) {
+    p_->pull_rows(key, table);
+  }
+};
+static_assert(key_value_store<any_key_value_store>);
+static_assert(row_store<any_key_value_store>);
+
+}  // namespace gradus::parallel

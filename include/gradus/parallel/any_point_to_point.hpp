@@ -1,0 +1,70 @@
+#pragma once
+// any_point_to_point: any point-to-point policy (point_to_point.hpp) behind one virtual call
+// per send or receive, so that a pipeline's stages are compiled once for every transport.
+//
+//   auto p2p = parallel::any_point_to_point::make<C>(args...);   // owns it
+//   auto p2p = parallel::any_point_to_point::share(ptr);         // a std::shared_ptr<C>
+#include <cstddef>
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "gradus/parallel/point_to_point.hpp"
+
+namespace gradus::parallel {
+
+class any_point_to_point {
+  struct iface {
+    virtual ~iface() = default;
+    virtual int rank() = 0;
+    virtual int world_size() = 0;
+    virtual const char* name() = 0;
+    virtual void send(std::span<const std::byte>, int) = 0;
+    virtual void send(std::span<const float>, int) = 0;
+    virtual void send(std::span<const double>, int) = 0;
+    virtual void recv(std::span<std::byte>, int) = 0;
+    virtual void recv(std::span<float>, int) = 0;
+    virtual void recv(std::span<double>, int) = 0;
+  };
+  template <class C>
+  struct holder final : iface {
+    std::shared_ptr<C> c;
+    explicit holder(std::shared_ptr<C> p) : c(std::move(p)) {}
+    int rank() override { return c->rank(); }
+    int world_size() override { return c->world_size(); }
+    const char* name() override { return C::name; }
+    void send(std::span<const std::byte> x, int to) override { c->send(x, to); }
+    void send(std::span<const float> x, int to) override { c->send(x, to); }
+    void send(std::span<const double> x, int to) override { c->send(x, to); }
+    void recv(std::span<std::byte> x, int from) override { c->recv(x, from); }
+    void recv(std::span<float> x, int from) override { c->recv(x, from); }
+    void recv(std::span<double> x, int from) override { c->recv(x, from); }
+  };
+  std::shared_ptr<iface> p_;
+  explicit any_point_to_point(std::shared_ptr<iface> p) : p_(std::move(p)) {}
+
+ public:
+  template <point_to_point C, class... A>
+  static any_point_to_point make(A&&... args) {
+    return share(std::make_shared<C>(std::forward<A>(args)...));
+  }
+  template <point_to_point C>
+  static any_point_to_point share(std::shared_ptr<C> c) {
+    return any_point_to_point(std::make_shared<holder<C>>(std::move(c)));
+  }
+
+  int rank() const { return p_->rank(); }
+  int world_size() const { return p_->world_size(); }
+  const char* name() const { return p_->name(); }
+  template <class T>
+  void send(std::span<const T> x, int to) {
+    p_->send(x, to);
+  }
+  template <class T>
+  void recv(std::span<T> x, int from) {
+    p_->recv(x, from);
+  }
+};
+static_assert(point_to_point<any_point_to_point>);
+
+}  // namespace gradus::parallel

@@ -1,0 +1,33 @@
+#pragma once
+// The point-to-point concept: one rank sends a buffer to another named rank, which receives
+// it — what the ring's pairs do inside its all-reduce, and what a pipeline across processes
+// needs for its activations and gradients (stage k sends to stage k + 1).
+//
+//   send(x, to)     x (bytes, float or double) to rank `to`; returns once x may be reused
+//   recv(x, from)   fills x with the next message from rank `from`, which must hold exactly
+//                   x.size() elements (a mismatch throws, naming the peer and both sizes)
+//
+// Messages between one pair of ranks arrive in the order they were sent. A policy that
+// cannot finish (a dead peer) throws an error naming the peer; it never blocks forever.
+// `local` (local.hpp) implements it for a world of one (a rank sending to itself); the
+// ring's pairs will offer it once its network layer is shared (backends/comm).
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+namespace gradus::parallel {
+
+template <class C>
+concept point_to_point = requires(C& c, std::span<const std::byte> cb, std::span<std::byte> b, std::span<const float> cf,
+                                  std::span<float> f, std::span<const double> cd, std::span<double> d) {
+  { c.rank() } -> std::convertible_to<int>;
+  { c.world_size() } -> std::convertible_to<int>;
+  c.send(cb, 0);
+  c.send(cf, 0);
+  c.send(cd, 0);
+  c.recv(b, 0);
+  c.recv(f, 0);
+  c.recv(d, 0);
+};
+
+}  // namespace gradus::parallel

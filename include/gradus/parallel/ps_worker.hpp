@@ -1,0 +1,276 @@
+#pragma once
+// ps_worker: the second way the data-parallel step (data_parallel.hpp) finishes a gradient —
+// through a key-value store that holds the variables (key_value_store.hpp: a parameter
+// server). (The first: averaged through the collectives, gradient_buckets.hpp.)
+//
+//   start()       the first step: the optimizer's name and settings to the store, this
+//                 rank's variables, optimizer state and global step offered (the store
+//                 keeps the first it gets: rank 0's), every variable pulled
+//   arrived(i, g) gradient i is final: copied out of the device and pushed under its
+//                 variable's name on the communicator's thread (an embedding's sparse
+//                 gradient as its rows, where the store moves rows)
+//   end_step()    the step is over (step_done), every variable pulled back — the store's
+//                 optimizer has applied the updates — and the global step advanced
+//
+// Every call to the store runs on the step's communicator thread (comm_worker.hpp), in
+// order. The store's optional parts (state, snapshots, the optimizer, sparse rows) are used
+// where it has them.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/exec/backend.hpp"
+#include "gradus/parallel/agree.hpp"
+#include "gradus/parallel/comm_worker.hpp"
+#include "gradus/parallel/key_value_store.hpp"
+#include "gradus/train/train_step.hpp"
+
+namespace gradus::parallel {
+
+template <class Store, class Comm, class Step>
+class ps_worker {
+  using backend = typename std::remove_cvref_t<decltype(std::declval<Step&>().owner())>::backend_type;
+  static constexpr std::size_t n = Step::variable_count;
+
+ public:
+  // store: nullptr when the communicator holds no variables at run time (then only
+  // active() and moves_rows() are asked). wait_seconds: where pulls add their wait.
+  ps_worker(Store* store, Comm& comm, Step& step, comm_worker& worker, double& wait_seconds,
+            std::vector<std::string> slot_names)
+      : store_(store), comm_(comm), step_(step), worker_(worker), wait_seconds_(wait_seconds),
+        slot_names_(std::move(slot_names)) {}
+  ps_worker(const ps_worker&) = delete;
+  ps_worker& operator=(const ps_worker&) = delete;
+
+  bool active() const { return store_ != nullptr; }
+  bool started() const { return on_server_; }
+
+  // optimizer_fields: {"optimizer", name} then {"optimizer.<setting>", value}...
+  void start(const std::vector<run_field>& optimizer_fields) {
+    auto& s = step_.owner();
+    const auto& names = Step::variable_names();
+    if constexpr (requires { store_->set_optimizer(std::string(), std::map<std::string, std::string>()); }) {
+      std::map<std::string, std::string> settings;
+      for (const auto& f : optimizer_fields)
+        if (f.name.rfind("optimizer.", 0) == 0) settings[f.name.substr(10)] = f.value;
+      store_->set_optimizer(optimizer_fields.front().value, std::move(settings));
+    }
+    locate_storage();
+    const std::int64_t at = s.global_step();
+    for (std::size_t i = 0; i < n; ++i) {
+      backend::copy_to_host(host_[i].data(), storage_[i], host_[i].size());
+      for (std::size_t k = 0; k < slot_names_.size(); ++k)
+        backend::copy_to_host(slot_host_[i][k].data(), slot_storage_[i][k], slot_host_[i][k].size());
+      worker_.submit([this, i, at, key = names[i]] {
+        with_span(i, [&](auto sp) {
+          using T = typename decltype(sp)::element_type;
+          if constexpr (requires { store_->initialize(key, as_const(sp), std::vector<std::span<const T>>{}, at); }) {
+            // with the optimizer's state and the step: a resumed checkpoint goes on where it stopped
+            std::vector<std::span<const T>> slots;
+            for (auto& b : slot_host_[i]) slots.emplace_back(reinterpret_cast<const T*>(b.data()), b.size() / sizeof(T));
+            store_->initialize(key, as_const(sp), std::move(slots), at);
+          } else {
+            store_->initialize(key, as_const(sp));
+          }
+        });
+        if constexpr (requires { store_->set_rows(key, std::size_t{}); })
+          if (Step::variable_row_lengths()[i] > 0 && moves_rows()) store_->set_rows(key, static_cast<std::size_t>(Step::variable_row_lengths()[i]));
+      });
+    }
+    pull_all();  // every variable whole, the first time; then a table's changed rows only
+    on_server_ = true;
+  }
+
+  // Before the backward pass: this step's learning rate to a store that applies it.
+  void begin_step() {
+    if constexpr (requires { store_->set_learning_rate(1.0); }) {
+      const double lr = step_.learning_rate();
+      worker_.submit([this, lr] { store_->set_learning_rate(lr); });
+    }
+  }
+
+  // Gradient i is final (called from the backward pass): pushed on the communicator's thread.
+  void arrived(std::size_t i, const gradient_buffer& g) {
+    if (g.sparse()) {
+      push_rows(i, g);
+      return;
+    }
+    queue_copy_to_host<backend>(grad_host_[i].data(), g.data, grad_host_[i].size());
+    grad_ready_[i].record();
+    worker_.submit([this, i, key = Step::variable_names()[i]] {
+      grad_ready_[i].wait();  // the copy out of the device (queued: the backward pass goes on)
+      with_grad_span(i, [&](auto sp) { store_->push(key, as_const(sp)); });
+    });
+  }
+
+  void end_step() {
+    worker_.submit([this] { store_->step_done(); });
+    pull_all();
+    auto& s = step_.owner();
+    s.set_global_step(s.global_step() + 1);
+  }
+
+  // The servers' variables and optimizer state into this worker's session, between two
+  // barriers (data_parallel_step::pull_state).
+  void pull_state() {
+    if (!active() || !on_server_) return;
+    const auto bound = step_.owner().bind();
+    on_worker([this] {
+      const auto& names = Step::variable_names();
+      comm_.barrier();
+      for (std::size_t i = 0; i < n; ++i)
+        with_span(i, [&](auto sp) {
+          using T = typename decltype(sp)::element_type;
+          if constexpr (requires { store_->snapshot(names[i], sp, std::vector<std::span<T>>{}); }) {
+            std::vector<std::span<T>> slots;
+            for (auto& b : slot_host_[i]) slots.emplace_back(reinterpret_cast<T*>(b.data()), b.size() / sizeof(T));
+            (void)store_->snapshot(names[i], sp, std::move(slots));
+          } else {
+            store_->pull(names[i], sp);
+          }
+        });
+      comm_.barrier();
+    });
+    for (std::size_t i = 0; i < n; ++i) {
+      backend::copy_to_device(storage_[i], host_[i].data(), host_[i].size());
+      for (std::size_t k = 0; k < slot_names_.size(); ++k)
+        backend::copy_to_device(slot_storage_[i][k], slot_host_[i][k].data(), slot_host_[i][k].size());
+    }
+  }
+
+  // Every worker waits for the others (a barrier), then pulls the variables
+  // (data_parallel_step::pull_variables).
+  void pull_variables() {
+    if (!active() || !on_server_) return;
+    const auto bound = step_.owner().bind();
+    on_worker([this] { comm_.barrier(); });
+    pull_all();
+  }
+
+  // Whether the store moves sparse rows (push_rows, pull_rows): an embedding's gradient
+  // then goes as its rows and indices only.
+  bool moves_rows() {
+    if (!active()) return false;
+    if constexpr (requires { store_->has_rows(); }) return store_->has_rows();
+    else return row_store<Store>;
+  }
+
+ private:
+  template <class F>
+  void on_worker(F&& f) {
+    worker_.submit(std::forward<F>(f));
+    worker_.wait();
+  }
+  template <class T>
+  static std::span<const T> as_const(std::span<T> x) {
+    return {x.data(), x.size()};
+  }
+  // f(span of the host copy of variable i / of its gradient), typed by the variable's dtype
+  template <class F>
+  void with_span(std::size_t i, F&& f) {
+    typed_at(i, host_[i], f);
+  }
+  template <class F>
+  void with_grad_span(std::size_t i, F&& f) {
+    typed_at(i, grad_host_[i], f);
+  }
+  template <class F, class Buffer>
+  static void typed_at(std::size_t i, Buffer& b, F& f) {
+    if (Step::variable_dtypes()[i] == std::string_view("float64"))
+      f(std::span<double>(reinterpret_cast<double*>(b.data()), b.size() / 8));
+    else
+      f(std::span<float>(reinterpret_cast<float*>(b.data()), b.size() / 4));
+  }
+  void locate_storage() {
+    auto entries = step_.owner().entries();
+    const auto& names = Step::variable_names();
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t bytes = static_cast<std::size_t>(Step::variable_sizes()[i]) *
+                                (Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4);
+      slot_storage_[i].assign(slot_names_.size(), nullptr);
+      slot_host_[i].assign(slot_names_.size(), std::vector<std::byte>(bytes));
+      for (const auto& e : entries) {
+        if (e.name == names[i]) storage_[i] = e.data;
+        for (std::size_t k = 0; k < slot_names_.size(); ++k)
+          if (e.name == std::string(names[i]) + "/" + slot_names_[k]) slot_storage_[i][k] = e.data;
+      }
+      for (std::size_t k = 0; k < slot_names_.size(); ++k)
+        if (!slot_storage_[i][k])
+          throw error("gradus: data_parallel: the optimizer state '" + std::string(names[i]) + "/" + slot_names_[k] + "' is not in the session");
+      host_[i].resize(bytes);
+      grad_host_[i].resize(bytes);
+    }
+  }
+  // A sparse-row gradient (rows, sorted and unique; their values) to the servers.
+  void push_rows(std::size_t i, const gradient_buffer& g) {
+    if constexpr (row_store<Store>) {
+      if (!moves_rows()) throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
+      const std::size_t elem = Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4;
+      const auto rows = static_cast<std::size_t>(g.rows), L = static_cast<std::size_t>(g.row_len);
+      backend::copy_to_host(grad_host_[i].data(), g.data, rows * L * elem);
+      rows_host_[i].assign(g.indices, g.indices + rows);
+      worker_.submit([this, i, rows, L, key = Step::variable_names()[i]] {
+        with_grad_span(i, [&](auto sp) {
+          store_->push_rows(key, std::span<const std::int64_t>(rows_host_[i]), as_const(sp.subspan(0, rows * L)));
+        });
+      });
+    } else {
+      throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
+    }
+  }
+  void pull_all() {
+    const auto& names = Step::variable_names();
+    for (std::size_t i = 0; i < n; ++i)
+      worker_.submit([this, i, key = names[i]] {
+        with_span(i, [&](auto sp) {
+          if constexpr (requires { store_->pull_rows(key, sp); })
+            if (on_server_ && Step::variable_row_lengths()[i] > 0 && moves_rows()) return store_->pull_rows(key, sp);
+          store_->pull(key, sp);
+        });
+      });
+    worker_.wait(wait_seconds_);
+    for (std::size_t i = 0; i < n; ++i) backend::copy_to_device(storage_[i], host_[i].data(), host_[i].size());
+  }
+
+  Store* store_;
+  Comm& comm_;  // the workers' barriers (pull_state, pull_variables)
+  Step& step_;
+  comm_worker& worker_;
+  double& wait_seconds_;
+  bool on_server_ = false;
+  std::vector<std::string> slot_names_;  // the optimizer's state tensors: "<variable>/<slot>" in the session
+  // each variable's storage, its host copy and its gradient's
+  std::array<void*, n> storage_{};
+  std::array<std::vector<std::byte>, n> host_{};
+  std::array<host_buffer<backend>, n> grad_host_{};       // pinned on a GPU: pushed from there
+  std::array<backend_event<backend>, n> grad_ready_{};  // after each one's copy out of the device
+  std::array<std::vector<std::int64_t>, n> rows_host_{};  // a sparse gradient's rows
+  std::array<std::vector<void*>, n> slot_storage_{};
+  std::array<std::vector<std::vector<std::byte>>, n> slot_host_{};  // the optimizer's state, offered and snapshotted
+};
+
+// The data-parallel step's stand-in where the communicator can hold no variables: never
+// active, so the step's store branches fold away at compile time.
+struct no_ps_worker {
+  static constexpr bool active() { return false; }
+  static constexpr bool started() { return false; }
+  static constexpr bool moves_rows() { return false; }
+  template <class Fields>
+  void start(const Fields&) {}
+  void begin_step() {}
+  template <class Gradient>
+  void arrived(std::size_t, const Gradient&) {}
+  void end_step() {}
+  void pull_state() {}
+  void pull_variables() {}
+};
+
+}  // namespace gradus::parallel
