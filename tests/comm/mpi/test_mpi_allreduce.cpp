@@ -292,6 +292,100 @@ std::vector<double> data_parallel(g::mpi_allreduce& comm, const gradus_test::dat
 
 }  // namespace
 
+// Sub-groups (parallel::splittable): even and odd ranks each sum within their own group,
+// ranked by a reversed key; the sums come from the members' ranks, computed here.
+BOOST_AUTO_TEST_CASE(split_makes_groups_ranked_by_key_whose_collectives_stay_inside) {
+  auto& c = world();
+  const int r = c.rank(), N = c.world_size();
+  auto g2 = c.split(r % 2, N - r);  // key N - r: the highest rank of a color is its group's rank 0
+  int members = 0, rank_sum = 0, higher = 0;
+  for (int q = r % 2; q < N; q += 2) {
+    ++members;
+    rank_sum += q;
+    if (q > r) ++higher;
+  }
+  BOOST_TEST(g2.world_size() == members);
+  BOOST_TEST(g2.rank() == higher);
+  std::vector<double> x{static_cast<double>(r), 1.0};
+  g2.allreduce_sum(std::span<double>(x));
+  BOOST_TEST(x[0] == static_cast<double>(rank_sum));
+  BOOST_TEST(x[1] == static_cast<double>(members));
+  std::vector<float> b{static_cast<float>(r)};
+  g2.broadcast(std::span<float>(b), 0);  // from the group's rank 0: the color's highest rank
+  BOOST_TEST(b[0] == static_cast<float>(r % 2 + 2 * ((N - 1 - r % 2) / 2)));
+  g2.barrier();
+  BOOST_CHECK_EXCEPTION((void)c.split(-1, 0), g::error,
+                        [](const g::error& e) { return contains(e.what(), "split with color -1") && contains(e.what(), ">= 0"); });
+}
+
+// Point-to-point (parallel::point_to_point): each rank sends to its right neighbour and
+// receives from its left, floats, doubles, bytes and an empty message, in order.
+BOOST_AUTO_TEST_CASE(send_and_recv_pass_messages_around_the_ranks_in_order) {
+  auto& c = world();
+  const int r = c.rank(), N = c.world_size();
+  if (N < 2) return;
+  const int right = (r + 1) % N, left = (r + N - 1) % N;
+  std::vector<float> f(1000), gotf(1000);
+  std::vector<double> d(3), gotd(3);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = static_cast<float>(r * 1000 + static_cast<int>(i)) + 0.5f;
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = r + 0.25 * static_cast<double>(i);
+  std::vector<std::byte> bytes{std::byte(r), std::byte(0xA5)}, gotb(2), none, gotnone;
+  // even ranks send first, odd ranks receive first: no rank waits on a send that waits on it
+  auto sends = [&] {
+    c.send(std::span<const float>(f), right);
+    c.send(std::span<const double>(d), right);
+    c.send(std::span<const std::byte>(bytes), right);
+    c.send(std::span<const std::byte>(none), right);
+  };
+  auto recvs = [&] {
+    c.recv(std::span<float>(gotf), left);
+    c.recv(std::span<double>(gotd), left);
+    c.recv(std::span<std::byte>(gotb), left);
+    c.recv(std::span<std::byte>(gotnone), left);
+  };
+  if (r % 2 == 0) {
+    sends();
+    recvs();
+  } else {
+    recvs();
+    sends();
+  }
+  for (std::size_t i = 0; i < gotf.size(); ++i) BOOST_TEST(gotf[i] == static_cast<float>(left * 1000 + static_cast<int>(i)) + 0.5f);
+  for (std::size_t i = 0; i < gotd.size(); ++i) BOOST_TEST(gotd[i] == left + 0.25 * static_cast<double>(i));
+  BOOST_TEST(static_cast<int>(gotb[0]) == left);
+  BOOST_TEST(static_cast<int>(gotb[1]) == 0xA5);
+  BOOST_CHECK_EXCEPTION(c.send(std::span<const float>(f), N), g::error,
+                        [&](const g::error& e) { return contains(e.what(), "send to rank " + std::to_string(N) + " of a world of"); });
+}
+
+// A message of another size is refused, naming the peer and both counts.
+BOOST_AUTO_TEST_CASE(a_recv_of_another_size_fails_naming_the_peer_and_both_counts) {
+  auto& c = world();
+  const int r = c.rank(), N = c.world_size();
+  if (N < 2 || r > 1) {
+    c.barrier();
+    return;
+  }
+  if (r == 0) {
+    std::vector<double> five(5, 1.0);
+    c.send(std::span<const double>(five), 1);
+    std::vector<double> ok(1);
+    c.recv(std::span<double>(ok), 1);  // rank 1 resends the right size once it has refused
+    BOOST_TEST(ok[0] == 2.0);
+  } else {
+    std::vector<double> four(4);
+    BOOST_CHECK_EXCEPTION(c.recv(std::span<double>(four), 0), g::comm_error, [](const g::comm_error& e) {
+      return contains(e.what(), "expects 4 float64 from rank 0, but its message holds 5");
+    });
+    std::vector<double> five(5);
+    c.recv(std::span<double>(five), 0);  // the refused message is still there
+    BOOST_TEST(five[4] == 1.0);
+    std::vector<double> two{2.0};
+    c.send(std::span<const double>(two), 0);
+  }
+  c.barrier();
+}
+
 BOOST_AUTO_TEST_CASE(the_data_parallel_step_trains_like_one_process_with_identical_replicas) {
   auto& c = world();
   if (batch % c.world_size() != 0) {

@@ -27,6 +27,12 @@
 // alive) for its whole life; constructing one after that throws gradus::error. A program
 // that calls MPI_Init itself keeps control of MPI_Finalize.
 //
+// Sub-groups: split(color, key) is MPI_Comm_split of the duplicate: the ranks that pass the
+// same color get an mpi_allreduce of their own group, ranked by key (ties by their rank
+// here). Point-to-point: send(x, to) and recv(x, from) are MPI_Send and MPI_Recv on the
+// duplicate (in pieces of max_count, as the collectives); recv refuses a message whose
+// element count is not x's, naming the peer and both counts.
+//
 // One thread at a time: two collectives must never run at once (MPI_THREAD_SERIALIZED).
 // Unlike ring_allreduce there is no timeout of gradus' own: a dead peer is MPI's to
 // report (OpenMPI's mpirun ends the whole job when a rank dies).
@@ -45,10 +51,12 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
 #include "gradus/parallel/elements.hpp"
+#include "gradus/parallel/point_to_point.hpp"
 
 namespace gradus {
 
@@ -98,11 +106,15 @@ class mpi_allreduce {
   }
   mpi_allreduce(const mpi_allreduce&) = delete;
   mpi_allreduce& operator=(const mpi_allreduce&) = delete;
+  // A group's communicator moves (split returns one); the moved-from one holds none.
+  mpi_allreduce(mpi_allreduce&& o) noexcept
+      : opt_(o.opt_), comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), world_(o.world_), owns_(std::exchange(o.owns_, false)) {}
+  mpi_allreduce& operator=(mpi_allreduce&&) = delete;
   ~mpi_allreduce() {
     int finalized = 0;
     MPI_Finalized(&finalized);  // a program that initialized MPI may have finalized it already
     if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
-    release();
+    if (owns_) release();
   }
 
   int rank() const { return rank_; }
@@ -132,6 +144,50 @@ class mpi_allreduce {
     pieces(x, "MPI_Bcast from rank " + std::to_string(root), [&](T* p, int n) { return MPI_Bcast(p, n, type<T>(), root, comm_); });
   }
   void barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
+
+  // The collectives of this rank's group (every rank calls it): MPI_Comm_split(comm(),
+  // color, key). color >= 0: every rank joins a group.
+  mpi_allreduce split(int color, int key) {
+    if (color < 0)
+      throw error("gradus: mpi_allreduce: split with color " + std::to_string(color) + " (rank " + std::to_string(rank_) +
+                  "): a color is >= 0, every rank joins a group");
+    MPI_Comm sub = MPI_COMM_NULL;
+    check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split (color " + std::to_string(color) + ", key " + std::to_string(key) + ")");
+    return mpi_allreduce(sub, opt_);
+  }
+
+  // x to rank `to` (MPI_Send: returns once x may be reused).
+  template <parallel::broadcast_element T>
+  void send(std::span<const T> x, int to) {
+    check_peer(to, "send to");
+    for (std::size_t at = 0; at < x.size() || at == 0; at += opt_.max_count) {
+      const std::size_t n = std::min(opt_.max_count, x.size() - at);
+      check(MPI_Send(x.data() + at, static_cast<int>(n), type<T>(), to, p2p_tag, comm_),
+            "MPI_Send of " + std::to_string(x.size()) + " " + dtype_name<T>() + " to rank " + std::to_string(to));
+      if (x.empty()) break;
+    }
+  }
+  // x <- the next message from rank `from`, which must hold x.size() elements.
+  template <parallel::broadcast_element T>
+  void recv(std::span<T> x, int from) {
+    check_peer(from, "recv from");
+    for (std::size_t at = 0; at < x.size() || at == 0; at += opt_.max_count) {
+      const std::size_t n = std::min(opt_.max_count, x.size() - at);
+      const std::string what = "MPI_Recv of " + std::to_string(x.size()) + " " + dtype_name<T>() + " from rank " + std::to_string(from);
+      MPI_Status st;
+      check(MPI_Probe(from, p2p_tag, comm_, &st), what);
+      int got = 0;
+      check(MPI_Get_count(&st, type<T>(), &got), what);
+      if (got != static_cast<int>(n))
+        throw comm_error("gradus: mpi_allreduce: rank " + std::to_string(rank_) + " of " + std::to_string(world_) + " expects " +
+                         std::to_string(x.size()) + " " + dtype_name<T>() + " from rank " + std::to_string(from) + ", but its message holds " +
+                         (got == MPI_UNDEFINED ? std::string("a different element type") : std::to_string(got)) +
+                         (n != x.size() ? " (in the piece at element " + std::to_string(at) + ")" : "") +
+                         ": the two ranks disagree on the size or dtype");
+      check(MPI_Recv(x.data() + at, static_cast<int>(n), type<T>(), from, p2p_tag, comm_, MPI_STATUS_IGNORE), what);
+      if (x.empty()) break;
+    }
+  }
 
   // A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
   // mpi_allreduce: <op> failed on rank r of n: <MPI_Error_string>". For a program's own
@@ -203,6 +259,33 @@ class mpi_allreduce {
     }
   }
 
+  static constexpr int p2p_tag = 7;  // on the duplicate: never the program's messages
+
+  // A communicator of one group (split): MPI is initialized already; counted as one more user.
+  mpi_allreduce(MPI_Comm adopted, mpi_options options) : opt_(options), comm_(adopted) {
+    try {
+      acquire();
+    } catch (...) {
+      MPI_Comm_free(&comm_);
+      throw;
+    }
+    try {
+      check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank of a split");
+      check(MPI_Comm_size(comm_, &world_), "MPI_Comm_size of a split");
+      check(MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler of a split");
+    } catch (...) {
+      MPI_Comm_free(&comm_);
+      release();
+      throw;
+    }
+  }
+
+  void check_peer(int peer, const char* doing) const {
+    if (peer < 0 || peer >= world_)
+      throw error("gradus: mpi_allreduce: " + std::string(doing) + " rank " + std::to_string(peer) + " of a world of " +
+                  std::to_string(world_) + " (rank " + std::to_string(rank_) + ")");
+  }
+
   template <class T>
   static MPI_Datatype type() {
     if constexpr (std::same_as<T, float>) return MPI_FLOAT;
@@ -241,7 +324,10 @@ class mpi_allreduce {
   mpi_options opt_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = -1, world_ = 0;
+  bool owns_ = true;  // counted in process_state (not a moved-from one)
 };
 static_assert(parallel::communicator<mpi_allreduce>);
+static_assert(parallel::splittable<mpi_allreduce>);
+static_assert(parallel::point_to_point<mpi_allreduce>);
 
 }  // namespace gradus
