@@ -70,7 +70,7 @@ class ring_allreduce {
   }
   // From a cluster spec (gradus::cluster::from_env(): TF_CONFIG, torchrun, Slurm, OpenMPI,
   // GRADUS_CLUSTER): its rank, world size and rendezvous; the rest from `base`.
-  //   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());
+  //   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());  // gradus/parallel/trainer.hpp
   template <class Spec>
     requires requires(const Spec& c) {
       { c.rank } -> std::convertible_to<int>;
