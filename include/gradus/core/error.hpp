@@ -27,6 +27,12 @@ struct index_error : error {
   using error::error;
 };
 
+// A data file (IDX, CSV, a metrics log) is missing, truncated, corrupt or not what was
+// asked for.
+struct data_error : error {
+  using error::error;
+};
+
 // A NaN or an infinity where check_numerics is on (TensorFlow's tf.debugging.check_numerics):
 // the message names the node that made it (op, shape, inputs), the variable, feed or
 // gradient it reached, and the global step. `outputs` lists the run's outputs that the

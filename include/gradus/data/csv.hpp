@@ -32,7 +32,6 @@
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
 #include "gradus/data/dataset.hpp"
-#include "gradus/data/idx.hpp"  // data_error
 
 namespace gradus::data {
 

@@ -15,17 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "gradus/core/error.hpp"
+#include "gradus/core/error.hpp"  // data_error
 #include "gradus/core/shape.hpp"
 
-namespace gradus {
-
-// A data file is missing, truncated, corrupt or not what was asked for.
-struct data_error : error {
-  using error::error;
-};
-
-namespace data {
+namespace gradus::data {
 
 struct idx_file {
   std::string path;
@@ -119,5 +112,4 @@ inline std::vector<std::int32_t> load_mnist_labels(const std::string& path, inde
   return y;
 }
 
-}  // namespace data
-}  // namespace gradus
+}  // namespace gradus::data

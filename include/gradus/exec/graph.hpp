@@ -11,6 +11,12 @@
 //
 // Each run: bind feeds, infer dims (a `dyn` mismatch throws here, naming op and shapes),
 // grow buffers that are too small (so the same shapes allocate nothing), run the steps.
+//
+// Near 600 lines, as one concept: compiled_graph is one class whose planning, running,
+// output hooks and check_numerics scans all read and write the same private slot and step
+// tables; split across files, each part would have to expose those tables to the others.
+// The small types before it are the interface a session sees (variable_storage,
+// variable_source, graph_stats, graph_base).
 #include <algorithm>
 #include <array>
 #include <map>

@@ -5,18 +5,17 @@
 //                            atomic: the destination is replaced whole or left as it was
 //   read_npz(file)           the arrays back, in archive order, bit for bit; a strict reader
 //                            whose errors name the file, the entry and what is wrong
-// Needs libzip (link gradus::io). The NPY header is written and parsed here; xtensor's xnpy
-// is not used because it loads into an xarray only (no dtype-erased buffer for a
-// checkpoint of mixed dtypes) and throws messages without the file or entry they concern.
-// The zip container is libzip's: only the empty archive (22 constant bytes, which libzip
-// will not write) is written by hand.
+// Needs libzip (link gradus::io). The NPY header is written and parsed by gradus
+// (io/npy_format.hpp); xtensor's xnpy is not used because it loads into an xarray only (no
+// dtype-erased buffer for a checkpoint of mixed dtypes) and throws messages without the
+// file or entry they concern. The zip container is libzip's: only the empty archive (22
+// constant bytes, which libzip will not write) is written by hand. The temporaries and
+// fsyncs of the atomic replacement are io/atomic_file.hpp's.
 //
-// POSIX (open, fsync, getpid, kill, gethostname) for the durable rename and the cleanup of
-// temporaries; host byte order must be little-endian.
+// POSIX (open, read, write, rename); host byte order must be little-endian.
 #include <zip.h>
 
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <array>
@@ -25,10 +24,10 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <limits>
-#include <mutex>
+#include <initializer_list>
 #include <set>
 #include <span>
 #include <string>
@@ -39,6 +38,8 @@
 
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
+#include "gradus/io/atomic_file.hpp"
+#include "gradus/io/npy_format.hpp"
 
 namespace gradus::io {
 
@@ -72,186 +73,12 @@ inline std::size_t npz_itemsize(std::string_view dtype) {
 
 namespace detail {
 
-// dtype name <-> NPY descr, the only five either side accepts.
-struct npy_type {
-  std::string_view name, descr;
-  std::size_t size;
-};
-inline constexpr std::array<npy_type, 5> npy_types{{{"float32", "<f4", 4},
-                                                    {"float64", "<f8", 8},
-                                                    {"int32", "<i4", 4},
-                                                    {"int64", "<i8", 8},
-                                                    {"uint8", "|u1", 1}}};
-inline constexpr std::string_view npy_magic{"\x93NUMPY", 6};
-inline constexpr std::size_t npy_align = 64;
-
-inline const npy_type* npy_type_by_name(std::string_view name) {
-  for (const auto& t : npy_types)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-inline const npy_type* npy_type_by_descr(std::string_view descr) {
-  for (const auto& t : npy_types)
-    if (t.descr == descr) return &t;
-  return nullptr;
-}
-
-// numel * itemsize, or false when a dim is negative or the product overflows size_t.
-inline bool byte_size(const dims& shape, std::size_t itemsize, std::size_t& out) {
-  std::size_t n = itemsize;
-  for (std::size_t i = 0; i < shape.rank; ++i) {
-    if (shape.d[i] < 0) return false;
-    const auto e = static_cast<std::size_t>(shape.d[i]);
-    if (e != 0 && n > std::numeric_limits<std::size_t>::max() / e) return false;
-    n *= e;
-  }
-  out = n;
-  return true;
-}
-
-// (appended, not "'" + s: g++ 12's -Wrestrict misfires on operator+(const char*, string&&))
-inline std::string quoted(const std::filesystem::path& p) {
-  std::string r(1, '\'');
-  r += p.string();
-  r += '\'';
-  return r;
-}
-
 inline std::string zip_error_text(int code) {
   zip_error_t e;
   zip_error_init_with_code(&e, code);
   std::string s = zip_error_strerror(&e);
   zip_error_fini(&e);
   return s;
-}
-
-// The NPY 1.0 header as numpy writes it: magic, version 1.0, uint16 length, then the dict
-// literal padded with spaces and one '\n' so that the data starts on a 64-byte boundary.
-inline std::string npy_header(std::string_view descr, const dims& shape) {
-  std::string dict = "{'descr': '";
-  dict += descr;
-  dict += "', 'fortran_order': False, 'shape': (";
-  for (std::size_t i = 0; i < shape.rank; ++i) {
-    if (i) dict += ", ";
-    dict += std::to_string(shape.d[i]);
-  }
-  dict += shape.rank == 1 ? ",), }" : "), }";
-  const std::size_t prefix = npy_magic.size() + 2 + 2;    // magic, version, uint16 length
-  const std::size_t unpadded = prefix + dict.size() + 1;  // + the closing '\n'
-  const std::size_t total = (unpadded + npy_align - 1) / npy_align * npy_align;
-  const std::size_t hlen = total - prefix;  // < 256 for rank <= 6: fits version 1.0's uint16
-  std::string h(npy_magic);
-  h += '\x01';
-  h += '\x00';
-  h += static_cast<char>(hlen & 0xff);
-  h += static_cast<char>(hlen >> 8);
-  h += dict;
-  h.resize(total - 1, ' ');
-  h += '\n';
-  return h;
-}
-
-// The parsed NPY header dict.
-struct npy_header_info {
-  const npy_type* type = nullptr;
-  dims shape;
-};
-
-// Parses the dict literal of an NPY header: exactly the keys 'descr' (a supported type
-// string), 'fortran_order' (False) and 'shape' (a tuple of non-negative ints, at most
-// max_rank), in any order, an optional trailing comma, then only whitespace. Returns an
-// empty string on success, else what is wrong.
-inline std::string parse_npy_dict(std::string_view s, npy_header_info& out) {
-  std::size_t p = 0;
-  const auto ws = [&] {
-    while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\n' || s[p] == '\r')) ++p;
-  };
-  const auto eat = [&](char c) {
-    ws();
-    if (p < s.size() && s[p] == c) {
-      ++p;
-      return true;
-    }
-    return false;
-  };
-  const auto str = [&](std::string& v) {
-    ws();
-    if (p >= s.size() || (s[p] != '\'' && s[p] != '"')) return false;
-    const char q = s[p++];
-    const std::size_t e = s.find(q, p);
-    if (e == std::string_view::npos) return false;
-    v.assign(s.substr(p, e - p));
-    p = e + 1;
-    return v.find('\\') == std::string::npos;
-  };
-  const auto shown = [&] { return "header " + std::string(s.substr(0, s.find_last_not_of(" \n") + 1)); };
-
-  if (!eat('{')) return "NPY header is not a dict literal: " + shown();
-  bool have_descr = false, have_order = false, have_shape = false;
-  while (!eat('}')) {
-    std::string key;
-    if (!str(key) || !eat(':')) return "NPY header dict is malformed: " + shown();
-    if (key == "descr") {
-      std::string d;
-      if (have_descr) return "NPY header repeats 'descr'";
-      if (!str(d)) return "NPY header 'descr' is not a type string (structured dtypes are not supported): " + shown();
-      out.type = npy_type_by_descr(d);
-      if (!out.type)
-        return "unsupported descr '" + d + "'" + (d.starts_with('>') ? " (big-endian)" : "") +
-               "; gradus reads '<f4', '<f8', '<i4', '<i8', '|u1'";
-      have_descr = true;
-    } else if (key == "fortran_order") {
-      if (have_order) return "NPY header repeats 'fortran_order'";
-      ws();
-      if (s.substr(p).starts_with("False")) {
-        p += 5;
-      } else if (s.substr(p).starts_with("True")) {
-        return "fortran_order True (column-major) arrays are not supported";
-      } else {
-        return "NPY header 'fortran_order' is not True or False: " + shown();
-      }
-      have_order = true;
-    } else if (key == "shape") {
-      if (have_shape) return "NPY header repeats 'shape'";
-      if (!eat('(')) return "NPY header 'shape' is not a tuple: " + shown();
-      dims d;
-      bool trailing_comma = false;
-      while (!eat(')')) {
-        ws();
-        if (p >= s.size() || s[p] < '0' || s[p] > '9') return "NPY header 'shape' is not a tuple of ints: " + shown();
-        index_t v = 0;
-        while (p < s.size() && s[p] >= '0' && s[p] <= '9') {
-          const index_t digit = s[p++] - '0';
-          if (v > (std::numeric_limits<index_t>::max() - digit) / 10)
-            return "NPY header 'shape' has an extent too large: " + shown();
-          v = v * 10 + digit;
-        }
-        if (p < s.size() && s[p] == 'L') ++p;  // Python 2 long
-        if (d.rank == max_rank)
-          return "rank above gradus::max_rank (" + std::to_string(max_rank) + "): " + shown();
-        d.d[d.rank++] = v;
-        trailing_comma = eat(',');
-        if (!trailing_comma) {
-          if (!eat(')')) return "NPY header 'shape' is malformed: " + shown();
-          break;
-        }
-      }
-      if (d.rank == 1 && !trailing_comma) return "NPY header 'shape' (n) is not a tuple: " + shown();
-      out.shape = d;
-      have_shape = true;
-    } else {
-      return "NPY header has an unexpected key '" + key + "'";
-    }
-    if (!eat(',')) {
-      if (!eat('}')) return "NPY header dict is malformed: " + shown();
-      break;
-    }
-  }
-  ws();
-  if (p != s.size()) return "NPY header has text after the dict: " + shown();
-  if (!have_descr || !have_order || !have_shape)
-    return std::string("NPY header lacks '") + (!have_descr ? "descr" : !have_order ? "fortran_order" : "shape") + "'";
-  return {};
 }
 
 // Owns a zip_t*: discarded (nothing written) unless closed.
@@ -274,29 +101,6 @@ struct zip_file_handle {
     if (f) zip_fclose(f);
   }
 };
-
-struct fd_handle {
-  int fd = -1;
-  fd_handle() = default;
-  explicit fd_handle(int f) : fd(f) {}
-  fd_handle(const fd_handle&) = delete;
-  fd_handle& operator=(const fd_handle&) = delete;
-  ~fd_handle() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
-inline std::string errno_text(int e) { return std::generic_category().message(e); }
-
-// fsync the file or directory at `p`.
-inline void fsync_path(const std::filesystem::path& p, bool directory, const std::string& ctx, const char* step) {
-  fd_handle fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0)));
-  if (fd.fd < 0) throw error(ctx + step + ": open " + quoted(p) + ": " + errno_text(errno));
-  if (::fsync(fd.fd) != 0) throw error(ctx + step + ": " + errno_text(errno));
-  const int r = ::close(fd.fd);
-  fd.fd = -1;
-  if (r != 0) throw error(ctx + step + ": close: " + errno_text(errno));
-}
 
 // Does the file start with a zip local file header ("PK\3\4")?
 inline bool starts_like_zip(const std::filesystem::path& p) {
@@ -349,116 +153,6 @@ inline void write_zip(const std::filesystem::path& tmp, std::span<const npz_arra
   if (zip_close(za.z) != 0) throw error(ctx + "zip_close (writing " + quoted(tmp) + "): " + zip_strerror(za.z));
   za.z = nullptr;
 }
-
-// ---- temporaries ---------------------------------------------------------------------------
-// A save writes "<file>.tmp.<pid>.<n>.<host>" (n counts this process's saves; libzip itself
-// writes that through its own "<that>.XXXXXX" and renames it). A writer killed mid-save leaves
-// one of the two behind, as large as the checkpoint; the next save of the same file removes
-// those whose writer is gone:
-//   - written on another host (by name): never touched, its pid means nothing here;
-//   - another pid: removed when kill(pid, 0) fails with ESRCH. A live process that has
-//     reused a dead writer's pid keeps that temporary until it too is gone: a stale file
-//     may outlive its writer, a live writer's file is never removed;
-//   - this process's pid: removed unless this process is writing it now (any thread; the
-//     registry below). A container's trainer is often pid 1 at every start, so a stale
-//     temporary with our own pid is the common case there, not a curiosity.
-
-// This host in a temporary's name: the hostname, every byte outside [A-Za-z0-9-] as '_'.
-inline std::string host_tag() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
-  std::string s = name;
-  for (char& c : s)
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-')) c = '_';
-  return s;
-}
-
-// The temporaries (file names) this process is writing now, from any thread.
-struct writing_registry {
-  std::mutex m;
-  std::set<std::string, std::less<>> names;
-};
-inline writing_registry& writing_now() {
-  static writing_registry r;
-  return r;
-}
-
-// Is `name` a temporary of the file named `target` written on `host`? Then `pid` is its
-// writer and `base` the name without libzip's suffix.
-inline bool parse_temporary(std::string_view name, std::string_view target, std::string_view host, pid_t& pid,
-                            std::string_view& base) {
-  const auto number = [&](std::string_view& s, long long& v) {
-    std::size_t k = 0;
-    v = 0;
-    while (k < s.size() && k < 18 && s[k] >= '0' && s[k] <= '9') v = v * 10 + (s[k++] - '0');
-    if (k == 0 || k == 18) return false;
-    s.remove_prefix(k);
-    return true;
-  };
-  std::string_view rest = name;
-  if (!rest.starts_with(target) || !rest.substr(target.size()).starts_with(".tmp.")) return false;
-  rest.remove_prefix(target.size() + 5);
-  long long p = 0, n = 0;
-  if (!number(rest, p) || !rest.starts_with('.')) return false;
-  rest.remove_prefix(1);
-  if (!number(rest, n) || !rest.starts_with('.')) return false;
-  rest.remove_prefix(1);
-  if (!rest.starts_with(host)) return false;
-  rest.remove_prefix(host.size());
-  if (!rest.empty()) {  // libzip's ".XXXXXX"
-    if (rest.size() < 2 || rest.size() > 17 || rest[0] != '.') return false;
-    for (const char c : rest.substr(1))
-      if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) return false;
-  }
-  if (p <= 0 || p > std::numeric_limits<pid_t>::max()) return false;
-  pid = static_cast<pid_t>(p);
-  base = name.substr(0, name.size() - rest.size());
-  return true;
-}
-
-// Removes the stale temporaries of `file` (above). Best effort: a directory that cannot be
-// listed or a file that cannot be removed is left as it is, and the save goes on.
-inline void remove_stale_temporaries(const std::filesystem::path& file, std::string_view host) {
-  std::filesystem::path dir = file.parent_path();
-  if (dir.empty()) dir = ".";
-  const std::string target = file.filename().string();
-  const pid_t self = ::getpid();
-  std::vector<std::filesystem::path> stale;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    pid_t pid = 0;
-    std::string_view base;
-    if (!parse_temporary(name, target, host, pid, base)) continue;
-    bool dead = false;
-    if (pid == self) {
-      auto& r = writing_now();
-      const std::lock_guard lock(r.m);
-      dead = !r.names.contains(base);
-    } else {
-      dead = ::kill(pid, 0) == -1 && errno == ESRCH;
-    }
-    if (dead) stale.push_back(it->path());
-  }
-  for (const auto& p : stale) std::filesystem::remove(p, ec);
-}
-
-// Registers a temporary as being written by this process for its lifetime.
-struct writing_temporary {
-  std::string name;
-  explicit writing_temporary(std::string n) : name(std::move(n)) {
-    auto& r = writing_now();
-    const std::lock_guard lock(r.m);
-    r.names.insert(name);
-  }
-  writing_temporary(const writing_temporary&) = delete;
-  writing_temporary& operator=(const writing_temporary&) = delete;
-  ~writing_temporary() {
-    auto& r = writing_now();
-    const std::lock_guard lock(r.m);
-    r.names.erase(name);
-  }
-};
 
 }  // namespace detail
 

@@ -26,7 +26,7 @@
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
-#include "gradus/train/init.hpp"
+#include "gradus/nn/init.hpp"
 
 namespace gradus {
 

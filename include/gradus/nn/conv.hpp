@@ -13,7 +13,7 @@
 #include "gradus/graph/ops/conv.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
-#include "gradus/train/init.hpp"
+#include "gradus/nn/init.hpp"
 
 namespace gradus::nn {
 

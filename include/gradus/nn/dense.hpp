@@ -14,7 +14,7 @@
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/matmul.hpp"
-#include "gradus/train/init.hpp"
+#include "gradus/nn/init.hpp"
 
 namespace gradus::nn {
 

@@ -13,7 +13,7 @@
 #include "gradus/core/fixed_string.hpp"
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/ops/index.hpp"
-#include "gradus/train/init.hpp"
+#include "gradus/nn/init.hpp"
 
 namespace gradus::nn {
 

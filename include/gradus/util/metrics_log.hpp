@@ -24,6 +24,7 @@
 #include <system_error>
 #include <vector>
 
+#include "gradus/core/error.hpp"  // data_error
 #include "gradus/core/text.hpp"
 #include "gradus/data/csv.hpp"
 

@@ -1,0 +1,183 @@
+#pragma once
+// The NPY array format, the entries of an .npz file (io/npz.hpp): the five dtypes gradus
+// stores and their NPY descrs, the version 1.0 header numpy writes (magic, version, length,
+// then a dict literal padded so that the data starts on a 64-byte boundary), and a strict
+// parser of that dict whose errors say what is wrong. Apart from npz.hpp because the
+// format is NumPy's and knows nothing of zip archives or files.
+#include <array>
+#include <cstddef>
+#include <limits>
+#include <string>
+#include <string_view>
+
+#include "gradus/core/shape.hpp"
+
+namespace gradus::io::detail {
+
+// dtype name <-> NPY descr, the only five either side accepts.
+struct npy_type {
+  std::string_view name, descr;
+  std::size_t size;
+};
+inline constexpr std::array<npy_type, 5> npy_types{{{"float32", "<f4", 4},
+                                                    {"float64", "<f8", 8},
+                                                    {"int32", "<i4", 4},
+                                                    {"int64", "<i8", 8},
+                                                    {"uint8", "|u1", 1}}};
+inline constexpr std::string_view npy_magic{"\x93NUMPY", 6};
+inline constexpr std::size_t npy_align = 64;
+
+inline const npy_type* npy_type_by_name(std::string_view name) {
+  for (const auto& t : npy_types)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+inline const npy_type* npy_type_by_descr(std::string_view descr) {
+  for (const auto& t : npy_types)
+    if (t.descr == descr) return &t;
+  return nullptr;
+}
+
+// numel * itemsize, or false when a dim is negative or the product overflows size_t.
+inline bool byte_size(const dims& shape, std::size_t itemsize, std::size_t& out) {
+  std::size_t n = itemsize;
+  for (std::size_t i = 0; i < shape.rank; ++i) {
+    if (shape.d[i] < 0) return false;
+    const auto e = static_cast<std::size_t>(shape.d[i]);
+    if (e != 0 && n > std::numeric_limits<std::size_t>::max() / e) return false;
+    n *= e;
+  }
+  out = n;
+  return true;
+}
+
+// The NPY 1.0 header as numpy writes it: magic, version 1.0, uint16 length, then the dict
+// literal padded with spaces and one '\n' so that the data starts on a 64-byte boundary.
+inline std::string npy_header(std::string_view descr, const dims& shape) {
+  std::string dict = "{'descr': '";
+  dict += descr;
+  dict += "', 'fortran_order': False, 'shape': (";
+  for (std::size_t i = 0; i < shape.rank; ++i) {
+    if (i) dict += ", ";
+    dict += std::to_string(shape.d[i]);
+  }
+  dict += shape.rank == 1 ? ",), }" : "), }";
+  const std::size_t prefix = npy_magic.size() + 2 + 2;    // magic, version, uint16 length
+  const std::size_t unpadded = prefix + dict.size() + 1;  // + the closing '\n'
+  const std::size_t total = (unpadded + npy_align - 1) / npy_align * npy_align;
+  const std::size_t hlen = total - prefix;  // < 256 for rank <= 6: fits version 1.0's uint16
+  std::string h(npy_magic);
+  h += '\x01';
+  h += '\x00';
+  h += static_cast<char>(hlen & 0xff);
+  h += static_cast<char>(hlen >> 8);
+  h += dict;
+  h.resize(total - 1, ' ');
+  h += '\n';
+  return h;
+}
+
+// The parsed NPY header dict.
+struct npy_header_info {
+  const npy_type* type = nullptr;
+  dims shape;
+};
+
+// Parses the dict literal of an NPY header: exactly the keys 'descr' (a supported type
+// string), 'fortran_order' (False) and 'shape' (a tuple of non-negative ints, at most
+// max_rank), in any order, an optional trailing comma, then only whitespace. Returns an
+// empty string on success, else what is wrong.
+inline std::string parse_npy_dict(std::string_view s, npy_header_info& out) {
+  std::size_t p = 0;
+  const auto ws = [&] {
+    while (p < s.size() && (s[p] == ' ' || s[p] == '\t' || s[p] == '\n' || s[p] == '\r')) ++p;
+  };
+  const auto eat = [&](char c) {
+    ws();
+    if (p < s.size() && s[p] == c) {
+      ++p;
+      return true;
+    }
+    return false;
+  };
+  const auto str = [&](std::string& v) {
+    ws();
+    if (p >= s.size() || (s[p] != '\'' && s[p] != '"')) return false;
+    const char q = s[p++];
+    const std::size_t e = s.find(q, p);
+    if (e == std::string_view::npos) return false;
+    v.assign(s.substr(p, e - p));
+    p = e + 1;
+    return v.find('\\') == std::string::npos;
+  };
+  const auto shown = [&] { return "header " + std::string(s.substr(0, s.find_last_not_of(" \n") + 1)); };
+
+  if (!eat('{')) return "NPY header is not a dict literal: " + shown();
+  bool have_descr = false, have_order = false, have_shape = false;
+  while (!eat('}')) {
+    std::string key;
+    if (!str(key) || !eat(':')) return "NPY header dict is malformed: " + shown();
+    if (key == "descr") {
+      std::string d;
+      if (have_descr) return "NPY header repeats 'descr'";
+      if (!str(d)) return "NPY header 'descr' is not a type string (structured dtypes are not supported): " + shown();
+      out.type = npy_type_by_descr(d);
+      if (!out.type)
+        return "unsupported descr '" + d + "'" + (d.starts_with('>') ? " (big-endian)" : "") +
+               "; gradus reads '<f4', '<f8', '<i4', '<i8', '|u1'";
+      have_descr = true;
+    } else if (key == "fortran_order") {
+      if (have_order) return "NPY header repeats 'fortran_order'";
+      ws();
+      if (s.substr(p).starts_with("False")) {
+        p += 5;
+      } else if (s.substr(p).starts_with("True")) {
+        return "fortran_order True (column-major) arrays are not supported";
+      } else {
+        return "NPY header 'fortran_order' is not True or False: " + shown();
+      }
+      have_order = true;
+    } else if (key == "shape") {
+      if (have_shape) return "NPY header repeats 'shape'";
+      if (!eat('(')) return "NPY header 'shape' is not a tuple: " + shown();
+      dims d;
+      bool trailing_comma = false;
+      while (!eat(')')) {
+        ws();
+        if (p >= s.size() || s[p] < '0' || s[p] > '9') return "NPY header 'shape' is not a tuple of ints: " + shown();
+        index_t v = 0;
+        while (p < s.size() && s[p] >= '0' && s[p] <= '9') {
+          const index_t digit = s[p++] - '0';
+          if (v > (std::numeric_limits<index_t>::max() - digit) / 10)
+            return "NPY header 'shape' has an extent too large: " + shown();
+          v = v * 10 + digit;
+        }
+        if (p < s.size() && s[p] == 'L') ++p;  // Python 2 long
+        if (d.rank == max_rank)
+          return "rank above gradus::max_rank (" + std::to_string(max_rank) + "): " + shown();
+        d.d[d.rank++] = v;
+        trailing_comma = eat(',');
+        if (!trailing_comma) {
+          if (!eat(')')) return "NPY header 'shape' is malformed: " + shown();
+          break;
+        }
+      }
+      if (d.rank == 1 && !trailing_comma) return "NPY header 'shape' (n) is not a tuple: " + shown();
+      out.shape = d;
+      have_shape = true;
+    } else {
+      return "NPY header has an unexpected key '" + key + "'";
+    }
+    if (!eat(',')) {
+      if (!eat('}')) return "NPY header dict is malformed: " + shown();
+      break;
+    }
+  }
+  ws();
+  if (p != s.size()) return "NPY header has text after the dict: " + shown();
+  if (!have_descr || !have_order || !have_shape)
+    return std::string("NPY header lacks '") + (!have_descr ? "descr" : !have_order ? "fortran_order" : "shape") + "'";
+  return {};
+}
+
+}  // namespace gradus::io::detail
