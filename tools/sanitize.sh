@@ -52,7 +52,7 @@ dnnl=()
 [[ -f /usr/include/oneapi/dnnl/dnnl.hpp ]] && dnnl=(-DGRADUS_HAVE_DNNL=1 -ldnnl)
 # shellcheck disable=SC2086
 ${CXX:-g++} -std=gnu++20 -O1 ${GRADUS_SAN_DEBUG:--g} -fno-omit-frame-pointer -march=native -ffp-contract=off -fopenmp $san \
-  -DBOOST_TEST_DYN_LINK "${inc[@]}" "${mpi_cflags[@]}" "${thrust[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
+  -DBOOST_TEST_DYN_LINK -DGRADUS_SOURCE_DIR="\"$root\"" "${inc[@]}" "${mpi_cflags[@]}" "${thrust[@]}" -isystem /usr/include/x86_64-linux-gnu/openblas-openmp \
   "$src" -o "$out" "${dnnl[@]}" -lboost_unit_test_framework -lopenblas -lzip -lzmq "${mpi_libs[@]}"
 cd "$root/build/ci" 2>/dev/null || cd "$root"
 export TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp ${TSAN_OPTIONS:-}"
