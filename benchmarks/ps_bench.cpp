@@ -42,6 +42,7 @@
 // per-round time over the samples and GB/s = (pushed + pulled bytes) / time, 1e9 bytes.
 // The pulled values are checked (gradus: the initial values, lr 0; raw: the server's
 // pattern) and the program fails if they differ.
+#include <gradus/backends/cpu_simd.hpp>  // the servers' compute policy
 #include <gradus/comm/ps.hpp>
 
 #include <zmq.hpp>
@@ -183,7 +184,7 @@ int serve_gradus(int index) {
   o.curve = child_curve();
   o.idle_exit = child_idle;
   if (!std::getenv("PS_BENCH_LOG")) o.log = [](const std::string&) {};
-  g::ps::server s(ctx, o);
+  g::ps::server<g::cpu_simd> s(ctx, o);
   std::printf("%s\n", s.endpoint().c_str());
   std::fflush(stdout);
   s.run();

@@ -124,7 +124,7 @@ std::optional<int> serve_if_ps(const comm_options& o, const std::string& restore
   g::ps::server_options so;
   so.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
   if (!restore_checkpoint.empty()) so.restore = g::ps::restore_from_checkpoint(restore_checkpoint);
-  g::ps::serve(c, so);
+  g::ps::serve<g::cpu_simd>(c, so);
   return 0;
 }
 

@@ -15,6 +15,10 @@
 // clip_global_norm > 0 scales every gradient of the step by clip / max(norm, clip), where
 // norm is the L2 norm over all of the step's gradients together (TensorFlow's
 // clip_by_global_norm), before the rule sees them. `lr` takes a number or a schedule.
+//
+// Each optimizer names its hyper-parameters once, in fields(); its defaults are its member
+// initializers and nowhere else. settings() writes the fields as exact text, and
+// optimizer_description.hpp rebuilds the optimizer from that text (a parameter server does).
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -32,6 +36,16 @@ inline void check_range(const char* opt, const char* field, double v, double lo,
   if (!(v >= lo) || (hi_open ? !(v < hi) : !(v <= hi)) || !std::isfinite(v))
     throw error(std::string("gradus: ") + opt + ": " + field + " = " + std::to_string(v) + " is outside [" +
                 std::to_string(lo) + ", " + std::to_string(hi) + (hi_open ? ")" : "]"));
+}
+
+// A hyper-parameter as exact text (shortest round-trip decimals; a schedule's describe()),
+// what settings() writes and optimizer_description.hpp reads back.
+inline std::string setting_text(double v) { return shortest_text(v); }
+inline std::string setting_text(bool v) { return v ? "true" : "false"; }
+inline std::string setting_text(const lr_schedule& v) { return v.describe(); }
+template <class Opt, class F>
+void write_settings(const Opt& o, F& f) {
+  Opt::fields(o, [&](const char* setting, const auto& field) { f(setting, setting_text(field)); });
 }
 
 // The per-element rules, written once for scalars and SIMD batches (V is T or a batch).
@@ -95,15 +109,21 @@ struct sgd {
     opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
     if (nesterov && momentum == 0) throw error("gradus: sgd: nesterov needs momentum > 0");
   }
-  // f(setting, value as exact text) for every hyper-parameter (dist/agree.hpp compares them
-  // between data-parallel ranks).
+  // f(setting, field) for every hyper-parameter, each named once: settings() writes them,
+  // optimizer_description.hpp reads them back (self: an sgd, const or not).
+  template <class Self, class F>
+  static void fields(Self& self, F&& f) {
+    f("lr", self.lr);
+    f("momentum", self.momentum);
+    f("nesterov", self.nesterov);
+    f("weight_decay", self.weight_decay);
+    f("clip_global_norm", self.clip_global_norm);
+  }
+  // f(setting, value as exact text) for every hyper-parameter (parallel/agree.hpp compares
+  // them between data-parallel ranks; a parameter server rebuilds the optimizer from them).
   template <class F>
   void settings(F&& f) const {
-    f("lr", lr.describe());
-    f("momentum", shortest_text(momentum));
-    f("nesterov", nesterov ? "true" : "false");
-    f("weight_decay", shortest_text(weight_decay));
-    f("clip_global_norm", shortest_text(clip_global_norm));
+    opt_detail::write_settings(*this, f);
   }
   int slot_count() const { return momentum > 0 ? 1 : 0; }
   static std::string_view slot_name(int) { return "momentum"; }
@@ -140,14 +160,18 @@ struct adam_optimizer {
     opt_detail::check_range(name, "weight_decay", weight_decay, 0, 1e30);
     opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
   }
+  template <class Self, class F>
+  static void fields(Self& self, F&& f) {
+    f("lr", self.lr);
+    f("beta1", self.beta1);
+    f("beta2", self.beta2);
+    f("eps", self.eps);
+    f("weight_decay", self.weight_decay);
+    f("clip_global_norm", self.clip_global_norm);
+  }
   template <class F>
   void settings(F&& f) const {
-    f("lr", lr.describe());
-    f("beta1", shortest_text(beta1));
-    f("beta2", shortest_text(beta2));
-    f("eps", shortest_text(eps));
-    f("weight_decay", shortest_text(weight_decay));
-    f("clip_global_norm", shortest_text(clip_global_norm));
+    opt_detail::write_settings(*this, f);
   }
   int slot_count() const { return 2; }
   static std::string_view slot_name(int i) { return i == 0 ? "adam_m" : "adam_v"; }

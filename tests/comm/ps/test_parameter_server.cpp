@@ -43,7 +43,7 @@ namespace {
 // silence: a bound for a test that fails half-way).
 struct server_pool {
   zmq::context_t ctx{1};
-  std::vector<std::unique_ptr<g::ps::server>> servers;
+  std::vector<std::unique_ptr<g::ps::server<g::cpu_simd>>> servers;
   std::vector<std::thread> threads;
   std::vector<std::string> addresses;
   explicit server_pool(int n) {
@@ -53,7 +53,7 @@ struct server_pool {
       o.index = i;
       o.idle_exit = 60s;
       if (!std::getenv("PS_TEST_LOG")) o.log = [](const std::string&) {};
-      servers.push_back(std::make_unique<g::ps::server>(ctx, o));
+      servers.push_back(std::make_unique<g::ps::server<g::cpu_simd>>(ctx, o));
       addresses.push_back(servers.back()->endpoint());
     }
     for (auto& s : servers) threads.emplace_back([p = s.get()] { p->run(); });
@@ -803,19 +803,19 @@ BOOST_AUTO_TEST_CASE(a_restarted_server_reloads_its_shards_and_the_workers_rejoi
     if (!std::getenv("PS_TEST_LOG")) o.log = quiet;
     for (int attempt = 0;; ++attempt) {  // the old listener's port is released by ZeroMQ's reaper
       try {
-        return std::make_unique<g::ps::server>(ctx, o);
+        return std::make_unique<g::ps::server<g::cpu_simd>>(ctx, o);
       } catch (const g::comm_error&) {
         if (attempt == 100) throw;
         std::this_thread::sleep_for(20ms);
       }
     }
   };
-  std::vector<std::unique_ptr<g::ps::server>> servers;
+  std::vector<std::unique_ptr<g::ps::server<g::cpu_simd>>> servers;
   servers.push_back(make("127.0.0.1:0", 0, {}));
   servers.push_back(make("127.0.0.1:0", 1, {}));
   const std::vector<std::string> addresses{servers[0]->endpoint(), servers[1]->endpoint()};
   std::thread t0([&] { servers[0]->run(); }), t1([&] { servers[1]->run(); });
-  std::unique_ptr<g::ps::server> restarted;
+  std::unique_ptr<g::ps::server<g::cpu_simd>> restarted;
   std::thread t2;
 
   const auto w0 = ramp(1001, 0.01);
@@ -921,10 +921,10 @@ BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_wo
     so.address = "127.0.0.1:0";
     so.idle_exit = 60s;
     if (!std::getenv("PS_TEST_LOG")) so.log = [](const std::string&) {};
-    auto srv = std::make_unique<g::ps::server>(ctx, so);
+    auto srv = std::make_unique<g::ps::server<g::cpu_simd>>(ctx, so);
     const std::string address = srv->endpoint();
     std::thread t([&] { srv->run(); });
-    std::atomic<g::ps::server*> again{nullptr};  // the server that came back, while it runs
+    std::atomic<g::ps::server<g::cpu_simd>*> again{nullptr};  // the server that came back, while it runs
     std::thread t2;
     std::string error;
     const auto t_start = std::chrono::steady_clock::now();
@@ -945,10 +945,10 @@ BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_wo
       if (comes_back)
         t2 = std::thread([&] {
           so.address = address;
-          std::unique_ptr<g::ps::server> back;
+          std::unique_ptr<g::ps::server<g::cpu_simd>> back;
           for (int attempt = 0; attempt < 100 && !back; ++attempt) {
             try {
-              back = std::make_unique<g::ps::server>(ctx, so);
+              back = std::make_unique<g::ps::server<g::cpu_simd>>(ctx, so);
             } catch (const g::comm_error&) {
               std::this_thread::sleep_for(20ms);
             }
@@ -1034,6 +1034,29 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_in_hello_and_init_are_refused_with_the
   (void)ask(bye, "");
 }
 
+// What a worker's config names is rebuilt exactly (train/optimizer_description.hpp); what a
+// server cannot apply is refused, naming why.
+BOOST_AUTO_TEST_CASE(the_servers_optimizer_is_the_workers_or_a_refusal_naming_why) {
+  const auto refusal = [](const std::string& name, const g::optimizer_settings& settings) -> std::string {
+    try {
+      (void)g::ps::server_optimizer(name, settings);
+    } catch (const g::error& e) {
+      return e.what();
+    }
+    return "(applied)";
+  };
+  BOOST_TEST(refusal("adam", {{"clip_global_norm", "1"}}) ==
+             "gradus: parameter server: clip_global_norm needs every gradient of a step at once; the servers each hold a part");
+  BOOST_TEST(refusal("rmsprop", {{"clip_global_norm", "0"}}) ==
+             "gradus: parameter server: optimizer 'rmsprop' is not one the servers apply (sgd, adam, adamw)");
+  BOOST_TEST(refusal("sgd", {{"momentum", "0.9x"}}) == "gradus: parameter server: optimizer setting momentum = '0.9x' is not a number");
+  BOOST_TEST(refusal("sgd", {{"clip_global_norm", "none"}}) ==
+             "gradus: parameter server: optimizer setting clip_global_norm = 'none' is not a number");
+  BOOST_TEST(refusal("adamw", {}) == "(applied)");
+  const auto d = g::describe_optimizer(g::adamw{.lr = g::cosine_lr(0.01, 100), .beta1 = 0.8, .weight_decay = 0.02});
+  BOOST_TEST((g::describe_optimizer(g::ps::server_optimizer(d.name, d.settings)) == d));
+}
+
 // ---- CurveZMQ: encryption, the allow-list, identity from the key (security.hpp) --------
 
 namespace {
@@ -1044,7 +1067,7 @@ struct curve_keys {
 struct curve_pool {
   const curve_keys& k;
   zmq::context_t ctx{1};
-  std::vector<std::unique_ptr<g::ps::server>> servers;
+  std::vector<std::unique_ptr<g::ps::server<g::cpu_simd>>> servers;
   std::vector<std::thread> threads;
   std::vector<std::string> addresses, logs;
   std::mutex mu;
@@ -1062,7 +1085,7 @@ struct curve_pool {
         std::lock_guard l(mu);
         logs.push_back(s);
       };
-      servers.push_back(std::make_unique<g::ps::server>(ctx, o));
+      servers.push_back(std::make_unique<g::ps::server<g::cpu_simd>>(ctx, o));
       addresses.push_back(servers.back()->endpoint());
     }
     for (auto& s : servers) threads.emplace_back([p = s.get()] { p->run(); });
