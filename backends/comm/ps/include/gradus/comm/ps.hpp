@@ -2,17 +2,19 @@
 // gradus::parameter_server<Mode>: the parameter-server communicator policy over ZeroMQ.
 // `ps` tasks hold the variables (sharded: balanced_by_bytes, or any partitioner), workers
 // push each gradient as it is final and pull the variables back; the servers' optimizer
-// applies the updates. Plugs into the trainer, parallel::minimize and any_communicator like
-// the ring:
+// applies the updates. A key-value store (parallel/key_value_store.hpp) with collectives
+// through server 0; plugs into the trainer, parallel::minimize and any_communicator like the
+// ring:
 //
 //   auto comm = gradus::parameter_server<gradus::ps_ssp<4>>(cluster::from_env());
 //   auto step = parallel::minimize(comm, {}, s, loss, adam{...}, w, b);
 //
-// and a ps process serves with gradus::ps::serve(cluster::from_env()).
+// and a ps process serves with gradus::ps::serve<gradus::cpu_simd>(cluster::from_env()) (the
+// compute policy that applies the optimizer: ps/server.hpp).
 //
 // Mode: ps_async, ps_bsp, ps_ssp<S>, or ps_dynamic (the default: the mode comes from
-// ps_options::consistency, for a program's --consistency option). See server.hpp for what
-// each mode guarantees.
+// ps_options::consistency, for a program's --consistency option): ps/options.hpp. See
+// server.hpp for what each mode guarantees.
 //
 // Client: push_async / pull_async / push_pull return a handle to wait() on (ps-lite's
 // timestamps); payloads go in chunks of ps_options::chunk_bytes (1 MiB: raw ZeroMQ moves
@@ -43,6 +45,7 @@
 #include "gradus/comm/net/heartbeat.hpp"
 #include "gradus/comm/net/socket_monitor.hpp"
 #include "gradus/comm/net/zero_copy.hpp"
+#include "gradus/comm/ps/options.hpp"
 #include "gradus/comm/ps/partition.hpp"
 #include "gradus/comm/ps/server.hpp"
 #include "gradus/comm/ps/wire.hpp"
@@ -50,60 +53,6 @@
 #include "gradus/parallel/communicator.hpp"
 
 namespace gradus {
-
-struct ps_async {
-  static constexpr ps::mode mode = ps::mode::async;
-  static constexpr int staleness = 0;
-};
-struct ps_bsp {
-  static constexpr ps::mode mode = ps::mode::bsp;
-  static constexpr int staleness = 0;
-};
-template <int S>
-struct ps_ssp {
-  static_assert(S >= 0);
-  static constexpr ps::mode mode = ps::mode::ssp;
-  static constexpr int staleness = S;
-};
-struct ps_dynamic {};
-
-struct ps_options {
-  std::vector<std::string> servers;  // "host:port" of each ps task, in task order
-  int rank = 0, world_size = 1;
-  ps::mode consistency = ps::mode::bsp;  // ps_dynamic only
-  int staleness = 0;                     // ps_dynamic with ssp
-  std::chrono::milliseconds timeout{60000};  // one wait's deadline
-  // A server whose connection closes (its process died) may come back: restarted (gradus-run
-  // --max-restarts) and reloaded from the last checkpoint. The worker opens a new
-  // connection, says it rejoins at its step, declares its shards again and resends what the
-  // old server left unanswered; it fails when the server is not back within this time
-  // (0: at once, 1 s after the connection closed).
-  std::chrono::milliseconds reconnect_timeout{30000};
-  std::size_t chunk_bytes = std::size_t(1) << 20;
-  ps::partitioner partition = ps::balanced_by_bytes;
-  std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
-  zmq::context_t* context = nullptr;  // nullptr: an own context
-  std::optional<ps::curve_client_config> curve;  // CURVE keys (ps::curve_client_from_env); none: plaintext
-};
-
-// "async", "bsp", "ssp:S" (also "ssp" = ssp:0 and "ssp<S>").
-inline void parse_consistency(const std::string& text, ps_options& o) {
-  if (text == "async") o.consistency = ps::mode::async;
-  else if (text == "bsp") o.consistency = ps::mode::bsp;
-  else if (text.rfind("ssp", 0) == 0) {
-    o.consistency = ps::mode::ssp;
-    std::string s = text.substr(3);
-    if (!s.empty() && (s.front() == ':' || s.front() == '<')) s = s.substr(1);
-    if (!s.empty() && s.back() == '>') s.pop_back();
-    char* end = nullptr;
-    const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
-    if ((!s.empty() && *end) || v < 0 || v > 1000000)
-      throw error("gradus: consistency '" + text + "': the staleness bound of ssp:S is an integer >= 0");
-    o.staleness = static_cast<int>(v);
-  } else {
-    throw error("gradus: consistency '" + text + "' is not async, bsp or ssp:S");
-  }
-}
 
 template <class Mode = ps_dynamic>
 class parameter_server {

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "gradus/comm/ps/server.hpp"
+#include "gradus/comm/ps/server_options.hpp"
 #include "gradus/io/checkpoint.hpp"
 #include "gradus/io/npz.hpp"
 
