@@ -50,15 +50,10 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < dy.size(); ++i) dy[i] = std::sin(0.7f * i) * 0.01f;
     // gradus: cpu_simd's three entry points, on either path
     std::vector<float> yg(y.size()), dxg(x.size()), dwg(wt.size()), yi(y.size()), dxi(x.size()), dwi(wt.size());
-    auto fwd_g = [&](float* out) {
-      g::cpu_simd::conv2d(x.data(), wt.data(), c.n, c.c, c.h, c.w, c.o, c.k, c.k, idx(1), idx(0), out);
-    };
-    auto bwdw_g = [&](float* out) {
-      g::cpu_simd::conv2d_backward_weights(x.data(), dy.data(), c.n, c.c, c.h, c.w, c.o, c.k, c.k, idx(1), idx(0), out);
-    };
-    auto bwdd_g = [&](float* out) {
-      g::cpu_simd::conv2d_backward_data(dy.data(), wt.data(), c.n, c.c, c.h, c.w, c.o, c.k, c.k, idx(1), idx(0), out);
-    };
+    const g::conv_geometry geo{c.n, c.c, c.h, c.w, c.o, {c.k, c.k, 1, 0}};
+    auto fwd_g = [&](float* out) { g::cpu_simd::conv2d(x.data(), wt.data(), geo, out); };
+    auto bwdw_g = [&](float* out) { g::cpu_simd::conv2d_backward_weights(x.data(), dy.data(), geo, out); };
+    auto bwdd_g = [&](float* out) { g::cpu_simd::conv2d_backward_data(dy.data(), wt.data(), geo, out); };
     // oneDNN: plain NCHW descriptors, or `any` (its own formats) with reorders in the timing
     memory::dims src{c.n, c.c, c.h, c.w}, wd{c.o, c.c, c.k, c.k}, dst{c.n, c.o, oh, ow}, s1{1, 1}, p0{0, 0};
     auto plain = [&](bool blocked, double out[3]) {

@@ -27,8 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "cli_checks.hpp"
-#include "comm_options.hpp"
+#include "regression_cli.hpp"
 
 namespace g = gradus;
 
@@ -41,33 +40,25 @@ constexpr double b_true = 0.5;
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
+  gradus_examples::regression_cli cli{
       "Linear regression by gradient descent on synthetic data y = X w_true + b_true + noise "
       "(8 standard-normal features, n samples, Gaussian noise), minimising the mean squared error "
       "with gradus (g::minimize, plain gradient descent)."};
-  app.option_defaults()->always_capture_default();
   std::int64_t samples = 1000, steps = 200, batch = 0;
-  std::uint64_t seed = 42;
   double lr = 0.1, noise = 0.1;
-  int threads = 0;
-  bool json = false;
+  CLI::App& app = cli.app;
   app.add_option("--samples", samples, "number of samples n")->check(CLI::Range(std::int64_t{2}, std::int64_t{100000000}));
   app.add_option("--steps", steps, "gradient-descent steps (updates)")->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000000}));
   app.add_option("--batch", batch, "minibatch size; 0 = the full batch (plain gradient descent)")
       ->check(non_negative);
   app.add_option("--lr", lr, "learning rate")->check(positive);
   app.add_option("--noise", noise, "standard deviation of the Gaussian noise")->check(non_negative);
-  app.add_option("--seed", seed, "seed of the data and of the initial weights");
-  app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
-      ->check(non_negative);
-  app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
-  gradus_examples::comm_options co;
-  gradus_examples::add_comm_options(app, co);
-  CLI11_PARSE(app, argc, argv);
+  cli.add_shared_options("seed of the data and of the initial weights");
 
-  try {
-    if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
-    if (threads > 0) gradus_examples::set_threads(threads);
+  return cli.run("linear_regression", argc, argv, [&] {
+    const std::uint64_t seed = cli.seed;
+    const gradus_examples::comm_options& co = cli.co;
+    bool json = cli.json;
     auto comm = gradus_examples::make_communicator(co);
     const int rank = comm.rank(), world = comm.world_size();
     // this rank's samples (all of them in one process); full batch = the whole share
@@ -178,9 +169,6 @@ int main(int argc, char** argv) {
                   noise / std::sqrt(static_cast<double>(samples)));
       std::printf("%lld steps in %.3f s\n", static_cast<long long>(steps), seconds);
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "linear_regression: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

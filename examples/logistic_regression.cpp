@@ -34,8 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "cli_checks.hpp"
-#include "comm_options.hpp"
+#include "regression_cli.hpp"
 
 namespace g = gradus;
 
@@ -130,17 +129,14 @@ void shuffle(std::vector<std::size_t>& v, g::init::generator& rng) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{
+  gradus_examples::regression_cli cli{
       "Binary logistic regression on the Statlog heart data set (LIBSVM format, 13 features, labels +1/-1; "
       "get it with tools/fetch-heart.sh): seeded stratified train/test split, loss = mean softplus(-y (x.w + b)) "
       "+ l2/2 ||w||^2 (binary cross-entropy in its stable form), trained with Adam in gradus (g::minimize)."};
-  app.option_defaults()->always_capture_default();
   std::string data = "data/heart/heart_scale";
   std::int64_t epochs = 300, batch = 0;
-  std::uint64_t seed = 42;
   double lr = 0.05, l2 = 0.01, test_fraction = 0.2;
-  int threads = 0;
-  bool json = false;
+  CLI::App& app = cli.app;
   app.add_option("--data", data, "the data set, LIBSVM format");
   app.add_option("--epochs", epochs, "passes over the training set")->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000000}));
   app.add_option("--batch", batch, "minibatch size (shuffled each epoch); 0 = the full training set")
@@ -149,17 +145,12 @@ int main(int argc, char** argv) {
   app.add_option("--l2", l2, "L2 penalty on the weights: l2/2 ||w||^2")->check(non_negative);
   app.add_option("--test-fraction", test_fraction, "fraction of each class held out for testing")
       ->check(CLI::Range(0.01, 0.99));
-  app.add_option("--seed", seed, "seed of the split, the minibatch order and the initial weights");
-  app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
-      ->check(non_negative);
-  app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
-  gradus_examples::comm_options co;
-  gradus_examples::add_comm_options(app, co);
-  CLI11_PARSE(app, argc, argv);
+  cli.add_shared_options("seed of the split, the minibatch order and the initial weights");
 
-  try {
-    if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
-    if (threads > 0) gradus_examples::set_threads(threads);
+  return cli.run("logistic_regression", argc, argv, [&] {
+    const std::uint64_t seed = cli.seed;
+    const gradus_examples::comm_options& co = cli.co;
+    bool json = cli.json;
     const dataset all = read_libsvm(data);
 
     // ---- stratified split: the same fraction of each class in the test set
@@ -288,9 +279,6 @@ int main(int argc, char** argv) {
       for (g::index_t i = 0; i < features; ++i) std::printf(" %.3f", static_cast<double>(wv[i]));
       std::printf(", b = %.3f\n", static_cast<double>(s.value(b)[0]));
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "logistic_regression: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

@@ -36,8 +36,7 @@
 #include <xtensor/xtensor.hpp>
 #include <xtensor/xview.hpp>
 
-#include "cli_checks.hpp"
-#include "comm_options.hpp"
+#include "regression_cli.hpp"
 
 namespace g = gradus;
 
@@ -48,35 +47,27 @@ constexpr g::index_t features = 10;
 }
 
 int main(int argc, char** argv) {
-  CLI::App app{
+  gradus_examples::regression_cli cli{
       "Ridge regression in double precision, objective\n"
       "  L(w, b) = 1/(2n) * sum_i (x_i.w + b - y_i)^2 + lambda/2 * ||w||^2   (bias not penalised),\n"
       "solved (a) in closed form, (X_c^T X_c/n + lambda I) w = X_c^T y_c/n on centred data, b = mean(y) - "
       "mean(x).w, through xtensor-blas (LAPACK), and (b) by gradient descent in gradus (g::minimize); "
       "reports ||w_gd - w_cf|| / ||w_cf||."};
-  app.option_defaults()->always_capture_default();
   std::int64_t samples = 500, steps = 20000;
-  std::uint64_t seed = 42;
   double lambda = 0.1, lr = 0.3, tol = 1e-10, noise = 0.5;
-  int threads = 0;
-  bool json = false;
+  CLI::App& app = cli.app;
   app.add_option("--samples", samples, "number of samples n")->check(CLI::Range(std::int64_t{2}, std::int64_t{100000000}));
   app.add_option("--lambda", lambda, "L2 penalty lambda on the weights")->check(non_negative);
   app.add_option("--steps", steps, "most gradient-descent steps")->check(CLI::Range(std::int64_t{1}, std::int64_t{1000000000}));
   app.add_option("--tol", tol, "stop when the gradient's norm is below this")->check(non_negative);
   app.add_option("--lr", lr, "learning rate of gradient descent")->check(positive);
   app.add_option("--noise", noise, "standard deviation of the Gaussian noise")->check(non_negative);
-  app.add_option("--seed", seed, "seed of the data and of the initial weights");
-  app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
-      ->check(non_negative);
-  app.add_flag("--json", json, "print one line of JSON metrics instead of progress");
-  gradus_examples::comm_options co;
-  gradus_examples::add_comm_options(app, co);
-  CLI11_PARSE(app, argc, argv);
+  cli.add_shared_options("seed of the data and of the initial weights");
 
-  try {
-    if (const auto rc = gradus_examples::serve_if_ps(co)) return *rc;  // a ps task serves and ends
-    if (threads > 0) g::cpu_simd::set_threads(threads);
+  return cli.run("ridge_regression", argc, argv, [&] {
+    const std::uint64_t seed = cli.seed;
+    const gradus_examples::comm_options& co = cli.co;
+    bool json = cli.json;
 
     // ---- data: x = A z + mu (correlated, scaled, shifted), y = x.w_true + b_true + noise
     const auto n = static_cast<std::size_t>(samples);
@@ -241,9 +232,6 @@ int main(int argc, char** argv) {
       std::printf("objective: closed form %.12f, descent %.12f\n", cf_loss, final_loss);
       std::printf("||w_gd - w_cf|| / ||w_cf|| = %.3e, |b_gd - b_cf| = %.3e\n", rel, std::abs(b_gd - b_cf));
     }
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "ridge_regression: %s\n", e.what());
-    return 1;
-  }
-  return 0;
+    return 0;
+  });
 }

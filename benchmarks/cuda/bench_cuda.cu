@@ -133,7 +133,8 @@ int main(int argc, char** argv) {
     const g::index_t nb = 32, ch = 64, hw = 56, o = 64, kk = 3;
     float *x = device_floats(nb * ch * hw * hw, 0.1f), *w = device_floats(o * ch * kk * kk, 0.01f),
           *y = device_floats(nb * o * hw * hw, 0.f);
-    const double t_g = time_ms(reps, [&] { g::cuda::conv2d(x, w, nb, ch, hw, hw, o, kk, kk, 1, 1, y); });
+    const g::conv_geometry geo{nb, ch, hw, hw, o, {kk, kk, 1, 1}};
+    const double t_g = time_ms(reps, [&] { g::cuda::conv2d(x, w, geo, y); });
     cudnnHandle_t h;
     cudnnCreate(&h);
     cudnnSetStream(h, g::cuda::stream());

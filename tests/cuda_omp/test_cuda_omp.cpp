@@ -176,34 +176,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(images_and_their_gradients_against_cpu, T, real_ty
 // The kernels directly, at shapes the graph tests above do not reach: im2col and col2im
 // with stride 2 and padding 2, pooling windows that overhang the plane.
 BOOST_AUTO_TEST_CASE(image_kernels_directly) {
-  const int n = 2, c = 3, h = 7, w = 6, k = 3, s = 2, p = 2;
-  const int oh = (h + 2 * p - k) / s + 1, ow = (w + 2 * p - k) / s + 1;
-  const auto x = uniform<float>(static_cast<std::size_t>(n * c * h * w), -1, 1);
+  const g::conv_geometry geo{.n = 2, .c = 3, .h = 7, .w = 6, .window = {3, 3, 2, 2}};
+  const auto x = uniform<float>(static_cast<std::size_t>(geo.n * geo.c * geo.h * geo.w), -1, 1);
   const device_array<float> x_d(x);
-  std::vector<float> col_c(static_cast<std::size_t>(c * k * k * n * oh * ow));
+  std::vector<float> col_c(static_cast<std::size_t>(geo.patch() * geo.n * geo.pixels()));
   device_array<float> col_d(col_c.size());
-  g::cpu_simd::im2col(x.data(), n, c, h, w, k, k, s, p, col_c.data());
-  g::cuda::im2col(x_d.get(), n, c, h, w, k, k, s, p, col_d.get());
+  g::cpu_simd::im2col(x.data(), geo, col_c.data());
+  g::cuda::im2col(x_d.get(), geo, col_d.get());
   BOOST_TEST(col_c == col_d.to_host());
   std::vector<float> x_c(x.size());
   const device_array<float> col_in(col_c);
   device_array<float> x_g(x.size());
-  g::cpu_simd::col2im(col_c.data(), n, c, h, w, k, k, s, p, x_c.data());
-  g::cuda::col2im(col_in.get(), n, c, h, w, k, k, s, p, x_g.get());
+  g::cpu_simd::col2im(col_c.data(), geo, x_c.data());
+  g::cuda::col2im(col_in.get(), geo, x_g.get());
   BOOST_TEST(x_c == x_g.to_host());  // each pixel sums in cpu_simd's order
   for (const bool is_max : {true, false}) {
-    const int ph = (h + 2 * 1 - 3) / 2 + 1, pw = (w + 2 * 1 - 3) / 2 + 1;
-    std::vector<float> y_c(static_cast<std::size_t>(n * c * ph * pw));
+    g::conv_geometry pool = geo;
+    pool.window = {3, 3, 2, 1};
+    BOOST_TEST(pool.pixels() == 4 * 3);  // (7 + 2 - 3) / 2 + 1 by (6 + 2 - 3) / 2 + 1
+    std::vector<float> y_c(static_cast<std::size_t>(pool.planes() * pool.pixels()));
     device_array<float> y_g(y_c.size());
-    g::cpu_simd::pool2d(is_max, x.data(), n * c, h, w, 3, 3, 2, 1, y_c.data());
-    g::cuda::pool2d(is_max, x_d.get(), n * c, h, w, 3, 3, 2, 1, y_g.get());
+    g::cpu_simd::pool2d(is_max, x.data(), pool, y_c.data());
+    g::cuda::pool2d(is_max, x_d.get(), pool, y_g.get());
     BOOST_TEST(y_c == y_g.to_host());
     const auto gy = uniform<float>(y_c.size(), -1, 1);
     const device_array<float> gy_d(gy);
     std::vector<float> d_c(x.size());
     device_array<float> d_g(x.size());
-    g::cpu_simd::pool2d_grad(is_max, x.data(), gy.data(), n * c, h, w, 3, 3, 2, 1, d_c.data());
-    g::cuda::pool2d_grad(is_max, x_d.get(), gy_d.get(), n * c, h, w, 3, 3, 2, 1, d_g.get());
+    g::cpu_simd::pool2d_grad(is_max, x.data(), gy.data(), pool, d_c.data());
+    g::cuda::pool2d_grad(is_max, x_d.get(), gy_d.get(), pool, d_g.get());
     BOOST_TEST(d_c == d_g.to_host());
   }
 }

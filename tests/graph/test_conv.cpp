@@ -145,11 +145,10 @@ BOOST_AUTO_TEST_CASE(conv2d_passes_float_both_paths_every_team) {
         g::cpu_simd::before_run();  // hands the team to OpenMP, as session::run does
         auto& [y, dx, dw] = out[team - 1];
         y.resize(y_ref.size()), dx.resize(xs.size()), dw.resize(ws.size());
-        g::cpu_simd::conv2d(xs.data(), ws.data(), cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.k, cc.s, cc.p, y.data());
-        g::cpu_simd::conv2d_backward_data(us.data(), ws.data(), cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.k, cc.s, cc.p,
-                                          dx.data());
-        g::cpu_simd::conv2d_backward_weights(xs.data(), us.data(), cc.n, cc.c, cc.h, cc.w, cc.o, cc.k, cc.k, cc.s,
-                                             cc.p, dw.data());
+        const g::conv_geometry geo{cc.n, cc.c, cc.h, cc.w, cc.o, {cc.k, cc.k, cc.s, cc.p}};
+        g::cpu_simd::conv2d(xs.data(), ws.data(), geo, y.data());
+        g::cpu_simd::conv2d_backward_data(us.data(), ws.data(), geo, dx.data());
+        g::cpu_simd::conv2d_backward_weights(xs.data(), us.data(), geo, dw.data());
         BOOST_TEST(omp_get_max_threads() == team);  // oneDNN's calls left OpenMP's count as it was
       }
       const std::string what = std::string(dnnl ? "oneDNN" : "im2col") + " n" + std::to_string(cc.n) + " c" +

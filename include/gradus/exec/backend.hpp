@@ -14,7 +14,8 @@
 //   index      one_hot, gather, scatter_add, scatter_rows
 //   layout     permute(in, in_dims, perm, out)
 //   images     conv2d / conv2d_backward_data / conv2d_backward_weights (NCHW, OIHW),
-//              im2col / col2im, pool2d / pool2d_grad
+//              im2col / col2im, pool2d / pool2d_grad: each takes its pointers and one
+//              conv_geometry (graph/ops/conv_geometry.hpp)
 //   random     dropout_mask(out, n, keep, seed, draw): counter-based, the same bits on
 //              every backend for a seed
 //
@@ -35,6 +36,7 @@
 
 #include "gradus/exec/plan.hpp"
 #include "gradus/graph/leaves.hpp"  // tensor_view, which ops/reduce.hpp uses
+#include "gradus/graph/ops/conv_geometry.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 
 namespace gradus {
@@ -107,14 +109,14 @@ concept backend_layout = requires(const T* x, T* o, const dims& d, const std::ar
 };
 
 template <class B, class T>
-concept backend_images = requires(const T* x, T* o, index_t n) {
-  B::conv2d(x, x, n, n, n, n, n, n, n, n, n, o);
-  B::conv2d_backward_data(x, x, n, n, n, n, n, n, n, n, n, o);
-  B::conv2d_backward_weights(x, x, n, n, n, n, n, n, n, n, n, o);
-  B::im2col(x, n, n, n, n, n, n, n, n, o);
-  B::col2im(x, n, n, n, n, n, n, n, n, o);
-  B::pool2d(true, x, n, n, n, n, n, n, n, o);
-  B::pool2d_grad(true, x, x, n, n, n, n, n, n, n, o);
+concept backend_images = requires(const T* x, T* o, const conv_geometry& g) {
+  B::conv2d(x, x, g, o);
+  B::conv2d_backward_data(x, x, g, o);
+  B::conv2d_backward_weights(x, x, g, o);
+  B::im2col(x, g, o);
+  B::col2im(x, g, o);
+  B::pool2d(true, x, g, o);
+  B::pool2d_grad(true, x, x, g, o);
 };
 
 template <class B, class T>

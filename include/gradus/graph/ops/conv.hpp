@@ -16,24 +16,16 @@
 // graph — im2col node, matmul, permute — which tied every backend to im2col.)
 // im2col and col2im stay as ops of their own. H and W must be static; N may be dynamic.
 // Padding reads zeros (conv2d, avg_pool2d, which divides by K*K as PyTorch's default
-// count_include_pad does) or is skipped (max_pool2d).
+// count_include_pad does) or is skipped (max_pool2d). Each node's type carries its window
+// (window2d); at run time it hands the backend one conv_geometry (the input's extents, the
+// filters, the window: ops/conv_geometry.hpp).
 #include <string>
 
 #include "gradus/graph/node.hpp"
+#include "gradus/graph/ops/conv_geometry.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 
 namespace gradus {
-
-// A 2-D window: kernel extents, stride and zero padding (the same along H and W).
-struct window2d {
-  index_t kh, kw, stride, pad;
-  constexpr index_t out(index_t in, index_t k) const {
-    return in == dyn ? dyn : (in + 2 * pad - k) / stride + 1;
-  }
-  constexpr index_t oh(index_t h) const { return out(h, kh); }
-  constexpr index_t ow(index_t w) const { return out(w, kw); }
-  constexpr bool operator==(const window2d&) const = default;
-};
 
 namespace detail {
 constexpr index_t mul_or_dyn(index_t a, index_t b) { return a == dyn || b == dyn ? dyn : a * b; }
@@ -98,8 +90,7 @@ struct im2col_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
-    Backend::im2col(in.data(), in.shape.d[0], in.shape.d[1], in.shape.d[2], in.shape.d[3], Win.kh, Win.kw,
-                    Win.stride, Win.pad, out);
+    Backend::im2col(in.data(), geometry_of(in.shape, Win), out);
   }
   bool operator==(const im2col_node&) const = default;
 };
@@ -127,7 +118,7 @@ struct col2im_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims& d, tensor_view<const value_type> c, tensor_view<const value_type>) const {
-    Backend::col2im(c.data(), d.d[0], d.d[1], d.d[2], d.d[3], Win.kh, Win.kw, Win.stride, Win.pad, out);
+    Backend::col2im(c.data(), geometry_of(d, Win), out);
   }
   bool operator==(const col2im_node&) const = default;
 };
@@ -190,9 +181,7 @@ struct conv2d_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> xv, tensor_view<const value_type> wv) const {
-    const dims& d = xv.shape;
-    Backend::conv2d(xv.data(), wv.data(), d.d[0], d.d[1], d.d[2], d.d[3], wv.shape.d[0], Win.kh, Win.kw, Win.stride,
-                    Win.pad, out);
+    Backend::conv2d(xv.data(), wv.data(), geometry_of(xv.shape, Win, wv.shape.d[0]), out);
   }
   bool operator==(const conv2d_node&) const = default;
 };
@@ -218,8 +207,7 @@ struct conv2d_data_grad_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims& d, tensor_view<const value_type> gv, tensor_view<const value_type> wv,
                tensor_view<const value_type>) const {
-    Backend::conv2d_backward_data(gv.data(), wv.data(), d.d[0], d.d[1], d.d[2], d.d[3], wv.shape.d[0], Win.kh, Win.kw,
-                                  Win.stride, Win.pad, out);
+    Backend::conv2d_backward_data(gv.data(), wv.data(), geometry_of(d, Win, wv.shape.d[0]), out);
   }
   bool operator==(const conv2d_data_grad_node&) const = default;
 };
@@ -245,9 +233,7 @@ struct conv2d_weight_grad_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims& wd, tensor_view<const value_type> xv, tensor_view<const value_type> gv,
                tensor_view<const value_type>) const {
-    const dims& d = xv.shape;
-    Backend::conv2d_backward_weights(xv.data(), gv.data(), d.d[0], d.d[1], d.d[2], d.d[3], wd.d[0], Win.kh, Win.kw,
-                                     Win.stride, Win.pad, out);
+    Backend::conv2d_backward_weights(xv.data(), gv.data(), geometry_of(xv.shape, Win, wd.d[0]), out);
   }
   bool operator==(const conv2d_weight_grad_node&) const = default;
 };
@@ -318,8 +304,7 @@ struct pool2d_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
-    Backend::pool2d(K == pool_kind::max, in.data(), in.shape.d[0] * in.shape.d[1], in.shape.d[2], in.shape.d[3], Win.kh,
-                    Win.kw, Win.stride, Win.pad, out);
+    Backend::pool2d(K == pool_kind::max, in.data(), geometry_of(in.shape, Win), out);
   }
   bool operator==(const pool2d_node&) const = default;
 };
@@ -346,8 +331,7 @@ struct pool2d_grad_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims& d, tensor_view<const value_type> in, tensor_view<const value_type> gv) const {
-    Backend::pool2d_grad(K == pool_kind::max, in.data(), gv.data(), d.d[0] * d.d[1], d.d[2], d.d[3], Win.kh, Win.kw,
-                         Win.stride, Win.pad, out);
+    Backend::pool2d_grad(K == pool_kind::max, in.data(), gv.data(), geometry_of(d, Win), out);
   }
   bool operator==(const pool2d_grad_node&) const = default;
 };

@@ -36,20 +36,16 @@
 // lists and execution context, the same each call; tests/exec/test_alloc.cpp counts them);
 // the primitives, buffers and scratchpads are made once per (shape, pass, slice count).
 #include <cstdint>
+#include <type_traits>
+
+#include "gradus/graph/ops/conv_geometry.hpp"
 
 namespace gradus::cpu_dnnl {
 
 using dim = std::int64_t;
+static_assert(std::is_same_v<dim, index_t>, "gradus: oneDNN's dims are conv_geometry's extents");
 
 enum class conv_pass { forward, data, weights };
-
-// x [n,c,h,w] (*) w [o,c,kh,kw], stride s, padding p on every side.
-struct conv_shape {
-  dim n, c, h, w, o, kh, kw, s, p;
-  dim oh() const { return (h + 2 * p - kh) / s + 1; }
-  dim ow() const { return (w + 2 * p - kw) / s + 1; }
-  bool operator==(const conv_shape&) const = default;
-};
 
 }  // namespace gradus::cpu_dnnl
 
@@ -139,12 +135,12 @@ inline void bind_arg(conv_arg& arg, const dnnl::memory::desc& plain, const dnnl:
   arg.reordered = true;
 }
 
-inline void build_slice(conv_slice& sl, const conv_shape& sh, conv_pass pass) {
+inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   const dim nb = sl.n1 - sl.n0;
   const dnnl::memory::desc x_md({nb, sh.c, sh.h, sh.w}, dt::f32, tag::nchw);
-  const dnnl::memory::desc w_md({sh.o, sh.c, sh.kh, sh.kw}, dt::f32, tag::oihw);
+  const dnnl::memory::desc w_md({sh.o, sh.c, sh.window.kh, sh.window.kw}, dt::f32, tag::oihw);
   const dnnl::memory::desc y_md({nb, sh.o, sh.oh(), sh.ow()}, dt::f32, tag::nchw);
   // The primitive in oneDNN's own layouts (format `any`: channels in blocks of 8 or 16),
   // with reorders from and to the tensors' NCHW / OIHW around the call. In the tensors'
@@ -154,7 +150,7 @@ inline void build_slice(conv_slice& sl, const conv_shape& sh, conv_pass pass) {
   auto pick = [](const dnnl::memory::desc& md) { return dnnl::memory::desc(md.dims(), dt::f32, tag::any); };
   // oneDNN checks (h - kh + pad_l + pad_r) / s + 1 == oh with the same floor division as
   // gradus' window2d, so the right padding is p too.
-  const dnnl::memory::dims strides{sh.s, sh.s}, pad{sh.p, sh.p};
+  const dnnl::memory::dims strides{sh.window.stride, sh.window.stride}, pad{sh.window.pad, sh.window.pad};
   const auto& eng = engine();
   // Each slice owns its scratchpad (allocated here, once): with oneDNN's default, the
   // library's scratchpad, two slices' calls running at once crashed in its gemm-based
@@ -208,7 +204,7 @@ inline void build_slice(conv_slice& sl, const conv_shape& sh, conv_pass pass) {
 }
 
 struct conv_plan {
-  conv_shape shape{};
+  conv_geometry shape{};
   conv_pass pass{};
   int slices = 0;
   bool usable = false;  // false: oneDNN refused the shape; the caller takes its own path
@@ -217,7 +213,7 @@ struct conv_plan {
 };
 
 // The calling thread's plans, made on first use of a (shape, pass, slice count).
-inline conv_plan& plan_for(const conv_shape& sh, conv_pass pass, int slices) {
+inline conv_plan& plan_for(const conv_geometry& sh, conv_pass pass, int slices) {
   thread_local std::vector<std::unique_ptr<conv_plan>> plans;
   for (auto& p : plans)
     if (p->shape == sh && p->pass == pass && p->slices == slices) return *p;
@@ -234,7 +230,7 @@ inline conv_plan& plan_for(const conv_shape& sh, conv_pass pass, int slices) {
       }
     });
     if (pass == conv_pass::weights)
-      p->partial.assign(static_cast<std::size_t>((slices - 1) * sh.o * sh.c * sh.kh * sh.kw), 0.f);
+      p->partial.assign(static_cast<std::size_t>((slices - 1) * sh.o * sh.patch()), 0.f);
     p->usable = true;
   } catch (const dnnl::error&) {
     p->slice.clear();  // oneDNN has no primitive for this shape in these layouts
@@ -248,13 +244,13 @@ inline conv_plan& plan_for(const conv_shape& sh, conv_pass pass, int slices) {
 // the caller's own path must run: oneDNN switched off, or no primitive for the shape.
 //   forward  a = x, b = w, out = y      data  a = dy, b = w, out = dx
 //   weights  a = x, b = dy, out = dw
-inline bool conv(conv_pass pass, const conv_shape& sh, const float* a, const float* b, float* out) {
+inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const float* b, float* out) {
   if (!enabled() || sh.n <= 0) return false;
   if (pass == conv_pass::data && sh.c == 1) return false;  // see the top
   const int slices = static_cast<int>(std::min<dim>(std::max(1, cpu_threads::threads()), sh.n));
   conv_plan& pl = plan_for(sh, pass, slices);
   if (!pl.usable) return false;
-  const dim x_img = sh.c * sh.h * sh.w, y_img = sh.o * sh.oh() * sh.ow(), w_size = sh.o * sh.c * sh.kh * sh.kw;
+  const dim x_img = sh.c * sh.h * sh.w, y_img = sh.o * sh.pixels(), w_size = sh.o * sh.patch();
   const dim a_img = pass == conv_pass::data ? y_img : x_img;
   const dim b_img = pass == conv_pass::weights ? y_img : 0;  // the weights are shared
   const dim out_img = pass == conv_pass::forward ? y_img : pass == conv_pass::data ? x_img : 0;
@@ -301,6 +297,6 @@ inline bool conv(conv_pass pass, const conv_shape& sh, const float* a, const flo
 namespace gradus::cpu_dnnl {
 inline bool enabled() { return false; }
 inline void set_enabled(bool) {}
-inline bool conv(conv_pass, const conv_shape&, const float*, const float*, float*) { return false; }
+inline bool conv(conv_pass, const conv_geometry&, const float*, const float*, float*) { return false; }
 }  // namespace gradus::cpu_dnnl
 #endif

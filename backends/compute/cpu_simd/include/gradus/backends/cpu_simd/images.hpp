@@ -16,43 +16,36 @@ struct images_section : layout_section {
   // cut by threads() in split_k). The columns live in a per-thread scratch buffer that
   // grows to the largest convolution the thread has run and is reused after.
 
-  // OH * OW: the output pixels of one image and channel
-  static index_t conv_pixels(index_t h, index_t w, index_t kh, index_t kw, index_t s, index_t p) {
-    return ((h + 2 * p - kh) / s + 1) * ((w + 2 * p - kw) / s + 1);
+  template <class T>
+  static void conv2d(const T* x, const T* wt, const conv_geometry& g, T* y) {
+    if constexpr (std::is_same_v<T, float>)
+      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::forward, g, x, wt, y)) return;
+    const index_t hw = g.pixels(), ckk = g.patch();
+    T* col = scratch<T>(0, ckk * g.n * hw);
+    im2col(x, g, col);
+    gemm(false, false, g.o, hw, ckk, T(1), wt, ckk, 0, col, g.n * hw, hw, T(0), y, hw, g.o * hw, g.n);
   }
   template <class T>
-  static void conv2d(const T* x, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh,
-                     index_t kw, index_t s, index_t p, T* y) {
+  static void conv2d_backward_data(const T* dy, const T* wt, const conv_geometry& g, T* dx) {
     if constexpr (std::is_same_v<T, float>)
-      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::forward, {n, c, h, w, o, kh, kw, s, p}, x, wt, y)) return;
-    const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
-    T* col = scratch<T>(0, ckk * n * hw);
-    im2col(x, n, c, h, w, kh, kw, s, p, col);
-    gemm(false, false, o, hw, ckk, T(1), wt, ckk, 0, col, n * hw, hw, T(0), y, hw, o * hw, n);
+      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::data, g, dy, wt, dx)) return;
+    const index_t hw = g.pixels(), ckk = g.patch();
+    T* col = scratch<T>(0, ckk * g.n * hw);
+    gemm(true, false, ckk, hw, g.o, T(1), wt, ckk, 0, dy, hw, g.o * hw, T(0), col, g.n * hw, hw, g.n);
+    col2im(col, g, dx);
   }
   template <class T>
-  static void conv2d_backward_data(const T* dy, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o,
-                                   index_t kh, index_t kw, index_t s, index_t p, T* dx) {
+  static void conv2d_backward_weights(const T* x, const T* dy, const conv_geometry& g, T* dw) {
     if constexpr (std::is_same_v<T, float>)
-      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::data, {n, c, h, w, o, kh, kw, s, p}, dy, wt, dx)) return;
-    const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
-    T* col = scratch<T>(0, ckk * n * hw);
-    gemm(true, false, ckk, hw, o, T(1), wt, ckk, 0, dy, hw, o * hw, T(0), col, n * hw, hw, n);
-    col2im(col, n, c, h, w, kh, kw, s, p, dx);
-  }
-  template <class T>
-  static void conv2d_backward_weights(const T* x, const T* dy, index_t n, index_t c, index_t h, index_t w, index_t o,
-                                      index_t kh, index_t kw, index_t s, index_t p, T* dw) {
-    if constexpr (std::is_same_v<T, float>)
-      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::weights, {n, c, h, w, o, kh, kw, s, p}, x, dy, dw)) return;
-    const index_t hw = conv_pixels(h, w, kh, kw, s, p), ckk = c * kh * kw;
-    T* col = scratch<T>(0, ckk * n * hw);
-    T* dyt = scratch<T>(1, o * n * hw);
-    im2col(x, n, c, h, w, kh, kw, s, p, col);
+      if (cpu_dnnl::conv(cpu_dnnl::conv_pass::weights, g, x, dy, dw)) return;
+    const index_t hw = g.pixels(), ckk = g.patch();
+    T* col = scratch<T>(0, ckk * g.n * hw);
+    T* dyt = scratch<T>(1, g.o * g.n * hw);
+    im2col(x, g, col);
     dims nohw;
-    nohw.rank = 3, nohw.d[0] = n, nohw.d[1] = o, nohw.d[2] = hw;
+    nohw.rank = 3, nohw.d[0] = g.n, nohw.d[1] = g.o, nohw.d[2] = hw;
     permute(dy, nohw, std::array<std::size_t, max_rank>{1, 0, 2}, dyt);
-    gemm(false, true, o, ckk, n * hw, T(1), dyt, n * hw, 0, col, n * hw, 0, T(0), dw, ckk, 0, index_t(1));
+    gemm(false, true, g.o, ckk, g.n * hw, T(1), dyt, g.n * hw, 0, col, g.n * hw, 0, T(0), dw, ckk, 0, index_t(1));
   }
 
   // ---- images (NCHW, dilation 1) ---------------------------------------------------------
@@ -60,9 +53,9 @@ struct images_section : layout_section {
   // channel c for every (n, oh, ow); zeros where that falls in the padding. One thread
   // per row block: each writes whole rows of col.
   template <class T>
-  static void im2col(const T* x, index_t n, index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s,
-                     index_t p, T* col) {
-    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+  static void im2col(const T* x, const conv_geometry& g, T* col) {
+    const index_t n = g.n, c = g.c, h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride,
+                  p = g.window.pad, oh = g.oh(), ow = g.ow();
     const index_t rows = c * kh * kw, cols = n * oh * ow;
     const bool par = rows * cols >= parallel_threshold && rows > 1;
     if (p == 0 && s == 1) {  // no padding, unit stride: every row piece is a plain copy
@@ -107,9 +100,9 @@ struct images_section : layout_section {
   // x [N,C,H,W] = 0, then every entry of col added back at the pixel im2col read it from.
   // One thread per (n, c) plane: planes are disjoint, the sum order within one is fixed.
   template <class T>
-  static void col2im(const T* col, index_t n, index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s,
-                     index_t p, T* x) {
-    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+  static void col2im(const T* col, const conv_geometry& g, T* x) {
+    const index_t n = g.n, c = g.c, h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride,
+                  p = g.window.pad, oh = g.oh(), ow = g.ow();
     const index_t cols = n * oh * ow;
     const bool par = n * c * h * w * kh * kw >= parallel_threshold && n * c > 1;
 #pragma omp parallel for schedule(static) if (par)
@@ -131,12 +124,12 @@ struct images_section : layout_section {
         }
     }
   }
-  // max that propagates a NaN from either side (std::max keeps its first argument)
+  // Pooling over the n * c independent [H, W] planes: max skips the padding (PyTorch's
   // -inf), avg counts it as zeros and divides by KH*KW (count_include_pad).
   template <class T>
-  static void pool2d(bool is_max, const T* x, index_t planes, index_t h, index_t w, index_t kh, index_t kw, index_t s,
-                     index_t p, T* y) {
-    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+  static void pool2d(bool is_max, const T* x, const conv_geometry& g, T* y) {
+    const index_t planes = g.planes(), h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride,
+                  p = g.window.pad, oh = g.oh(), ow = g.ow();
     const T inv = T(1) / static_cast<T>(kh * kw);
     const bool par = planes * h * w >= parallel_threshold && planes > 1;
     if (kh == 2 && kw == 2 && s == 2 && p == 0) {  // LeNet's and VGG's pooling: no bounds, no padding
@@ -176,9 +169,9 @@ struct images_section : layout_section {
   // dx = 0; max: each g goes to the first maximum of its window (scan order; a NaN wins,
   // as it does in the forward max); avg: g / (KH*KW) to every pixel of its window.
   template <class T>
-  static void pool2d_grad(bool is_max, const T* x, const T* g, index_t planes, index_t h, index_t w, index_t kh,
-                          index_t kw, index_t s, index_t p, T* dx) {
-    const index_t oh = (h + 2 * p - kh) / s + 1, ow = (w + 2 * p - kw) / s + 1;
+  static void pool2d_grad(bool is_max, const T* x, const T* g, const conv_geometry& geo, T* dx) {
+    const index_t planes = geo.planes(), h = geo.h, w = geo.w, kh = geo.window.kh, kw = geo.window.kw,
+                  s = geo.window.stride, p = geo.window.pad, oh = geo.oh(), ow = geo.ow();
     const T inv = T(1) / static_cast<T>(kh * kw);
     const bool par = planes * h * w >= parallel_threshold && planes > 1;
     if (kh == 2 && kw == 2 && s == 2 && p == 0) {  // windows tile the plane: write each pixel once
@@ -268,7 +261,6 @@ struct images_section : layout_section {
   static T max_nan(T m, T e) {
     return (e > m || (e != e && m == m)) ? e : m;
   }
-  // Pooling over `planes` independent [H, W] planes: max skips the padding (PyTorch's
 };
 
 }  // namespace gradus::cpu_simd_sections

@@ -1,8 +1,10 @@
 #pragma once
-// cpu_simd: reductions (over the middle axis of [outer, n, inner]), argmax, the sum of
-// squares and the non-finite screen, and the row helpers (a fixed summation order, so a
-// result depends on n only) that the later sections share.
+// cpu_simd: reductions (over the middle axis of [outer, n, inner]), argmax (graph/ops/
+// argmax_at.hpp's rule, one output position a thread), the sum of squares and the
+// non-finite screen, and the row helpers (a fixed summation order, so a result depends on
+// n only) that the later sections share.
 #include "gradus/backends/cpu_simd/fused.hpp"
+#include "gradus/graph/ops/argmax_at.hpp"
 
 namespace gradus::cpu_simd_sections {
 
@@ -68,20 +70,7 @@ struct reduce_section : fused_section {
   static void argmax(const T* in, index_t outer, index_t n, index_t inner, std::int32_t* out) {
     const bool par = outer * n * inner >= parallel_threshold && outer * inner > 1;
 #pragma omp parallel for schedule(static) if (par)
-    for (index_t oi = 0; oi < outer * inner; ++oi) {
-      const index_t o = oi / inner, i = oi % inner;
-      const T* p = in + o * n * inner + i;
-      index_t best = 0;
-      T bv = p[0];
-      for (index_t k = 1; k < n; ++k) {
-        const T v = p[k * inner];
-        if (v > bv || (bv != bv && v == v)) {  // NaN never wins over a number
-          bv = v;
-          best = k;
-        }
-      }
-      out[oi] = static_cast<std::int32_t>(best);
-    }
+    for (index_t oi = 0; oi < outer * inner; ++oi) out[oi] = argmax_at(in, n, inner, oi);
   }
 
  protected:

@@ -7,12 +7,12 @@
 // writes another's element and every sum runs in cpu_simd's order (the same bits on both
 // backends).
 #include <algorithm>
-#include <array>
 #include <limits>
 #include <map>
 #include <memory>
 
 #include "gradus/backends/cuda/layout.hpp"
+#include "gradus/graph/ops/conv_geometry.hpp"
 
 #if GRADUS_CUDA_GPU
 #include <cudnn.h>
@@ -22,23 +22,23 @@ namespace gradus {
 
 namespace cuda_kernels {
 
-struct window {
-  index_t c, h, w, kh, kw, s, p, oh, ow;
-};
+// Each kernel holds its call's conv_geometry and the output extents OH, OW, computed once
+// on the host (a division saved in every thread).
 
 // col [C*KH*KW, N*OH*OW]: element (row (ch, i, j), column (b, y, q)) is pixel
 // (y*s - p + i, q*s - p + j) of channel ch of image b, 0 in the padding.
 template <class T>
 struct im2col_fn {
   const T* x;
-  window g;
-  index_t cols;
+  conv_geometry g;
+  index_t oh, ow, cols;
   T* col;
   GRADUS_HD void operator()(index_t e) const {
+    const index_t kh = g.window.kh, kw = g.window.kw, s = g.window.stride, p = g.window.pad;
     const index_t r = e / cols, cidx = e - r * cols;
-    const index_t ch = r / (g.kh * g.kw), i = (r / g.kw) % g.kh, j = r % g.kw;
-    const index_t b = cidx / (g.oh * g.ow), y = (cidx / g.ow) % g.oh, q = cidx % g.ow;
-    const index_t iy = y * g.s - g.p + i, ix = q * g.s - g.p + j;
+    const index_t ch = r / (kh * kw), i = (r / kw) % kh, j = r % kw;
+    const index_t b = cidx / (oh * ow), y = (cidx / ow) % oh, q = cidx % ow;
+    const index_t iy = y * s - p + i, ix = q * s - p + j;
     col[e] = (iy < 0 || iy >= g.h || ix < 0 || ix >= g.w) ? T(0) : x[((b * g.c + ch) * g.h + iy) * g.w + ix];
   }
 };
@@ -47,21 +47,22 @@ struct im2col_fn {
 template <class T>
 struct col2im_fn {
   const T* col;
-  window g;
-  index_t cols;
+  conv_geometry g;
+  index_t oh, ow, cols;
   T* x;
   GRADUS_HD void operator()(index_t e) const {
+    const index_t kh = g.window.kh, kw = g.window.kw, s = g.window.stride, p = g.window.pad;
     const index_t ix = e % g.w, iy = (e / g.w) % g.h, ch = (e / (g.w * g.h)) % g.c, b = e / (g.w * g.h * g.c);
     T acc = T(0);
-    for (index_t i = 0; i < g.kh; ++i) {
-      const index_t ty = iy + g.p - i;  // = y * s
-      if (ty < 0 || ty % g.s || ty / g.s >= g.oh) continue;
-      const index_t y = ty / g.s;
-      for (index_t j = 0; j < g.kw; ++j) {
-        const index_t tx = ix + g.p - j;
-        if (tx < 0 || tx % g.s || tx / g.s >= g.ow) continue;
-        const index_t q = tx / g.s;
-        acc += col[((ch * g.kh + i) * g.kw + j) * cols + (b * g.oh + y) * g.ow + q];
+    for (index_t i = 0; i < kh; ++i) {
+      const index_t ty = iy + p - i;  // = y * s
+      if (ty < 0 || ty % s || ty / s >= oh) continue;
+      const index_t y = ty / s;
+      for (index_t j = 0; j < kw; ++j) {
+        const index_t tx = ix + p - j;
+        if (tx < 0 || tx % s || tx / s >= ow) continue;
+        const index_t q = tx / s;
+        acc += col[((ch * kh + i) * kw + j) * cols + (b * oh + y) * ow + q];
       }
     }
     x[e] = acc;
@@ -78,22 +79,24 @@ template <class T>
 struct pool_fn {
   bool is_max;
   const T* x;
-  window g;
+  conv_geometry g;
+  index_t oh, ow;
   T* y;
   GRADUS_HD void operator()(index_t e) const {
-    const index_t b = e % g.ow, a = (e / g.ow) % g.oh, pl = e / (g.ow * g.oh);
-    const T* in = x + pl * g.h * g.w;
-    const index_t y0 = a * g.s - g.p > 0 ? a * g.s - g.p : 0, y1 = a * g.s - g.p + g.kh < g.h ? a * g.s - g.p + g.kh : g.h;
-    const index_t x0 = b * g.s - g.p > 0 ? b * g.s - g.p : 0, x1 = b * g.s - g.p + g.kw < g.w ? b * g.s - g.p + g.kw : g.w;
+    const index_t h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride, p = g.window.pad;
+    const index_t b = e % ow, a = (e / ow) % oh, pl = e / (ow * oh);
+    const T* in = x + pl * h * w;
+    const index_t y0 = a * s - p > 0 ? a * s - p : 0, y1 = a * s - p + kh < h ? a * s - p + kh : h;
+    const index_t x0 = b * s - p > 0 ? b * s - p : 0, x1 = b * s - p + kw < w ? b * s - p + kw : w;
     T acc = is_max ? -std::numeric_limits<T>::infinity() : T(0);
     if (is_max) {
       for (index_t u = y0; u < y1; ++u)
-        for (index_t v = x0; v < x1; ++v) acc = max_nan(acc, in[u * g.w + v]);
+        for (index_t v = x0; v < x1; ++v) acc = max_nan(acc, in[u * w + v]);
       y[e] = acc;
     } else {
       for (index_t u = y0; u < y1; ++u)
-        for (index_t v = x0; v < x1; ++v) acc += in[u * g.w + v];
-      y[e] = acc * (T(1) / static_cast<T>(g.kh * g.kw));
+        for (index_t v = x0; v < x1; ++v) acc += in[u * w + v];
+      y[e] = acc * (T(1) / static_cast<T>(kh * kw));
     }
   }
 };
@@ -105,33 +108,35 @@ struct pool_grad_fn {
   bool is_max;
   const T* x;
   const T* gr;
-  window g;
+  conv_geometry g;
+  index_t oh, ow;
   T* dx;
   GRADUS_HD void operator()(index_t e) const {
-    const index_t v0 = e % g.w, u0 = (e / g.w) % g.h, pl = e / (g.w * g.h);
-    const T* in = x + pl * g.h * g.w;
-    const T* gp = gr + pl * g.oh * g.ow;
-    const T inv = T(1) / static_cast<T>(g.kh * g.kw);
+    const index_t h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride, p = g.window.pad;
+    const index_t v0 = e % w, u0 = (e / w) % h, pl = e / (w * h);
+    const T* in = x + pl * h * w;
+    const T* gp = gr + pl * oh * ow;
+    const T inv = T(1) / static_cast<T>(kh * kw);
     T acc = T(0);
-    for (index_t a = 0; a < g.oh; ++a) {
-      const index_t ys = a * g.s - g.p;
-      if (u0 < ys || u0 >= ys + g.kh) continue;
-      for (index_t b = 0; b < g.ow; ++b) {
-        const index_t xs = b * g.s - g.p;
-        if (v0 < xs || v0 >= xs + g.kw) continue;
+    for (index_t a = 0; a < oh; ++a) {
+      const index_t ys = a * s - p;
+      if (u0 < ys || u0 >= ys + kh) continue;
+      for (index_t b = 0; b < ow; ++b) {
+        const index_t xs = b * s - p;
+        if (v0 < xs || v0 >= xs + kw) continue;
         if (!is_max) {
-          acc += gp[a * g.ow + b] * inv;
+          acc += gp[a * ow + b] * inv;
           continue;
         }
-        const index_t y0 = ys > 0 ? ys : 0, y1 = ys + g.kh < g.h ? ys + g.kh : g.h;
-        const index_t x0 = xs > 0 ? xs : 0, x1 = xs + g.kw < g.w ? xs + g.kw : g.w;
-        index_t best = y0 * g.w + x0;
+        const index_t y0 = ys > 0 ? ys : 0, y1 = ys + kh < h ? ys + kh : h;
+        const index_t x0 = xs > 0 ? xs : 0, x1 = xs + kw < w ? xs + kw : w;
+        index_t best = y0 * w + x0;
         for (index_t u = y0; u < y1; ++u)
           for (index_t v = x0; v < x1; ++v) {
-            const T c = in[u * g.w + v], m = in[best];
-            if (c > m || (c != c && m == m)) best = u * g.w + v;
+            const T c = in[u * w + v], m = in[best];
+            if (c > m || (c != c && m == m)) best = u * w + v;
           }
-        if (best == u0 * g.w + v0) acc += gp[a * g.ow + b];
+        if (best == u0 * w + v0) acc += gp[a * ow + b];
       }
     }
     dx[e] = acc;
@@ -144,64 +149,51 @@ namespace cuda_sections {
 
 struct images_section : layout_section {
   template <class T>
-  static void conv2d(const T* x, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh,
-                     index_t kw, index_t s, index_t p, T* y) {
+  static void conv2d(const T* x, const T* wt, const conv_geometry& g, T* y) {
 #if GRADUS_CUDA_GPU
-    conv_call<T>(pass::forward, x, wt, y, n, c, h, w, o, kh, kw, s, p);
+    conv_call<T>(pass::forward, x, wt, y, g);
 #else
-    cpu_simd::conv2d(x, wt, n, c, h, w, o, kh, kw, s, p, y);
+    cpu_simd::conv2d(x, wt, g, y);
 #endif
   }
   template <class T>
-  static void conv2d_backward_data(const T* dy, const T* wt, index_t n, index_t c, index_t h, index_t w, index_t o,
-                                   index_t kh, index_t kw, index_t s, index_t p, T* dx) {
+  static void conv2d_backward_data(const T* dy, const T* wt, const conv_geometry& g, T* dx) {
 #if GRADUS_CUDA_GPU
-    conv_call<T>(pass::data, dy, wt, dx, n, c, h, w, o, kh, kw, s, p);
+    conv_call<T>(pass::data, dy, wt, dx, g);
 #else
-    cpu_simd::conv2d_backward_data(dy, wt, n, c, h, w, o, kh, kw, s, p, dx);
+    cpu_simd::conv2d_backward_data(dy, wt, g, dx);
 #endif
   }
   template <class T>
-  static void conv2d_backward_weights(const T* x, const T* dy, index_t n, index_t c, index_t h, index_t w, index_t o,
-                                      index_t kh, index_t kw, index_t s, index_t p, T* dw) {
+  static void conv2d_backward_weights(const T* x, const T* dy, const conv_geometry& g, T* dw) {
 #if GRADUS_CUDA_GPU
-    conv_call<T>(pass::weights, x, dy, dw, n, c, h, w, o, kh, kw, s, p);
+    conv_call<T>(pass::weights, x, dy, dw, g);
 #else
-    cpu_simd::conv2d_backward_weights(x, dy, n, c, h, w, o, kh, kw, s, p, dw);
+    cpu_simd::conv2d_backward_weights(x, dy, g, dw);
 #endif
   }
 
   template <class T>
-  static void im2col(const T* x, index_t n, index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s,
-                     index_t p, T* col) {
-    const auto g = geometry(c, h, w, kh, kw, s, p);
-    const index_t cols = n * g.oh * g.ow;
-    for_n(c * kh * kw * cols, cuda_kernels::im2col_fn<T>{x, g, cols, col});
+  static void im2col(const T* x, const conv_geometry& g, T* col) {
+    const index_t oh = g.oh(), ow = g.ow(), cols = g.n * oh * ow;
+    for_n(g.patch() * cols, cuda_kernels::im2col_fn<T>{x, g, oh, ow, cols, col});
   }
   template <class T>
-  static void col2im(const T* col, index_t n, index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s,
-                     index_t p, T* x) {
-    const auto g = geometry(c, h, w, kh, kw, s, p);
-    for_n(n * c * h * w, cuda_kernels::col2im_fn<T>{col, g, n * g.oh * g.ow, x});
+  static void col2im(const T* col, const conv_geometry& g, T* x) {
+    const index_t oh = g.oh(), ow = g.ow();
+    for_n(g.planes() * g.h * g.w, cuda_kernels::col2im_fn<T>{col, g, oh, ow, g.n * oh * ow, x});
   }
   template <class T>
-  static void pool2d(bool is_max, const T* x, index_t planes, index_t h, index_t w, index_t kh, index_t kw, index_t s,
-                     index_t p, T* y) {
-    const auto g = geometry(1, h, w, kh, kw, s, p);
-    for_n(planes * g.oh * g.ow, cuda_kernels::pool_fn<T>{is_max, x, g, y});
+  static void pool2d(bool is_max, const T* x, const conv_geometry& g, T* y) {
+    const index_t oh = g.oh(), ow = g.ow();
+    for_n(g.planes() * oh * ow, cuda_kernels::pool_fn<T>{is_max, x, g, oh, ow, y});
   }
   template <class T>
-  static void pool2d_grad(bool is_max, const T* x, const T* g, index_t planes, index_t h, index_t w, index_t kh,
-                          index_t kw, index_t s, index_t p, T* dx) {
-    const auto geo = geometry(1, h, w, kh, kw, s, p);
-    for_n(planes * h * w, cuda_kernels::pool_grad_fn<T>{is_max, x, g, geo, dx});
+  static void pool2d_grad(bool is_max, const T* x, const T* g, const conv_geometry& geo, T* dx) {
+    for_n(geo.planes() * geo.h * geo.w, cuda_kernels::pool_grad_fn<T>{is_max, x, g, geo, geo.oh(), geo.ow(), dx});
   }
 
  protected:
-  static cuda_kernels::window geometry(index_t c, index_t h, index_t w, index_t kh, index_t kw, index_t s, index_t p) {
-    return {c, h, w, kh, kw, s, p, (h + 2 * p - kh) / s + 1, (w + 2 * p - kw) / s + 1};
-  }
-
 #if GRADUS_CUDA_GPU
   enum class pass { forward, data, weights };
   static void check_dnn(cudnnStatus_t st, const char* what) {
@@ -226,21 +218,23 @@ struct images_section : layout_section {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
     cudnnFilterDescriptor_t w = nullptr;
     cudnnConvolutionDescriptor_t conv = nullptr;
-    conv_desc(index_t n, index_t c, index_t h, index_t wd, index_t o, index_t kh, index_t kw, index_t s, index_t p) {
+    explicit conv_desc(const conv_geometry& g) {
       constexpr cudnnDataType_t dt = std::is_same_v<T, float> ? CUDNN_DATA_FLOAT : CUDNN_DATA_DOUBLE;
       const auto i = [](index_t v) { return static_cast<int>(v); };
       check_dnn(cudnnCreateTensorDescriptor(&x), "cudnnCreateTensorDescriptor");
       check_dnn(cudnnCreateTensorDescriptor(&y), "cudnnCreateTensorDescriptor");
       check_dnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
       check_dnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
-      check_dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, i(n), i(c), i(h), i(wd)), "cudnnSetTensor4dDescriptor");
-      check_dnn(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, i(o), i(c), i(kh), i(kw)), "cudnnSetFilter4dDescriptor");
+      const index_t s = g.window.stride, p = g.window.pad;
+      check_dnn(cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, dt, i(g.n), i(g.c), i(g.h), i(g.w)),
+                "cudnnSetTensor4dDescriptor");
+      check_dnn(cudnnSetFilter4dDescriptor(w, dt, CUDNN_TENSOR_NCHW, i(g.o), i(g.c), i(g.window.kh), i(g.window.kw)),
+                "cudnnSetFilter4dDescriptor");
       check_dnn(cudnnSetConvolution2dDescriptor(conv, i(p), i(p), i(s), i(s), 1, 1, CUDNN_CROSS_CORRELATION, dt),
                 "cudnnSetConvolution2dDescriptor");
       if constexpr (std::is_same_v<T, float>)  // no TF32: float results
         check_dnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
-      check_dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, i(n), i(o), i((h + 2 * p - kh) / s + 1),
-                                           i((wd + 2 * p - kw) / s + 1)),
+      check_dnn(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, dt, i(g.n), i(g.o), i(g.oh()), i(g.ow())),
                 "cudnnSetTensor4dDescriptor");
     }
     conv_desc(const conv_desc&) = delete;
@@ -260,15 +254,13 @@ struct images_section : layout_section {
     conv_desc<T> d;
     int algo[3] = {-1, -1, -1};  // by pass; -1: not asked yet
     std::size_t workspace[3] = {0, 0, 0};
-    conv_plan(index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh, index_t kw, index_t s, index_t p)
-        : d(n, c, h, w, o, kh, kw, s, p) {}
+    explicit conv_plan(const conv_geometry& g) : d(g) {}
   };
   template <class T>
-  static conv_plan<T>& plan_for(index_t n, index_t c, index_t h, index_t w, index_t o, index_t kh, index_t kw,
-                                index_t s, index_t p) {
-    thread_local std::map<std::array<index_t, 9>, std::unique_ptr<conv_plan<T>>> plans;
-    auto& slot = plans[{n, c, h, w, o, kh, kw, s, p}];
-    if (!slot) slot = std::make_unique<conv_plan<T>>(n, c, h, w, o, kh, kw, s, p);
+  static conv_plan<T>& plan_for(const conv_geometry& g) {
+    thread_local std::map<conv_geometry, std::unique_ptr<conv_plan<T>>> plans;
+    auto& slot = plans[g];
+    if (!slot) slot = std::make_unique<conv_plan<T>>(g);
     return *slot;
   }
   // The first of the heuristics' `got` answers (fastest first) that cuDNN can run here
@@ -283,9 +275,8 @@ struct images_section : layout_section {
   }
   // forward: a = x, b = w, out = y; data: a = dy, b = w, out = dx; weights: a = x, b = dy, out = dw
   template <class T>
-  static void conv_call(pass ps, const T* a, const T* b, T* out, index_t n, index_t c, index_t h, index_t w, index_t o,
-                        index_t kh, index_t kw, index_t s, index_t p) {
-    conv_plan<T>& pl = plan_for<T>(n, c, h, w, o, kh, kw, s, p);
+  static void conv_call(pass ps, const T* a, const T* b, T* out, const conv_geometry& g) {
+    conv_plan<T>& pl = plan_for<T>(g);
     const conv_desc<T>& d = pl.d;
     const T one = 1, zero = 0;
     cudnnHandle_t hd = dnn();

@@ -1,14 +1,16 @@
 #pragma once
 // cuda: reductions over the middle axis of [outer, n, inner] (one thread per output,
 // walking n in order: the reads of neighbouring threads are neighbours in memory), one
-// parallel tree (thrust::reduce) when everything reduces to one value, argmax, the sum of
-// squares in double, and the non-finite screen.
+// parallel tree (thrust::reduce) when everything reduces to one value, argmax (graph/ops/
+// argmax_at.hpp's rule, one output position a thread), the sum of squares in double, and
+// the non-finite screen.
 #include <limits>
 
 #include <thrust/reduce.h>
 #include <thrust/transform_reduce.h>
 
 #include "gradus/backends/cuda/fused.hpp"
+#include "gradus/graph/ops/argmax_at.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 
 namespace gradus {
@@ -52,20 +54,7 @@ struct argmax_fn {
   const T* in;
   index_t n, inner;
   std::int32_t* out;
-  GRADUS_HD void operator()(index_t oi) const {
-    const index_t o = oi / inner, i = oi - o * inner;
-    const T* p = in + o * n * inner + i;
-    index_t best = 0;
-    T bv = p[0];
-    for (index_t k = 1; k < n; ++k) {
-      const T v = p[k * inner];
-      if (v > bv || (bv != bv && v == v)) {  // NaN never wins over a number
-        bv = v;
-        best = k;
-      }
-    }
-    out[oi] = static_cast<std::int32_t>(best);
-  }
+  GRADUS_HD void operator()(index_t oi) const { out[oi] = argmax_at(in, n, inner, oi); }
 };
 
 template <class T>
