@@ -5,7 +5,8 @@
 //
 //   cuda/base.hpp     name, host_memory = false, the session's context (its stream) and
 //                     binding it to the calling thread
-//   cuda/memory.hpp   caching device allocator (blocks tagged by stream), pinned staging and
+//   cuda/device_pool.hpp  the caching device allocator (blocks tagged by stream)
+//   cuda/memory.hpp   pinned staging and
 //                     pinned buffers with queued copies and events, Thrust's policy, for_n,
 //                     index checks, the cuda-omp build's memory-space checks
 //   cuda/fused.hpp    assign (an elementwise plan: 16 bytes or one element per thread),
