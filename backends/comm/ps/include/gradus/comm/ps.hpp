@@ -22,7 +22,9 @@
 // keeps the bytes unchanged until the handle completes). Every wait has a deadline and
 // its error names the server, its address and the operation. Collectives (allreduce,
 // broadcast, barrier: the trainer's fingerprint and agreement checks) run through server 0.
-// The worker's links to its servers (connect, send, wait, rejoin) are ps/client_links.hpp.
+// The worker's links to its servers (connect, send, wait, rejoin) are ps/client_links.hpp;
+// its modes and options ps/options.hpp. What is left here (about 570 lines) is one concept:
+// the worker's API, and the variable table and request bookkeeping it keeps for it.
 #include <zmq.hpp>
 
 #include <atomic>
