@@ -58,7 +58,7 @@
 namespace gradus::parallel {
 
 struct data_parallel_options {
-  std::size_t bucket_bytes = std::size_t{25} << 20;  // as PyTorch DDP's bucket_cap_mb = 25
+  std::size_t bucket_bytes = default_bucket_bytes;  // 25 MiB, as PyTorch DDP's bucket_cap_mb
   bool overlap = true;  // false: reduce every bucket after the backward pass, on the caller's thread's turn
   // Compare the replicas' contents (check_replicas()) after every this many steps; 0: only
   // when the program calls check_replicas() (the examples do at the end of training).

@@ -25,6 +25,9 @@
 
 namespace gradus::parallel {
 
+// The default bucket size: as PyTorch DDP's bucket_cap_mb = 25.
+inline constexpr std::size_t default_bucket_bytes = std::size_t{25} << 20;
+
 template <class Step>
 class gradient_buckets {
   using backend = typename std::remove_cvref_t<decltype(std::declval<Step&>().owner())>::backend_type;

@@ -32,7 +32,7 @@ void reduce_gradients(Comm& comm, Step& step) {
     if (g.dtype != std::string_view("float32") && g.dtype != std::string_view("float64"))
       throw error("gradus: reduce_gradients: gradient of '" + std::string(g.name) + "' has dtype " + std::string(g.dtype));
   }
-  gradient_buckets<std::remove_cvref_t<Step>> buckets(std::size_t{25} << 20);  // data_parallel_options' default
+  gradient_buckets<std::remove_cvref_t<Step>> buckets(default_bucket_bytes);
   buckets.begin_step();
   const auto grads = step.gradients();
   for (std::size_t i = 0; i < grads.size(); ++i) buckets.arrived(i, grads[i], [&](std::size_t k) { buckets.average(comm, k); });
