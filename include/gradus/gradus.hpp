@@ -21,6 +21,7 @@
 #include "gradus/graph/ops/expand.hpp"
 #include "gradus/graph/ops/index.hpp"
 #include "gradus/graph/ops/matmul.hpp"
+#include "gradus/graph/ops/placement.hpp"
 #include "gradus/graph/ops/random.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/rnn.hpp"

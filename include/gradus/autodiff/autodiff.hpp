@@ -4,4 +4,5 @@
 #include "gradus/autodiff/rules/conv.hpp"
 #include "gradus/autodiff/rules/elementwise.hpp"
 #include "gradus/autodiff/rules/kernels.hpp"
+#include "gradus/autodiff/rules/placement.hpp"
 #include "gradus/autodiff/rules/rnn.hpp"

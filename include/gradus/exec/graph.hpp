@@ -12,9 +12,13 @@
 // Each run: bind feeds, infer dims (a `dyn` mismatch throws here, naming op and shapes),
 // grow buffers that are too small (so the same shapes allocate nothing), run the steps.
 //
-// Near 600 lines, as one concept: compiled_graph is one class whose planning, running,
-// output hooks and check_numerics scans all read and write the same private slot and step
-// tables; split across files, each part would have to expose those tables to the others.
+// A pipeline stage's graph is the same class with a cut (graph/ops/placement.hpp): nodes
+// placed on other stages become leaves fed with stage_input, and run_part runs the forward
+// and the backward steps of one micro-batch at different times, its buffers kept between.
+//
+// About 700 lines, as one concept: compiled_graph is one class whose planning, running,
+// parts, output hooks and check_numerics scans all read and write the same private slot and
+// step tables; split across files, each part would have to expose those tables to the others.
 // The small types before it are the interface a session sees (variable_storage,
 // variable_source, graph_stats, graph_base).
 #include <algorithm>
@@ -34,6 +38,7 @@
 #include "gradus/exec/plan.hpp"
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
+#include "gradus/graph/ops/placement.hpp"
 
 namespace gradus {
 
@@ -103,11 +108,28 @@ inline constexpr bool has_offset = []<std::size_t... I>(std::index_sequence<I...
 }(std::make_index_sequence<K>{});
 }  // namespace detail
 
+// The binding of a node placed on another stage, for one run of a stage's graph (a cut
+// graph's leaf): the node (found by structure), its data (host memory) and dims.
+template <class N, class T>
+struct stage_input {
+  using feed_tag = void;  // is_feed_v (exec/session.hpp)
+  const N& node;
+  const T* data;
+  dims d;
+};
+
 template <class Backend, class... Outs>
 class compiled_graph final : public graph_base {
  public:
-  explicit compiled_graph(const std::tuple<Outs...>& outs) : outs_(outs) {
-    std::apply([&](const auto&... o) { std::size_t i = 0; ((out_slots_[i++] = plan_root(o)), ...); }, outs_);
+  // cut_stage >= 0: the graph of that pipeline stage (graph/ops/placement.hpp): a node placed
+  // on another stage is a leaf, fed with stage_input(node, data, dims) on each run.
+  explicit compiled_graph(const std::tuple<Outs...>& outs, int cut_stage = -1) : outs_(outs), cut_stage_(cut_stage) {
+    std::apply(
+        [&](const auto&... o) {
+          std::size_t i = 0;
+          ((out_slots_[i] = plan_root(o), first_part_steps_ = i++ == 0 ? steps_.size() : first_part_steps_), ...);
+        },
+        outs_);
     stats_.slots = slots_.size();
     // when each output is final: after the step that writes its slot (or before any step)
     ready_after_.resize(steps_.size());
@@ -145,19 +167,7 @@ class compiled_graph final : public graph_base {
       if (!slots_[p.slot].data)
         throw feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) +
                          " " + std::string(p.dtype) + " was not fed");
-    for (auto& v : variables_) {
-      if (slots_[v.slot].data) continue;
-      const variable_storage* st = vars.find_variable(v.name);
-      if (!st || !st->data || !st->initialized)
-        throw feed_error("gradus: variable '" + std::string(v.name) + "' of shape " + to_string(v.expected) +
-                         " has no value in this session; assign or initialise it first");
-      if (!(st->d == v.expected) || st->dtype != v.dtype)
-        throw feed_error("gradus: variable '" + std::string(v.name) + "' is " + to_string(v.expected) + " " +
-                         std::string(v.dtype) + " in this graph but " + to_string(st->d) + " " +
-                         std::string(st->dtype) + " in the session");
-      slots_[v.slot].data = st->data;
-      slots_[v.slot].d = st->d;
-    }
+    bind_variables(vars);
     constexpr bool hooked = !std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>;
     if (vars.check_numerics()) {  // the same run, each result scanned before anyone sees it
       check_leaves(vars.global_step());
@@ -182,6 +192,64 @@ class compiled_graph final : public graph_base {
   }
 
   const graph_stats& stats() const override { return stats_; }
+
+  // A run in two parts, the buffers kept between them: part 0 runs the steps the first output
+  // needs (planned first), part 1 the rest. A pipeline stage runs a micro-batch's forward
+  // pass (its output) as part 0, and its backward pass (the gradients, which read the
+  // forward's buffers) as part 1 once the next stage has sent the output's adjoint; a graph
+  // per micro-batch in flight keeps each one's activations. Part 0 unbinds every feed and
+  // needs those its steps read; part 1 binds its own feeds beside them. The results are the
+  // backend's buffers (device memory on a GPU), valid until the graph runs again.
+  template <class... Feeds>
+  void run_part(const variable_source& vars, int part, const Feeds&... feeds) {
+    const std::size_t from = part == 0 ? 0 : first_part_steps_, to = part == 0 ? first_part_steps_ : steps_.size();
+    if (part == 0) {
+      for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
+      for (auto& b : boundaries_) slots_[b.slot].data = nullptr;
+    }
+    (bind(feeds), ...);
+    std::vector<bool> read(slots_.size(), false);  // the slots this part's steps read
+    const std::size_t in_from = from < steps_.size() ? steps_[from].first : inputs_.size();
+    const std::size_t in_to = to < steps_.size() ? steps_[to].first : inputs_.size();
+    for (std::size_t j = in_from; j < in_to; ++j) read[static_cast<std::size_t>(inputs_[j])] = true;
+    for (const auto& p : placeholders_)
+      if (!slots_[p.slot].data && (read[static_cast<std::size_t>(p.slot)] || part != 0))
+        throw feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) +
+                         " " + std::string(p.dtype) + " was not fed");
+    for (const auto& b : boundaries_)
+      if (!slots_[b.slot].data)
+        throw feed_error("gradus: " + slot_labels_[static_cast<std::size_t>(b.slot)] + " " + to_string(b.expected) +
+                         " was not fed (stage_input)");
+    if (part == 0) bind_variables(vars);
+    if (vars.check_numerics()) {
+      if (part == 0) check_leaves(vars.global_step());
+      for (std::size_t k = from; k < to; ++k) {
+        steps_[k].fn(*this, steps_[k]);
+        check_step(k, vars.global_step());
+      }
+    } else {
+      for (std::size_t k = from; k < to; ++k) steps_[k].fn(*this, steps_[k]);
+    }
+  }
+  // Output I's buffer after run_part (the backend's memory).
+  template <std::size_t I>
+  tensor_view<const value_t<std::tuple_element_t<I, std::tuple<Outs...>>>> output() const {
+    return view_of<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>>(out_slots_[I]);
+  }
+  // Bytes of the buffers this graph owns: all of them, or (first_part) those run_part 0
+  // writes — a micro-batch's activations, what a pipeline keeps from its forward pass to its
+  // backward.
+  std::size_t owned_bytes(bool first_part = false) const {
+    std::vector<bool> counted(slots_.size(), false);
+    std::size_t n = 0;
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      if (first_part && k >= first_part_steps_) break;
+      const auto i = static_cast<std::size_t>(steps_[k].slot);
+      if (!counted[i] && slots_[i].owned) n += slots_[i].capacity;
+      counted[i] = true;
+    }
+    return n;
+  }
 
  private:
   struct slot {
@@ -238,6 +306,14 @@ class compiled_graph final : public graph_base {
   std::array<std::vector<unsigned char>, sizeof...(Outs)> host_results_;  // by output
 
   std::tuple<Outs...> outs_;
+  int cut_stage_ = -1;                 // the pipeline stage this graph runs, or -1 (all of it)
+  std::size_t first_part_steps_ = 0;   // run_part 0: the steps of the first output
+  struct boundary {                    // a node of another stage, fed by stage_input
+    int slot;
+    dims expected;
+    std::string_view dtype;
+  };
+  std::vector<boundary> boundaries_;
   std::array<int, sizeof...(Outs)> out_slots_{};
   std::vector<std::vector<std::size_t>> ready_after_;  // per step: the outputs it finishes
   std::vector<std::size_t> ready_first_;               // outputs no step writes (leaves)
@@ -280,6 +356,9 @@ class compiled_graph final : public graph_base {
   template <class N>
   int plan_root(const N& n) {
     constexpr node_kind k = N::kind;
+    if constexpr (is_stage_placed_v<N>) {
+      if (cut_stage_ >= 0 && N::placement::index != cut_stage_) return plan_boundary(n);
+    }
     if constexpr (k == node_kind::placeholder) {
       return named(placeholders_, n, "placeholder");
     } else if constexpr (k == node_kind::variable) {
@@ -309,6 +388,15 @@ class compiled_graph final : public graph_base {
         else return add_step(n, reads, &run_kernel<N>);
       }
     }
+  }
+  // Another stage's output in a stage's graph: a leaf fed from outside (what that stage sent).
+  template <class N>
+  int plan_boundary(const N& n) {
+    if (int s = registry_.find(n); s >= 0) return s;
+    const int s = new_slot(n);
+    slot_labels_[static_cast<std::size_t>(s)] = "the output of stage " + std::to_string(N::placement::index);
+    boundaries_.push_back({s, static_dims<shape_t<N>>(), dtype_name<value_t<N>>()});
+    return s;
   }
   template <class N>
   int add_step(const N& n, const std::vector<int>& reads, void (*fn)(compiled_graph&, const step&)) {
@@ -415,6 +503,23 @@ class compiled_graph final : public graph_base {
 
   // ---- running ------------------------------------------------------------------------
 
+  // Each variable's slot pointed at the session's storage (checked: initialised, same shape).
+  void bind_variables(const variable_source& vars) {
+    for (auto& v : variables_) {
+      if (slots_[v.slot].data) continue;
+      const variable_storage* st = vars.find_variable(v.name);
+      if (!st || !st->data || !st->initialized)
+        throw feed_error("gradus: variable '" + std::string(v.name) + "' of shape " + to_string(v.expected) +
+                         " has no value in this session; assign or initialise it first");
+      if (!(st->d == v.expected) || st->dtype != v.dtype)
+        throw feed_error("gradus: variable '" + std::string(v.name) + "' is " + to_string(v.expected) + " " +
+                         std::string(v.dtype) + " in this graph but " + to_string(st->d) + " " +
+                         std::string(st->dtype) + " in the session");
+      slots_[v.slot].data = st->data;
+      slots_[v.slot].d = st->d;
+    }
+  }
+
   template <class F>
   void bind(const F& f) {
     for (auto& p : placeholders_) {
@@ -448,6 +553,30 @@ class compiled_graph final : public graph_base {
   }
   template <class T>
   static inline T zero_size_sentinel{};
+  // A cut stage's input: the value of another stage's placed node for this run.
+  template <class N, class T>
+  void bind(const stage_input<N, T>& f) {
+    const int s = registry_.find(f.node);
+    const auto b = std::find_if(boundaries_.begin(), boundaries_.end(), [&](const boundary& x) { return x.slot == s; });
+    if (s < 0 || b == boundaries_.end())
+      throw feed_error("gradus: stage_input: the output of stage " + std::to_string(N::placement::index) +
+                       " is not an input of this graph (cut at stage " + std::to_string(cut_stage_) + ")");
+    if (!fits<shape_t<N>>(f.d))
+      throw feed_error("gradus: stage_input: the output of stage " + std::to_string(N::placement::index) +
+                       ": expected shape " + to_string(b->expected) + ", got " + to_string(f.d));
+    slot& sl = slots_[static_cast<std::size_t>(s)];
+    if (sl.data) throw feed_error("gradus: stage_input: the output of stage " + std::to_string(N::placement::index) + " is fed twice");
+    if constexpr (host_memory) {
+      sl.data = const_cast<T*>(f.data ? f.data : &zero_size_sentinel<T>);
+    } else {
+      staging& st = feed_buffers_[s];
+      const std::size_t bytes = static_cast<std::size_t>(f.d.numel()) * sizeof(T);
+      st.reserve(std::max(bytes, sizeof(T)));
+      if (bytes) Backend::copy_to_device(st.data, f.data, bytes);
+      sl.data = st.data;
+    }
+    sl.d = f.d;
+  }
 
   template <class T>
   T* ensure(int s, const dims& d) {

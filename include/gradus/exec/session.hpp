@@ -150,6 +150,10 @@ class session final : private variable_source {
     }
   }
 
+  // The session as a graph's variable source: what a graph run outside run() reads the
+  // variables through (a pipeline stage's graphs, parallel/pipeline/).
+  const variable_source& variables() const { return *this; }
+
   // What the last run executed (steps by kind, and the kernel trace).
   const graph_stats& stats() const {
     if (!last_) throw error("gradus: session::stats: nothing has run yet");

@@ -1,0 +1,234 @@
+#pragma once
+// One pipeline stage's share of a placed loss, found in the loss's type at compile time
+// (graph/ops/placement.hpp):
+//
+//   stage_output_t<K, S, Loss>  what stage K computes: its on<stage<K>>(...) node, or the
+//                               loss itself for the last stage (K = S - 1)
+//   stage_variables_t<K, S, Loss>  the variables stage K reads (not those of other stages)
+//   stage_graph<Backend, K, S, Loss>
+//                               the compiled graphs of stage K: outputs (its output, the
+//                               gradient of each of its variables, the gradient of its input
+//                               for K > 0), cut at K: the previous stage's output is a leaf
+//                               (stage_input), the adjoint of this stage's output a placeholder
+//                               (`pipeline_dy`) fed with what the next stage sent back. One
+//                               graph per micro-batch in flight, each keeping its activations
+//                               between its forward and backward parts (run_part 0 and 1).
+//
+// What a pipeline asks of the placed loss, each a compile-time error naming the stage:
+// stages 0..S-1 each have exactly one placed output (the last may be the unplaced loss
+// above stage S-2's output), stage K reads only stage K - 1's output, and no variable is
+// read by two stages (tied weights are not supported yet: their gradients would need an
+// all-reduce between the stages that share them).
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gradus/autodiff/autodiff.hpp"
+#include "gradus/exec/session.hpp"
+#include "gradus/graph/ops/placement.hpp"
+#include "gradus/train/train_step.hpp"
+
+namespace gradus::parallel {
+
+namespace detail {
+template <class... T>
+struct type_list {};
+
+template <class L, class T>
+struct push_unique;
+template <class... A, class T>
+struct push_unique<type_list<A...>, T> {
+  using type = std::conditional_t<(std::is_same_v<A, T> || ...), type_list<A...>, type_list<A..., T>>;
+};
+
+// Every node of E's tree placed on stage K (each type once).
+template <int K, class Acc, class E>
+struct placed_on;
+template <int K, class Acc, class E>
+struct placed_on {
+  template <class A, class Tuple, std::size_t I = 0>
+  static auto walk() {
+    if constexpr (I == std::tuple_size_v<Tuple>) return static_cast<A*>(nullptr);
+    else {
+      using child = std::remove_cvref_t<std::tuple_element_t<I, Tuple>>;
+      using next = typename placed_on<K, A, child>::type;
+      return walk<next, Tuple, I + 1>();
+    }
+  }
+  using self = std::conditional_t<is_stage_placed_v<E> && [] {
+    if constexpr (is_stage_placed_v<E>) return E::placement::index == K;
+    else return false;
+  }(), typename push_unique<Acc, E>::type, Acc>;
+  static auto all() {
+    if constexpr (requires { std::declval<const E&>().children(); })
+      return walk<self, decltype(std::declval<const E&>().children())>();
+    else
+      return static_cast<self*>(nullptr);
+  }
+  using type = std::remove_pointer_t<decltype(all())>;
+};
+
+template <class L>
+struct list_size;
+template <class... A>
+struct list_size<type_list<A...>> {
+  static constexpr std::size_t value = sizeof...(A);
+};
+template <class L>
+struct list_front;
+template <class A, class... R>
+struct list_front<type_list<A, R...>> {
+  using type = A;
+};
+
+// The first node of type T in e's tree (depth first), or null.
+template <class T, class E>
+const T* find_node(const E& e) {
+  if constexpr (std::is_same_v<T, E>) {
+    return &e;
+  } else if constexpr (requires { e.children(); }) {
+    const T* r = nullptr;
+    std::apply([&](const auto&... c) { ((r = r ? r : find_node<T>(c)), ...); }, e.children());
+    return r;
+  } else {
+    return nullptr;
+  }
+}
+
+// The variables of E's tree outside nodes placed on a stage other than K.
+template <int K, class Acc, class E>
+struct stage_vars {
+  template <class A, class Tuple, std::size_t I = 0>
+  static auto walk() {
+    if constexpr (I == std::tuple_size_v<Tuple>) return static_cast<A*>(nullptr);
+    else {
+      using child = std::remove_cvref_t<std::tuple_element_t<I, Tuple>>;
+      return walk<typename stage_vars<K, A, child>::type, Tuple, I + 1>();
+    }
+  }
+  static auto all() {
+    if constexpr (is_stage_placed_v<E>) {
+      if constexpr (E::placement::index != K) return static_cast<Acc*>(nullptr);
+      else return walk<Acc, decltype(std::declval<const E&>().children())>();
+    } else if constexpr (is_variable_v<E>) {
+      return static_cast<typename push_unique<Acc, E>::type*>(nullptr);
+    } else if constexpr (requires { std::declval<const E&>().children(); }) {
+      return walk<Acc, decltype(std::declval<const E&>().children())>();
+    } else {
+      return static_cast<Acc*>(nullptr);
+    }
+  }
+  using type = std::remove_pointer_t<decltype(all())>;
+};
+
+template <class L>
+struct as_tuple_of;
+template <class... A>
+struct as_tuple_of<type_list<A...>> {
+  using type = std::tuple<A...>;
+};
+
+template <fixed_string Name, class T, class S>
+struct placeholder_of_shape;
+template <fixed_string Name, class T, index_t... E>
+struct placeholder_of_shape<Name, T, shape<E...>> {
+  using type = placeholder<Name, T, E...>;
+};
+}  // namespace detail
+
+// The placed node stage K < S - 1 computes; the loss itself for K = S - 1.
+template <int K, int S, class Loss>
+struct stage_output {
+  using placed = typename detail::placed_on<K, detail::type_list<>, Loss>::type;
+  static_assert(K == S - 1 || detail::list_size<placed>::value == 1,
+                "gradus: pipeline: each stage but the last needs exactly one on<stage<K>>(...) output in the loss "
+                "(stage K and the loss's type are above)");
+  using type = typename std::conditional_t<K == S - 1, std::type_identity<Loss>, detail::list_front<placed>>::type;
+};
+template <int K, int S, class Loss>
+using stage_output_t = typename stage_output<K, S, Loss>::type;
+
+// Stage K's variables: those under its output, not under another stage's placed node.
+template <int K, int S, class Loss>
+using stage_variables_t =
+    typename detail::as_tuple_of<typename detail::stage_vars<K, detail::type_list<>, stage_output_t<K, S, Loss>>::type>::type;
+
+// The compiled graphs of stage K of an S-stage pipeline over Loss.
+template <class Backend, int K, int S, class Loss>
+class stage_graph {
+  static_assert(K >= 0 && K < S, "gradus: pipeline: the stage index is outside the pipeline");
+  static_assert(stage_of_v<Loss> == S - 1,
+                "gradus: pipeline: the loss must be on the last stage (on<stage<S - 1>>(...) or above stage S - 2's "
+                "output): S and the loss's type are above");
+
+ public:
+  using output_t = stage_output_t<K, S, Loss>;
+  using input_t = std::conditional_t<K == 0, void, stage_output_t<K == 0 ? 0 : K - 1, S, Loss>>;
+  using value_type = value_t<output_t>;
+  using variables = stage_variables_t<K, S, Loss>;
+  static constexpr bool last = K == S - 1;
+  // The adjoint this stage's output receives: 1 for the loss, else what the next stage sent.
+  using adjoint_t = std::conditional_t<last, scalar<value_type>,
+                                       typename detail::placeholder_of_shape<"pipeline_dy", value_type, shape_t<output_t>>::type>;
+
+ private:
+  template <class V>
+  static auto gradient(const V& v, const output_t& out, const adjoint_t& adj) {
+    return gradus::detail::as_gradient(v, backprop(v, out, adj));
+  }
+  static auto outputs(const output_t& out) {
+    const adjoint_t adj = [] {
+      if constexpr (last) return adjoint_t{{}, value_type(1)};
+      else return adjoint_t{};
+    }();
+    return [&]<class... Vs>(std::tuple<Vs...>*) {
+      if constexpr (K == 0) return std::tuple(out, gradient(Vs{}, out, adj)...);
+      else return std::tuple(out, gradient(Vs{}, out, adj)..., gradient(*detail::find_node<input_t>(out), out, adj));
+    }(static_cast<variables*>(nullptr));
+  }
+  using outputs_t = decltype(outputs(std::declval<const output_t&>()));
+  template <class T>
+  struct graph_of;
+  template <class... O>
+  struct graph_of<std::tuple<O...>> {
+    using type = compiled_graph<Backend, O...>;
+  };
+
+ public:
+  using graph_t = typename graph_of<outputs_t>::type;
+  static constexpr std::size_t variable_count = std::tuple_size_v<variables>;
+
+  explicit stage_graph(const Loss& loss) : out_(find_output(loss)), outs_(outputs(out_)) {
+    if constexpr (K > 0) input_ = detail::find_node<input_t>(out_);
+  }
+  stage_graph(const stage_graph&) = delete;  // input_ points into out_
+  stage_graph& operator=(const stage_graph&) = delete;
+
+  // The graph of micro-batch slot i (made on first use; its buffers are that slot's).
+  graph_t& graph(std::size_t i) {
+    while (graphs_.size() <= i) graphs_.push_back(std::make_unique<graph_t>(outs_, K));
+    return *graphs_[i];
+  }
+  std::size_t graphs() const { return graphs_.size(); }
+  const output_t& output() const { return out_; }
+  // The previous stage's output (K > 0): the node a stage_input feeds.
+  const auto& input() const
+    requires(K > 0)
+  {
+    return *input_;
+  }
+
+ private:
+  static const output_t& find_output(const Loss& loss) {
+    if constexpr (last) return loss;
+    else return *detail::find_node<output_t>(loss);
+  }
+  output_t out_;
+  outputs_t outs_;
+  const std::conditional_t<K == 0, int, input_t>* input_ = nullptr;
+  std::vector<std::unique_ptr<graph_t>> graphs_;
+};
+
+}  // namespace gradus::parallel

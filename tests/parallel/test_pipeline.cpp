@@ -1,0 +1,331 @@
+// Pipelines (parallel/pipeline/): the schedules, the stage cut found in the loss's type, and
+// pipelined training on ranks that are threads (thread_mesh.hpp) against the unsplit model
+// trained in one session — 2 and 3 stages, GPipe and 1F1B, M = 1, 2, 4, 7 (a batch of 10 not
+// divisible by 4 or 7), with and without re-materialisation, and 2 stages x 2 replicas — plus
+// the bytes across each cut, the activations held, and the errors of mismatched ranks.
+#define BOOST_TEST_MODULE parallel_pipeline
+#include <boost/test/unit_test.hpp>
+
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/gradus.hpp>
+#include <gradus/parallel/pipeline/partition.hpp>
+#include <gradus/parallel/pipeline/pipeline.hpp>
+
+#include <array>
+#include <cmath>
+#include <numeric>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../support/rank_harness.hpp"
+#include "thread_mesh.hpp"
+
+namespace g = gradus;
+namespace gp = gradus::parallel;
+using gradus_test::thread_mesh;
+
+BOOST_AUTO_TEST_CASE(schedules_order_and_memory) {
+  using gp::pipeline_op;
+  const auto gpipe = gp::schedule_for(gp::schedule_kind::gpipe, 1, 3, 3);
+  const std::vector<pipeline_op> want_g{{true, 0}, {true, 1}, {true, 2}, {false, 0}, {false, 1}, {false, 2}};
+  BOOST_TEST((gpipe == want_g));
+  // 1F1B, stage 0 of 3, 5 micro-batches: 2 warm-up forwards, then F/B pairs, then 2 backwards
+  const auto f0 = gp::schedule_for(gp::schedule_kind::one_f_one_b, 0, 3, 5);
+  const std::vector<pipeline_op> want_0{{true, 0},  {true, 1},  {true, 2},  {false, 0}, {true, 3},
+                                        {false, 1}, {true, 4},  {false, 2}, {false, 3}, {false, 4}};
+  BOOST_TEST((f0 == want_0));
+  // the last stage alternates from the start
+  const auto f2 = gp::schedule_for(gp::schedule_kind::one_f_one_b, 2, 3, 3);
+  const std::vector<pipeline_op> want_2{{true, 0}, {false, 0}, {true, 1}, {false, 1}, {true, 2}, {false, 2}};
+  BOOST_TEST((f2 == want_2));
+  for (int s = 0; s < 4; ++s) {
+    BOOST_TEST(gp::max_in_flight(gp::schedule_for(gp::schedule_kind::one_f_one_b, s, 4, 16)) == 4 - s);
+    BOOST_TEST(gp::max_in_flight(gp::schedule_for(gp::schedule_kind::gpipe, s, 4, 16)) == 16);
+  }
+  BOOST_TEST(gp::ideal_bubble(2, 8) == 1.0 / 9.0);
+  const std::vector<long> sizes{3, 3, 2, 2};
+  BOOST_TEST(gp::micro_batch_sizes(10, 4) == sizes);
+  BOOST_CHECK_EXCEPTION(gp::micro_batch_sizes(3, 4), g::error, [](const g::error& e) {
+    return std::string(e.what()).find("a batch of 3 rows cannot be split into 4 micro-batches") != std::string::npos;
+  });
+  BOOST_CHECK_EXCEPTION(gp::parse_schedule("zigzag"), g::error, [](const g::error& e) {
+    return std::string(e.what()).find("unknown schedule 'zigzag'") != std::string::npos;
+  });
+}
+
+// The model of these tests: 6 -> 16 -> 12 -> 4 tanh MLP, softmax cross-entropy.
+struct model {
+  g::placeholder<"x", float, g::dyn, 6> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::nn::dense<"p1", 6, 16> l1;
+  g::nn::dense<"p2", 16, 12> l2;
+  g::nn::dense<"p3", 12, 4> l3;
+  auto loss2() const {  // 2 stages: l1 | l2, l3
+    const auto h = g::on<g::stage<0>>(g::tanh(l1(x)));
+    return g::on<g::stage<1>>(g::nn::softmax_cross_entropy_loss(l3(g::tanh(l2(h))), y));
+  }
+  auto loss3() const {  // 3 stages: l1 | l2 | l3 (the loss above stage 1's output inherits stage... 2 by its own placement)
+    const auto h1 = g::on<g::stage<0>>(g::tanh(l1(x)));
+    const auto h2 = g::on<g::stage<1>>(g::tanh(l2(h1)));
+    return g::on<g::stage<2>>(g::nn::softmax_cross_entropy_loss(l3(h2), y));
+  }
+  void init(g::session<g::cpu_simd>& s) const {
+    l1.initialize(s, 7);
+    l2.initialize(s, 7);
+    l3.initialize(s, 7);
+  }
+};
+
+struct batch {
+  std::vector<float> x;
+  std::vector<std::int32_t> y;
+};
+static std::vector<batch> make_batches(int steps, long rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0, 1);
+  std::vector<batch> r(static_cast<std::size_t>(steps));
+  for (auto& b : r) {
+    for (long i = 0; i < rows * 6; ++i) b.x.push_back(n(rng));
+    for (long i = 0; i < rows; ++i) b.y.push_back(static_cast<std::int32_t>(rng() % 4));
+  }
+  return r;
+}
+
+template <class V>
+static std::vector<float> values(g::session<g::cpu_simd>& s, const V& v) {
+  const auto t = s.value(v);
+  return {t.data(), t.data() + t.size()};
+}
+
+// The unsplit model's weights and losses after training on the batches.
+struct trained {
+  std::vector<std::vector<float>> w;  // p1/w, p1/b, p2/w, p2/b, p3/w, p3/b
+  std::vector<double> losses;
+};
+template <class Loss, class Opt>
+static trained reference(const model& m, const Loss& loss, const Opt& opt, const std::vector<batch>& data, long rows) {
+  g::session<g::cpu_simd> s;
+  m.init(s);
+  auto step = g::minimize(s, loss, opt);
+  trained t;
+  for (const auto& b : data)
+    t.losses.push_back(step.run(m.x = g::view(b.x.data(), {rows, 6}), m.y = g::view(b.y.data(), {rows})));
+  t.w = {values(s, m.l1.w), values(s, m.l1.b), values(s, m.l2.w), values(s, m.l2.b), values(s, m.l3.w), values(s, m.l3.b)};
+  return t;
+}
+
+static double max_rel(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    e = std::max(e, std::abs(static_cast<double>(a[i]) - b[i]) / (1e-3 + std::abs(static_cast<double>(b[i]))));
+  return e;
+}
+
+// Trains `loss` as an S-stage pipeline on threads; each stage's weights checked against ref.
+template <int S, class Loss, class Opt>
+static std::vector<gp::pipeline_stats> pipelined(const model& m, const Loss& loss, const Opt& opt, const std::vector<batch>& data,
+                                                 long rows, gp::pipeline_options o, const trained& ref, double tol,
+                                                 int replicas = 1) {
+  auto comms = thread_mesh::world(S * replicas);
+  std::vector<gp::pipeline_stats> stats(static_cast<std::size_t>(S * replicas));
+  std::vector<std::vector<std::vector<float>>> weights(static_cast<std::size_t>(S * replicas));
+  std::vector<std::vector<double>> losses(static_cast<std::size_t>(S * replicas));
+  const auto res = gradus_test::on_threads(S * replicas, [&](int r) {
+    g::session<g::cpu_simd> s;
+    m.init(s);
+    auto step = gp::pipeline<S>(comms[static_cast<std::size_t>(r)], o, s, loss, opt);
+    const int replica = r / S;
+    const long shard = rows / replicas;
+    for (const auto& b : data)
+      losses[static_cast<std::size_t>(r)].push_back(step.run(m.x = g::view(b.x.data() + replica * shard * 6, {shard, 6}),
+                                                             m.y = g::view(b.y.data() + replica * shard, {shard})));
+    stats[static_cast<std::size_t>(r)] = step.stats();
+    step.gather_variables();  // rank 0 then holds every stage's weights
+    weights[static_cast<std::size_t>(r)] = {values(s, m.l1.w), values(s, m.l1.b), values(s, m.l2.w),
+                                            values(s, m.l2.b), values(s, m.l3.w), values(s, m.l3.b)};
+  });
+  for (int r = 0; r < S * replicas; ++r) BOOST_TEST_REQUIRE(!res[static_cast<std::size_t>(r)].error, "rank " << r << ": " << res[static_cast<std::size_t>(r)].error.value_or(""));
+  // stage k trains its own layers (the others stay as initialised in its session); rank 0
+  // gathered every stage's
+  const std::vector<std::vector<int>> layers = S == 2 ? std::vector<std::vector<int>>{{0}, {1, 2}}
+                                                      : std::vector<std::vector<int>>{{0}, {1}, {2}};
+  for (int r = 0; r < S * replicas; ++r) {
+    const auto& w = weights[static_cast<std::size_t>(r)];
+    for (int L : r == 0 ? std::vector<int>{0, 1, 2} : layers[static_cast<std::size_t>(r % S)])
+      for (int part : {0, 1}) {
+        const auto i = static_cast<std::size_t>(2 * L + part);
+        BOOST_TEST(max_rel(w[i], ref.w[i]) <= tol, "rank " << r << " layer " << L << (part ? " bias" : " weights"));
+        if (tol == 0) BOOST_TEST(w[i] == ref.w[i], "rank " << r << " layer " << L << " bit-identical");
+      }
+    if (replicas == 1)
+      for (std::size_t i = 0; i < data.size(); ++i)
+        BOOST_TEST(std::abs(losses[static_cast<std::size_t>(r)][i] - ref.losses[i]) <= 1e-5 * (1 + std::abs(ref.losses[i])));
+  }
+  return stats;
+}
+
+BOOST_AUTO_TEST_CASE(stage_cut_in_the_type) {
+  model m;
+  using L2 = decltype(m.loss2());
+  using L3 = decltype(m.loss3());
+  static_assert(g::stage_of_v<L2> == 1 && g::stage_of_v<L3> == 2);
+  static_assert(std::is_same_v<gp::stage_variables_t<0, 2, L2>, std::tuple<decltype(m.l1.w), decltype(m.l1.b)>>);
+  static_assert(std::tuple_size_v<gp::stage_variables_t<1, 2, L2>> == 4);
+  static_assert(std::tuple_size_v<gp::stage_variables_t<1, 3, L3>> == 2);
+  // a placed graph run whole equals the unplaced one, bit for bit (the placement is an identity)
+  const auto data = make_batches(1, 5, 3);
+  g::session<g::cpu_simd> s;
+  m.init(s);
+  const auto unplaced = g::nn::softmax_cross_entropy_loss(m.l3(g::tanh(m.l2(g::tanh(m.l1(m.x))))), m.y);
+  const auto fx = m.x = g::view(data[0].x.data(), {5, 6});
+  const auto fy = m.y = g::view(data[0].y.data(), {5});
+  const float a = s.run(unplaced, fx, fy)[0], b = s.run(m.loss3(), fx, fy)[0];
+  BOOST_TEST(a == b);
+}
+
+BOOST_AUTO_TEST_CASE(two_stages_equal_the_unsplit_model) {
+  model m;
+  const auto data = make_batches(3, 10, 11);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
+  const trained ref = reference(m, m.loss2(), opt, data, 10);
+  // M = 1: the same operations in the same order: bit-identical
+  pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = 1}, ref, 0);
+  for (int M : {2, 4, 7})
+    for (auto sched : {gp::schedule_kind::gpipe, gp::schedule_kind::one_f_one_b}) {
+      BOOST_TEST_CONTEXT("M = " << M << ", " << gp::schedule_name(sched)) {
+        const auto st = pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = M, .schedule = sched}, ref, 2e-5);
+        // the bytes across the cut: the [10, 16] activations forward, their gradient back
+        BOOST_TEST(st[0].bytes_sent == 10u * 16 * 4);
+        BOOST_TEST(st[0].bytes_received == 10u * 16 * 4);
+        BOOST_TEST(st[1].bytes_sent == 10u * 16 * 4);
+      }
+    }
+  BOOST_TEST_CONTEXT("GPipe with re-materialisation") {
+    pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = 4, .rematerialize = true}, ref, 2e-5);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(three_stages_with_adam) {
+  model m;
+  const auto data = make_batches(3, 10, 5);
+  const g::adam opt{.lr = 0.01};
+  const trained ref = reference(m, m.loss3(), opt, data, 10);
+  pipelined<3>(m, m.loss3(), opt, data, 10, {.micro_batches = 1}, ref, 0);
+  for (int M : {2, 7})
+    for (auto sched : {gp::schedule_kind::gpipe, gp::schedule_kind::one_f_one_b})
+      BOOST_TEST_CONTEXT("M = " << M << ", " << gp::schedule_name(sched)) {
+        pipelined<3>(m, m.loss3(), opt, data, 10, {.micro_batches = M, .schedule = sched}, ref, 1e-4);
+      }
+}
+
+BOOST_AUTO_TEST_CASE(one_f_one_b_holds_fewer_activations) {
+  model m;
+  const auto data = make_batches(1, 64, 2);
+  const g::sgd opt{.lr = 0.1};
+  const trained ref = reference(m, m.loss2(), opt, data, 64);
+  const auto gpipe = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8}, ref, 2e-5);
+  const auto f1b = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .schedule = gp::schedule_kind::one_f_one_b}, ref, 2e-5);
+  const auto remat = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .rematerialize = true}, ref, 2e-5);
+  // stage 0: GPipe keeps 8 micro-batches' graphs, 1F1B 2, re-materialisation 1 (and the inputs)
+  BOOST_TEST(f1b[0].peak_activation_bytes * 3 < gpipe[0].peak_activation_bytes);
+  BOOST_TEST(remat[0].peak_activation_bytes * 4 < gpipe[0].peak_activation_bytes);
+  for (const auto& s : gpipe) {
+    BOOST_TEST(s.step_seconds > 0);
+    BOOST_TEST(s.compute_seconds <= s.step_seconds);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(two_stages_times_two_replicas) {
+  model m;
+  const auto data = make_batches(3, 12, 9);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
+  // the replicas each take half of the batch: their average gradient is the whole batch's
+  const trained ref = reference(m, m.loss2(), opt, data, 12);
+  for (auto sched : {gp::schedule_kind::gpipe, gp::schedule_kind::one_f_one_b})
+    pipelined<2>(m, m.loss2(), opt, data, 12, {.micro_batches = 3, .schedule = sched}, ref, 2e-5, 2);
+}
+
+BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
+  model m;
+  const g::sgd opt{.lr = 0.1};
+  {  // different micro-batch counts: refused at construction, naming both values and the peer
+    auto comms = thread_mesh::world(2, std::chrono::seconds(5));
+    const auto res = gradus_test::on_threads(2, [&](int r) {
+      g::session<g::cpu_simd> s;
+      m.init(s);
+      auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {.micro_batches = r == 0 ? 4 : 2}, s, m.loss2(), opt);
+    });
+    BOOST_TEST(res[1].error.value_or("").find("pipeline stage 1 (rank 1): rank 0 runs the pipeline with micro-batches 4, this rank with 2") !=
+               std::string::npos, res[1].error.value_or(""));
+  }
+  {  // 2 stages on 3 ranks
+    auto comms = thread_mesh::world(3);
+    g::session<g::cpu_simd> s;
+    m.init(s);
+    BOOST_CHECK_EXCEPTION(gp::pipeline<2>(comms[0], {}, s, m.loss2(), opt), g::error, [](const g::error& e) {
+      return std::string(e.what()).find("2 stages do not divide the world of 3 ranks") != std::string::npos;
+    });
+  }
+  {  // a stage whose peer is gone: the wait ends, naming the stage, the micro-batch and the peer
+    auto comms = thread_mesh::world(2, std::chrono::milliseconds(2000));
+    const auto data = make_batches(1, 4, 1);
+    const auto res = gradus_test::on_threads(2, [&](int r) {
+      g::session<g::cpu_simd> s;
+      m.init(s);
+      auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {.micro_batches = 2}, s, m.loss2(), opt);
+      if (r == 0) return;  // stage 0 stops before the batch
+      step.run(m.x = g::view(data[0].x.data(), {4, 6}), m.y = g::view(data[0].y.data(), {4}));
+    });
+    BOOST_TEST(res[1].comm_error);
+    BOOST_TEST(res[1].error.value_or("").find("pipeline stage 1 (rank 1), micro-batch 0: waiting for activations from rank 0") !=
+               std::string::npos, res[1].error.value_or(""));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(balanced_cut_from_the_layer_types) {
+  // MNIST's deep MLP: 784 -> 512, seven 512 -> 512, 512 -> 10 (costs 2·In·Out per row)
+  constexpr std::array<double, 9> cost{2.0 * 784 * 512, 2.0 * 512 * 512, 2.0 * 512 * 512, 2.0 * 512 * 512, 2.0 * 512 * 512,
+                                       2.0 * 512 * 512, 2.0 * 512 * 512, 2.0 * 512 * 512, 2.0 * 512 * 10};
+  constexpr auto two = gp::balanced_cut<2>(cost);
+  // an independent check: try every single cut, keep the least max
+  double best = 1e300;
+  for (std::size_t c = 1; c < cost.size(); ++c) {
+    double a = 0, b = 0;
+    for (std::size_t i = 0; i < cost.size(); ++i) (i < c ? a : b) += cost[i];
+    best = std::min(best, std::max(a, b));
+  }
+  BOOST_TEST(two.max_cost() == best);
+  BOOST_TEST(two.first[1] == 4);  // 784x512 + 3 hidden | 4 hidden + the output layer
+  BOOST_TEST(two.cost[0] + two.cost[1] == std::accumulate(cost.begin(), cost.end(), 0.0));
+  constexpr auto four = gp::balanced_cut<4>(cost);
+  for (int k = 0; k < 4; ++k) BOOST_TEST(four.first[static_cast<std::size_t>(k)] <= four.last[static_cast<std::size_t>(k)]);
+  BOOST_TEST(four.last[3] == 8);
+  BOOST_TEST(four.describe().find("stage 3: layers") != std::string::npos);
+  // the cut from the types: dense's flops_per_row
+  model m;
+  constexpr auto from_types = gp::balanced_cut<2, decltype(m.l1), decltype(m.l2), decltype(m.l3)>();
+  static_assert(from_types.stage[0] == 0 && from_types.stage[2] == 1);
+  // sequential<S> places each stage's last output: the same graph as the hand-placed one
+  const auto relu = [](const auto& h) { return g::tanh(h); };
+  const auto loss = g::nn::softmax_cross_entropy_loss(gp::sequential<2>(m.x, relu, m.l1, m.l2, m.l3), m.y);
+  static_assert(g::stage_of_v<decltype(loss)> == 1);
+  static_assert(std::tuple_size_v<gp::stage_variables_t<0, 2, decltype(loss)>> == 2 + 2 * (from_types.stage[1] == 0));
+}
+
+BOOST_AUTO_TEST_CASE(dot_draws_stages_and_transfers) {
+  model m;
+  const std::string dot = g::to_dot(m.loss3());
+  BOOST_TEST(dot.find("subgraph cluster_stage_0") != std::string::npos);
+  BOOST_TEST(dot.find("subgraph cluster_stage_2") != std::string::npos);
+  BOOST_TEST(dot.find("transfer stage 0 -> 1\\n(?, 16) float32") != std::string::npos, dot);
+  BOOST_TEST(dot.find("transfer stage 1 -> 2\\n(?, 12) float32") != std::string::npos, dot);
+  // the variables drawn in their stages: p1's in stage 0's cluster, before stage 1's begins
+  const auto s0 = dot.find("cluster_stage_0"), s1 = dot.find("cluster_stage_1"), w1 = dot.find("variable 'p1/w'"),
+             w2 = dot.find("variable 'p2/w'");
+  BOOST_TEST((s0 < w1 && w1 < s1 && s1 < w2));
+  // an unplaced graph has no stage clusters
+  BOOST_TEST(g::to_dot(m.l1(m.x)).find("cluster_stage") == std::string::npos);
+}

@@ -1,0 +1,158 @@
+#pragma once
+// Ranks as threads of one process with mailboxes between every pair: point-to-point
+// (send/recv, per-pair order), sub-groups (split) and collectives over them, for the
+// pipeline tests. Every wait is bounded (a timeout, then a comm_error naming the peer). The
+// collectives gather to the group's first member, which sums in member order and sends the
+// result back, so every member gets the same bits.
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gradus/core/error.hpp>
+#include <gradus/parallel/collectives.hpp>
+#include <gradus/parallel/point_to_point.hpp>
+
+namespace gradus_test {
+
+struct mesh_boxes {
+  explicit mesh_boxes(std::chrono::milliseconds timeout) : timeout(timeout) {}
+  std::chrono::milliseconds timeout;
+  std::mutex m;
+  std::condition_variable cv;
+  std::map<std::tuple<int, int, int>, std::deque<std::vector<std::byte>>> boxes;  // (channel, from, to)
+};
+
+class thread_mesh {
+ public:
+  // World rank `rank` of `members.size()`; members are world ranks, channel tells groups apart.
+  thread_mesh(std::shared_ptr<mesh_boxes> b, std::vector<int> members, int me, int channel)
+      : b_(std::move(b)), members_(std::move(members)), me_(me), channel_(channel) {}
+  static std::vector<thread_mesh> world(int n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    auto b = std::make_shared<mesh_boxes>(timeout);
+    std::vector<int> all(static_cast<std::size_t>(n));
+    std::iota(all.begin(), all.end(), 0);
+    std::vector<thread_mesh> r;
+    for (int i = 0; i < n; ++i) r.emplace_back(b, all, i, 0);
+    return r;
+  }
+
+  int rank() const { return me_; }
+  int world_size() const { return static_cast<int>(members_.size()); }
+  std::size_t messages_sent = 0;
+
+  template <class T>
+  void send(std::span<const T> x, int to) {
+    check(to, "send to");
+    std::vector<std::byte> v(x.size_bytes());
+    if (!v.empty()) std::memcpy(v.data(), x.data(), v.size());
+    {
+      std::lock_guard lk(b_->m);
+      b_->boxes[{channel_, world_rank(me_), world_rank(to)}].push_back(std::move(v));
+    }
+    ++messages_sent;
+    b_->cv.notify_all();
+  }
+  template <class T>
+  void recv(std::span<T> x, int from) {
+    check(from, "recv from");
+    std::unique_lock lk(b_->m);
+    auto& q = b_->boxes[{channel_, world_rank(from), world_rank(me_)}];
+    if (!b_->cv.wait_for(lk, b_->timeout, [&] { return !q.empty(); }))
+      throw gradus::comm_error("thread mesh: rank " + std::to_string(me_) + " waited " +
+                                   std::to_string(b_->timeout.count()) + " ms for rank " + std::to_string(from) +
+                                   " (silent)",
+                               from, "silent");
+    std::vector<std::byte> v = std::move(q.front());
+    q.pop_front();
+    if (v.size() != x.size_bytes())
+      throw gradus::error("thread mesh: recv of " + std::to_string(x.size_bytes()) + " bytes from rank " +
+                          std::to_string(from) + ", whose message holds " + std::to_string(v.size()));
+    if (!v.empty()) std::memcpy(x.data(), v.data(), v.size());
+  }
+
+  template <class T>
+  void allreduce_sum(std::span<T> x) {
+    if (me_ == 0) {
+      std::vector<T> part(x.size());
+      for (int k = 1; k < world_size(); ++k) {
+        recv(std::span<T>(part), k);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] += part[i];
+      }
+      for (int k = 1; k < world_size(); ++k) send(std::span<const T>(x.data(), x.size()), k);
+    } else {
+      send(std::span<const T>(x.data(), x.size()), 0);
+      recv(x, 0);
+    }
+  }
+  template <class T>
+  void allreduce_average(std::span<T> x) {
+    allreduce_sum(x);
+    for (auto& v : x) v /= static_cast<T>(world_size());
+  }
+  template <class T>
+  void broadcast(std::span<T> x, int root) {
+    if (me_ == root) {
+      for (int k = 0; k < world_size(); ++k)
+        if (k != root) send(std::span<const T>(x.data(), x.size()), k);
+    } else {
+      recv(x, root);
+    }
+  }
+  void barrier() {
+    int b = 0;
+    allreduce_sum(std::span<int>(&b, 1));
+  }
+  // MPI_Comm_split: (color, key) exchanged with every member; the group of this color,
+  // ordered by (key, rank).
+  thread_mesh split(int color, int key) {
+    if (color < 0) throw gradus::error("thread mesh: split with color " + std::to_string(color));
+    std::vector<int> mine{color, key};
+    std::vector<std::vector<int>> all(static_cast<std::size_t>(world_size()));
+    for (int k = 0; k < world_size(); ++k)
+      if (k != me_) send(std::span<const int>(mine), k);
+    for (int k = 0; k < world_size(); ++k) {
+      all[static_cast<std::size_t>(k)] = mine;
+      if (k != me_) recv(std::span<int>(all[static_cast<std::size_t>(k)]), k);
+    }
+    std::vector<int> group;
+    for (int k = 0; k < world_size(); ++k)
+      if (all[static_cast<std::size_t>(k)][0] == color) group.push_back(k);
+    std::stable_sort(group.begin(), group.end(), [&](int a, int c) {
+      return all[static_cast<std::size_t>(a)][1] < all[static_cast<std::size_t>(c)][1];
+    });
+    std::vector<int> members;
+    int me = 0;
+    for (std::size_t i = 0; i < group.size(); ++i) {
+      members.push_back(world_rank(group[i]));
+      if (group[i] == me_) me = static_cast<int>(i);
+    }
+    return thread_mesh(b_, members, me, channel_ * 64 + color + 1);
+  }
+
+ private:
+  int world_rank(int r) const { return members_[static_cast<std::size_t>(r)]; }
+  void check(int peer, const char* what) const {
+    if (peer < 0 || peer >= world_size())
+      throw gradus::error(std::string("thread mesh: ") + what + " rank " + std::to_string(peer) + " of " +
+                          std::to_string(world_size()));
+  }
+  std::shared_ptr<mesh_boxes> b_;
+  std::vector<int> members_;
+  int me_;
+  int channel_;
+};
+static_assert(gradus::parallel::point_to_point<thread_mesh>);
+static_assert(gradus::parallel::splittable<thread_mesh>);
+
+}  // namespace gradus_test
