@@ -40,6 +40,17 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
                  "stop with an error when a step's loss is not finite or exceeds this times the run's first loss "
                  "(a diverging run; 0: only non-finite losses)")
       ->check(CLI::Range(0.0, 1e300));
+  app.add_option("--stages", o.stages,
+                 "pipeline stages: the model cut into S parts over S ranks per replica (gradus-run -np S x replicas; "
+                 "1: no pipeline)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--micro-batches", o.micro_batches,
+                 "micro-batches per batch in a pipeline (gradients accumulated over them, one update per batch)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b")
+      ->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_flag("--rematerialize", o.rematerialize,
+               "gpipe: keep only each micro-batch's stage input and recompute its forward pass in the backward");
   add_comm_options(app, o);
 }
 
@@ -161,6 +172,15 @@ void print_json(const std::string& example, const mnist_options& o, const run_su
                       {"comm_wait_seconds", r.comm_wait_seconds / run},
                       {"peak_rss_mb", peak_rss_mb()}};
   if (r.peak_device_mb >= 0) j["peak_device_mb"] = r.peak_device_mb;
+  if (r.stages > 0) {
+    j["stages"] = r.stages;
+    j["micro_batches"] = r.micro_batches;
+    j["schedule"] = r.schedule;
+    j["rematerialize"] = o.rematerialize;
+    j["bubble_fraction"] = r.bubble_fraction;
+    j["ideal_bubble_fraction"] = r.ideal_bubble;
+    j["bytes_per_step"] = r.bytes_per_step;
+  }
   if (o.comm == "ps") {
     j["consistency"] = o.consistency;
     j["servers"] = cluster_ps_count();

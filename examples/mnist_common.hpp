@@ -86,6 +86,13 @@ struct mnist_options : comm_options {
   std::int64_t train_limit = 0;  // 0: all 60,000
   std::int64_t log_every = 0;    // plain progress: a line every this many steps (0: per epoch)
   double max_loss_ratio = 1000;  // a step's loss above this times the run's first loss: diverged (0: off)
+  // a pipeline (examples/mnist_pipeline.hpp): the model cut into --stages over as many ranks
+  // (per replica), each batch in --micro-batches, run under --schedule
+  int stages = 1;
+  int micro_batches = 1;
+  std::string schedule = "gpipe";
+  bool rematerialize = false;
+  bool pipelined() const { return stages > 1 || micro_batches > 1; }
 };
 
 // The options above (and --comm's), with their checks.
@@ -172,6 +179,10 @@ struct run_summary {
   std::string comm;
   double comm_wait_seconds = 0;
   double peak_device_mb = -1;  // -1: not a device backend (no field in the JSON)
+  // a pipelined run (stages > 0): its shape and what it measured
+  int stages = 0, micro_batches = 0;
+  std::string schedule{};
+  double bubble_fraction = 0, ideal_bubble = 0, bytes_per_step = 0;
 };
 void print_json(const std::string& example, const mnist_options& o, const run_summary& r);
 
@@ -215,6 +226,9 @@ double mnist_test_accuracy(Session& s, const Logits& logits, const X& x, const m
 template <class Session, class Step, class Logits, class X, class Y>
 int train_mnist(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s, Step& step,
                 const Logits& logits, const X& x, const Y& y) {
+  if (o.pipelined())
+    throw g::error("gradus: " + example + ": --stages and --micro-batches are not built into this example; " +
+                   "mnist_mlp, seq_mnist_lstm and mnist_deep_mlp run as pipelines");
   set_threads(o.threads);
   auto& comm = step.communicator();
   const int rank = comm.rank(), world = comm.world_size();

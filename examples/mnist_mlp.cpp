@@ -6,11 +6,13 @@
 //             [--momentum M] [--metrics FILE.csv] [--plot FILE.svg] [--checkpoint FILE.npz
 //             [--resume]] [--train-limit N] [--quiet] [--json]
 //
-// The loop, the options they share and the JSON line are examples/mnist_common.hpp's.
+// The loop, the options they share and the JSON line are examples/mnist_common.hpp's; with
+// --stages S (2 or 3) or --micro-batches M it trains as a pipeline (examples/mnist_pipeline.hpp):
+//   gradus-run -np 2 mnist_mlp --comm ring --stages 2 --micro-batches 4 --schedule 1f1b
 #include <cstdint>
 #include <string>
 
-#include "mnist_common.hpp"
+#include "mnist_pipeline.hpp"
 
 namespace g = gradus;
 namespace gx = gradus_examples;
@@ -29,16 +31,17 @@ int main(int argc, char** argv) {
     g::nn::dense<"fc1", 784, 256> fc1;
     g::nn::dense<"fc2", 256, 128> fc2;
     g::nn::dense<"fc3", 128, 10> fc3;
-    const auto logits = fc3(g::relu(fc2(g::relu(fc1(x)))));
-    const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
-
-    g::session<gx::backend> s;
-    s.set_check_numerics(o.check_numerics);
-    fc1.initialize(s, o.seed);
-    fc2.initialize(s, o.seed);
-    fc3.initialize(s, o.seed, g::init::glorot_uniform{});
-    auto comm = gx::make_communicator(o);
-    auto step = g::parallel::minimize(comm, gx::data_parallel_options(o), s, loss, g::sgd{.lr = lr, .momentum = momentum});
-    return gx::train_mnist("mnist_mlp", o, data, s, step, logits, x, y);
+    // fc3(relu(fc2(relu(fc1(x))))), cut into --stages balanced stages (1: not cut)
+    return gx::with_stages<1, 2, 3>("mnist_mlp", o.stages, [&]<int S>() {
+      const auto logits = g::parallel::sequential<S>(x, [](const auto& h) { return g::relu(h); }, fc1, fc2, fc3);
+      const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
+      g::session<gx::backend> s;
+      s.set_check_numerics(o.check_numerics);
+      fc1.initialize(s, o.seed);
+      fc2.initialize(s, o.seed);
+      fc3.initialize(s, o.seed, g::init::glorot_uniform{});
+      const auto cut = g::parallel::balanced_cut<S, decltype(fc1), decltype(fc2), decltype(fc3)>().describe();
+      return gx::train_mnist_staged<S>("mnist_mlp", o, data, s, loss, logits, x, y, g::sgd{.lr = lr, .momentum = momentum}, cut);
+    });
   });
 }

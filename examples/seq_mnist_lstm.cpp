@@ -2,7 +2,8 @@
 // LSTM with 128 units; its last hidden state goes through a dense layer to 10 classes.
 // Softmax cross-entropy, Adam (lr 1e-3), batch 64, on the real data set
 // (tools/fetch-mnist.sh puts it in data/mnist/), evaluated on the 10,000 test images after
-// every epoch.
+// every epoch. With --stages 2 the LSTM and the dense layer are two pipeline stages
+// (examples/mnist_pipeline.hpp); --micro-batches M splits each batch.
 //
 //   seq_mnist_lstm [--data DIR] [--epochs N] [--batch B] [--threads T] [--seed S] [--lr LR]
 //                  [--metrics FILE.csv] [--plot FILE.svg] [--checkpoint FILE.npz [--resume]]
@@ -14,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "mnist_common.hpp"
+#include "mnist_pipeline.hpp"
 
 namespace g = gradus;
 namespace gx = gradus_examples;
@@ -35,15 +36,20 @@ int main(int argc, char** argv) {
     g::placeholder<"y", std::int32_t, g::dyn> y;
     g::nn::lstm<"lstm1", 28, 128> lstm1;
     g::nn::dense<"fc", 128, 10> fc;
-    const auto logits = fc(g::last_step(lstm1(g::time_major<28, 28>(x))));  // [28,B,28] -> [B,128] -> [B,10]
-    const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
-
-    g::session<gx::backend> s;
-    s.set_check_numerics(o.check_numerics);
-    lstm1.initialize(s, o.seed);
-    fc.initialize(s, o.seed, g::init::glorot_uniform{});
-    auto comm = gx::make_communicator(o);
-    auto step = g::parallel::minimize(comm, gx::data_parallel_options(o), s, loss, g::adam{.lr = lr});
-    return gx::train_mnist("seq_mnist_lstm", o, data, s, step, logits, x, y);
+    return gx::with_stages<1, 2>("seq_mnist_lstm", o.stages, [&]<int S>() {
+      // [28,B,28] -> [B,128] -> [B,10]; with 2 stages the LSTM is stage 0, the dense layer stage 1
+      const auto h = g::last_step(lstm1(g::time_major<28, 28>(x)));
+      const auto logits = [&] {
+        if constexpr (S == 1) return fc(h);
+        else return g::on<g::stage<1>>(fc(g::on<g::stage<0>>(h)));
+      }();
+      const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
+      g::session<gx::backend> s;
+      s.set_check_numerics(o.check_numerics);
+      lstm1.initialize(s, o.seed);
+      fc.initialize(s, o.seed, g::init::glorot_uniform{});
+      return gx::train_mnist_staged<S>("seq_mnist_lstm", o, data, s, loss, logits, x, y, g::adam{.lr = lr},
+                                       S == 1 ? std::string("one stage") : "stage 0: the LSTM; stage 1: the dense layer");
+    });
   });
 }

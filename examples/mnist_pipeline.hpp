@@ -1,0 +1,146 @@
+#pragma once
+// The MNIST training loop of a pipelined model (--stages S, --micro-batches M, --schedule,
+// --rematerialize): the placed loss runs as g::parallel::pipeline<S> over the ranks of
+// --comm (gradus-run -np S x R ... --comm ring; R replicas of the pipeline average their
+// gradients per stage). An example chooses S at compile time from --stages
+// (with_stages<...>) and calls train_mnist_pipelined instead of train_mnist.
+//
+// Every rank reads the data (its replica's shard of each epoch's shuffle: the stages of one
+// replica see the same batches); the first stage feeds the images, the last the labels. At
+// each epoch's end every stage's weights go to rank 0 (pipeline_step::gather_variables),
+// which evaluates the whole model and reports. The JSON line adds stages, micro_batches,
+// schedule, rematerialize, bubble_fraction (the mean over ranks of each rank's idle share of
+// its steps: waiting for other stages and transferring), ideal_bubble_fraction ((S - 1) /
+// (M + S - 1)) and bytes_per_step (activations and gradients sent by every rank in one
+// step). Not yet with a pipeline: --checkpoint / --resume and --comm ps.
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <gradus/parallel/pipeline/partition.hpp>
+#include <gradus/parallel/pipeline/pipeline.hpp>
+
+#include "mnist_common.hpp"
+
+namespace gradus_examples {
+
+// f.template operator()<S>() for the S that --stages names, among Supported.
+template <int... Supported, class F>
+int with_stages(const std::string& example, int stages, F&& f) {
+  int rc = -1;
+  ((stages == Supported ? (rc = f.template operator()<Supported>(), 0) : 0), ...);
+  if (rc < 0) {
+    std::string list;
+    ((list += (list.empty() ? "" : ", ") + std::to_string(Supported)), ...);
+    throw g::error("gradus: " + example + ": --stages " + std::to_string(stages) + " is not built in; this example runs " +
+                   list + " stages");
+  }
+  return rc;
+}
+
+template <int S, class Session, class Loss, class Logits, class X, class Y, class Opt>
+int train_mnist_pipelined(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s,
+                          const Loss& loss, const Logits& logits, const X& x, const Y& y, const Opt& opt,
+                          const std::string& cut);
+
+// An S-stage model trained as --stages and --micro-batches ask: as a pipeline, or (one stage,
+// one micro-batch) by the data-parallel step of every other example (train_mnist).
+template <int S, class Session, class Loss, class Logits, class X, class Y, class Opt>
+int train_mnist_staged(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s,
+                       const Loss& loss, const Logits& logits, const X& x, const Y& y, const Opt& opt,
+                       const std::string& cut) {
+  if (o.pipelined()) return train_mnist_pipelined<S>(example, o, d, s, loss, logits, x, y, opt, cut);
+  if constexpr (S == 1) {
+    auto comm = make_communicator(o);
+    auto step = g::parallel::minimize(comm, data_parallel_options(o), s, loss, opt);
+    return train_mnist(example, o, d, s, step, logits, x, y);
+  } else {
+    throw g::error("gradus: " + example + ": internal: " + std::to_string(S) + " stages without a pipeline");
+  }
+}
+
+template <int S, class Session, class Loss, class Logits, class X, class Y, class Opt>
+int train_mnist_pipelined(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s,
+                          const Loss& loss, const Logits& logits, const X& x, const Y& y, const Opt& opt,
+                          const std::string& cut) {
+#if defined(GRADUS_EXAMPLE_CUDA)
+  (void)o, (void)d, (void)s, (void)loss, (void)logits, (void)x, (void)y, (void)opt, (void)cut;
+  throw g::error("gradus: " + example + ": the _cuda twins do not run pipelines yet (--stages, --micro-batches)");
+#else
+  namespace gp = g::parallel;
+  set_threads(o.threads);
+  if (!o.checkpoint.empty() || o.resume)
+    throw g::error("gradus: " + example + ": --checkpoint and --resume are not supported with a pipeline yet");
+  if (o.comm == "ps") throw g::error("gradus: " + example + ": a pipeline runs over --comm ring, mpi or local, not ps");
+  auto comm = make_communicator(o);
+  const int world = comm.world_size(), rank = comm.rank();
+  if (world % S != 0)
+    throw g::error("gradus: " + example + ": --stages " + std::to_string(S) + " does not divide the " +
+                   std::to_string(world) + " ranks; start stages x replicas processes (gradus-run -np " +
+                   std::to_string(S * std::max(1, world / S)) + ")");
+  const int replicas = world / S, replica = rank / S;
+  const bool chief = rank == 0, quiet = o.quiet || !chief;
+  auto step = gp::pipeline<S>(comm, {.micro_batches = o.micro_batches, .schedule = gp::parse_schedule(o.schedule),
+                                     .rematerialize = o.rematerialize},
+                              s, loss, opt);
+  if (!quiet) std::cerr << example << ": " << S << " stages x " << replicas << " replicas; " << cut << "\n";
+
+  const g::index_t shard_n = d.train.size() / replicas;
+  const std::int64_t steps_per_epoch = (shard_n + o.batch - 1) / o.batch;
+  g::util::progress::options popt;
+  popt.every = o.log_every;
+  g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr), popt);
+  double train_seconds = 0, last_loss = 0, acc = 0, bubble_sum = 0, bytes_sum = 0, first_loss = 0;
+  std::int64_t steps_run = 0;
+  for (int e = 0; e < o.epochs; ++e) {
+    if (!quiet) bar.start_epoch(e + 1, o.epochs, steps_per_epoch);
+    const auto t0 = std::chrono::steady_clock::now();
+    double sum = 0;
+    std::int64_t k = 0, diverged_at = -1;
+    for (auto [xb, yb] : d.train.shuffle(o.seed, static_cast<std::uint64_t>(e)).shard(replica, replicas).batch(o.batch)) {
+      if (k++ == steps_per_epoch) break;
+      const double l = step.run(x = xb, y = yb);
+      o.maybe_slow(rank);
+      if (e == 0 && k == 1) first_loss = l;
+      if (diverged_at < 0 && (!std::isfinite(l) || (o.max_loss_ratio > 0 && first_loss > 0 && l > o.max_loss_ratio * first_loss)))
+        diverged_at = s.global_step() - 1;
+      sum += l;
+      bubble_sum += step.stats().bubble_fraction();
+      bytes_sum += static_cast<double>(step.stats().bytes_sent);
+      ++steps_run;
+      if (!quiet) bar.step(l, xb.shape.d[0] * replicas);
+    }
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!quiet) bar.stop();
+    train_seconds += secs;
+    // the epoch's mean loss over the replicas, and whether any rank diverged
+    std::vector<double> epoch{sum, static_cast<double>(diverged_at + 1)};
+    if (world > 1) comm.allreduce_sum(std::span<double>(epoch));
+    last_loss = epoch[0] / static_cast<double>(steps_per_epoch * world);
+    if (epoch[1] > 0)
+      throw g::error("gradus: " + example + ": training diverged in epoch " + std::to_string(e + 1) +
+                     " (a loss that is not finite or above --max-loss-ratio " + g::shortest_text(o.max_loss_ratio) +
+                     " times the first); lower the learning rate (--lr)");
+    step.gather_variables();  // rank 0 holds the whole model
+    if (!chief) continue;
+    acc = mnist_test_accuracy(s, logits, x, d);
+    if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
+  }
+  const auto report = step.gather_report({bubble_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1)),
+                                          bytes_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1))});
+  if (o.json && chief) {
+    double bubble = 0, bytes = 0;
+    for (const auto& r : report) bubble += r[0], bytes += r[1];
+    print_json(example, o,
+               {.first_epoch = 0, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
+                .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
+                .comm_wait_seconds = 0, .peak_device_mb = peak_device_mb(), .stages = S, .micro_batches = o.micro_batches,
+                .schedule = o.schedule, .bubble_fraction = bubble / static_cast<double>(report.size()),
+                .ideal_bubble = gp::ideal_bubble(S, o.micro_batches), .bytes_per_step = bytes / replicas});
+  }
+  return 0;
+#endif
+}
+
+}  // namespace gradus_examples
