@@ -364,16 +364,15 @@ class pipeline_stage final : public pipeline_base<Comm> {
       std::size_t i = 0;
       ((slots_[i++] = detail::optimizer_slots<value_t<Vs>>(s_, opt_, Vs::name.view(), static_dims<shape_t<Vs>>())), ...);
     }(static_cast<vars_t*>(nullptr));
-    for (std::size_t i = 0; i < nv; ++i) acc_[i] = static_cast<T*>(Backend::allocate(std::max<std::size_t>(sizes_[i], 1) * sizeof(T)));
+    {
+      const auto bound = s_.bind();
+      for (std::size_t i = 0; i < nv; ++i) acc_[i].reserve(sizes_[i]);
+    }
     if (this->stats_.replicas > 1) {
       if constexpr (splittable<Comm>) replicas_.emplace(comm.split(K, this->stats_.replica));
       else throw error("gradus: pipeline: stage replicas need a communicator with sub-groups (split); this one has none");
     }
     this->check_config();
-  }
-  ~pipeline_stage() override {
-    for (auto* p : acc_) Backend::deallocate(p);
-    if (scratch_) Backend::deallocate(scratch_);
   }
 
   // Every stage's variables into rank 0's session (replica 0's stages send theirs): rank 0
@@ -548,23 +547,33 @@ class pipeline_stage final : public pipeline_base<Comm> {
     Backend::copy_to_device(s_.template data<VT>(V::name.view()), v.data(), v.size() * sizeof(VT));
   }
 
-  // A device buffer of n values (grown, never shrunk).
-  T* scratch(std::size_t n) {
-    if (n > scratch_size_ || !scratch_) {
-      if (scratch_) Backend::deallocate(scratch_);
-      scratch_ = nullptr;
-      scratch_ = static_cast<T*>(Backend::allocate(std::max<std::size_t>(n, 1) * sizeof(T)));
-      scratch_size_ = std::max<std::size_t>(n, 1);
+  // Values in the backend's memory, freed with it (also when a constructor throws).
+  struct device_values {
+    T* p = nullptr;
+    std::size_t n = 0;
+    device_values() = default;
+    device_values(const device_values&) = delete;
+    device_values& operator=(const device_values&) = delete;
+    ~device_values() {
+      if (p) Backend::deallocate(p);
     }
-    return scratch_;
-  }
+    T* reserve(std::size_t want) {  // grown, never shrunk
+      if (p && want <= n) return p;
+      if (p) Backend::deallocate(p);
+      p = nullptr;
+      p = static_cast<T*>(Backend::allocate(std::max<std::size_t>(want, 1) * sizeof(T)));
+      n = std::max<std::size_t>(want, 1);
+      return p;
+    }
+  };
+  T* scratch(std::size_t n) { return scratch_.reserve(n); }
 
   void accumulate(typename graph_t::graph_t& gr, T w, bool first) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (([&] {
          const auto gv = gr.template output<1 + I>();
-         if (first) Backend::for_each(gv.size(), detail::scale_copy_rule<T>{w}, acc_[I], gv.data());
-         else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, acc_[I], gv.data());
+         if (first) Backend::for_each(gv.size(), detail::scale_copy_rule<T>{w}, acc_[I].p, gv.data());
+         else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, acc_[I].p, gv.data());
        }()),
        ...);
     }(std::make_index_sequence<nv>{});
@@ -572,12 +581,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
       if constexpr (backend_host_memory<Backend>) {
-        replicas_->allreduce_average(std::span<T>(acc_[i], sizes_[i]));
+        replicas_->allreduce_average(std::span<T>(acc_[i].p, sizes_[i]));
       } else {
         scaled_.resize(sizes_[i]);
-        Backend::copy_to_host(scaled_.data(), acc_[i], sizes_[i] * sizeof(T));
+        Backend::copy_to_host(scaled_.data(), acc_[i].p, sizes_[i] * sizeof(T));
         replicas_->allreduce_average(std::span<T>(scaled_));
-        Backend::copy_to_device(acc_[i], scaled_.data(), sizes_[i] * sizeof(T));
+        Backend::copy_to_device(acc_[i].p, scaled_.data(), sizes_[i] * sizeof(T));
       }
     }
   }
@@ -585,7 +594,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;
-      ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), acc_[i],
+      ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), acc_[i].p,
                                      slots_[i].data(), step, 1.0),
         ++i),
        ...);
@@ -617,12 +626,11 @@ class pipeline_stage final : public pipeline_base<Comm> {
     return std::array<std::size_t, nv>{static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel())...};
   }(static_cast<vars_t*>(nullptr));
   std::array<std::array<T*, 2>, nv> slots_{};
-  std::array<T*, nv> acc_{};
+  std::array<device_values, nv> acc_;  // the batch's gradient sums
   std::vector<std::vector<T>> inputs_;  // per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;
   std::vector<T> dy_, scaled_;
-  T* scratch_ = nullptr;
-  std::size_t scratch_size_ = 0;
+  device_values scratch_;
   std::optional<sub_t> replicas_;
 };
 
