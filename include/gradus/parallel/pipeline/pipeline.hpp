@@ -82,29 +82,6 @@ struct raw_feed {
   std::size_t elem_size;
 };
 
-// The placeholders stage K reads: under its output E, not under another stage's placed node.
-template <int K, class Acc, class E>
-struct stage_placeholders {
-  template <class A, class Tuple, std::size_t I = 0>
-  static auto walk() {
-    if constexpr (I == std::tuple_size_v<Tuple>) return static_cast<A*>(nullptr);
-    else return walk<typename stage_placeholders<K, A, std::remove_cvref_t<std::tuple_element_t<I, Tuple>>>::type, Tuple, I + 1>();
-  }
-  static auto all() {
-    if constexpr (is_stage_placed_v<E>) {
-      if constexpr (E::placement::index != K) return static_cast<Acc*>(nullptr);
-      else return walk<Acc, decltype(std::declval<const E&>().children())>();
-    } else if constexpr (E::kind == node_kind::placeholder) {
-      return static_cast<typename push_unique<Acc, E>::type*>(nullptr);
-    } else if constexpr (requires { std::declval<const E&>().children(); }) {
-      return walk<Acc, decltype(std::declval<const E&>().children())>();
-    } else {
-      return static_cast<Acc*>(nullptr);
-    }
-  }
-  using type = std::remove_pointer_t<decltype(all())>;
-};
-
 // The header of every pipeline message: what it is, for which step and micro-batch, its dims.
 enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6 };
 struct pipe_header {
@@ -157,15 +134,7 @@ struct axpy_rule {  // acc = acc + a * g
   }
 };
 template <class T>
-struct scale_copy_rule {  // acc = a * g
-  T a;
-  template <class V>
-  GRADUS_HD void operator()(V& acc, const V& g) const {
-    acc = V(a) * g;
-  }
-};
-template <class T>
-struct scale_rule {  // x = a * x
+struct scale_rule {  // x = a * y
   T a;
   template <class V>
   GRADUS_HD void operator()(V& x, const V& y) const {
@@ -347,8 +316,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   using vars_t = typename graph_t::variables;
   static constexpr std::size_t nv = graph_t::variable_count;
   static constexpr bool last = K == S - 1;
-  using placeholders_t = typename detail::as_tuple_of<
-      typename detail::stage_placeholders<K, detail::type_list<>, typename graph_t::output_t>::type>::type;
+  using placeholders_t = stage_placeholders_t<K, S, Loss>;
   using sub_t = typename detail::sub_group<Comm>::type;
   static_assert([]<class... Vs>(std::tuple<Vs...>*) { return (std::is_same_v<value_t<Vs>, T> && ...); }(static_cast<vars_t*>(nullptr)),
                 "gradus: pipeline: a stage's variables must have its output's dtype");
@@ -572,7 +540,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (([&] {
          const auto gv = gr.template output<1 + I>();
-         if (first) Backend::for_each(gv.size(), detail::scale_copy_rule<T>{w}, acc_[I].p, gv.data());
+         if (first) Backend::for_each(gv.size(), detail::scale_rule<T>{w}, acc_[I].p, gv.data());
          else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, acc_[I].p, gv.data());
        }()),
        ...);

@@ -97,22 +97,23 @@ const T* find_node(const E& e) {
   }
 }
 
-// The variables of E's tree outside nodes placed on a stage other than K.
-template <int K, class Acc, class E>
-struct stage_vars {
+// The nodes of E's tree that Pick selects, outside nodes placed on a stage other than K
+// (each type once, in order of first appearance).
+template <int K, template <class> class Pick, class Acc, class E>
+struct stage_nodes {
   template <class A, class Tuple, std::size_t I = 0>
   static auto walk() {
     if constexpr (I == std::tuple_size_v<Tuple>) return static_cast<A*>(nullptr);
     else {
       using child = std::remove_cvref_t<std::tuple_element_t<I, Tuple>>;
-      return walk<typename stage_vars<K, A, child>::type, Tuple, I + 1>();
+      return walk<typename stage_nodes<K, Pick, A, child>::type, Tuple, I + 1>();
     }
   }
   static auto all() {
     if constexpr (is_stage_placed_v<E>) {
       if constexpr (E::placement::index != K) return static_cast<Acc*>(nullptr);
       else return walk<Acc, decltype(std::declval<const E&>().children())>();
-    } else if constexpr (is_variable_v<E>) {
+    } else if constexpr (Pick<E>::value) {
       return static_cast<typename push_unique<Acc, E>::type*>(nullptr);
     } else if constexpr (requires { std::declval<const E&>().children(); }) {
       return walk<Acc, decltype(std::declval<const E&>().children())>();
@@ -122,6 +123,10 @@ struct stage_vars {
   }
   using type = std::remove_pointer_t<decltype(all())>;
 };
+template <class E>
+struct pick_variable : std::bool_constant<is_variable_v<E>> {};
+template <class E>
+struct pick_placeholder : std::bool_constant<E::kind == node_kind::placeholder> {};
 
 template <class L>
 struct as_tuple_of;
@@ -153,7 +158,13 @@ using stage_output_t = typename stage_output<K, S, Loss>::type;
 // Stage K's variables: those under its output, not under another stage's placed node.
 template <int K, int S, class Loss>
 using stage_variables_t =
-    typename detail::as_tuple_of<typename detail::stage_vars<K, detail::type_list<>, stage_output_t<K, S, Loss>>::type>::type;
+    typename detail::as_tuple_of<typename detail::stage_nodes<K, detail::pick_variable, detail::type_list<>,
+                                                              stage_output_t<K, S, Loss>>::type>::type;
+// Stage K's placeholders (the feeds it reads).
+template <int K, int S, class Loss>
+using stage_placeholders_t =
+    typename detail::as_tuple_of<typename detail::stage_nodes<K, detail::pick_placeholder, detail::type_list<>,
+                                                              stage_output_t<K, S, Loss>>::type>::type;
 
 // The compiled graphs of stage K of an S-stage pipeline over Loss.
 template <class Backend, int K, int S, class Loss>
