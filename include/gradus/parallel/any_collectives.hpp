@@ -7,8 +7,8 @@
 //   auto c = parallel::any_collectives::share(ptr);   // a std::shared_ptr<C>: shared with
 //                                                     // another holder (any_communicator)
 //
-// split(color, key) forwards to a splittable policy; for one without sub-groups (the ring,
-// MPI and the parameter server today) it throws "gradus: <name>: split (sub-groups) is not
+// split(color, key) forwards to a splittable policy (local, the ring, MPI); for one without
+// sub-groups (the parameter server) it throws "gradus: <name>: split (sub-groups) is not
 // supported yet".
 #include <cstddef>
 #include <memory>

@@ -9,8 +9,10 @@
 //
 // Messages between one pair of ranks arrive in the order they were sent. A policy that
 // cannot finish (a dead peer) throws an error naming the peer; it never blocks forever.
-// `local` (local.hpp) implements it for a world of one (a rank sending to itself); the
-// ring's pairs will offer it once its network layer is shared (backends/comm).
+// `local` (local.hpp) implements it for a world of one (a rank sending to itself);
+// `mpi_allreduce` with MPI_Send / MPI_Recv; `ring_allreduce` over a mesh of ZeroMQ
+// connections beside its ring, made on first use (gradus/comm/ring/point_to_point.hpp), and
+// so do the ring's and MPI's sub-groups (split).
 #include <concepts>
 #include <cstddef>
 #include <span>

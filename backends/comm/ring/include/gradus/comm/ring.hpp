@@ -16,25 +16,44 @@
 // unusable: destroy it (before freeing the buffers of the failed collective, which ZeroMQ
 // may still be sending from).
 //
+// Point-to-point (parallel::point_to_point): send(x, to) and recv(x, from) between any two
+// ranks, both directions, over a mesh of ZeroMQ connections beside the ring, made on first
+// use (ring/point_to_point.hpp); a dead peer fails them as fast as it fails a collective.
+// Sub-groups (parallel::splittable): split(color, key) returns a ring::sub_group whose
+// collectives and point-to-point run over that mesh (ring/sub_group.hpp).
+//
 // One thread at a time: a communicator may move between threads (a trainer's background
-// all-reduce thread), but two collectives must never run on it at once.
+// all-reduce thread), but two collectives, or a collective and a send or recv, or calls on
+// it and on one of its sub-groups, must never run at once.
+//
+// About 530 lines, one concept: the communicator's face (collectives, point-to-point,
+// split) and the ring's algorithms, which share its state; the transports, the mesh and the
+// sub-groups are headers of their own (ring/).
 #include <algorithm>
 #include <concepts>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradus/comm/ring/fp16.hpp"
 #include "gradus/comm/ring/options.hpp"
 #include "gradus/comm/ring/pair.hpp"
+#include "gradus/comm/ring/point_to_point.hpp"
 #include "gradus/comm/ring/zmq_ring.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
 #include "gradus/parallel/elements.hpp"
+#include "gradus/parallel/point_to_point.hpp"
 
 namespace gradus {
+
+namespace ring {
+class sub_group;
+}
 
 namespace ring::detail {
 
@@ -62,7 +81,10 @@ class ring_allreduce {
 
   // Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
   // end (a barrier), all within options.timeout.
-  explicit ring_allreduce(const ring_options& options) : opt_(checked(options)), link_(std::make_unique<ring::zmq_ring>(options)) {
+  explicit ring_allreduce(const ring_options& options)
+      : opt_(checked(options)),
+        link_(std::make_unique<ring::zmq_ring>(options)),
+        mesh_(link_->world_size() > 1 ? std::make_unique<ring::mesh>(*link_) : std::make_unique<ring::mesh>(link_->rank())) {
     if (world_size() > 1) {
       ring::fingerprint fp{0, 0, ring::op_code::connect, ring::dtype_code::none, 0};
       run(fp, [&] { token_ring(fp); });
@@ -119,7 +141,54 @@ class ring_allreduce {
     run(fp, [&] { token_ring(fp); });
   }
 
+  // ---- point-to-point (parallel::point_to_point) ----
+  // x to rank `to` (any rank, this one included); returns once x may be reused (bytes of
+  // 64 KiB and more once they are in the kernel, smaller ones at once, copied). Messages
+  // from one rank to another arrive in the order they were sent; they do not interleave
+  // with collectives, which may run between a send and its recv.
+  template <parallel::broadcast_element T>
+  void send(std::span<const T> x, int to) {
+    check_peer(to, "send to");
+    const std::string doing = "send of " + ring::elements(x.size(), ring::detail::dtype_of<T>()) + " to rank " + std::to_string(to);
+    ring::p2p_header h;
+    h.dtype = ring::detail::dtype_of<T>();
+    h.count = x.size();
+    run_as([&] { return doing; }, [&] { mesh_->send(to, h, std::as_bytes(x), deadline(), doing); });
+  }
+  // x <- the next message from rank `from`, which must hold x.size() elements of T: another
+  // size or dtype throws gradus::error naming the peer and both sizes, and the message stays
+  // queued (the communicator stays usable). Messages from other ranks queue meanwhile. A dead
+  // or silent peer throws gradus::comm_error naming it (comm_error::peer) within about half a
+  // second of its death, or at the timeout; the communicator is unusable afterwards.
+  template <parallel::broadcast_element T>
+  void recv(std::span<T> x, int from) {
+    check_peer(from, "recv from");
+    const std::string doing = "recv of " + ring::elements(x.size(), ring::detail::dtype_of<T>()) + " from rank " + std::to_string(from);
+    run_as([&] { return doing; }, [&] {
+      const auto& m = mesh_->next(from, 0, deadline(), doing);
+      ring::take_payload(m, ring::detail::dtype_of<T>(), x.size(), std::as_writable_bytes(x), mesh_->prefix(doing), "rank " + std::to_string(from));
+      mesh_->pop(from, 0);
+    });
+  }
+
+  // ---- sub-groups (parallel::splittable) ----
+  // MPI_Comm_split: every rank calls it (a collective on this communicator); the ranks that
+  // pass the same color (>= 0) form a group, ranked by key, ties by their rank here. The
+  // group's collectives and point-to-point run over this communicator's mesh. A sub-group
+  // must not outlive this communicator (using it afterwards throws gradus::error). A
+  // negative color on any rank makes every rank throw gradus::error naming that rank.
+  // Defined in ring/sub_group.hpp.
+  ring::sub_group split(int color, int key);
+
  private:
+  friend class ring::sub_group;
+
+  void check_peer(int peer, const char* doing) const {
+    if (peer < 0 || peer >= world_size())
+      throw error("gradus: ring_allreduce: " + std::string(doing) + " rank " + std::to_string(peer) + " of a world of " +
+                  std::to_string(world_size()) + " (rank " + std::to_string(rank()) + ")");
+  }
+
   static const ring_options& checked(const ring_options& o) {
     if (o.compress != "none" && o.compress != "fp16")
       throw error("gradus: ring_allreduce: compress '" + o.compress + "' must be none or fp16");
@@ -155,19 +224,33 @@ class ring_allreduce {
   // Runs one collective; any failure is remembered, passed along the ring, and rethrown.
   template <class F>
   void run(const ring::fingerprint& fp, F&& body) {
+    run_as([&] { return ring::to_string(fp); }, std::forward<F>(body));
+  }
+  // The same for any operation (a send, a recv, a sub-group's collective), named by doing().
+  // A comm_error (or ZeroMQ's) breaks the communicator: the ring's neighbours and the mesh's
+  // connected peers are told. A gradus::error (a usage error: a recv of the wrong size)
+  // passes through and breaks nothing.
+  template <class Doing, class F>
+  void run_as(Doing&& doing, F&& body) {
     if (!broken_.empty())
-      throw comm_error("gradus: ring_allreduce: " + ring::to_string(fp) + " on rank " + std::to_string(rank()) +
+      throw comm_error("gradus: ring_allreduce: " + doing() + " on rank " + std::to_string(rank()) +
                        ": the communicator failed earlier and cannot be used; destroy it. The first error: " + broken_);
     try {
       body();
     } catch (const comm_error& e) {
       broken_ = e.what();
+      mesh_->fail(broken_);
       link_->fail(broken_);
       throw;
     } catch (const zmq::error_t& e) {
-      broken_ = "gradus: ring_allreduce: " + ring::to_string(fp) + " on rank " + std::to_string(rank()) + ": ZeroMQ: " + e.what();
-      if (e.num() == ETERM) link_->close_now();
-      else link_->fail(broken_);
+      broken_ = "gradus: ring_allreduce: " + doing() + " on rank " + std::to_string(rank()) + ": ZeroMQ: " + e.what();
+      if (e.num() == ETERM) {
+        mesh_->close_now();
+        link_->close_now();
+      } else {
+        mesh_->fail(broken_);
+        link_->fail(broken_);
+      }
       throw comm_error(broken_);
     }
   }
@@ -215,7 +298,7 @@ class ring_allreduce {
   template <parallel::collective_element T>
   void allreduce(std::span<T> x, ring::op_code op) {
     auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
-    if (opt_.compress == "fp16") fp.wire = ring::dtype_code::float16;
+    if (opt_.compress == "fp16" && op != ring::op_code::split) fp.wire = ring::dtype_code::float16;  // split's table stays exact
     if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
     const std::size_t bytes = x.size() * (fp.wire == ring::dtype_code::float16 ? 2 : sizeof(T));
     if (bytes * static_cast<std::size_t>(world_size() - 1) <= opt_.small_bytes && bytes <= link_->segment_bytes(opt_.segment_bytes))
@@ -437,6 +520,8 @@ class ring_allreduce {
 
   ring_options opt_;
   std::unique_ptr<ring::zmq_ring> link_;
+  std::unique_ptr<ring::mesh> mesh_;  // after link_ (whose context its sockets live in): destroyed first
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // sub-groups hold a weak_ptr: expired once this is destroyed
   std::uint64_t seq_ = 0;
   std::string broken_;
   std::vector<std::byte> wire_;  // fp16 compression: x's segments as they travel
@@ -446,5 +531,9 @@ class ring_allreduce {
 };
 
 static_assert(parallel::communicator<ring_allreduce>);
+static_assert(parallel::point_to_point<ring_allreduce>);
 
 }  // namespace gradus
+
+// ring::sub_group and ring_allreduce::split (which needs ring_allreduce complete)
+#include "gradus/comm/ring/sub_group.hpp"

@@ -20,7 +20,9 @@ namespace gradus::ring {
 
 using clock = std::chrono::steady_clock;
 
-enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier };
+// split: the ring's exchange of (color, key) for ring_allreduce::split; allgather: a
+// sub-group's (ring/sub_group.hpp), whose collectives carry these codes too.
+enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier, split, allgather };
 enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float16 };
 // How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
 // all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
@@ -34,6 +36,8 @@ inline const char* op_name(op_code o) {
     case op_code::allreduce_average: return "allreduce_average";
     case op_code::broadcast: return "broadcast";
     case op_code::barrier: return "barrier";
+    case op_code::split: return "split";
+    case op_code::allgather: return "allgather";
   }
   return "unknown op";
 }

@@ -5,7 +5,9 @@
 // and the payload, sent zero-copy (zmq_msg_init_data; the free callback marks the send
 // complete).
 //
-// Rendezvous and addresses (how the ring forms): zmq_ring_setup.hpp.
+// Rendezvous and addresses (how the ring forms): zmq_ring_setup.hpp. The set-up also binds
+// each rank's point-to-point socket and exchanges its address; the mesh that uses it
+// (messages between any two ranks, sub-groups) is ring/point_to_point.hpp.
 //
 // Failure detection, so that no rank waits for a dead peer until the timeout:
 //   - socket monitors (ZMQ_EVENT_DISCONNECTED) on both data sockets: a killed process's
@@ -144,6 +146,7 @@ inline void keep_heap_for_segments(std::size_t segment_bytes) {
 }  // namespace detail
 
 class zmq_ring;
+class mesh;
 
 // A view of the ring from one side: the left pair receives, the right pair sends. With two
 // ranks both views face the same peer.
@@ -295,6 +298,7 @@ class zmq_ring final : public control {
 
  private:
   friend class zmq_pair;
+  friend class mesh;  // the point-to-point mesh: this ring's context, addresses and blame
 
   // ZMTP heartbeats drop a connection that answers nothing for this long: timeout - 2 s
   // (at least 3 s). A peer whose process is stopped answers nothing, not even from its I/O
@@ -395,6 +399,7 @@ class zmq_ring final : public control {
     pull_mon_.stop();
     push_.reset();
     pull_.reset();
+    p2p_pull_.reset();  // still here when the mesh never took it (a failed set-up)
   }
 
   // Takes everything that has arrived: connection events, and the left neighbour's
@@ -479,7 +484,10 @@ class zmq_ring final : public control {
 
   void send_frames(const frame_header& h, std::span<const std::byte> payload, std::shared_ptr<net::send_flag>* flag_out,
                    bool block) {
-    zmq::message_t head(&h, sizeof h);
+    // The header is copied by libzmq itself (zmq_send of a buffer): ThreadSanitizer does not
+    // see that copy (tests/sanitizers/tsan.supp), while cppzmq's inline message_t(data, size)
+    // made every header a report when ranks are threads.
+    const zmq::const_buffer head(&h, sizeof h);
     // Small payloads are copied, large ones sent zero-copy (net/zero_copy.hpp).
     zmq::message_t body = payload.empty() ? zmq::message_t() : net::payload_message(payload, flag_out);
     const auto deadline = clock::now() + timeout_;
@@ -517,6 +525,8 @@ class zmq_ring final : public control {
   std::unique_ptr<zmq::context_t> own_ctx_;  // destroyed last: after the sockets
   zmq::context_t* ctx_ = nullptr;
   std::optional<zmq::socket_t> pull_, push_;
+  std::optional<zmq::socket_t> p2p_pull_;   // the point-to-point socket, until the mesh takes it
+  std::vector<std::string> p2p_table_;      // every rank's point-to-point address
   net::socket_monitor pull_mon_, push_mon_;  // after the sockets they watch: destroyed first
   std::optional<zmq_pair> left_, right_;
   std::deque<message> inbox_;

@@ -9,6 +9,10 @@
 // DEALER and registers "rank, world_size, hostname, machine, data addresses"; rank 0 checks
 // the registrations (duplicate ranks, world sizes), picks the data transport and answers
 // with every rank's address. A rank that never registers is named when the timeout passes.
+// Each rank also binds its point-to-point socket (ring/point_to_point.hpp) beside its
+// ZeroMQ data socket, on the same schemes and interface (another ephemeral port, or the ipc
+// name with "-p2p" appended), and registers those addresses as "p2p+tcp://...", etc.; the
+// answer carries every rank's point-to-point address of the chosen scheme too.
 //
 // Addresses. libzmq binds only interfaces and numeric addresses, so a tcp rendezvous host
 // is resolved (getaddrinfo) first. Rank 0's rendezvous listens on
@@ -164,11 +168,14 @@ inline void zmq_ring::setup(const ring_options& o) {
   // ---- this rank's data socket: bound before registering ----
   pull_.emplace(data_socket(zmq::socket_type::pull));
   if (scheme != "inproc") pull_mon_ = monitor(*pull_);
-  std::vector<std::string> mine;
+  p2p_pull_.emplace(data_socket(zmq::socket_type::pull));
+  std::vector<std::string> mine, p2p;
   if (scheme == "inproc") {
     const std::string ep = rdv + ".rank" + std::to_string(rank_) + "-" + net::unique_suffix();
     bind_or_explain(*pull_, ep, "its data socket", o);
     mine.push_back(ep);
+    bind_or_explain(*p2p_pull_, ep + "-p2p", "its point-to-point socket", o);
+    p2p.push_back("p2p+" + ep + "-p2p");
   } else {
     // ZeroMQ's sockets carry the control plane (and the data, for "zmq*"): tcp where some
     // rank may be on another host, ipc where all may share one.
@@ -177,6 +184,10 @@ inline void zmq_ring::setup(const ring_options& o) {
     if (want_tcp) {
       const std::string advertised = bind_tcp_data(o, scheme);
       mine.push_back(advertised);
+      // the point-to-point socket: the interface the data socket bound, another port
+      const bool every = tcp_bound_host_ == "::" || tcp_bound_host_ == "0.0.0.0";
+      bind_or_explain(*p2p_pull_, net::tcp_endpoint(every ? "*" : tcp_bound_host_, "*"), "its point-to-point socket, an ephemeral port", o);
+      p2p.push_back("p2p+" + net::tcp_endpoint(net::tcp_host_of(advertised), net::tcp_port_of(p2p_pull_->get(zmq::sockopt::last_endpoint))));
       if (want == "auto" || want == "tcp") {
         // the direct-TCP listener: the interface the ZeroMQ socket bound, another port
         tcp_listen_.emplace(tcp_bound_host_, rank_);
@@ -195,8 +206,12 @@ inline void zmq_ring::setup(const ring_options& o) {
       bind_or_explain(*pull_, "ipc://" + name, "its ipc data socket", o);
       if (name.front() != '@') ipc_files_.push_back(name);
       mine.push_back("ipc://" + name);
+      bind_or_explain(*p2p_pull_, "ipc://" + name + "-p2p", "its ipc point-to-point socket", o);
+      if (name.front() != '@') ipc_files_.push_back(name + "-p2p");
+      p2p.push_back("p2p+ipc://" + name + "-p2p");
     }
   }
+  mine.insert(mine.end(), p2p.begin(), p2p.end());
 
   rendezvous(o, scheme, want, mine);
 
@@ -275,7 +290,7 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
 }
 
 inline std::string zmq_ring::registration(int world, const std::string& host, const std::vector<std::string>& addrs) const {
-  std::string s = "gradus-ring/4\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
+  std::string s = "gradus-ring/5\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
                   net::machine_and_netns() + "\n";
   for (const auto& a : addrs) s += a + "\n";
   return s;
@@ -314,12 +329,14 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     if (lines.empty()) throw comm_error(where + "empty answer from rank 0");
     if (lines[0] == "error") throw comm_error(lines.size() > 1 ? lines[1] : where + "rank 0 refused the registration");
     const std::size_t w = static_cast<std::size_t>(world_);
-    if (lines[0] != "ok" || lines.size() < 4 || lines.size() != 4 + (has_data_path(lines[1]) ? 2 * w : w))
+    if (lines[0] != "ok" || lines.size() < 4 || lines.size() != 4 + (has_data_path(lines[1]) ? 3 * w : 2 * w))
       throw comm_error(where + "malformed answer from rank 0 (a different gradus version?)");
     transport_ = lines[1];
     zmq_scheme_ = lines[2];
-    table_.assign(lines.begin() + 3, lines.begin() + 3 + static_cast<std::ptrdiff_t>(w));
-    if (has_data_path(transport_)) data_table_.assign(lines.begin() + 3 + static_cast<std::ptrdiff_t>(w), lines.end() - 1);
+    const auto at = [&](std::size_t i) { return lines.begin() + 3 + static_cast<std::ptrdiff_t>(i); };
+    table_.assign(at(0), at(w));
+    p2p_table_.assign(at(w), at(2 * w));
+    if (has_data_path(transport_)) data_table_.assign(at(2 * w), lines.end() - 1);
     const auto counts = detail::split_words(lines.back());
     local_ranks_ = static_cast<std::size_t>(rank_) < counts.size() ? std::atoi(counts[rank_].c_str()) : 1;
     return;
@@ -392,7 +409,7 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     if (!id.more() || !router.recv(body)) continue;
     identities.push_back(id.to_string());
     const auto lines = detail::split_lines(body.to_string_view());
-    if (lines.size() < 6 || lines[0] != "gradus-ring/4")
+    if (lines.size() < 6 || lines[0] != "gradus-ring/5")
       refuse(where + "a malformed registration (not a gradus ring rank, or one of another gradus version?)");
     int r = -1, w = -1;
     try {
@@ -438,6 +455,10 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
   for (int r = 0; r < world_; ++r) {
     table_.push_back(pick(r, zs));
     answer += table_.back() + "\n";
+  }
+  for (int r = 0; r < world_; ++r) {
+    p2p_table_.push_back(pick(r, "p2p+" + zs).substr(4));
+    answer += p2p_table_.back() + "\n";
   }
   if (has_data_path(chosen)) {
     for (int r = 0; r < world_; ++r) {
