@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # A rank killed mid-training: the other rank must stop with an error naming the dead peer
 # (its rank) within LIMIT seconds — not hang until the 30 s collective timeout.
-#   check_rank_killed.sh <example> <mnist dir> [LIMIT = 10]
+#   check_rank_killed.sh <example> <mnist dir> [LIMIT = 10] [extra options of both ranks...]
+#   (e.g. --stages 2 --micro-batches 4: a pipeline's stage 1 killed; stage 0 must name it)
 # Starts two ranks itself (torchrun's variables on 127.0.0.1, a free port), waits until
 # rank 0 reports training progress, SIGKILLs rank 1, and times rank 0's exit. Every wait is
 # bounded; both processes are ended by PID on the way out.
 set -u
 exe=$1 data=$2 limit=${3:-10}
+extra=("${@:4}")
 work=$(mktemp -d)
 pids=()
 cleanup() {
@@ -23,7 +25,7 @@ fail() { echo "check_rank_killed: $*" >&2; echo "--- rank 0 stderr:" >&2; cat "$
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
-    "$exe" --data "$data" --epochs 20 --threads 1 --comm ring --comm-timeout 30 --log-every 10 \
+    "$exe" --data "$data" --epochs 20 --threads 1 --comm ring --comm-timeout 30 --log-every 10 "${extra[@]}" \
     >"$work/r$r.out" 2>"$work/r$r.err" </dev/null &
   pids+=($!)
 done

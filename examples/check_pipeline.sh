@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Pipelines across processes (issue 31), the way users start them:
+#   check_pipeline.sh <mnist_deep_mlp> <gradus-run> <mnist dir>
+# 1. one process, then gradus-run -np 2 --stages 2 under gpipe and 1f1b (4 micro-batches):
+#    the pipelined runs reach the one-process accuracy (within 2 points), report 2 stages,
+#    a bubble, and the bytes per step the cut requires: 2 x batch x 512 floats (activations
+#    forward, their gradients back) for every full batch;
+# 2. 2 stages x 2 replicas (gradus-run -np 4): the accuracy of 2 data-parallel ranks (the
+#    same 2 x 64 images a step), within 2 points;
+# 3. -np 3 with --stages 2: refused, naming both numbers;
+# 4. ranks started with different --micro-batches: both refuse, naming both values.
+# Every wait is bounded (timeout); processes are ended by PID.
+set -u
+exe=$1 run=$2 data=$3
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "check_pipeline: $*" >&2; exit 1; }
+common=(--data "$data" --train-limit 6000 --epochs 1 --seed 1 --threads 1 --quiet --json)
+field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+# rank 0's JSON line among gradus-run's prefixed lines ("[0] {...}")
+json0() { grep -E '^(\[0\] )?\{' | tail -1 | sed -E 's/^\[0\] //'; }
+
+one=$(OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" | tail -1) || fail "one process failed"
+acc1=$(field "$one" test_accuracy)
+echo "one process: accuracy $acc1"
+
+full=$((2 * 64 * 512 * 4))  # bytes per full batch across the one cut
+for sched in gpipe 1f1b; do
+  out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
+        --schedule "$sched" 2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, $sched failed"; }
+  acc=$(field "$out" test_accuracy)
+  python3 - "$out" "$acc1" "$full" "$sched" <<'PY' || fail "2 stages, $sched: $out"
+import json, sys
+j, acc1, full, sched = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+assert j["stages"] == 2 and j["micro_batches"] == 4 and j["schedule"] == sched and j["world_size"] == 2, "fields"
+assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs one process %s" % (j["test_accuracy"], acc1)
+# 6000 images: 93 full batches and one of 48 rows; the mean over the 94 steps
+want = full * (93 * 64 + 48) / 64 / 94
+assert abs(j["bytes_per_step"] - want) <= 1, "bytes_per_step %s, the cut requires %s" % (j["bytes_per_step"], want)
+assert 0 < j["bubble_fraction"] < 1, "bubble %s" % j["bubble_fraction"]
+PY
+  echo "2 stages, $sched: accuracy $acc, bubble $(field "$out" bubble_fraction) (ideal $(field "$out" ideal_bubble_fraction)), $(field "$out" bytes_per_step) bytes per step"
+done
+
+# 2 replicas take 2 x 64 images a step: the yardstick is the same data-parallel run without stages
+dp=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --comm ring 2>"$work/err" | json0) ||
+  { cat "$work/err" >&2; fail "2 data-parallel ranks failed"; }
+acc_dp=$(field "$dp" test_accuracy)
+out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 4 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 2 \
+      2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages x 2 replicas failed"; }
+python3 - "$out" "$acc_dp" <<'PY' || fail "2 x 2: $out"
+import json, sys
+j, acc1 = json.loads(sys.argv[1]), float(sys.argv[2])
+assert j["stages"] == 2 and j["world_size"] == 4, "fields"
+assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs 2 data-parallel ranks %s" % (j["test_accuracy"], acc1)
+PY
+echo "2 stages x 2 replicas: accuracy $(field "$out" test_accuracy) (2 data-parallel ranks: $acc_dp)"
+
+OMP_NUM_THREADS=1 timeout 60 "$run" -np 3 "$exe" "${common[@]}" --comm ring --stages 2 >/dev/null 2>"$work/err" &&
+  fail "-np 3 --stages 2 did not fail"
+grep -q -- "--stages 2 does not divide the 3 ranks" "$work/err" || { cat "$work/err" >&2; fail "-np 3: no clear error"; }
+echo "-np 3 --stages 2: refused"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+    timeout 60 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches $((2 + 2 * r)) \
+    >"$work/m$r.out" 2>"$work/m$r.err" </dev/null &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" && fail "ranks with different --micro-batches did not fail"; done
+pids=()
+grep -q "rank 0 runs the pipeline with micro-batches 2, this rank with 4" "$work/m1.err" ||
+  { cat "$work/m1.err" >&2; fail "rank 1: no clear mismatch error"; }
+grep -q "rank 1 runs the pipeline with micro-batches 4, this rank with 2" "$work/m0.err" ||
+  { cat "$work/m0.err" >&2; fail "rank 0: no clear mismatch error"; }
+echo "different --micro-batches: both ranks refuse"
