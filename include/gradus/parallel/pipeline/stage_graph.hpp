@@ -166,9 +166,34 @@ using stage_placeholders_t =
     typename detail::as_tuple_of<typename detail::stage_nodes<K, detail::pick_placeholder, detail::type_list<>,
                                                               stage_output_t<K, S, Loss>>::type>::type;
 
+namespace detail {
+template <class V, class Tuple>
+inline constexpr bool has_type_v = false;
+template <class V, class... A>
+inline constexpr bool has_type_v<V, std::tuple<A...>> = (std::is_same_v<V, A> || ...);
+// Whether variable V of stage K is read by no other stage.
+template <class V, int K, int S, class Loss, int... J>
+constexpr bool read_by_one_stage(std::integer_sequence<int, J...>) {
+  return ((J == K || !has_type_v<V, stage_variables_t<J, S, Loss>>) && ...);
+}
+template <int K, int S, class Loss, class... Vs>
+constexpr bool untied(std::tuple<Vs...>*) {
+  return (read_by_one_stage<Vs, K, S, Loss>(std::make_integer_sequence<int, S>{}) && ...);
+}
+// Whether no variable of stage K is read by another stage too.
+template <int K, int S, class Loss>
+constexpr bool variables_untied() {
+  return untied<K, S, Loss>(static_cast<stage_variables_t<K, S, Loss>*>(nullptr));
+}
+}  // namespace detail
+
 // The compiled graphs of stage K of an S-stage pipeline over Loss.
 template <class Backend, int K, int S, class Loss>
 class stage_graph {
+  static_assert(detail::variables_untied<K, S, Loss>(),
+                "gradus: pipeline: a variable of this stage is read by another stage too (tied weights are not "
+                "supported yet: each stage would update its own copy with its part of the gradient); stage K, S and "
+                "the loss's type are above");
   static_assert(K >= 0 && K < S, "gradus: pipeline: the stage index is outside the pipeline");
   static_assert(stage_of_v<Loss> == S - 1,
                 "gradus: pipeline: the loss must be on the last stage (on<stage<S - 1>>(...) or above stage S - 2's "

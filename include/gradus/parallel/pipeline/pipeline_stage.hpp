@@ -1,0 +1,363 @@
+#pragma once
+// Stage K of an S-stage pipeline on one rank (pipeline.hpp says what a pipeline does): its
+// graphs (stage_graph.hpp), the schedule's forward and backward passes of each micro-batch,
+// the gradient sums (weighted by each micro-batch's share of the batch; averaged over the
+// stage's replicas in their sub-group), the one optimizer update per batch, and the
+// activations it held. The transfers and the agreement with its neighbours are
+// transfers.hpp's.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/parallel/collectives.hpp"
+#include "gradus/parallel/pipeline/schedule.hpp"
+#include "gradus/parallel/pipeline/stage_graph.hpp"
+#include "gradus/parallel/pipeline/transfers.hpp"
+#include "gradus/train/optimizer.hpp"
+
+namespace gradus::parallel {
+
+namespace detail {
+// The optimizer's state tensors of one variable ("w/momentum", ...), made in the session.
+template <class T, class Backend, class Opt>
+std::array<T*, 2> optimizer_slots(session<Backend>& s, const Opt& opt, std::string_view name, const dims& d) {
+  std::array<T*, 2> r{};
+  for (int k = 0; k < opt.slot_count(); ++k)
+    r[static_cast<std::size_t>(k)] = s.template state<T>(std::string(name) + "/" + std::string(opt.slot_name(k)), d);
+  return r;
+}
+
+// The communicator of a sub-group (split), where the communicator makes them.
+template <class C>
+struct sub_group {
+  using type = int;
+};
+template <splittable C>
+struct sub_group<C> {
+  using type = decltype(std::declval<C&>().split(0, 0));
+};
+
+template <class T>
+struct axpy_rule {  // acc = acc + a * g
+  T a;
+  template <class V>
+  GRADUS_HD void operator()(V& acc, const V& g) const {
+    acc = acc + V(a) * g;
+  }
+};
+template <class T>
+struct scale_rule {  // x = a * y
+  T a;
+  template <class V>
+  GRADUS_HD void operator()(V& x, const V& y) const {
+    x = V(a) * y;
+  }
+};
+}  // namespace detail
+
+// Stage K's part of the pipeline.
+template <int K, int S, class Backend, class Comm, class Loss, class Opt>
+class pipeline_stage final : public pipeline_base<Comm> {
+  using base = pipeline_base<Comm>;
+  using graph_t = stage_graph<Backend, K, S, Loss>;
+  using T = typename graph_t::value_type;
+  using vars_t = typename graph_t::variables;
+  static constexpr std::size_t nv = graph_t::variable_count;
+  static constexpr bool last = K == S - 1;
+  using placeholders_t = stage_placeholders_t<K, S, Loss>;
+  using sub_t = typename detail::sub_group<Comm>::type;
+  static_assert([]<class... Vs>(std::tuple<Vs...>*) { return (std::is_same_v<value_t<Vs>, T> && ...); }(static_cast<vars_t*>(nullptr)),
+                "gradus: pipeline: a stage's variables must have its output's dtype");
+
+ public:
+  pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
+      : base(comm, S, o), s_(s), g_(loss), opt_(opt) {
+    opt_.validate();
+    if (opt_.clip_global_norm > 0)
+      throw error("gradus: pipeline: clip_global_norm is not supported yet (the norm spans every stage's gradients)");
+    [&]<class... Vs>(std::tuple<Vs...>*) {
+      (s_.declare(Vs{}), ...);
+      std::size_t i = 0;
+      ((slots_[i++] = detail::optimizer_slots<value_t<Vs>>(s_, opt_, Vs::name.view(), static_dims<shape_t<Vs>>())), ...);
+    }(static_cast<vars_t*>(nullptr));
+    {
+      const auto bound = s_.bind();
+      for (std::size_t i = 0; i < nv; ++i) acc_[i].reserve(sizes_[i]);
+    }
+    if (this->stats_.replicas > 1) {
+      if constexpr (splittable<Comm>) replicas_.emplace(comm.split(K, this->stats_.replica));
+      else throw error("gradus: pipeline: stage replicas need a communicator with sub-groups (split); this one has none");
+    }
+    this->check_config();
+  }
+
+  // Every stage's variables into rank 0's session (replica 0's stages send theirs): rank 0
+  // then holds the whole model (to evaluate or save it). Every rank calls it.
+  void gather_variables() override {
+    const auto bound = s_.bind();
+    if (this->stats_.replica != 0) return;
+    if constexpr (K > 0) {
+      [&]<class... Vs>(std::tuple<Vs...>*) {
+        std::size_t i = 0;
+        ((send_device(detail::pipe_msg::variables, static_cast<int>(i), s_.template data<T>(Vs::name.view()),
+                      static_dims<shape_t<Vs>>(), 0),
+          ++i),
+         ...);
+      }(static_cast<vars_t*>(nullptr));
+    } else {
+      [&]<int... k>(std::integer_sequence<int, k...>) { (receive_stage_variables<k + 1>(), ...); }(
+          std::make_integer_sequence<int, S - 1>{});
+    }
+  }
+
+  double run_raw(std::span<const detail::raw_feed> feeds) override {
+    using clock = std::chrono::steady_clock;
+    const auto t0 = clock::now();
+    double computing = 0;
+    auto timed = [&](auto&& f) {
+      const auto a = clock::now();
+      f();
+      computing += std::chrono::duration<double>(clock::now() - a).count();
+    };
+    this->stats_.bytes_sent = this->stats_.bytes_received = 0;
+    const auto bound = s_.bind();
+    if constexpr (has_before_run<Backend>) Backend::before_run();  // as session::run does
+    const long batch = feeds.empty() ? 0 : feeds[0].d.d[0];
+    for (const auto& f : feeds)
+      if (f.d.rank == 0 || f.d.d[0] != batch)
+        throw feed_error(this->where(-1) + "every feed's first axis is the batch: '" + std::string(f.name) + "' has " +
+                         to_string(f.d) + ", the first feed " + std::to_string(batch) + " rows");
+    const int M = this->o_.micro_batches;
+    const std::vector<long> sizes = (K == 0 || last) ? micro_batch_sizes(batch, M) : std::vector<long>(static_cast<std::size_t>(M), 0);
+    std::vector<long> offsets(sizes.size(), 0);
+    for (std::size_t m = 1; m < sizes.size(); ++m) offsets[m] = offsets[m - 1] + sizes[m - 1];
+    inputs_.resize(static_cast<std::size_t>(M));
+    input_dims_.resize(static_cast<std::size_t>(M));
+    double loss = 0;
+    bool first_grad = true;
+    std::vector<char> alive(static_cast<std::size_t>(M), 0);  // forward done, backward not yet
+    for (const auto& op : this->ops_) {
+      const int m = op.micro;
+      const std::size_t um = static_cast<std::size_t>(m);
+      auto& gr = g_.graph(graph_index(um));
+      if (op.forward) {
+        if constexpr (K > 0) input_dims_[um] = this->recv_into(detail::pipe_msg::activation, m, inputs_[um], this->prev_rank());
+        timed([&] { forward(gr, feeds, m, offsets[um], sizes[um]); });
+        if constexpr (!last) {
+          const auto out = gr.template output<0>();
+          send_device(detail::pipe_msg::activation, m, out.data(), out.shape, this->next_rank());
+        } else {
+          T l{};
+          Backend::copy_to_host(&l, gr.template output<0>().data(), sizeof(T));
+          loss += static_cast<double>(l) * static_cast<double>(sizes[um]) / static_cast<double>(batch);
+        }
+        alive[um] = 1;
+        note_memory(alive);
+      } else {
+        if (this->o_.rematerialize) timed([&] { forward(gr, feeds, m, offsets[um], sizes[um]); });
+        const T w = last ? static_cast<T>(static_cast<double>(sizes[um]) / static_cast<double>(batch)) : T(1);
+        if constexpr (!last) {
+          const dims dd = this->recv_into(detail::pipe_msg::gradient, m, dy_, this->next_rank());
+          using dy_t = typename graph_t::adjoint_t;
+          timed([&] { gr.run_part(s_.variables(), 1, feed<dy_t::name, T, shape_t<dy_t>>{dy_.data(), dd}); });
+        } else {
+          timed([&] { gr.run_part(s_.variables(), 1); });
+        }
+        timed([&] {
+          accumulate(gr, w, first_grad);
+          first_grad = false;
+        });
+        alive[um] = 0;
+        if constexpr (K > 0) {
+          const auto din = gr.template output<nv + 1>();
+          if constexpr (last) {
+            // the loss's adjoint is 1 per micro-batch: its share of the batch scales what goes back
+            const auto n = static_cast<std::size_t>(din.size());
+            T* tmp = scratch(n);
+            Backend::for_each(din.size(), detail::scale_rule<T>{w}, tmp, din.data());
+            send_device(detail::pipe_msg::gradient, m, tmp, din.shape, this->prev_rank());
+          } else {
+            send_device(detail::pipe_msg::gradient, m, din.data(), din.shape, this->prev_rank());
+          }
+        }
+      }
+    }
+    timed([&] {
+      if (replicas_)
+        for (std::size_t i = 0; i < nv; ++i) average(i);
+      update();
+    });
+    // the batch's loss, from the last stage to the others of its pipeline
+    if constexpr (last) {
+      for (int k = 0; k < S - 1; ++k)
+        this->send_values(detail::pipe_msg::loss, -1, std::span<const double>(&loss, 1), this->comm_.rank() - (S - 1) + k, {});
+    } else {
+      this->recv_values(detail::pipe_msg::loss, -1, std::span<double>(&loss, 1), this->comm_.rank() - K + (S - 1));
+    }
+    ++this->step_;
+    this->stats_.step_seconds = std::chrono::duration<double>(clock::now() - t0).count();
+    this->stats_.compute_seconds = computing;
+    return loss;
+  }
+
+ private:
+  void forward(typename graph_t::graph_t& gr, std::span<const detail::raw_feed> feeds, int m, long offset, long rows) {
+    const std::size_t um = static_cast<std::size_t>(m);
+    [&]<class... P>(std::tuple<P...>*) {
+      auto call = [&](const auto&... f) {
+        if constexpr (K > 0)
+          gr.run_part(s_.variables(), 0, f..., stage_input<typename graph_t::input_t, T>{g_.input(), inputs_[um].data(), input_dims_[um]});
+        else
+          gr.run_part(s_.variables(), 0, f...);
+      };
+      call(typed_feed<P>(feeds, offset, rows)...);
+    }(static_cast<placeholders_t*>(nullptr));
+  }
+  // Placeholder P's feed, its rows [offset, offset + rows).
+  template <class P>
+  auto typed_feed(std::span<const detail::raw_feed> feeds, long offset, long rows) const {
+    using V = value_t<P>;
+    for (const auto& f : feeds) {
+      if (f.name != P::name.view()) continue;
+      if (f.dtype != dtype_name<V>())
+        throw feed_error(this->where(-1) + "feed '" + std::string(f.name) + "' is " + std::string(f.dtype) + ", its placeholder " +
+                         std::string(dtype_name<V>()));
+      dims d = f.d;
+      const index_t row = d.d[0] ? d.numel() / d.d[0] : 0;
+      d.d[0] = rows;
+      return feed<P::name, V, shape_t<P>>{static_cast<const V*>(f.data) + offset * row, d};
+    }
+    throw feed_error(this->where(-1) + "placeholder '" + std::string(P::name.view()) + "' of stage " + std::to_string(K) +
+                     " was not fed");
+  }
+
+  // Sends a device buffer (copied to the host first where the backend's memory is not).
+  void send_device(detail::pipe_msg kind, int m, const T* p, const dims& d, int to) {
+    const auto n = static_cast<std::size_t>(d.numel());
+    if constexpr (backend_host_memory<Backend>) {
+      this->send_values(kind, m, std::span<const T>(p, n), to, d);
+    } else {
+      scaled_.resize(n);
+      Backend::copy_to_host(scaled_.data(), p, n * sizeof(T));
+      this->send_values(kind, m, std::span<const T>(scaled_), to, d);
+    }
+  }
+
+  // Stage J's variables, sent by rank J (replica 0), into this session.
+  template <int J>
+  void receive_stage_variables() {
+    [&]<class... Vs>(std::tuple<Vs...>*) {
+      int i = 0;
+      (receive_variable<Vs>(J, i++), ...);
+    }(static_cast<stage_variables_t<J, S, Loss>*>(nullptr));
+  }
+  template <class V>
+  void receive_variable(int from, int i) {
+    using VT = value_t<V>;
+    std::vector<VT> v;
+    const dims d = this->recv_into(detail::pipe_msg::variables, i, v, from);
+    if (!(d == static_dims<shape_t<V>>()))
+      throw error(this->where(-1) + "rank " + std::to_string(from) + " sent " + to_string(d) + " for variable '" +
+                  std::string(V::name.view()) + "', which is " + to_string(static_dims<shape_t<V>>()) +
+                  "; do the ranks run the same model and --stages?");
+    Backend::copy_to_device(s_.template data<VT>(V::name.view()), v.data(), v.size() * sizeof(VT));
+  }
+
+  // Values in the backend's memory, freed with it (also when a constructor throws).
+  struct device_values {
+    T* p = nullptr;
+    std::size_t n = 0;
+    device_values() = default;
+    device_values(const device_values&) = delete;
+    device_values& operator=(const device_values&) = delete;
+    ~device_values() {
+      if (p) Backend::deallocate(p);
+    }
+    T* reserve(std::size_t want) {  // grown, never shrunk
+      if (p && want <= n) return p;
+      if (p) Backend::deallocate(p);
+      p = nullptr;
+      p = static_cast<T*>(Backend::allocate(std::max<std::size_t>(want, 1) * sizeof(T)));
+      n = std::max<std::size_t>(want, 1);
+      return p;
+    }
+  };
+  T* scratch(std::size_t n) { return scratch_.reserve(n); }
+
+  void accumulate(typename graph_t::graph_t& gr, T w, bool first) {
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         const auto gv = gr.template output<1 + I>();
+         if (first) Backend::for_each(gv.size(), detail::scale_rule<T>{w}, acc_[I].p, gv.data());
+         else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, acc_[I].p, gv.data());
+       }()),
+       ...);
+    }(std::make_index_sequence<nv>{});
+  }
+  void average(std::size_t i) {
+    if constexpr (splittable<Comm>) {
+      if constexpr (backend_host_memory<Backend>) {
+        replicas_->allreduce_average(std::span<T>(acc_[i].p, sizes_[i]));
+      } else {
+        scaled_.resize(sizes_[i]);
+        Backend::copy_to_host(scaled_.data(), acc_[i].p, sizes_[i] * sizeof(T));
+        replicas_->allreduce_average(std::span<T>(scaled_));
+        Backend::copy_to_device(acc_[i].p, scaled_.data(), sizes_[i] * sizeof(T));
+      }
+    }
+  }
+  void update() {
+    const std::int64_t step = s_.global_step();
+    [&]<class... Vs>(std::tuple<Vs...>*) {
+      std::size_t i = 0;
+      ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), acc_[i].p,
+                                     slots_[i].data(), step, 1.0),
+        ++i),
+       ...);
+    }(static_cast<vars_t*>(nullptr));
+    s_.set_global_step(step + 1);
+  }
+  // After a forward pass: the activations held now — each micro-batch in flight's graph
+  // (its forward buffers; one graph under re-materialisation) and the stage inputs kept.
+  void note_memory(const std::vector<char>& alive) {
+    std::size_t held = 0;
+    for (std::size_t m = 0; m < alive.size(); ++m) {
+      if (!alive[m]) continue;
+      if (!this->o_.rematerialize || m == 0) held += g_.graph(graph_index(m)).owned_bytes(true);
+      held += inputs_[m].size() * sizeof(T);
+    }
+    this->stats_.peak_activation_bytes = std::max(this->stats_.peak_activation_bytes, held);
+  }
+  // The graph (its buffers) micro-batch m runs in: one per micro-batch under GPipe, one per
+  // micro-batch in flight under 1F1B (at most S), one with re-materialisation.
+  std::size_t graph_index(std::size_t m) const {
+    if (this->o_.rematerialize) return 0;
+    return this->o_.schedule == schedule_kind::gpipe ? m : m % static_cast<std::size_t>(S);
+  }
+
+  session<Backend>& s_;
+  graph_t g_;
+  Opt opt_;
+  static constexpr std::array<std::size_t, nv> sizes_ = []<class... Vs>(std::tuple<Vs...>*) {
+    return std::array<std::size_t, nv>{static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel())...};
+  }(static_cast<vars_t*>(nullptr));
+  std::array<std::array<T*, 2>, nv> slots_{};
+  std::array<device_values, nv> acc_;  // the batch's gradient sums
+  std::vector<std::vector<T>> inputs_;  // per micro-batch: the input received (kept to its backward)
+  std::vector<dims> input_dims_;
+  std::vector<T> dy_, scaled_;
+  device_values scratch_;
+  std::optional<sub_t> replicas_;
+};
+
+
+}  // namespace gradus::parallel

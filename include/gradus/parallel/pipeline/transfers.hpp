@@ -1,0 +1,244 @@
+#pragma once
+// The running pipeline of one rank, its stage-independent part (pipeline.hpp says what a
+// pipeline does): the options and what a step measured, the messages between stages (a
+// header — kind, step, micro-batch, dims — then the values, over the communicator's
+// point-to-point sends; every error names this stage, the micro-batch and the peer), the
+// neighbours' agreement on the pipeline's shape at construction, and the gathering of every
+// rank's measurements. pipeline_stage.hpp is the stage-specific part.
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradus/core/error.hpp"
+#include "gradus/core/shape.hpp"
+#include "gradus/parallel/pipeline/schedule.hpp"
+
+namespace gradus::parallel {
+
+struct pipeline_options {
+  int micro_batches = 1;
+  schedule_kind schedule = schedule_kind::gpipe;
+  // GPipe's re-materialisation: keep only each micro-batch's stage input and recompute its
+  // forward pass in the backward (one graph's activations alive instead of M).
+  bool rematerialize = false;
+};
+
+// What one step of one rank measured.
+struct pipeline_stats {
+  int stage = 0, stages = 1, replica = 0, replicas = 1, micro_batches = 1;
+  double step_seconds = 0;     // wall time of the last step
+  double compute_seconds = 0;  // of which computing
+  double bubble_fraction() const { return step_seconds > 0 ? 1 - compute_seconds / step_seconds : 0; }
+  std::uint64_t bytes_sent = 0, bytes_received = 0;  // the last step's activations and gradients (headers apart)
+  std::size_t peak_activation_bytes = 0;             // the graphs in flight and stashed inputs, at most
+};
+
+
+namespace detail {
+// A feed as a stage sees it before it knows its type: name, dtype, data, dims.
+struct raw_feed {
+  std::string_view name;
+  std::string_view dtype;
+  const void* data;
+  dims d;
+  std::size_t elem_size;
+};
+
+
+// The header of every pipeline message: what it is, for which step and micro-batch, its dims.
+enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6 };
+struct pipe_header {
+  std::int64_t magic = 0x67726164504950LL;  // "gradPIP"
+  std::int64_t kind = 0;
+  std::int64_t step = 0;
+  std::int64_t micro = 0;
+  std::int64_t rank = 0;
+  std::int64_t nd = 0;
+  std::int64_t d[max_rank] = {};
+};
+
+inline std::string msg_name(pipe_msg k) {
+  switch (k) {
+    case detail::pipe_msg::config: return "the pipeline's configuration";
+    case pipe_msg::activation: return "activations";
+    case pipe_msg::gradient: return "gradients";
+    case pipe_msg::loss: return "the batch's loss";
+    case pipe_msg::variables: return "a stage's variables";
+    case pipe_msg::report: return "a rank's measurements";
+  }
+  return "a message";
+}
+
+}  // namespace detail
+
+// The running pipeline of one rank: the stage-independent part (transfers, measurements).
+template <class Comm>
+class pipeline_base {
+ protected:
+  using pipe_msg = detail::pipe_msg;
+
+ public:
+  virtual ~pipeline_base() = default;
+  virtual double run_raw(std::span<const detail::raw_feed> feeds) = 0;
+  virtual void gather_variables() = 0;
+  const pipeline_stats& stats() const { return stats_; }
+  int rank() const { return comm_.rank(); }
+  int world_size() const { return comm_.world_size(); }
+
+  // Two numbers of every rank (e.g. its mean bubble fraction and bytes sent per step), on
+  // rank 0 in rank order (every rank calls it; the others get their own): what a run reports
+  // for the whole pipeline.
+  std::vector<std::array<double, 2>> gather_report(const std::array<double, 2>& mine) {
+    std::vector<std::array<double, 2>> all{mine};
+    if (comm_.rank() != 0) {
+      send_values(pipe_msg::report, -1, std::span<const double>(mine), 0, {});
+      return all;
+    }
+    for (int r = 1; r < comm_.world_size(); ++r) {
+      std::array<double, 2> theirs{};
+      recv_values(pipe_msg::report, -1, std::span<double>(theirs), r);
+      all.push_back(theirs);
+    }
+    return all;
+  }
+
+ protected:
+  pipeline_base(Comm& comm, int stages, const pipeline_options& o) : comm_(comm), o_(o) {
+    const int world = comm.world_size();
+    if (stages < 1 || world % stages != 0)
+      throw error("gradus: pipeline: " + std::to_string(stages) + " stages do not divide the world of " +
+                  std::to_string(world) + " ranks; start stages x replicas ranks (e.g. gradus-run -np " +
+                  std::to_string(stages * std::max(1, world / std::max(1, stages))) + ")");
+    if (o.micro_batches < 1) throw error("gradus: pipeline: --micro-batches must be >= 1, not " + std::to_string(o.micro_batches));
+    if (o.rematerialize && o.schedule != schedule_kind::gpipe)
+      throw error("gradus: pipeline: re-materialisation is GPipe's (the 1f1b schedule holds at most S micro-batches already)");
+    stats_.stages = stages;
+    stats_.stage = comm.rank() % stages;
+    stats_.replica = comm.rank() / stages;
+    stats_.replicas = world / stages;
+    stats_.micro_batches = o.micro_batches;
+    ops_ = schedule_for(o.schedule, stats_.stage, stages, o.micro_batches);
+  }
+
+  int prev_rank() const { return comm_.rank() - 1; }
+  int next_rank() const { return comm_.rank() + 1; }
+  bool first() const { return stats_.stage == 0; }
+  bool last() const { return stats_.stage == stats_.stages - 1; }
+  std::string where(int micro) const {
+    return "gradus: pipeline stage " + std::to_string(stats_.stage) + " (rank " + std::to_string(comm_.rank()) + ")" +
+           (micro >= 0 ? ", micro-batch " + std::to_string(micro) : std::string()) + ": ";
+  }
+
+  // The neighbours agree on the pipeline's shape (every rank calls it once).
+  void check_config() {
+    const std::int64_t mine[5] = {stats_.stages, o_.micro_batches, static_cast<std::int64_t>(o_.schedule), o_.rematerialize,
+                                  stats_.replicas};
+    const char* what[5] = {"stages", "micro-batches", "schedule", "re-materialisation", "replicas"};
+    auto compare = [&](int peer, const std::int64_t* theirs) {
+      for (int i = 0; i < 5; ++i)
+        if (theirs[i] != mine[i])
+          throw error(where(-1) + "rank " + std::to_string(peer) + " runs the pipeline with " + what[i] + " " +
+                      value_name(i, theirs[i]) + ", this rank with " + value_name(i, mine[i]) +
+                      "; start every rank with the same --stages, --micro-batches and --schedule");
+    };
+    std::int64_t theirs[5];
+    if (!last()) send_values(detail::pipe_msg::config, -1, std::span<const std::int64_t>(mine, 5), next_rank(), {});
+    if (!first()) {  // answered before comparing, so both sides of a mismatch say so
+      recv_values(detail::pipe_msg::config, -1, std::span<std::int64_t>(theirs, 5), prev_rank());
+      send_values(detail::pipe_msg::config, -1, std::span<const std::int64_t>(mine, 5), prev_rank(), {});
+      compare(prev_rank(), theirs);
+    }
+    if (!last()) {
+      recv_values(detail::pipe_msg::config, -1, std::span<std::int64_t>(theirs, 5), next_rank());
+      compare(next_rank(), theirs);
+    }
+  }
+  static std::string value_name(int i, std::int64_t v) {
+    if (i == 2) return std::string(schedule_name(static_cast<schedule_kind>(v)));
+    if (i == 3) return v ? "on" : "off";
+    return std::to_string(v);
+  }
+
+  // A message: its header, then the values (as bytes); d: the tensor's dims, or {} for plain
+  // values (sent as their count).
+  template <class T>
+  void send_values(pipe_msg kind, int micro, std::span<const T> x, int to, const dims& d) {
+    detail::pipe_header h;
+    h.kind = static_cast<std::int64_t>(kind);
+    h.step = step_;
+    h.micro = micro;
+    h.rank = comm_.rank();
+    const dims shape = d.rank ? d : dims{static_cast<index_t>(x.size())};  // plain values: their count
+    h.nd = static_cast<std::int64_t>(shape.rank);
+    for (std::size_t i = 0; i < shape.rank; ++i) h.d[i] = shape.d[i];
+    try {
+      comm_.send(std::span<const std::byte>(reinterpret_cast<const std::byte*>(&h), sizeof h), to);
+      comm_.send(std::span<const std::byte>(reinterpret_cast<const std::byte*>(x.data()), x.size_bytes()), to);
+    } catch (const std::exception& e) {
+      rethrow(e, where(micro) + "sending " + detail::msg_name(kind) + " to rank " + std::to_string(to), to);
+    }
+    if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_sent += x.size_bytes();
+  }
+  // Receives a message of `kind` for `micro` from `from`: its dims (the values go to `into`,
+  // resized to them).
+  template <class T>
+  dims recv_into(pipe_msg kind, int micro, std::vector<T>& into, int from) {
+    detail::pipe_header h;
+    try {
+      comm_.recv(std::span<std::byte>(reinterpret_cast<std::byte*>(&h), sizeof h), from);
+    } catch (const std::exception& e) {
+      rethrow(e, where(micro) + "waiting for " + detail::msg_name(kind) + " from rank " + std::to_string(from), from);
+    }
+    check_header(h, kind, micro, from);
+    dims d;
+    d.rank = static_cast<std::size_t>(h.nd);
+    for (std::size_t i = 0; i < d.rank; ++i) d.d[i] = h.d[i];
+    into.resize(static_cast<std::size_t>(d.numel()));
+    try {
+      comm_.recv(std::span<std::byte>(reinterpret_cast<std::byte*>(into.data()), into.size() * sizeof(T)), from);
+    } catch (const std::exception& e) {
+      rethrow(e, where(micro) + "receiving " + detail::msg_name(kind) + " from rank " + std::to_string(from), from);
+    }
+    if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_received += into.size() * sizeof(T);
+    return d;
+  }
+  template <class T>
+  void recv_values(pipe_msg kind, int micro, std::span<T> x, int from) {
+    std::vector<T> v;
+    recv_into(kind, micro, v, from);
+    if (v.size() != x.size())
+      throw error(where(micro) + "rank " + std::to_string(from) + " sent " + std::to_string(v.size()) + " values of " +
+                  detail::msg_name(kind) + ", this stage expects " + std::to_string(x.size()));
+    std::memcpy(x.data(), v.data(), x.size_bytes());
+  }
+  // A communicator's error, with what the pipeline was doing and the peer in front.
+  [[noreturn]] static void rethrow(const std::exception& e, const std::string& doing, int peer) {
+    if (const auto* c = dynamic_cast<const comm_error*>(&e)) throw comm_error(doing + ": " + e.what(), peer, c->peer_state);
+    throw comm_error(doing + ": " + e.what(), peer, "");
+  }
+  void check_header(const detail::pipe_header& h, pipe_msg kind, int micro, int from) const {
+    const detail::pipe_header want;
+    if (h.magic != want.magic || h.nd < 0 || h.nd > static_cast<std::int64_t>(max_rank))
+      throw error(where(micro) + "rank " + std::to_string(from) + " sent a message that is not a pipeline's; are both ranks in one pipeline job?");
+    if (h.kind != static_cast<std::int64_t>(kind) || h.micro != micro || (kind != detail::pipe_msg::config && h.step != step_))
+      throw error(where(micro) + "expected " + detail::msg_name(kind) + " of step " + std::to_string(step_) +
+                  (micro >= 0 ? ", micro-batch " + std::to_string(micro) : std::string()) + " from rank " +
+                  std::to_string(from) + ", got " + detail::msg_name(static_cast<pipe_msg>(h.kind)) + " of step " +
+                  std::to_string(h.step) + ", micro-batch " + std::to_string(h.micro) +
+                  "; do the ranks run the same --micro-batches and schedule?");
+  }
+
+  Comm& comm_;
+  pipeline_options o_;
+  pipeline_stats stats_;
+  std::vector<pipeline_op> ops_;
+  std::int64_t step_ = 0;
+};
+
+
+}  // namespace gradus::parallel
