@@ -187,6 +187,28 @@ void queue_copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
   else B::copy_to_device(dst, host_src, bytes);
 }
 
+// Bytes of a backend's device memory, grown on demand (never shrunk), freed with the owner
+// (also when the owner's constructor throws). Allocate and free with the session bound.
+template <class B>
+struct device_buffer {
+  void* data = nullptr;
+  std::size_t capacity = 0;  // bytes
+  device_buffer() = default;
+  device_buffer(const device_buffer&) = delete;
+  device_buffer& operator=(const device_buffer&) = delete;
+  ~device_buffer() {
+    if (data) B::deallocate(data);
+  }
+  void* reserve(std::size_t bytes) {  // discards the contents when it grows
+    if (data && bytes <= capacity) return data;
+    if (data) B::deallocate(data);
+    data = nullptr, capacity = 0;
+    data = B::allocate(bytes ? bytes : 1);
+    capacity = bytes ? bytes : 1;
+    return data;
+  }
+};
+
 // A host buffer for a backend's copies: allocate_host's where the backend queues copies,
 // else plain host memory. Owns its bytes; sized once.
 template <class B>

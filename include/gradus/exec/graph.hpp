@@ -131,6 +131,11 @@ class compiled_graph final : public graph_base {
         },
         outs_);
     stats_.slots = slots_.size();
+    // which placeholders run_part 0's steps read (the others may be fed in part 1)
+    std::vector<bool> read(slots_.size(), false);
+    const std::size_t reads_end = first_part_steps_ < steps_.size() ? steps_[first_part_steps_].first : inputs_.size();
+    for (std::size_t j = 0; j < reads_end; ++j) read[static_cast<std::size_t>(inputs_[j])] = true;
+    for (const auto& p : placeholders_) first_part_reads_.push_back(read[static_cast<std::size_t>(p.slot)]);
     // when each output is final: after the step that writes its slot (or before any step)
     ready_after_.resize(steps_.size());
     for (std::size_t i = 0; i < sizeof...(Outs); ++i) {
@@ -208,14 +213,12 @@ class compiled_graph final : public graph_base {
       for (auto& b : boundaries_) slots_[b.slot].data = nullptr;
     }
     (bind(feeds), ...);
-    std::vector<bool> read(slots_.size(), false);  // the slots this part's steps read
-    const std::size_t in_from = from < steps_.size() ? steps_[from].first : inputs_.size();
-    const std::size_t in_to = to < steps_.size() ? steps_[to].first : inputs_.size();
-    for (std::size_t j = in_from; j < in_to; ++j) read[static_cast<std::size_t>(inputs_[j])] = true;
-    for (const auto& p : placeholders_)
-      if (!slots_[p.slot].data && (read[static_cast<std::size_t>(p.slot)] || part != 0))
+    for (std::size_t i = 0; i < placeholders_.size(); ++i) {
+      const auto& p = placeholders_[i];
+      if (!slots_[p.slot].data && (part != 0 || first_part_reads_[i]))
         throw feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) +
                          " " + std::string(p.dtype) + " was not fed");
+    }
     for (const auto& b : boundaries_)
       if (!slots_[b.slot].data)
         throw feed_error("gradus: " + slot_labels_[static_cast<std::size_t>(b.slot)] + " " + to_string(b.expected) +
@@ -240,13 +243,14 @@ class compiled_graph final : public graph_base {
   // writes — a micro-batch's activations, what a pipeline keeps from its forward pass to its
   // backward.
   std::size_t owned_bytes(bool first_part = false) const {
-    std::vector<bool> counted(slots_.size(), false);
     std::size_t n = 0;
-    for (std::size_t k = 0; k < steps_.size(); ++k) {
-      if (first_part && k >= first_part_steps_) break;
-      const auto i = static_cast<std::size_t>(steps_[k].slot);
-      if (!counted[i] && slots_[i].owned) n += slots_[i].capacity;
-      counted[i] = true;
+    if (!first_part) {
+      for (const auto& sl : slots_) n += sl.owned ? sl.capacity : 0;
+      return n;
+    }
+    for (std::size_t k = 0; k < first_part_steps_; ++k) {  // each step has a slot of its own
+      const slot& sl = slots_[static_cast<std::size_t>(steps_[k].slot)];
+      n += sl.owned ? sl.capacity : 0;
     }
     return n;
   }
@@ -285,29 +289,13 @@ class compiled_graph final : public graph_base {
   // Where the backend's buffers are not host memory (backend_host_memory), feeds are copied
   // into a device buffer per placeholder and outputs out into a host buffer per output.
   static constexpr bool host_memory = backend_host_memory<Backend>;
-  struct staging {
-    void* data = nullptr;
-    std::size_t capacity = 0;
-    staging() = default;
-    staging(const staging&) = delete;
-    staging& operator=(const staging&) = delete;
-    ~staging() {
-      if (data) Backend::deallocate(data);
-    }
-    void reserve(std::size_t bytes) {
-      if (bytes <= capacity) return;
-      if (data) Backend::deallocate(data);
-      data = nullptr, capacity = 0;
-      data = Backend::allocate(bytes);
-      capacity = bytes;
-    }
-  };
-  std::map<int, staging> feed_buffers_;                                  // by placeholder slot
+  std::map<int, device_buffer<Backend>> feed_buffers_;                                  // by placeholder slot
   std::array<std::vector<unsigned char>, sizeof...(Outs)> host_results_;  // by output
 
   std::tuple<Outs...> outs_;
   int cut_stage_ = -1;                 // the pipeline stage this graph runs, or -1 (all of it)
   std::size_t first_part_steps_ = 0;   // run_part 0: the steps of the first output
+  std::vector<char> first_part_reads_;  // per placeholder: whether those steps read it
   struct boundary {                    // a node of another stage, fed by stage_input
     int slot;
     dims expected;
@@ -540,7 +528,7 @@ class compiled_graph final : public graph_base {
         slots_[p.slot].data = const_cast<T*>(f.data ? f.data : &zero_size_sentinel<T>);
         slots_[p.slot].d = f.d;
       } else {  // a device backend: the feed is copied into the placeholder's own buffer
-        staging& st = feed_buffers_[p.slot];
+        device_buffer<Backend>& st = feed_buffers_[p.slot];
         const std::size_t bytes = static_cast<std::size_t>(f.d.numel()) * sizeof(T);
         st.reserve(std::max(bytes, sizeof(T)));
         if (bytes) Backend::copy_to_device(st.data, f.data, bytes);
@@ -569,7 +557,7 @@ class compiled_graph final : public graph_base {
     if constexpr (host_memory) {
       sl.data = const_cast<T*>(f.data ? f.data : &zero_size_sentinel<T>);
     } else {
-      staging& st = feed_buffers_[s];
+      device_buffer<Backend>& st = feed_buffers_[s];
       const std::size_t bytes = static_cast<std::size_t>(f.d.numel()) * sizeof(T);
       st.reserve(std::max(bytes, sizeof(T)));
       if (bytes) Backend::copy_to_device(st.data, f.data, bytes);

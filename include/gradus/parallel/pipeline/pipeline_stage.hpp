@@ -91,7 +91,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }(static_cast<vars_t*>(nullptr));
     {
       const auto bound = s_.bind();
-      for (std::size_t i = 0; i < nv; ++i) acc_[i].reserve(sizes_[i]);
+      for (std::size_t i = 0; i < nv; ++i) values(acc_[i], sizes_[i]);
     }
     if (this->stats_.replicas > 1) {
       if constexpr (splittable<Comm>) replicas_.emplace(comm.split(K, this->stats_.replica));
@@ -272,33 +272,16 @@ class pipeline_stage final : public pipeline_base<Comm> {
     Backend::copy_to_device(s_.template data<VT>(V::name.view()), v.data(), v.size() * sizeof(VT));
   }
 
-  // Values in the backend's memory, freed with it (also when a constructor throws).
-  struct device_values {
-    T* p = nullptr;
-    std::size_t n = 0;
-    device_values() = default;
-    device_values(const device_values&) = delete;
-    device_values& operator=(const device_values&) = delete;
-    ~device_values() {
-      if (p) Backend::deallocate(p);
-    }
-    T* reserve(std::size_t want) {  // grown, never shrunk
-      if (p && want <= n) return p;
-      if (p) Backend::deallocate(p);
-      p = nullptr;
-      p = static_cast<T*>(Backend::allocate(std::max<std::size_t>(want, 1) * sizeof(T)));
-      n = std::max<std::size_t>(want, 1);
-      return p;
-    }
-  };
-  T* scratch(std::size_t n) { return scratch_.reserve(n); }
+  // n values in a device buffer (exec/backend.hpp: grown, freed with this stage)
+  static T* values(device_buffer<Backend>& b, std::size_t n) { return static_cast<T*>(b.reserve(std::max<std::size_t>(n, 1) * sizeof(T))); }
+  T* scratch(std::size_t n) { return values(scratch_, n); }
 
   void accumulate(typename graph_t::graph_t& gr, T w, bool first) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (([&] {
          const auto gv = gr.template output<1 + I>();
-         if (first) Backend::for_each(gv.size(), detail::scale_rule<T>{w}, acc_[I].p, gv.data());
-         else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, acc_[I].p, gv.data());
+         if (first) Backend::for_each(gv.size(), detail::scale_rule<T>{w}, static_cast<T*>(acc_[I].data), gv.data());
+         else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, static_cast<T*>(acc_[I].data), gv.data());
        }()),
        ...);
     }(std::make_index_sequence<nv>{});
@@ -306,12 +289,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
       if constexpr (backend_host_memory<Backend>) {
-        replicas_->allreduce_average(std::span<T>(acc_[i].p, sizes_[i]));
+        replicas_->allreduce_average(std::span<T>(static_cast<T*>(acc_[i].data), sizes_[i]));
       } else {
         scaled_.resize(sizes_[i]);
-        Backend::copy_to_host(scaled_.data(), acc_[i].p, sizes_[i] * sizeof(T));
+        Backend::copy_to_host(scaled_.data(), static_cast<T*>(acc_[i].data), sizes_[i] * sizeof(T));
         replicas_->allreduce_average(std::span<T>(scaled_));
-        Backend::copy_to_device(acc_[i].p, scaled_.data(), sizes_[i] * sizeof(T));
+        Backend::copy_to_device(static_cast<T*>(acc_[i].data), scaled_.data(), sizes_[i] * sizeof(T));
       }
     }
   }
@@ -319,7 +302,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;
-      ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), acc_[i].p,
+      ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), static_cast<T*>(acc_[i].data),
                                      slots_[i].data(), step, 1.0),
         ++i),
        ...);
@@ -351,11 +334,11 @@ class pipeline_stage final : public pipeline_base<Comm> {
     return std::array<std::size_t, nv>{static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel())...};
   }(static_cast<vars_t*>(nullptr));
   std::array<std::array<T*, 2>, nv> slots_{};
-  std::array<device_values, nv> acc_;  // the batch's gradient sums
+  std::array<device_buffer<Backend>, nv> acc_;  // the batch's gradient sums
   std::vector<std::vector<T>> inputs_;  // per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;
   std::vector<T> dy_, scaled_;
-  device_values scratch_;
+  device_buffer<Backend> scratch_;
   std::optional<sub_t> replicas_;
 };
 
