@@ -175,6 +175,11 @@ BOOST_AUTO_TEST_CASE(stage_cut_in_the_type) {
   static_assert(std::is_same_v<gp::stage_variables_t<0, 2, L2>, std::tuple<decltype(m.l1.w), decltype(m.l1.b)>>);
   static_assert(std::tuple_size_v<gp::stage_variables_t<1, 2, L2>> == 4);
   static_assert(std::tuple_size_v<gp::stage_variables_t<1, 3, L3>> == 2);
+  // a dense weight's gradient (X^T G over the rows) is deferred to one GEMM a step; a bias's is not
+  using G0 = gp::stage_graph<g::cpu_simd, 0, 2, L2>;
+  using G1 = gp::stage_graph<g::cpu_simd, 1, 2, L2>;
+  static_assert(G0::deferred[0] && !G0::deferred[1] && G1::deferred[0] && !G1::deferred[1] && G1::deferred[2]);
+  static_assert(G0::rows_output[0] == 3 && G1::rows_output[0] == 6 && G1::rows_output[2] == 7);
   // a placed graph run whole equals the unplaced one, bit for bit (the placement is an identity)
   const auto data = make_batches(1, 5, 3);
   g::session<g::cpu_simd> s;

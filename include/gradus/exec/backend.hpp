@@ -207,6 +207,17 @@ struct device_buffer {
     capacity = bytes ? bytes : 1;
     return data;
   }
+  void* grow(std::size_t bytes) {  // keeps the contents; at least doubles when it grows
+    if (data && bytes <= capacity) return data;
+    const std::size_t want = bytes > 2 * capacity ? bytes : 2 * capacity;
+    void* p = B::allocate(want ? want : 1);
+    if (data) {
+      B::copy(p, data, capacity);
+      B::deallocate(data);
+    }
+    data = p, capacity = want ? want : 1;
+    return data;
+  }
 };
 
 // A host buffer for a backend's copies: allocate_host's where the backend queues copies,

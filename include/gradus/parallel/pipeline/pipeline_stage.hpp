@@ -144,6 +144,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     input_dims_.resize(static_cast<std::size_t>(M));
     double loss = 0;
     bool first_grad = true;
+    stashed_rows_ = 0;
     std::vector<char> alive(static_cast<std::size_t>(M), 0);  // forward done, backward not yet
     for (const auto& op : this->ops_) {
       const int m = op.micro;
@@ -174,6 +175,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
         }
         timed([&] {
           accumulate(gr, w, first_grad);
+          stash(gr, w);
           first_grad = false;
         });
         alive[um] = 0;
@@ -192,6 +194,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
       }
     }
     timed([&] {
+      deferred_gradients();
       if (replicas_)
         for (std::size_t i = 0; i < nv; ++i) average(i);
       update();
@@ -279,12 +282,56 @@ class pipeline_stage final : public pipeline_base<Comm> {
   void accumulate(typename graph_t::graph_t& gr, T w, bool first) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (([&] {
+         if constexpr (graph_t::deferred[I]) return;
          const auto gv = gr.template output<1 + I>();
          if (first) Backend::for_each(gv.size(), detail::scale_rule<T>{w}, static_cast<T*>(acc_[I].data), gv.data());
          else Backend::for_each(gv.size(), detail::axpy_rule<T>{w}, static_cast<T*>(acc_[I].data), gv.data());
        }()),
        ...);
     }(std::make_index_sequence<nv>{});
+  }
+  // A deferred gradient's rows of this micro-batch (stage_graph.hpp): its X, and its G
+  // scaled by the micro-batch's weight, appended to the step's stash.
+  void stash(typename graph_t::graph_t& gr, T w) {
+    long rows = -1;
+    [&]<std::size_t... I>(std::index_sequence<I...>) {
+      (([&] {
+         if constexpr (graph_t::deferred[I]) {
+           const auto x = gr.template output<graph_t::rows_output[I]>();
+           const auto g = gr.template output<1 + I>();
+           rows = x.shape.d[0];
+           if (rows == 0) return;
+           const auto xc = static_cast<std::size_t>(x.size() / rows), gc = static_cast<std::size_t>(g.size() / rows);
+           if (g.shape.d[0] != rows || xc * gc != sizes_[I])
+             throw error(this->where(-1) + "a deferred weight gradient's rows are " + to_string(x.shape) + " and " +
+                         to_string(g.shape) + ", which do not make its variable's " + std::to_string(sizes_[I]) + " values");
+           cols_[I] = {xc, gc};
+           const auto at = static_cast<std::size_t>(stashed_rows_);
+           T* xs = static_cast<T*>(stash_x_[I].grow((at + static_cast<std::size_t>(rows)) * xc * sizeof(T)));
+           T* gs = static_cast<T*>(stash_g_[I].grow((at + static_cast<std::size_t>(rows)) * gc * sizeof(T)));
+           Backend::copy(xs + at * xc, x.data(), static_cast<std::size_t>(x.size()) * sizeof(T));
+           if (w == T(1)) Backend::copy(gs + at * gc, g.data(), static_cast<std::size_t>(g.size()) * sizeof(T));
+           else Backend::for_each(g.size(), detail::scale_rule<T>{w}, gs + at * gc, g.data());
+         }
+       }()),
+       ...);
+    }(std::make_index_sequence<nv>{});
+    if (rows > 0) stashed_rows_ += rows;
+  }
+  // The deferred gradients, each one GEMM over the step's stashed rows: X^T G.
+  void deferred_gradients() {
+    for (std::size_t i = 0; i < nv; ++i) {
+      if (!graph_t::deferred[i]) continue;
+      T* acc = static_cast<T*>(acc_[i].data);
+      if (stashed_rows_ == 0) {
+        Backend::for_each(static_cast<index_t>(sizes_[i]), detail::scale_rule<T>{T(0)}, acc, acc);
+        continue;
+      }
+      const auto [xc, gc] = cols_[i];
+      const auto m = static_cast<index_t>(xc), n = static_cast<index_t>(gc);
+      Backend::gemm(true, false, m, n, static_cast<index_t>(stashed_rows_), T(1), static_cast<const T*>(stash_x_[i].data), m, 0,
+                    static_cast<const T*>(stash_g_[i].data), n, 0, T(0), acc, n, m * n, 1);
+    }
   }
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
@@ -335,6 +382,11 @@ class pipeline_stage final : public pipeline_base<Comm> {
   }(static_cast<vars_t*>(nullptr));
   std::array<std::array<T*, 2>, nv> slots_{};
   std::array<device_buffer<Backend>, nv> acc_;  // the batch's gradient sums
+  // the deferred gradients' stashes (rows of X and of G, the step's micro-batches one after
+  // another), their column counts, and the rows stashed this step
+  std::array<device_buffer<Backend>, nv> stash_x_, stash_g_;
+  std::array<std::pair<std::size_t, std::size_t>, nv> cols_{};
+  long stashed_rows_ = 0;
   std::vector<std::vector<T>> inputs_;  // per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;
   std::vector<T> dy_, scaled_;

@@ -13,12 +13,16 @@
 //                               (`pipeline_dy`) fed with what the next stage sent back. One
 //                               graph per micro-batch in flight, each keeping its activations
 //                               between its forward and backward parts (run_part 0 and 1).
+//                               A variable whose gradient is X^T G over the rows (deferred_v)
+//                               has G as its output and X appended after the others: the
+//                               pipeline stashes both and computes the gradient once a step.
 //
 // What a pipeline asks of the placed loss, each a compile-time error naming the stage:
 // stages 0..S-1 each have exactly one placed output (the last may be the unplaced loss
 // above stage S-2's output), stage K reads only stage K - 1's output, and no variable is
 // read by two stages (tied weights are not supported yet: their gradients would need an
 // all-reduce between the stages that share them).
+#include <array>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -135,6 +139,21 @@ struct as_tuple_of<type_list<A...>> {
   using type = std::tuple<A...>;
 };
 
+// A weight gradient that is a contraction over the micro-batch's rows, X^T G (a dense
+// layer's: X its input, G its output's gradient, both [rows, n]): a sum over rows, so a
+// pipeline stashes each micro-batch's X and G and takes one GEMM over the whole batch at the
+// end of the step (the zero-bubble schedules' separate "W" pass) instead of a full weight
+// gradient per micro-batch added into a sum — at 8 or 16 rows a micro-batch, that traffic,
+// not the arithmetic, was the step.
+template <class G>
+struct row_contraction : std::false_type {};
+template <class X, class G>
+  requires(rank_v<X> == 2 && rank_v<G> == 2)
+struct row_contraction<matmul_node<permute_node<X, 1, 0>, G>> : std::true_type {
+  static const X& x(const matmul_node<permute_node<X, 1, 0>, G>& n) { return n.a.a; }
+  static const G& g(const matmul_node<permute_node<X, 1, 0>, G>& n) { return n.b; }
+};
+
 template <fixed_string Name, class T, class S>
 struct placeholder_of_shape;
 template <fixed_string Name, class T, index_t... E>
@@ -211,17 +230,31 @@ class stage_graph {
 
  private:
   template <class V>
+  using backprop_t = decltype(backprop(std::declval<const V&>(), std::declval<const output_t&>(), std::declval<const adjoint_t&>()));
+  template <class V>
+  static constexpr bool deferrable = detail::row_contraction<backprop_t<V>>::value;
+  template <class V>
   static auto gradient(const V& v, const output_t& out, const adjoint_t& adj) {
-    return gradus::detail::as_gradient(v, backprop(v, out, adj));
+    if constexpr (deferrable<V>) return detail::row_contraction<backprop_t<V>>::g(backprop(v, out, adj));
+    else return gradus::detail::as_gradient(v, backprop(v, out, adj));
+  }
+  template <class V>
+  static auto deferred_rows(const V& v, const output_t& out, const adjoint_t& adj) {
+    if constexpr (deferrable<V>) return std::tuple(detail::row_contraction<backprop_t<V>>::x(backprop(v, out, adj)));
+    else return std::tuple<>{};
+  }
+  static adjoint_t adjoint() {
+    if constexpr (last) return adjoint_t{{}, value_type(1)};
+    else return adjoint_t{};
   }
   static auto outputs(const output_t& out) {
-    const adjoint_t adj = [] {
-      if constexpr (last) return adjoint_t{{}, value_type(1)};
-      else return adjoint_t{};
-    }();
+    const adjoint_t adj = adjoint();
     return [&]<class... Vs>(std::tuple<Vs...>*) {
-      if constexpr (K == 0) return std::tuple(out, gradient(Vs{}, out, adj)...);
-      else return std::tuple(out, gradient(Vs{}, out, adj)..., gradient(*detail::find_node<input_t>(out), out, adj));
+      if constexpr (K == 0)
+        return std::tuple_cat(std::tuple(out, gradient(Vs{}, out, adj)...), deferred_rows(Vs{}, out, adj)...);
+      else
+        return std::tuple_cat(std::tuple(out, gradient(Vs{}, out, adj)..., gradient(*detail::find_node<input_t>(out), out, adj)),
+                              deferred_rows(Vs{}, out, adj)...);
     }(static_cast<variables*>(nullptr));
   }
   using outputs_t = decltype(outputs(std::declval<const output_t&>()));
@@ -235,6 +268,17 @@ class stage_graph {
  public:
   using graph_t = typename graph_of<outputs_t>::type;
   static constexpr std::size_t variable_count = std::tuple_size_v<variables>;
+  // Per variable: whether its gradient is deferred (X^T G over the batch's rows), and the
+  // output holding its X (outputs 1 + i hold G; X follows the input's gradient).
+  static constexpr std::array<bool, variable_count> deferred = []<class... Vs>(std::tuple<Vs...>*) {
+    return std::array<bool, variable_count>{deferrable<Vs>...};
+  }(static_cast<variables*>(nullptr));
+  static constexpr std::array<std::size_t, variable_count> rows_output = [] {
+    std::array<std::size_t, variable_count> r{};
+    std::size_t next = 1 + variable_count + (K > 0 ? 1 : 0);
+    for (std::size_t i = 0; i < variable_count; ++i) r[i] = deferred[i] ? next++ : 0;
+    return r;
+  }();
 
   explicit stage_graph(const Loss& loss) : out_(find_output(loss)), outs_(outputs(out_)) {
     if constexpr (K > 0) input_ = detail::find_node<input_t>(out_);
