@@ -265,9 +265,40 @@ BOOST_AUTO_TEST_CASE(every_pair_exchanges_every_size_over_ipc_and_tcp_processes)
           comm.allreduce_sum(std::span<float>(x));
           if (x[999] != static_cast<float>(comm.world_size())) throw std::runtime_error("allreduce after point-to-point");
           exchange_all_pairs(comm);
+          // ranks on one host: every pair's messages went through shared memory
+          for (int p = 0; p < comm.world_size(); ++p)
+            if (p != comm.rank() && comm.point_to_point_path(p) != "shared memory")
+              throw std::runtime_error("rank " + std::to_string(comm.rank()) + " sent to rank " + std::to_string(p) + " by " +
+                                       comm.point_to_point_path(p));
           comm.barrier();
         }));
       }
+    }
+}
+
+// Both directions at once, messages larger than a shared-memory segment (8 MiB: they stream
+// through it while the receiver copies out) and than the size ZeroMQ sends zero-copy: over
+// shared memory, and over ZeroMQ with GRADUS_P2P_SHM=0.
+BOOST_AUTO_TEST_CASE(large_messages_cross_both_ways_over_shared_memory_and_zeromq) {
+  for (const char* shm : {"1", "0"})
+    BOOST_TEST_CONTEXT("GRADUS_P2P_SHM=" << shm) {
+      ::setenv("GRADUS_P2P_SHM", shm, 1);
+      require_clean(on_processes(2, "ipc", [&](g::ring_allreduce& comm) {
+        const int peer = 1 - comm.rank();
+        constexpr std::size_t n = std::size_t{3} << 20;  // 12 MiB of floats
+        for (std::size_t k = 0; k < 3; ++k) {
+          send_one<float>(comm, peer, k, n);
+          send_one<float>(comm, peer, k + 10, 5);  // a small one right behind: order kept
+        }
+        for (std::size_t k = 0; k < 3; ++k) {
+          expect_one<float>(comm, peer, k, n);
+          expect_one<float>(comm, peer, k + 10, 5);
+        }
+        const std::string want = std::string(shm) == "1" ? "shared memory" : "zeromq";
+        if (comm.point_to_point_path(peer) != want)
+          throw std::runtime_error("sent by " + comm.point_to_point_path(peer) + ", not " + want);
+      }));
+      ::unsetenv("GRADUS_P2P_SHM");
     }
 }
 

@@ -155,6 +155,9 @@ class ring_allreduce {
     h.count = x.size();
     run_as([&] { return doing; }, [&] { mesh_->send(to, h, std::as_bytes(x), deadline(), doing); });
   }
+  // How this rank's messages to `to` travel: "shared memory" (a segment of its own, ranks on
+  // one host: ring/p2p_shm.hpp), "zeromq", or "" before the first one.
+  std::string point_to_point_path(int to) const { return std::string(mesh_->path_to(to)); }
   // x <- the next message from rank `from`, which must hold x.size() elements of T: another
   // size or dtype throws gradus::error naming the peer and both sizes, and the message stays
   // queued (the communicator stays usable). Messages from other ranks queue meanwhile. A dead

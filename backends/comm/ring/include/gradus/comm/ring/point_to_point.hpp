@@ -25,7 +25,7 @@
 //     GRADUS_FAULT_FILE). A killed peer fails a waiting recv within about half a second; every
 //     wait also has the communicator's timeout.
 //   - A message is two frames: a p2p_header and the payload. Over tcp and ipc, payloads of
-//     64 KiB and more go zero-copy (net::payload_message) and send() waits until ZeroMQ lets
+//     8 MiB and more (mesh::copy_below) go zero-copy (net::payload_message) and send() waits until ZeroMQ lets
 //     go of them, i.e. until the bytes are in the kernel: the receiving I/O thread reads them
 //     whatever its application does, so two ranks sending to each other at once do not
 //     deadlock. Smaller payloads, and every inproc:// one (whose bytes ZeroMQ would hold
@@ -58,6 +58,7 @@
 #include "gradus/comm/net/peer_state.hpp"
 #include "gradus/comm/net/socket_monitor.hpp"
 #include "gradus/comm/net/zero_copy.hpp"
+#include "gradus/comm/ring/p2p_shm.hpp"
 #include "gradus/comm/ring/pair.hpp"
 #include "gradus/comm/ring/zmq_ring.hpp"
 #include "gradus/core/error.hpp"
@@ -115,8 +116,10 @@ class mesh {
   // The mesh of a formed ring (world_size > 1): takes its point-to-point socket.
   explicit mesh(zmq_ring& ring)
       : ring_(&ring), rank_(ring.rank_), world_(ring.world_), inproc_(ring.zmq_scheme_ == "inproc"), pull_(std::move(ring.p2p_pull_)),
-        links_(static_cast<std::size_t>(world_)), in_(static_cast<std::size_t>(world_)) {
+        shm_listen_(std::move(ring.p2p_shm_listen_)), links_(static_cast<std::size_t>(world_)), in_(static_cast<std::size_t>(world_)),
+        shm_in_(static_cast<std::size_t>(world_)) {
     ring.p2p_pull_.reset();
+    ring.p2p_shm_listen_.clear();
     if (!pull_ || ring.p2p_table_.size() != static_cast<std::size_t>(world_))
       throw error("gradus: ring_allreduce: rank " + std::to_string(rank_) + ": no point-to-point socket (internal error)");
   }
@@ -149,8 +152,21 @@ class mesh {
     pull_.reset();
   }
 
+  // Payloads below this are copied (by libzmq) and send() returns at once; larger ones go
+  // zero-copy and send() waits for the I/O thread to take them. Far above the ring's 64 KiB:
+  // a pipeline's activations (tens of KiB to a few MiB, on the critical path of every
+  // micro-batch) spent 0.2-1.5 ms a send waiting for that thread while both cores computed;
+  // a copy of 1 MiB is ~50 us.
+  static constexpr std::size_t copy_below = std::size_t{8} << 20;
+
   int rank() const { return rank_; }
   int world_size() const { return world_; }
+  // How messages to `peer` travel: "shared memory", "zeromq", or "" before the first one.
+  std::string_view path_to(int peer) const {
+    if (peer < 0 || peer >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(peer)]) return "";
+    const link& l = *links_[static_cast<std::size_t>(peer)];
+    return !l.shm_decided ? "" : l.shm ? "shared memory" : "zeromq";
+  }
 
   // The largest sub-group id this rank has taken part in (split agrees on the next one).
   std::uint32_t last_group_id = 0;
@@ -167,6 +183,23 @@ class mesh {
     link& l = link_to(to, doing);
     pump(0, &l);
     check(to, &l, doing);
+    if (!l.shm_decided) {  // before the first message to `to`: one path per pair keeps the order
+      l.shm_decided = true;
+      if (!inproc_) l.shm = p2p_shm::writer<p2p_header>::offer(ring_->p2p_table_[static_cast<std::size_t>(to)], rank_, to);
+    }
+    if (l.shm) {
+      std::size_t done = 0;
+      bool started = false;
+      for (int spins = 0; !l.shm->put(h, payload, done, started); ++spins) {
+        // the segment is full: take what arrives meanwhile (a peer sending to this rank too)
+        pump(0, &l);
+        check(to, &l, doing);
+        if (clock::now() >= deadline) throw ring_->silent(doing, to, false);
+        if (spins < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(20));
+      }
+      return;
+    }
     // No high-water mark and a pipe from connect() on: ZeroMQ queues the message at once.
     // Copies are made by libzmq itself (zmq_send of a buffer), not by cppzmq's inline
     // message_t(data, size): ThreadSanitizer does not see libzmq's copy (tsan.supp), so ranks
@@ -179,7 +212,7 @@ class mesh {
       check(to, &l, doing);
     }
     // the first frame went, so this one goes too
-    if (inproc_ || payload.size() < net::zero_copy_from) {
+    if (inproc_ || payload.size() < copy_below) {
       (void)l.push->send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::none);
       return;
     }
@@ -216,7 +249,12 @@ class mesh {
     while (q.empty()) {
       check(from, &l, doing);
       if (clock::now() >= deadline) throw ring_->silent(doing, from, true);
-      pump(net::ms_left(deadline, 20), &l);
+      if (auto& r = shm_in_[static_cast<std::size_t>(from)]) {
+        r->wait(std::chrono::microseconds(1000));  // its segment (waking the moment a slot is published)
+        pump(0, &l);
+      } else {
+        pump(net::ms_left(deadline, 20), &l);
+      }
     }
     return q.front();
   }
@@ -265,6 +303,8 @@ class mesh {
     net::socket_monitor mon;  // after the socket it watches: destroyed first
     std::string dial;         // the peer's point-to-point endpoint as dialled
     bool established = false; // a ZMTP handshake completed
+    bool shm_decided = false; // whether messages go through `shm` was decided (at the first send)
+    std::unique_ptr<p2p_shm::writer<p2p_header>> shm;  // this rank -> the peer, on one host
     bool gone = false;        // ... and its connection closed since (or heartbeats dropped it)
     bool attempt_failed = false;  // a connection attempt failed before any was established
     int unestablished = 0;    // handshakes failed, whose DISCONNECTED is still to come
@@ -318,9 +358,11 @@ class mesh {
   // to wait_ms for a message or an event of `watched`.
   void pump(int wait_ms, link* watched) {
     if (closed_ || !pull_) throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + ": the communicator is closed");
-    zmq::pollitem_t items[2] = {{pull_->handle(), 0, ZMQ_POLLIN, 0}, {}};
+    zmq::pollitem_t items[4] = {{pull_->handle(), 0, ZMQ_POLLIN, 0}, {}, {}, {}};
     std::size_t n = 1;
     if (watched && watched->mon) items[n++] = watched->mon.poll_item();
+    for (const auto& L : shm_listen_)  // an offer of a segment wakes the wait too
+      if (L.fd() >= 0 && n < std::size(items)) items[n++] = {nullptr, L.fd(), ZMQ_POLLIN, 0};
     zmq::poll(items, n, std::chrono::milliseconds(wait_ms));  // also when 0: ZeroMQ processes its commands here
     for (auto& l : links_)
       if (l) events(*l);
@@ -348,6 +390,42 @@ class mesh {
         keep_heap_for(body.size());
         queue(h.channel, h.from).push_back(p2p_message{h, std::move(body)});
       }
+    }
+    pump_shared_memory();
+  }
+
+  // After ZeroMQ's messages (a peer's leave follows its last message, which may be here):
+  // the segments offered since, then every segment's messages.
+  void pump_shared_memory() {
+    for (auto& L : shm_listen_)
+      for (auto& [from, fd] : L.accept(rank_, world_, protocol_error_)) {
+        auto& r = shm_in_[static_cast<std::size_t>(from)];
+        if (r) {
+          protocol_error_ = "rank " + std::to_string(from) + " offered a second shared-memory segment (not a gradus ring peer of this job?)";
+          continue;
+        }
+        try {
+          r = std::make_unique<p2p_shm::reader<p2p_header>>(fd.fd, from);
+        } catch (const std::exception& e) {
+          protocol_error_ = e.what();
+          continue;
+        }
+        const auto& sh = r->header();
+        if (sh.magic != p2p_shm::magic || sh.writer_rank != from || sh.reader_rank != rank_) {
+          protocol_error_ = "rank " + std::to_string(from) + "'s shared-memory segment is not a point-to-point segment of this job";
+          r.reset();
+        }
+      }
+    for (auto& r : shm_in_) {
+      if (!r) continue;
+      r->drain([&](const p2p_header& h, zmq::message_t&& body) {
+        if (h.magic != p2p_header::magic_value || h.from != r->from() || h.kind != p2p_kind::data) {
+          protocol_error_ = "a malformed message arrived in rank " + std::to_string(r->from()) + "'s shared-memory segment";
+          return;
+        }
+        queue(h.channel, h.from).push_back(p2p_message{h, std::move(body)});
+      });
+      if (r->broken()) protocol_error_ = "rank " + std::to_string(r->from()) + "'s shared-memory segment breaks its protocol";
     }
   }
 
@@ -424,8 +502,10 @@ class mesh {
   int rank_, world_;
   bool inproc_ = false;
   std::optional<zmq::socket_t> pull_;
+  std::vector<p2p_shm::listener> shm_listen_;  // offers of segments from peers on this host
   std::vector<std::unique_ptr<link>> links_;  // by peer, made on first use
   std::vector<peer_news> in_;                 // by peer
+  std::vector<std::unique_ptr<p2p_shm::reader<p2p_header>>> shm_in_;  // by peer: its segment, once offered
   std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;  // by (channel, source)
   std::string protocol_error_;
   std::size_t kept_for_ = 0;

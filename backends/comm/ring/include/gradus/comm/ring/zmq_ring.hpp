@@ -72,6 +72,7 @@
 #include "gradus/comm/net/socket_monitor.hpp"
 #include "gradus/comm/net/zero_copy.hpp"
 #include "gradus/comm/ring/options.hpp"
+#include "gradus/comm/ring/p2p_shm.hpp"
 #include "gradus/comm/ring/shm_path.hpp"
 #include "gradus/comm/ring/tcp_path.hpp"
 #include "gradus/comm/ring/pair.hpp"
@@ -527,6 +528,7 @@ class zmq_ring final : public control {
   std::optional<zmq::socket_t> pull_, push_;
   std::optional<zmq::socket_t> p2p_pull_;   // the point-to-point socket, until the mesh takes it
   std::vector<std::string> p2p_table_;      // every rank's point-to-point address
+  std::vector<p2p_shm::listener> p2p_shm_listen_;  // its shared-memory listeners (p2p_shm.hpp), until the mesh takes them
   net::socket_monitor pull_mon_, push_mon_;  // after the sockets they watch: destroyed first
   std::optional<zmq_pair> left_, right_;
   std::deque<message> inbox_;

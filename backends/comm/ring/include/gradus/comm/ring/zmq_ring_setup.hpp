@@ -211,6 +211,10 @@ inline void zmq_ring::setup(const ring_options& o) {
       p2p.push_back("p2p+ipc://" + name + "-p2p");
     }
   }
+  // the point-to-point mesh's shared-memory listeners (p2p_shm.hpp), one per advertised
+  // address, bound before the rendezvous hands the addresses out
+  if (scheme != "inproc")
+    for (const auto& a : p2p) p2p_shm_listen_.emplace_back(a.substr(4));
   mine.insert(mine.end(), p2p.begin(), p2p.end());
 
   rendezvous(o, scheme, want, mine);

@@ -1,0 +1,320 @@
+#pragma once
+// Shared-memory channels for the point-to-point mesh (point_to_point.hpp), between two ranks
+// on one host: what a pipeline's stages send each other (activations forward, gradients
+// back, on the critical path of every micro-batch). Over ZeroMQ each such message went
+// through two I/O threads competing with the compute for the cores (0.2-1.5 ms a 64 KiB
+// send on 2 busy cores); here the sender copies it into a segment the receiver maps, and the
+// receiver copies it out: no thread in between.
+//
+//   - One channel per ordered pair (writer -> reader), made by the writer the first time it
+//     sends to that peer: an anonymous memfd (nothing named on any filesystem; the memory goes
+//     with the last process that maps it), offered over the reader's abstract unix socket
+//     (SCM_RIGHTS), whose name is derived from the reader's point-to-point address. No
+//     listener there (another host, another network namespace, a ring over inproc://) and the
+//     pair uses ZeroMQ, decided before its first message: one path per pair keeps the order.
+//     The offer never waits for the reader: the kernel keeps the connection and the
+//     descriptor until the reader accepts them (listener::accept, from the mesh's pump).
+//   - A segment is a single-producer / single-consumer ring of fixed slots. A message takes
+//     one slot or more: the first carries its p2p_header, each its share of the payload. The
+//     writer publishes slots (`head`) as it fills them and the reader releases them (`tail`)
+//     as it copies them out, so a message larger than the segment streams through it.
+//   - A reader waiting for a message from one peer spins briefly, then sleeps on that
+//     segment's `head` (a futex; the writer wakes it only when it announced that it sleeps),
+//     at most a millisecond at a time so that the mesh keeps watching the peer's liveness
+//     (ZeroMQ's connection events, unchanged). A writer whose segment is full drains its own
+//     incoming channels while it waits (the mesh's pump), so two ranks sending to each other
+//     at once cannot wait for each other.
+//   - GRADUS_P2P_SHM=0 in the environment keeps every pair on ZeroMQ (for comparisons).
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <zmq.hpp>
+
+#include "gradus/comm/net/fd.hpp"
+#include "gradus/comm/ring/shm_path.hpp"
+
+namespace gradus::ring {
+
+struct p2p_header;  // point_to_point.hpp
+
+namespace p2p_shm {
+
+constexpr std::uint64_t magic = 0x67703273686d3031;  // "gp2shm01"
+constexpr std::uint32_t slot_count = 32;              // a power of two
+constexpr std::size_t slot_bytes = std::size_t{256} << 10;
+constexpr std::size_t slot_room = 256;    // a slot's chunk header (and the message's p2p_header), padded
+constexpr std::size_t first_slot = 4096;  // after the segment header
+constexpr std::size_t slot_stride = slot_room + slot_bytes;
+constexpr std::size_t segment_bytes = first_slot + slot_count * slot_stride;
+
+struct segment_header {
+  std::uint64_t magic;
+  std::int32_t writer_rank, reader_rank;
+  std::uint64_t target;  // hash of the reader's point-to-point address
+  alignas(64) std::atomic<std::uint32_t> head;  // slots published (wraps)
+  std::atomic<std::uint32_t> reader_sleeps;
+  alignas(64) std::atomic<std::uint32_t> tail;  // slots released (wraps)
+};
+static_assert(sizeof(segment_header) <= first_slot);
+
+// What the writer sends with the segment's descriptor.
+struct offer_msg {
+  std::uint64_t magic = p2p_shm::magic;
+  std::int32_t writer_rank = -1, reader_rank = -1;
+  std::uint64_t target = 0;
+  std::uint64_t bytes = 0;
+};
+
+// FNV-1a of a point-to-point address: names its listener, checked in the segment.
+inline std::uint64_t hash_of(std::string_view s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  return h;
+}
+inline std::string listener_name(std::string_view address) {
+  static const char* hex = "0123456789abcdef";
+  std::string n = "@gradus-p2p-";
+  for (std::uint64_t h = hash_of(address), i = 0; i < 16; ++i, h >>= 4) n += hex[h & 15];
+  return n;
+}
+inline bool enabled() {
+  const char* e = std::getenv("GRADUS_P2P_SHM");
+  return !(e && std::string_view(e) == "0");
+}
+
+// A slot's chunk: which part of which message it holds.
+template <class Header>
+struct chunk {
+  std::uint64_t bytes = 0;  // payload bytes in this slot
+  std::uint32_t first = 0;  // 1: the message's first slot (`header` valid)
+  std::uint32_t reserved = 0;
+  Header header{};
+};
+
+// One end's view of a segment.
+class segment {
+ public:
+  segment(int fd, bool init) : map_(fd, segment_bytes) {
+    if (!map_.ok()) throw comm_error(std::string("gradus: ring_allreduce: cannot map a point-to-point segment: ") + std::strerror(errno));
+    if (init) new (map_.base) segment_header{};
+  }
+  segment_header& header() const { return *static_cast<segment_header*>(map_.base); }
+  std::byte* slot(std::uint32_t i) const { return static_cast<std::byte*>(map_.base) + first_slot + (i & (slot_count - 1)) * slot_stride; }
+
+ private:
+  shm_detail::mapping map_;
+};
+
+// The writing end of a channel (this rank -> one peer).
+template <class Header>
+class writer {
+  static_assert(sizeof(chunk<Header>) <= slot_room);
+
+ public:
+  // Offers a fresh segment to the rank listening for `address`; null where none listens there.
+  static std::unique_ptr<writer> offer(const std::string& address, int from, int to) {
+    if (!enabled()) return nullptr;
+    net::unique_fd mem(::memfd_create("gradus-p2p", MFD_CLOEXEC));
+    if (mem.fd < 0 || ::ftruncate(mem.fd, static_cast<off_t>(segment_bytes)) != 0) return nullptr;
+    auto w = std::unique_ptr<writer>(new writer(mem.fd));
+    auto& h = w->seg_.header();
+    h.magic = magic;
+    h.writer_rank = from;
+    h.reader_rank = to;
+    h.target = hash_of(address);
+    net::unique_fd sock(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    sockaddr_un un;
+    const socklen_t len = shm_detail::abstract_address(listener_name(address), un);
+    if (sock.fd < 0 || ::connect(sock.fd, reinterpret_cast<const sockaddr*>(&un), len) != 0) return nullptr;
+    offer_msg o;
+    o.writer_rank = from;
+    o.reader_rank = to;
+    o.target = h.target;
+    o.bytes = segment_bytes;
+    iovec io{&o, sizeof o};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    msghdr msg{};
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &mem.fd, sizeof mem.fd);
+    // a fresh connection's buffer takes these few bytes at once
+    if (::sendmsg(sock.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof o)) return nullptr;
+    return w;
+  }
+
+  // Copies as much of message (h, payload) as the segment has room for, from `done` payload
+  // bytes on (0: nothing of it yet); whether all of it is in.
+  bool put(const Header& h, std::span<const std::byte> payload, std::size_t& done, bool& started) {
+    auto& sh = seg_.header();
+    bool moved = false;
+    while (!started || done < payload.size()) {
+      const std::uint32_t head = sh.head.load(std::memory_order_relaxed);
+      if (head - sh.tail.load(std::memory_order_acquire) >= slot_count) break;
+      std::byte* s = seg_.slot(head);
+      chunk<Header> c;
+      c.bytes = std::min(slot_bytes, payload.size() - done);
+      c.first = started ? 0 : 1;
+      if (!started) c.header = h;
+      std::memcpy(s, &c, sizeof c);
+      if (c.bytes) std::memcpy(s + slot_room, payload.data() + done, c.bytes);
+      done += c.bytes;
+      started = true;
+      sh.head.store(head + 1, std::memory_order_seq_cst);
+      moved = true;
+    }
+    if (moved && sh.reader_sleeps.load(std::memory_order_seq_cst)) shm_detail::futex_wake(sh.head);
+    return started && done == payload.size();
+  }
+
+ private:
+  explicit writer(int fd) : seg_(fd, true) {}
+  segment seg_;
+};
+
+// The reading end of a channel (one peer -> this rank).
+template <class Header>
+class reader {
+ public:
+  reader(int fd, int from) : seg_(fd, false), from_(from) {}
+  int from() const { return from_; }
+  const segment_header& header() const { return seg_.header(); }
+
+  // Takes the slots published so far; on_message(header, body) for each message completed.
+  template <class F>
+  void drain(F&& on_message) {
+    auto& sh = seg_.header();
+    std::uint32_t tail = sh.tail.load(std::memory_order_relaxed);
+    const std::uint32_t head = sh.head.load(std::memory_order_acquire);
+    while (tail != head) {
+      const std::byte* s = seg_.slot(tail);
+      chunk<Header> c;
+      std::memcpy(&c, s, sizeof c);
+      if (c.first) {
+        h_ = c.header;
+        body_.rebuild(static_cast<std::size_t>(c.header.bytes));
+        got_ = 0;
+        open_ = true;
+      }
+      if (!open_ || c.bytes > slot_bytes || got_ + c.bytes > body_.size()) {
+        broken_ = true;  // not a writer that keeps the protocol: the mesh reports it
+        return;
+      }
+      if (c.bytes) std::memcpy(static_cast<std::byte*>(body_.data()) + got_, s + slot_room, c.bytes);
+      got_ += c.bytes;
+      sh.tail.store(++tail, std::memory_order_release);
+      if (got_ == body_.size()) {
+        open_ = false;
+        on_message(h_, std::move(body_));
+        body_ = zmq::message_t();
+      }
+    }
+  }
+  // Waits up to `wait` for the writer to publish a slot (spinning first, then asleep).
+  void wait(std::chrono::microseconds wait) {
+    auto& sh = seg_.header();
+    const std::uint32_t seen = sh.tail.load(std::memory_order_relaxed);
+    for (int i = 0; i < 200; ++i) {
+      if (sh.head.load(std::memory_order_acquire) != seen) return;
+      shm_detail::cpu_relax();
+    }
+    sh.reader_sleeps.store(1, std::memory_order_seq_cst);
+    if (sh.head.load(std::memory_order_seq_cst) == seen) shm_detail::futex_wait(sh.head, seen, wait);
+    sh.reader_sleeps.store(0, std::memory_order_relaxed);
+  }
+  bool broken() const { return broken_; }
+
+ private:
+  segment seg_;
+  int from_;
+  Header h_{};
+  zmq::message_t body_;
+  std::size_t got_ = 0;
+  bool open_ = false, broken_ = false;
+};
+
+// This rank's listener for the offers: an abstract unix socket named for its point-to-point
+// address. Bound before the rendezvous hands that address out, so that no peer can look for
+// it too early.
+class listener {
+ public:
+  listener() = default;
+  explicit listener(const std::string& address) : target_(hash_of(address)) {
+    if (!enabled()) return;
+    fd_ = net::unique_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    sockaddr_un un;
+    const socklen_t len = shm_detail::abstract_address(listener_name(address), un);
+    // Without it, peers use ZeroMQ: slower, not wrong.
+    if (fd_.fd < 0 || ::bind(fd_.fd, reinterpret_cast<const sockaddr*>(&un), len) != 0 || ::listen(fd_.fd, 64) != 0)
+      fd_ = net::unique_fd();
+  }
+  int fd() const { return fd_.fd; }
+
+  // Every offer that has arrived: (writer rank, the segment's descriptor). An offer whose
+  // bytes are not there yet is kept for the next call; a malformed one is dropped with a
+  // reason in `bad`.
+  std::vector<std::pair<int, net::unique_fd>> accept(int reader_rank, int world, std::string& bad) {
+    std::vector<std::pair<int, net::unique_fd>> r;
+    if (fd_.fd < 0) return r;
+    while (true) {
+      const int c = ::accept4(fd_.fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (c < 0) break;
+      pending_.emplace_back(c);
+    }
+    for (std::size_t i = 0; i < pending_.size();) {
+      offer_msg o;
+      iovec io{&o, sizeof o};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &io;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      const ssize_t k = ::recvmsg(pending_[i].fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
+        ++i;
+        continue;
+      }
+      int fd = -1;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+      net::unique_fd mem(fd);
+      if (k != static_cast<ssize_t>(sizeof o) || fd < 0 || o.magic != magic || o.reader_rank != reader_rank || o.target != target_ ||
+          o.writer_rank < 0 || o.writer_rank >= world || o.bytes != segment_bytes)
+        bad = "a malformed shared-memory offer arrived on its point-to-point listener (not a gradus ring peer of this job?)";
+      else
+        r.emplace_back(o.writer_rank, std::move(mem));
+      pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return r;
+  }
+
+ private:
+  std::uint64_t target_ = 0;
+  net::unique_fd fd_;
+  std::vector<net::unique_fd> pending_;
+};
+
+}  // namespace p2p_shm
+}  // namespace gradus::ring
