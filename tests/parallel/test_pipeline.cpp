@@ -226,6 +226,26 @@ BOOST_AUTO_TEST_CASE(three_stages_with_adam) {
       }
 }
 
+// clip_global_norm: the norm spans every stage's gradients, so each stage scales by the same
+// factor as the unsplit step (a stage clipping by its own norm would not match).
+BOOST_AUTO_TEST_CASE(gradient_clipping_spans_the_stages) {
+  model m;
+  const auto data = make_batches(3, 10, 9);
+  const g::sgd clipped{.lr = 0.1, .momentum = 0.9, .clip_global_norm = 0.05};
+  const trained ref = reference(m, m.loss3(), clipped, data, 10);
+  const trained unclipped = reference(m, m.loss3(), g::sgd{.lr = 0.1, .momentum = 0.9}, data, 10);
+  BOOST_TEST(max_rel(ref.w[0], unclipped.w[0]) > 1e-2);  // the clip is active
+  for (int M : {1, 4})
+    BOOST_TEST_CONTEXT("M = " << M) {
+      const auto st = pipelined<3>(m, m.loss3(), clipped, data, 10, {.micro_batches = M, .schedule = gp::schedule_kind::one_f_one_b},
+                                   ref, 1e-4);
+      for (const auto& s : st) {
+        BOOST_TEST(s.gradient_norm > 0.05);
+        BOOST_TEST(s.gradient_norm == st[0].gradient_norm);  // every stage the same norm, bit for bit
+      }
+    }
+}
+
 BOOST_AUTO_TEST_CASE(one_f_one_b_holds_fewer_activations) {
   model m;
   const auto data = make_batches(1, 64, 2);

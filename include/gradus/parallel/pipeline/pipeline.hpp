@@ -62,7 +62,7 @@ class pipeline_step {
   // Every stage's variables into rank 0's session (every rank calls it).
   void gather_variables() { p_->gather_variables(); }
   // Two numbers of every rank, on rank 0 in rank order (every rank calls it).
-  std::vector<std::array<double, 2>> gather_report(const std::array<double, 2>& mine) { return p_->gather_report(mine); }
+  std::vector<std::vector<double>> gather_report(const std::vector<double>& mine) { return p_->gather_report(mine); }
   int rank() const { return p_->rank(); }
   int world_size() const { return p_->world_size(); }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -82,8 +83,6 @@ class pipeline_stage final : public pipeline_base<Comm> {
   pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
       : base(comm, S, o), s_(s), g_(loss), opt_(opt) {
     opt_.validate();
-    if (opt_.clip_global_norm > 0)
-      throw error("gradus: pipeline: clip_global_norm is not supported yet (the norm spans every stage's gradients)");
     [&]<class... Vs>(std::tuple<Vs...>*) {
       (s_.declare(Vs{}), ...);
       std::size_t i = 0;
@@ -197,7 +196,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
       deferred_gradients();
       if (replicas_)
         for (std::size_t i = 0; i < nv; ++i) average(i);
-      update();
+      update(clip_scale());
     });
     // the batch's loss, from the last stage to the others of its pipeline
     if constexpr (last) {
@@ -317,6 +316,9 @@ class pipeline_stage final : public pipeline_base<Comm> {
        ...);
     }(std::make_index_sequence<nv>{});
     if (rows > 0) stashed_rows_ += rows;
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < nv; ++i) held += static_cast<std::size_t>(stashed_rows_) * (cols_[i].first + cols_[i].second) * sizeof(T);
+    this->stats_.deferred_bytes = std::max(this->stats_.deferred_bytes, held);
   }
   // The deferred gradients, each one GEMM over the step's stashed rows: X^T G.
   void deferred_gradients() {
@@ -345,12 +347,31 @@ class pipeline_stage final : public pipeline_base<Comm> {
       }
     }
   }
-  void update() {
+  // clip_global_norm: the norm over every stage's gradients (each stage's sum of squares
+  // sent to the others of its pipeline, summed in stage order, so every stage scales alike).
+  double clip_scale() {
+    if (opt_.clip_global_norm <= 0) return 1;
+    double mine = 0;
+    for (std::size_t i = 0; i < nv; ++i)
+      mine += static_cast<double>(Backend::sum_squares(static_cast<const T*>(acc_[i].data), static_cast<index_t>(sizes_[i])));
+    const int first = this->comm_.rank() - K;
+    for (int k = 0; k < S; ++k)
+      if (k != K) this->send_values(detail::pipe_msg::norm, -1, std::span<const double>(&mine, 1), first + k, {});
+    double sq = 0;
+    for (int k = 0; k < S; ++k) {
+      double theirs = mine;
+      if (k != K) this->recv_values(detail::pipe_msg::norm, -1, std::span<double>(&theirs, 1), first + k);
+      sq += theirs;
+    }
+    this->stats_.gradient_norm = std::sqrt(sq);
+    return this->stats_.gradient_norm > opt_.clip_global_norm ? opt_.clip_global_norm / this->stats_.gradient_norm : 1.0;
+  }
+  void update(double scale) {
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;
       ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), static_cast<T*>(acc_[i].data),
-                                     slots_[i].data(), step, 1.0),
+                                     slots_[i].data(), step, scale),
         ++i),
        ...);
     }(static_cast<vars_t*>(nullptr));

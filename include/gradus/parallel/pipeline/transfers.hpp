@@ -36,6 +36,8 @@ struct pipeline_stats {
   double bubble_fraction() const { return step_seconds > 0 ? 1 - compute_seconds / step_seconds : 0; }
   std::uint64_t bytes_sent = 0, bytes_received = 0;  // the last step's activations and gradients (headers apart)
   std::size_t peak_activation_bytes = 0;             // the graphs in flight and stashed inputs, at most
+  std::size_t deferred_bytes = 0;  // the deferred weight gradients' stash (rows of X and G of the whole batch)
+  double gradient_norm = 0;        // with clip_global_norm: the last step's norm over every stage's gradients
 };
 
 
@@ -51,7 +53,7 @@ struct raw_feed {
 
 
 // The header of every pipeline message: what it is, for which step and micro-batch, its dims.
-enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6 };
+enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6, norm = 7 };
 struct pipe_header {
   std::int64_t magic = 0x67726164504950LL;  // "gradPIP"
   std::int64_t kind = 0;
@@ -70,6 +72,7 @@ inline std::string msg_name(pipe_msg k) {
     case pipe_msg::loss: return "the batch's loss";
     case pipe_msg::variables: return "a stage's variables";
     case pipe_msg::report: return "a rank's measurements";
+    case pipe_msg::norm: return "a stage's sum of squared gradients";
   }
   return "a message";
 }
@@ -90,19 +93,19 @@ class pipeline_base {
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
 
-  // Two numbers of every rank (e.g. its mean bubble fraction and bytes sent per step), on
-  // rank 0 in rank order (every rank calls it; the others get their own): what a run reports
-  // for the whole pipeline.
-  std::vector<std::array<double, 2>> gather_report(const std::array<double, 2>& mine) {
-    std::vector<std::array<double, 2>> all{mine};
+  // Numbers of every rank (e.g. its mean bubble fraction, bytes sent per step, peak
+  // activation bytes: every rank gives as many), on rank 0 in rank order (every rank calls
+  // it; the others get their own): what a run reports for the whole pipeline.
+  std::vector<std::vector<double>> gather_report(const std::vector<double>& mine) {
+    std::vector<std::vector<double>> all{mine};
     if (comm_.rank() != 0) {
       send_values(pipe_msg::report, -1, std::span<const double>(mine), 0, {});
       return all;
     }
     for (int r = 1; r < comm_.world_size(); ++r) {
-      std::array<double, 2> theirs{};
+      std::vector<double> theirs(mine.size());
       recv_values(pipe_msg::report, -1, std::span<double>(theirs), r);
-      all.push_back(theirs);
+      all.push_back(std::move(theirs));
     }
     return all;
   }
