@@ -63,6 +63,7 @@ struct model {
   g::nn::dense<"p1", 6, 16> l1;
   g::nn::dense<"p2", 16, 12> l2;
   g::nn::dense<"p3", 12, 4> l3;
+  g::variable<"t", float, 16> t;  // read by both stages of loss2_tied: tied weights
   auto loss2() const {  // 2 stages: l1 | l2, l3
     const auto h = g::on<g::stage<0>>(g::tanh(l1(x)));
     return g::on<g::stage<1>>(g::nn::softmax_cross_entropy_loss(l3(g::tanh(l2(h))), y));
@@ -72,10 +73,17 @@ struct model {
     const auto h2 = g::on<g::stage<1>>(g::tanh(l2(h1)));
     return g::on<g::stage<2>>(g::nn::softmax_cross_entropy_loss(l3(h2), y));
   }
+  auto loss2_tied() const {  // t added to layer 1's pre-activation (stage 0) and to layer 2's input (stage 1)
+    const auto h = g::on<g::stage<0>>(g::tanh(l1(x) + t));
+    return g::on<g::stage<1>>(g::nn::softmax_cross_entropy_loss(l3(g::tanh(l2(h + t))), y));
+  }
   void init(g::session<g::cpu_simd>& s) const {
     l1.initialize(s, 7);
     l2.initialize(s, 7);
     l3.initialize(s, 7);
+    std::vector<float> t0(16);
+    for (std::size_t i = 0; i < t0.size(); ++i) t0[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
+    s.assign(t, g::view(t0.data(), {16}));
   }
 };
 
@@ -244,6 +252,50 @@ BOOST_AUTO_TEST_CASE(gradient_clipping_spans_the_stages) {
         BOOST_TEST(s.gradient_norm == st[0].gradient_norm);  // every stage the same norm, bit for bit
       }
     }
+}
+
+// Tied weights: t is read by both stages; each computes its part of t's gradient, the two
+// sum them (in stage order), and both copies of t take the same update: the pipelined run
+// equals the unsplit one, and the stages' copies of t stay bit-identical.
+BOOST_AUTO_TEST_CASE(tied_weights_sum_their_stages_gradients) {
+  model m;
+  using L = decltype(m.loss2_tied());
+  using G0 = gp::stage_graph<g::cpu_simd, 0, 2, L>;
+  using G1 = gp::stage_graph<g::cpu_simd, 1, 2, L>;
+  static_assert(G0::variable_count == 3 && G1::variable_count == 5);  // t in both
+  // t read by stages 0 and 1 (mask 3); every other variable by its own stage alone
+  constexpr auto count = [](const auto& a, std::uint32_t v) { return std::count(a.begin(), a.end(), v); };
+  static_assert(count(G0::sharers, 3u) == 1 && count(G0::sharers, 1u) == 2);
+  static_assert(count(G1::sharers, 3u) == 1 && count(G1::sharers, 2u) == 4);
+  const auto data = make_batches(3, 10, 13);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9, .clip_global_norm = 0.5};
+  const trained ref = reference(m, m.loss2_tied(), opt, data, 10);
+  g::session<g::cpu_simd> rs;  // the unsplit run's t
+  m.init(rs);
+  auto rstep = g::minimize(rs, m.loss2_tied(), opt);
+  for (const auto& b : data) rstep.run(m.x = g::view(b.x.data(), {10, 6}), m.y = g::view(b.y.data(), {10}));
+  const auto t_ref = values(rs, m.t);
+  for (int M : {1, 4}) {
+    BOOST_TEST_CONTEXT("M = " << M) {
+      auto comms = thread_mesh::world(2);
+      std::vector<std::vector<float>> t(2);
+      const auto res = gradus_test::on_threads(2, [&](int r) {
+        g::session<g::cpu_simd> s;
+        m.init(s);
+        auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {.micro_batches = M}, s, m.loss2_tied(), opt);
+        for (const auto& b : data) step.run(m.x = g::view(b.x.data(), {10, 6}), m.y = g::view(b.y.data(), {10}));
+        t[static_cast<std::size_t>(r)] = values(s, m.t);
+      });
+      for (int r = 0; r < 2; ++r) BOOST_TEST(!res[static_cast<std::size_t>(r)].error, "rank " << r << ": " << res[static_cast<std::size_t>(r)].error.value_or(""));
+      BOOST_TEST_REQUIRE(!res[0].error);
+      BOOST_TEST_REQUIRE(!res[1].error);
+      BOOST_TEST(t[0] == t[1]);  // both stages' copies, bit for bit
+      BOOST_TEST(max_rel(t[0], t_ref) <= 1e-4);
+      BOOST_TEST(max_rel(t_ref, std::vector<float>(16, 0.f)) > 0);  // (t trained at all)
+    }
+  }
+  // and the layers and losses, as every other equivalence test
+  pipelined<2>(m, m.loss2_tied(), opt, data, 10, {.micro_batches = 4, .schedule = gp::schedule_kind::one_f_one_b}, ref, 1e-4);
 }
 
 BOOST_AUTO_TEST_CASE(one_f_one_b_holds_fewer_activations) {

@@ -16,6 +16,7 @@
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/expand.hpp"
 #include "gradus/graph/ops/matmul.hpp"
+#include "gradus/graph/ops/placement.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 
@@ -150,17 +151,21 @@ auto vjp(const E&, const G&) {
   return no_grad{};
 }
 
-template <class V, class E, class G>
+// backprop<Cut>: with Cut >= 0, the gradient within pipeline stage Cut only — a node placed
+// on another stage (graph/ops/placement.hpp) is a constant there: that stage takes its part
+// of the gradient from the adjoint of its output (a variable read by two stages, tied
+// weights, gets one part from each).
+template <int Cut = -1, class V, class E, class G>
 auto backprop(const V& v, const E& e, const G& g);
 
-template <std::size_t I, class V, class E, class G>
+template <int Cut, std::size_t I, class V, class E, class G>
 auto backprop_child(const V& v, const E& e, const G& g) {
   using C = std::remove_cvref_t<std::tuple_element_t<I, children_t<E>>>;
   if constexpr (!depends_on_v<V, C>) return no_grad{};
-  else return backprop(v, std::get<I>(e.children()), vjp<I>(e, g));
+  else return backprop<Cut>(v, std::get<I>(e.children()), vjp<I>(e, g));
 }
 
-template <class V, class E, class G>
+template <int Cut, class V, class E, class G>
 auto backprop(const V& v, const E& e, const G& g) {
   if constexpr (std::is_same_v<G, no_grad>) {
     return no_grad{};
@@ -168,9 +173,14 @@ auto backprop(const V& v, const E& e, const G& g) {
     return g;
   } else if constexpr (!depends_on_v<V, E>) {
     return no_grad{};
+  } else if constexpr (Cut >= 0 && [] {
+                         if constexpr (is_stage_placed_v<E>) return E::placement::index != Cut;
+                         else return false;
+                       }()) {
+    return no_grad{};
   } else {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
-      return ad::sum_all(backprop_child<I>(v, e, g)...);
+      return ad::sum_all(backprop_child<Cut, I>(v, e, g)...);
     }(std::make_index_sequence<std::tuple_size_v<children_t<E>>>{});
   }
 }

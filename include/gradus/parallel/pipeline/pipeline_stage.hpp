@@ -196,6 +196,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
       deferred_gradients();
       if (replicas_)
         for (std::size_t i = 0; i < nv; ++i) average(i);
+      for (const std::size_t i : tied_order)  // in an order every stage agrees on
+        tie(i);
       update(clip_scale());
     });
     // the batch's loss, from the last stage to the others of its pipeline
@@ -347,13 +349,38 @@ class pipeline_stage final : public pipeline_base<Comm> {
       }
     }
   }
+  // Tied variable i: its gradient is the sum of the parts of the stages that read it. Each
+  // sends its part to the others of its pipeline and sums all of them in stage order, so
+  // every copy gets the same bits and the copies stay equal.
+  void tie(std::size_t i) {
+    const auto n = sizes_[i];
+    const int first = this->comm_.rank() - K;
+    tied_mine_.resize(n);
+    Backend::copy_to_host(tied_mine_.data(), acc_[i].data, n * sizeof(T));
+    for (int k = 0; k < S; ++k)
+      if (k != K && (graph_t::sharers[i] >> k & 1u))
+        this->send_values(detail::pipe_msg::tied, graph_t::tie_key[i], std::span<const T>(tied_mine_), first + k, {});
+    tied_sum_.assign(n, T(0));
+    for (int k = 0; k < S; ++k) {
+      if (!(graph_t::sharers[i] >> k & 1u)) continue;
+      const T* part = tied_mine_.data();
+      if (k != K) {
+        tied_theirs_.resize(n);
+        this->recv_values(detail::pipe_msg::tied, graph_t::tie_key[i], std::span<T>(tied_theirs_), first + k);
+        part = tied_theirs_.data();
+      }
+      for (std::size_t j = 0; j < n; ++j) tied_sum_[j] += part[j];
+    }
+    Backend::copy_to_device(acc_[i].data, tied_sum_.data(), n * sizeof(T));
+  }
   // clip_global_norm: the norm over every stage's gradients (each stage's sum of squares
   // sent to the others of its pipeline, summed in stage order, so every stage scales alike).
   double clip_scale() {
     if (opt_.clip_global_norm <= 0) return 1;
     double mine = 0;
-    for (std::size_t i = 0; i < nv; ++i)
-      mine += static_cast<double>(Backend::sum_squares(static_cast<const T*>(acc_[i].data), static_cast<index_t>(sizes_[i])));
+    for (std::size_t i = 0; i < nv; ++i)  // a tied variable counted once: by the first stage that reads it
+      if ((graph_t::sharers[i] & ((1u << K) - 1u)) == 0)
+        mine += static_cast<double>(Backend::sum_squares(static_cast<const T*>(acc_[i].data), static_cast<index_t>(sizes_[i])));
     const int first = this->comm_.rank() - K;
     for (int k = 0; k < S; ++k)
       if (k != K) this->send_values(detail::pipe_msg::norm, -1, std::span<const double>(&mine, 1), first + k, {});
@@ -395,6 +422,21 @@ class pipeline_stage final : public pipeline_base<Comm> {
     return this->o_.schedule == schedule_kind::gpipe ? m : m % static_cast<std::size_t>(S);
   }
 
+  // The tied variables (read by another stage too), by tie_key.
+  static constexpr auto tied_order = [] {
+    constexpr std::size_t n = [] {
+      std::size_t c = 0;
+      for (std::size_t i = 0; i < nv; ++i) c += graph_t::sharers[i] != (1u << K) ? 1 : 0;
+      return c;
+    }();
+    std::array<std::size_t, n> r{};
+    std::size_t c = 0;
+    for (std::size_t i = 0; i < nv; ++i)
+      if (graph_t::sharers[i] != (1u << K)) r[c++] = i;
+    std::sort(r.begin(), r.end(), [](std::size_t a, std::size_t b) { return graph_t::tie_key[a] < graph_t::tie_key[b]; });
+    return r;
+  }();
+
   session<Backend>& s_;
   graph_t g_;
   Opt opt_;
@@ -411,6 +453,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   std::vector<std::vector<T>> inputs_;  // per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;
   std::vector<T> dy_, scaled_;
+  std::vector<T> tied_mine_, tied_theirs_, tied_sum_;  // a tied variable's gradient parts (host)
   device_buffer<Backend> scratch_;
   std::optional<sub_t> replicas_;
 };

@@ -19,10 +19,12 @@
 //
 // What a pipeline asks of the placed loss, each a compile-time error naming the stage:
 // stages 0..S-1 each have exactly one placed output (the last may be the unplaced loss
-// above stage S-2's output), stage K reads only stage K - 1's output, and no variable is
-// read by two stages (tied weights are not supported yet: their gradients would need an
-// all-reduce between the stages that share them).
+// above stage S-2's output), and stage K reads only stage K - 1's output. A variable read by
+// two stages or more (tied weights) is in each one's variables; `sharers` says which
+// stages read it, and the pipeline sums their parts of its gradient (pipeline_stage.hpp).
 #include <array>
+#include <bit>
+#include <cstdint>
 #include <memory>
 #include <tuple>
 #include <type_traits>
@@ -190,29 +192,36 @@ template <class V, class Tuple>
 inline constexpr bool has_type_v = false;
 template <class V, class... A>
 inline constexpr bool has_type_v<V, std::tuple<A...>> = (std::is_same_v<V, A> || ...);
-// Whether variable V of stage K is read by no other stage.
-template <class V, int K, int S, class Loss, int... J>
-constexpr bool read_by_one_stage(std::integer_sequence<int, J...>) {
-  return ((J == K || !has_type_v<V, stage_variables_t<J, S, Loss>>) && ...);
+template <class V, class Tuple>
+struct index_in;
+template <class V, class... A>
+struct index_in<V, std::tuple<A...>> {
+  static constexpr int value = [] {
+    constexpr bool same[] = {std::is_same_v<V, A>..., false};
+    for (int i = 0; i < static_cast<int>(sizeof...(A)); ++i)
+      if (same[i]) return i;
+    return -1;
+  }();
+};
+// The stages that read variable V, as a bit mask (bit J: stage J).
+template <class V, int S, class Loss, int... J>
+constexpr std::uint32_t stages_reading(std::integer_sequence<int, J...>) {
+  return ((has_type_v<V, stage_variables_t<J, S, Loss>> ? std::uint32_t{1} << J : 0u) | ...);
 }
-template <int K, int S, class Loss, class... Vs>
-constexpr bool untied(std::tuple<Vs...>*) {
-  return (read_by_one_stage<Vs, K, S, Loss>(std::make_integer_sequence<int, S>{}) && ...);
-}
-// Whether no variable of stage K is read by another stage too.
-template <int K, int S, class Loss>
-constexpr bool variables_untied() {
-  return untied<K, S, Loss>(static_cast<stage_variables_t<K, S, Loss>*>(nullptr));
+// Variable V's key, agreed by every stage that reads it: the first such stage and V's index
+// there (first * 65536 + index).
+template <class V, int S, class Loss, int... J>
+constexpr int tie_key_of(std::integer_sequence<int, J...> js) {
+  constexpr int first = std::countr_zero(stages_reading<V, S, Loss>(std::integer_sequence<int, J...>{}));
+  constexpr int index[] = {index_in<V, stage_variables_t<J, S, Loss>>::value...};
+  (void)js;
+  return first * 65536 + index[first];
 }
 }  // namespace detail
 
 // The compiled graphs of stage K of an S-stage pipeline over Loss.
 template <class Backend, int K, int S, class Loss>
 class stage_graph {
-  static_assert(detail::variables_untied<K, S, Loss>(),
-                "gradus: pipeline: a variable of this stage is read by another stage too (tied weights are not "
-                "supported yet: each stage would update its own copy with its part of the gradient); stage K, S and "
-                "the loss's type are above");
   static_assert(K >= 0 && K < S, "gradus: pipeline: the stage index is outside the pipeline");
   static_assert(stage_of_v<Loss> == S - 1,
                 "gradus: pipeline: the loss must be on the last stage (on<stage<S - 1>>(...) or above stage S - 2's "
@@ -230,17 +239,17 @@ class stage_graph {
 
  private:
   template <class V>
-  using backprop_t = decltype(backprop(std::declval<const V&>(), std::declval<const output_t&>(), std::declval<const adjoint_t&>()));
+  using backprop_t = decltype(backprop<K>(std::declval<const V&>(), std::declval<const output_t&>(), std::declval<const adjoint_t&>()));
   template <class V>
   static constexpr bool deferrable = detail::row_contraction<backprop_t<V>>::value;
   template <class V>
   static auto gradient(const V& v, const output_t& out, const adjoint_t& adj) {
-    if constexpr (deferrable<V>) return detail::row_contraction<backprop_t<V>>::g(backprop(v, out, adj));
-    else return gradus::detail::as_gradient(v, backprop(v, out, adj));
+    if constexpr (deferrable<V>) return detail::row_contraction<backprop_t<V>>::g(backprop<K>(v, out, adj));
+    else return gradus::detail::as_gradient(v, backprop<K>(v, out, adj));
   }
   template <class V>
   static auto deferred_rows(const V& v, const output_t& out, const adjoint_t& adj) {
-    if constexpr (deferrable<V>) return std::tuple(detail::row_contraction<backprop_t<V>>::x(backprop(v, out, adj)));
+    if constexpr (deferrable<V>) return std::tuple(detail::row_contraction<backprop_t<V>>::x(backprop<K>(v, out, adj)));
     else return std::tuple<>{};
   }
   static adjoint_t adjoint() {
@@ -272,6 +281,18 @@ class stage_graph {
   // output holding its X (outputs 1 + i hold G; X follows the input's gradient).
   static constexpr std::array<bool, variable_count> deferred = []<class... Vs>(std::tuple<Vs...>*) {
     return std::array<bool, variable_count>{deferrable<Vs>...};
+  }(static_cast<variables*>(nullptr));
+  // Per variable: the stages that read it (bit J: stage J); more than this stage's bit for
+  // tied weights, whose gradient parts the stages sum.
+  static constexpr std::array<std::uint32_t, variable_count> sharers = []<class... Vs>(std::tuple<Vs...>*) {
+    static_assert(S <= 32, "gradus: pipeline: at most 32 stages");
+    return std::array<std::uint32_t, variable_count>{detail::stages_reading<Vs, S, Loss>(std::make_integer_sequence<int, S>{})...};
+  }(static_cast<variables*>(nullptr));
+  // Per variable: a key every stage that reads it agrees on — the first such stage and its
+  // index there (first * 65536 + index): the order tied variables are exchanged in, and
+  // their messages' tag.
+  static constexpr std::array<int, variable_count> tie_key = []<class... Vs>(std::tuple<Vs...>*) {
+    return std::array<int, variable_count>{detail::tie_key_of<Vs, S, Loss>(std::make_integer_sequence<int, S>{})...};
   }(static_cast<variables*>(nullptr));
   static constexpr std::array<std::size_t, variable_count> rows_output = [] {
     std::array<std::size_t, variable_count> r{};

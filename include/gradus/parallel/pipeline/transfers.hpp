@@ -53,7 +53,7 @@ struct raw_feed {
 
 
 // The header of every pipeline message: what it is, for which step and micro-batch, its dims.
-enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6, norm = 7 };
+enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6, norm = 7, tied = 8 };
 struct pipe_header {
   std::int64_t magic = 0x67726164504950LL;  // "gradPIP"
   std::int64_t kind = 0;
@@ -73,6 +73,7 @@ inline std::string msg_name(pipe_msg k) {
     case pipe_msg::variables: return "a stage's variables";
     case pipe_msg::report: return "a rank's measurements";
     case pipe_msg::norm: return "a stage's sum of squared gradients";
+    case pipe_msg::tied: return "a tied variable's gradient part";
   }
   return "a message";
 }
