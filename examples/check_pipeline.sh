@@ -8,7 +8,8 @@
 # 2. 2 stages x 2 replicas (gradus-run -np 4): the accuracy of 2 data-parallel ranks (the
 #    same 2 x 64 images a step), within 2 points;
 # 3. -np 3 with --stages 2: refused, naming both numbers;
-# 4. ranks started with different --micro-batches: both refuse, naming both values.
+# 4. ranks started with different --micro-batches: both refuse, naming both values;
+# 5. started by hand with TF_CONFIG, then with Slurm's variables: 2 stages under 1f1b.
 # Every wait is bounded (timeout); processes are ended by PID.
 set -u
 exe=$1 run=$2 data=$3
@@ -80,3 +81,36 @@ grep -q "rank 0 runs the pipeline with micro-batches 2, this rank with 4" "$work
 grep -q "rank 1 runs the pipeline with micro-batches 4, this rank with 2" "$work/m0.err" ||
   { cat "$work/m0.err" >&2; fail "rank 0: no clear mismatch error"; }
 echo "different --micro-batches: both ranks refuse"
+
+# 5. launched the way clusters start jobs, by hand: TF_CONFIG (two workers, a host name) and
+# Slurm's variables (node list localhost, the port from GRADUS_MASTER_PORT): 2 stages, 1f1b,
+# the one-process accuracy
+launch() {  # label: waits for the two ranks just started, checks rank 0's JSON
+  for p in "${pids[@]}"; do wait "$p" || { cat "$work"/l*.err >&2; fail "$1: a rank failed"; }; done
+  pids=()
+  local out; out=$(grep -E '^\{' "$work/l0.out" | tail -1)
+  python3 - "$out" "$acc1" <<'PY' || fail "$1: $out"
+import json, sys
+j, acc1 = json.loads(sys.argv[1]), float(sys.argv[2])
+assert j["stages"] == 2 and j["schedule"] == "1f1b" and j["world_size"] == 2, "fields"
+assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs one process %s" % (j["test_accuracy"], acc1)
+PY
+  echo "$1: 2 stages, 1f1b, accuracy $(field "$out" test_accuracy)"
+}
+p0=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+p1=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  TF_CONFIG="{\"cluster\": {\"worker\": [\"localhost:$p0\", \"localhost:$p1\"]}, \"task\": {\"type\": \"worker\", \"index\": $r}}" \
+    OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 --schedule 1f1b \
+    >"$work/l$r.out" 2>"$work/l$r.err" </dev/null &
+  pids+=($!)
+done
+launch "TF_CONFIG"
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2 SLURM_JOB_ID=77 \
+    GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
+    --schedule 1f1b >"$work/l$r.out" 2>"$work/l$r.err" </dev/null &
+  pids+=($!)
+done
+launch "Slurm variables"
