@@ -180,6 +180,8 @@ void print_json(const std::string& example, const mnist_options& o, const run_su
     j["bubble_fraction"] = r.bubble_fraction;
     j["ideal_bubble_fraction"] = r.ideal_bubble;
     j["bytes_per_step"] = r.bytes_per_step;
+    j["peak_activation_mb"] = r.peak_activation_mb;
+    j["deferred_gradient_mb"] = r.deferred_mb;
   }
   if (o.comm == "ps") {
     j["consistency"] = o.consistency;

@@ -183,6 +183,9 @@ struct run_summary {
   int stages = 0, micro_batches = 0;
   std::string schedule{};
   double bubble_fraction = 0, ideal_bubble = 0, bytes_per_step = 0;
+  // per rank (rank order): the activations it held at most, and its deferred weight
+  // gradients' stash, in MB
+  std::vector<double> peak_activation_mb{}, deferred_mb{};
 };
 void print_json(const std::string& example, const mnist_options& o, const run_summary& r);
 

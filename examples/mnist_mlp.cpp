@@ -31,9 +31,12 @@ int main(int argc, char** argv) {
     g::nn::dense<"fc1", 784, 256> fc1;
     g::nn::dense<"fc2", 256, 128> fc2;
     g::nn::dense<"fc3", 128, 10> fc3;
-    // fc3(relu(fc2(relu(fc1(x))))), cut into --stages balanced stages (1: not cut)
+    // fc3(relu(fc2(relu(fc1(x))))), cut into --stages balanced stages (1: not cut); what is
+    // evaluated is the uncut model for every S (examples/mnist_pipeline.hpp)
+    const auto act = [](const auto& h) { return g::relu(h); };
+    const auto uncut = g::parallel::sequential<1>(x, act, fc1, fc2, fc3);
     return gx::with_stages<1, 2, 3>("mnist_mlp", o.stages, [&]<int S>() {
-      const auto logits = g::parallel::sequential<S>(x, [](const auto& h) { return g::relu(h); }, fc1, fc2, fc3);
+      const auto logits = g::parallel::sequential<S>(x, act, fc1, fc2, fc3);
       const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
       g::session<gx::backend> s;
       s.set_check_numerics(o.check_numerics);
@@ -41,7 +44,7 @@ int main(int argc, char** argv) {
       fc2.initialize(s, o.seed);
       fc3.initialize(s, o.seed, g::init::glorot_uniform{});
       const auto cut = g::parallel::balanced_cut<S, decltype(fc1), decltype(fc2), decltype(fc3)>().describe();
-      return gx::train_mnist_staged<S>("mnist_mlp", o, data, s, loss, logits, x, y, g::sgd{.lr = lr, .momentum = momentum}, cut);
+      return gx::train_mnist_staged<S>("mnist_mlp", o, data, s, loss, uncut, x, y, g::sgd{.lr = lr, .momentum = momentum}, cut);
     });
   });
 }

@@ -12,7 +12,12 @@
 // schedule, rematerialize, bubble_fraction (the mean over ranks of each rank's idle share of
 // its steps: waiting for other stages and transferring), ideal_bubble_fraction ((S - 1) /
 // (M + S - 1)) and bytes_per_step (activations and gradients sent by every rank in one
-// step). Not yet with a pipeline: --checkpoint / --resume and --comm ps.
+// step), peak_activation_mb and deferred_gradient_mb (per rank: the activations it held at
+// most, the stash of its deferred weight gradients). Not yet with a pipeline: --checkpoint / --resume and --comm ps.
+//
+// `logits` is the model unplaced (sequential<1>, no on<stage<K>>): what rank 0 evaluates
+// after every epoch. A placement is an identity, so it computes what the placed logits do,
+// and one evaluation graph serves every S the example builds instead of one per S.
 #include <array>
 #include <cmath>
 #include <string>
@@ -128,16 +133,20 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
     if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
   }
   const auto report = step.gather_report({bubble_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1)),
-                                          bytes_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1))});
+                                          bytes_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1)),
+                                          static_cast<double>(step.stats().peak_activation_bytes) / (1 << 20),
+                                          static_cast<double>(step.stats().deferred_bytes) / (1 << 20)});
   if (o.json && chief) {
     double bubble = 0, bytes = 0;
-    for (const auto& r : report) bubble += r[0], bytes += r[1];
+    std::vector<double> activation_mb, deferred_mb;
+    for (const auto& r : report) bubble += r[0], bytes += r[1], activation_mb.push_back(r[2]), deferred_mb.push_back(r[3]);
     print_json(example, o,
                {.first_epoch = 0, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
                 .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
                 .comm_wait_seconds = 0, .peak_device_mb = peak_device_mb(), .stages = S, .micro_batches = o.micro_batches,
                 .schedule = o.schedule, .bubble_fraction = bubble / static_cast<double>(report.size()),
-                .ideal_bubble = gp::ideal_bubble(S, o.micro_batches), .bytes_per_step = bytes / replicas});
+                .ideal_bubble = gp::ideal_bubble(S, o.micro_batches), .bytes_per_step = bytes / replicas,
+                .peak_activation_mb = activation_mb, .deferred_mb = deferred_mb});
   }
   return 0;
 #endif

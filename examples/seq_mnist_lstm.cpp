@@ -39,8 +39,9 @@ int main(int argc, char** argv) {
     return gx::with_stages<1, 2>("seq_mnist_lstm", o.stages, [&]<int S>() {
       // [28,B,28] -> [B,128] -> [B,10]; with 2 stages the LSTM is stage 0, the dense layer stage 1
       const auto h = g::last_step(lstm1(g::time_major<28, 28>(x)));
+      const auto uncut = fc(h);  // what is evaluated, for every S (examples/mnist_pipeline.hpp)
       const auto logits = [&] {
-        if constexpr (S == 1) return fc(h);
+        if constexpr (S == 1) return uncut;
         else return g::on<g::stage<1>>(fc(g::on<g::stage<0>>(h)));
       }();
       const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
@@ -48,7 +49,7 @@ int main(int argc, char** argv) {
       s.set_check_numerics(o.check_numerics);
       lstm1.initialize(s, o.seed);
       fc.initialize(s, o.seed, g::init::glorot_uniform{});
-      return gx::train_mnist_staged<S>("seq_mnist_lstm", o, data, s, loss, logits, x, y, g::adam{.lr = lr},
+      return gx::train_mnist_staged<S>("seq_mnist_lstm", o, data, s, loss, uncut, x, y, g::adam{.lr = lr},
                                        S == 1 ? std::string("one stage") : "stage 0: the LSTM; stage 1: the dense layer");
     });
   });
