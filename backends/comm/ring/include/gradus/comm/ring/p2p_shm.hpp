@@ -18,8 +18,9 @@
 //     one slot or more: the first carries its p2p_header, each its share of the payload. The
 //     writer publishes slots (`head`) as it fills them and the reader releases them (`tail`)
 //     as it copies them out, so a message larger than the segment streams through it.
-//   - A reader waiting for a message from one peer spins briefly, then sleeps on that
-//     segment's `head` (a futex; the writer wakes it only when it announced that it sleeps),
+//   - A reader waiting for a message from one peer spins briefly, yields its core for up to
+//     2 ms, then sleeps on that segment's `head` (a futex; the writer wakes it only when it
+//     announced that it sleeps),
 //     at most a millisecond at a time so that the mesh keeps watching the peer's liveness
 //     (ZeroMQ's connection events, unchanged). A writer whose segment is full drains its own
 //     incoming channels while it waits (the mesh's pump), so two ranks sending to each other
@@ -37,6 +38,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <sys/mman.h>
@@ -231,14 +233,22 @@ class reader {
       }
     }
   }
-  // Waits up to `wait` for the writer to publish a slot (spinning first, then asleep).
-  void wait(std::chrono::microseconds wait) {
+  // Waits up to `wait` for the writer to publish a slot: spinning for a moment, then
+  // yielding the core for up to `yield_for` (a wake-up from the futex costs tens of
+  // microseconds on a virtual machine; a yield gives the core to whatever else wants it),
+  // then asleep.
+  void wait(std::chrono::microseconds wait, std::chrono::microseconds yield_for) {
     auto& sh = seg_.header();
     const std::uint32_t seen = sh.tail.load(std::memory_order_relaxed);
     for (int i = 0; i < 200; ++i) {
       if (sh.head.load(std::memory_order_acquire) != seen) return;
       shm_detail::cpu_relax();
     }
+    const auto until = std::chrono::steady_clock::now() + yield_for;
+    do {
+      if (sh.head.load(std::memory_order_acquire) != seen) return;
+      std::this_thread::yield();
+    } while (std::chrono::steady_clock::now() < until);
     sh.reader_sleeps.store(1, std::memory_order_seq_cst);
     if (sh.head.load(std::memory_order_seq_cst) == seen) shm_detail::futex_wait(sh.head, seen, wait);
     sh.reader_sleeps.store(0, std::memory_order_relaxed);

@@ -181,7 +181,7 @@ class mesh {
       return;
     }
     link& l = link_to(to, doing);
-    pump(0, &l);
+    if (!l.shm) pump(0, &l);  // (a segment's sends take no ZeroMQ call: its waits pump)
     check(to, &l, doing);
     if (!l.shm_decided) {  // before the first message to `to`: one path per pair keeps the order
       l.shm_decided = true;
@@ -245,13 +245,25 @@ class mesh {
       return q.front();
     }
     link& l = link_to(from, doing);  // watches `from` while waiting
-    pump(0, &l);
+    auto& shm = shm_in_[static_cast<std::size_t>(from)];
+    if (shm && q.empty()) drain(*shm);  // a segment's message needs no ZeroMQ call
+    if (q.empty()) pump(0, &l);
+    const auto since = clock::now();
+    auto pumped = since;
     while (q.empty()) {
       check(from, &l, doing);
       if (clock::now() >= deadline) throw ring_->silent(doing, from, true);
-      if (auto& r = shm_in_[static_cast<std::size_t>(from)]) {
-        r->wait(std::chrono::microseconds(1000));  // its segment (waking the moment a slot is published)
-        pump(0, &l);
+      if (shm) {
+        // its segment (waking the moment a slot is published): yielding for the first 2 ms;
+        // ZeroMQ (the peer's liveness, other peers' messages) asked every millisecond
+        const auto now = clock::now();
+        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - since);
+        shm->wait(std::chrono::microseconds(1000), std::max(std::chrono::microseconds(0), std::chrono::microseconds(2000) - waited));
+        drain(*shm);
+        if (q.empty() && clock::now() - pumped >= std::chrono::milliseconds(1)) {
+          pump(0, &l);
+          pumped = clock::now();
+        }
       } else {
         pump(net::ms_left(deadline, 20), &l);
       }
@@ -416,17 +428,20 @@ class mesh {
           r.reset();
         }
       }
-    for (auto& r : shm_in_) {
-      if (!r) continue;
-      r->drain([&](const p2p_header& h, zmq::message_t&& body) {
-        if (h.magic != p2p_header::magic_value || h.from != r->from() || h.kind != p2p_kind::data) {
-          protocol_error_ = "a malformed message arrived in rank " + std::to_string(r->from()) + "'s shared-memory segment";
-          return;
-        }
-        queue(h.channel, h.from).push_back(p2p_message{h, std::move(body)});
-      });
-      if (r->broken()) protocol_error_ = "rank " + std::to_string(r->from()) + "'s shared-memory segment breaks its protocol";
-    }
+    for (auto& r : shm_in_)
+      if (r) drain(*r);
+  }
+  // The messages in one peer's segment, into their queues.
+  void drain(p2p_shm::reader<p2p_header>& r) {
+    r.drain([&](const p2p_header& h, zmq::message_t&& body) {
+      if (h.magic != p2p_header::magic_value || h.from != r.from() || h.kind != p2p_kind::data) {
+        protocol_error_ = "a malformed message arrived in rank " + std::to_string(r.from()) + "'s shared-memory segment";
+        return;
+      }
+      keep_heap_for(body.size());
+      queue(h.channel, h.from).push_back(p2p_message{h, std::move(body)});
+    });
+    if (r.broken()) protocol_error_ = "rank " + std::to_string(r.from()) + "'s shared-memory segment breaks its protocol";
   }
 
   void events(link& l) {
