@@ -4,7 +4,8 @@
 # 1. one process, then gradus-run -np 2 --stages 2 under gpipe and 1f1b (4 micro-batches):
 #    the pipelined runs reach the one-process accuracy (within 2 points), report 2 stages,
 #    a bubble, and the bytes per step the cut requires: 2 x batch x 512 floats (activations
-#    forward, their gradients back) for every full batch;
+#    forward, their gradients back) for every full batch; --log-placement names what ran
+#    where and the bytes across the cut every step;
 # 2. 2 stages x 2 replicas (gradus-run -np 4): the accuracy of 2 data-parallel ranks (the
 #    same 2 x 64 images a step), within 2 points;
 # 3. -np 3 with --stages 2: refused, naming both numbers;
@@ -33,7 +34,12 @@ echo "one process: accuracy $acc1"
 full=$((2 * 64 * 512 * 4))  # bytes per full batch across the one cut
 for sched in gpipe 1f1b; do
   out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
-        --schedule "$sched" 2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, $sched failed"; }
+        --schedule "$sched" --log-placement 2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, $sched failed"; }
+  # the placement log: what ran where, and the bytes across the cut every step (64 x 512 floats)
+  grep -q "gradus placement: 'matmul' (16, 512) (forward): stage 0 of 2 (rank 0)" "$work/err" &&
+    grep -q "gradus placement: step 0, stage 0 of 2 (rank 0): sent 131072 bytes of activations to rank 1 (stage 1)" "$work/err" &&
+    grep -q "gradus placement: step 93, stage 1 of 2 (rank 1): sent 98304 bytes of gradients to rank 0 (stage 0)" "$work/err" ||
+    { grep placement "$work/err" | head -20 >&2; fail "2 stages, $sched: no placement log"; }
   acc=$(field "$out" test_accuracy)
   python3 - "$out" "$acc1" "$full" "$sched" <<'PY' || fail "2 stages, $sched: $out"
 import json, sys

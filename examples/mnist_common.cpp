@@ -51,6 +51,9 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_flag("--rematerialize", o.rematerialize,
                "gpipe: keep only each micro-batch's stage input and recompute its forward pass in the backward");
+  app.add_flag("--log-placement", o.log_placement,
+               "a pipeline: log on stderr where each node ran (stage, rank) and the bytes sent across each cut per step "
+               "(TensorFlow's log_device_placement)");
   add_comm_options(app, o);
 }
 

@@ -92,6 +92,7 @@ struct mnist_options : comm_options {
   int micro_batches = 1;
   std::string schedule = "gpipe";
   bool rematerialize = false;
+  bool log_placement = false;  // --log-placement: the pipeline's placement log on stderr
   bool pipelined() const { return stages > 1 || micro_batches > 1; }
 };
 

@@ -20,6 +20,7 @@
 // and one evaluation graph serves every S the example builds instead of one per S.
 #include <array>
 #include <cmath>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -87,7 +88,7 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
   const int replicas = world / S, replica = rank / S;
   const bool chief = rank == 0, quiet = o.quiet || !chief;
   auto step = gp::pipeline<S>(comm, {.micro_batches = o.micro_batches, .schedule = gp::parse_schedule(o.schedule),
-                                     .rematerialize = o.rematerialize},
+                                     .rematerialize = o.rematerialize, .placement_log = o.log_placement ? &std::cerr : nullptr},
                               s, loss, opt);
   if (!quiet) std::cerr << example << ": " << S << " stages x " << replicas << " replicas; " << cut << "\n";
 

@@ -18,6 +18,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <sstream>
 #include <vector>
 
 #include "../support/rank_harness.hpp"
@@ -296,6 +297,39 @@ BOOST_AUTO_TEST_CASE(tied_weights_sum_their_stages_gradients) {
   }
   // and the layers and losses, as every other equivalence test
   pipelined<2>(m, m.loss2_tied(), opt, data, 10, {.micro_batches = 4, .schedule = gp::schedule_kind::one_f_one_b}, ref, 1e-4);
+}
+
+// The placement log (TensorFlow's log_device_placement): each node of a stage's graph with the
+// stage and rank it ran on, after the first step; the bytes sent across each cut, every step.
+BOOST_AUTO_TEST_CASE(placement_log_names_nodes_ranks_and_bytes) {
+  model m;
+  const auto data = make_batches(2, 10, 21);
+  auto comms = thread_mesh::world(2);
+  std::ostringstream logs[2];
+  const auto res = gradus_test::on_threads(2, [&](int r) {
+    g::session<g::cpu_simd> s;
+    m.init(s);
+    auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {.micro_batches = 2, .placement_log = &logs[r]}, s, m.loss2(),
+                                g::sgd{.lr = 0.1});
+    for (const auto& b : data) step.run(m.x = g::view(b.x.data(), {10, 6}), m.y = g::view(b.y.data(), {10}));
+  });
+  for (const auto& e : res) BOOST_TEST_REQUIRE(!e.error, e.error.value_or(""));
+  const std::string a = logs[0].str(), b = logs[1].str();
+  BOOST_TEST_MESSAGE(a << b);
+  // stage 0: its matmul forward ([5, 16] per micro-batch of 5 rows) and backward, on rank 0
+  BOOST_TEST(a.find("gradus placement: 'matmul' (5, 16) (forward): stage 0 of 2 (rank 0)") != std::string::npos);
+  BOOST_TEST(a.find("(backward): stage 0 of 2 (rank 0)") != std::string::npos);
+  BOOST_TEST(a.find("gradus placement: the gradient of 'p1/w' (6, 16) (deferred: one GEMM over the batch's rows): stage 0 of 2 (rank 0)") !=
+             std::string::npos);
+  BOOST_TEST(a.find("stage 1 of 2") == std::string::npos);
+  BOOST_TEST(b.find("(forward): stage 1 of 2 (rank 1)") != std::string::npos);
+  // every step, the bytes across the cut: [10, 16] floats each way
+  for (int k : {0, 1}) {
+    BOOST_TEST(a.find("gradus placement: step " + std::to_string(k) +
+                      ", stage 0 of 2 (rank 0): sent 640 bytes of activations to rank 1 (stage 1)\n") != std::string::npos);
+    BOOST_TEST(b.find("gradus placement: step " + std::to_string(k) +
+                      ", stage 1 of 2 (rank 1): sent 640 bytes of gradients to rank 0 (stage 0)\n") != std::string::npos);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(one_f_one_b_holds_fewer_activations) {

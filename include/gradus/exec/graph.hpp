@@ -234,6 +234,16 @@ class compiled_graph final : public graph_base {
       for (std::size_t k = from; k < to; ++k) steps_[k].fn(*this, steps_[k]);
     }
   }
+  // Each step's label (what it computes: "'matmul'", "the fused pass tanh(add(...))"), the
+  // dims of its last result, and its part (0: run_part 0's steps, the forward; 1: the rest):
+  // f(label, dims, part) in order. A placement log's list of what ran where.
+  template <class F>
+  void for_each_step(F&& f) const {
+    for (std::size_t k = 0; k < steps_.size(); ++k) {
+      const auto s = static_cast<std::size_t>(steps_[k].slot);
+      f(std::string_view(slot_labels_[s]), slots_[s].d, k < first_part_steps_ ? 0 : 1);
+    }
+  }
   // Output I's buffer after run_part (the backend's memory).
   template <std::size_t I>
   tensor_view<const value_t<std::tuple_element_t<I, std::tuple<Outs...>>>> output() const {

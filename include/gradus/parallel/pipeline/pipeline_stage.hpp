@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <tuple>
@@ -128,6 +129,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
       computing += std::chrono::duration<double>(clock::now() - a).count();
     };
     this->stats_.bytes_sent = this->stats_.bytes_received = 0;
+    this->stats_.activation_bytes_sent = this->stats_.gradient_bytes_sent = 0;
     const auto bound = s_.bind();
     if constexpr (has_before_run<Backend>) Backend::before_run();  // as session::run does
     const long batch = feeds.empty() ? 0 : feeds[0].d.d[0];
@@ -207,6 +209,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     } else {
       this->recv_values(detail::pipe_msg::loss, -1, std::span<double>(&loss, 1), this->comm_.rank() - K + (S - 1));
     }
+    if (this->o_.placement_log) log_placement(*this->o_.placement_log);
     ++this->step_;
     this->stats_.step_seconds = std::chrono::duration<double>(clock::now() - t0).count();
     this->stats_.compute_seconds = computing;
@@ -242,6 +245,42 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }
     throw feed_error(this->where(-1) + "placeholder '" + std::string(P::name.view()) + "' of stage " + std::to_string(K) +
                      " was not fed");
+  }
+
+  // The placement log (pipeline_options::placement_log): after the first step, what this
+  // stage's graph ran (each node, its dims, forward or backward) and where; after every step,
+  // the bytes sent across each cut. One write per step, so ranks sharing a stream interleave
+  // by whole lines.
+  void log_placement(std::ostream& os) {
+    const auto& st = this->stats_;
+    const int r = this->comm_.rank();
+    const std::string where = "stage " + std::to_string(K) + " of " + std::to_string(S) + " (rank " + std::to_string(r) +
+                              (st.replicas > 1 ? ", replica " + std::to_string(st.replica) : std::string()) + ")";
+    std::string out;
+    if (this->step_ == 0)
+      g_.graph(0).for_each_step([&](std::string_view label, const dims& d, int part) {
+        out.append("gradus placement: ").append(label).append(" ").append(to_string(d));
+        out.append(part ? " (backward): " : " (forward): ").append(where).append("\n");
+      });
+    if (this->step_ == 0)
+      [&]<class... Vs>(std::tuple<Vs...>*) {
+        std::size_t i = 0;
+        ((graph_t::deferred[i++] ? (void)out.append("gradus placement: the gradient of '").append(Vs::name.view())
+                                       .append("' ").append(to_string(static_dims<shape_t<Vs>>()))
+                                       .append(" (deferred: one GEMM over the batch's rows): ").append(where).append("\n")
+                                 : (void)0),
+         ...);
+      }(static_cast<vars_t*>(nullptr));
+    out.append("gradus placement: step ").append(std::to_string(this->step_)).append(", ").append(where).append(":");
+    if constexpr (!last)
+      out.append(" sent ").append(std::to_string(st.activation_bytes_sent)).append(" bytes of activations to rank ")
+          .append(std::to_string(this->next_rank())).append(" (stage ").append(std::to_string(K + 1)).append(")");
+    if constexpr (K > 0)
+      out.append(last ? "" : ",").append(" sent ").append(std::to_string(st.gradient_bytes_sent))
+          .append(" bytes of gradients to rank ").append(std::to_string(this->prev_rank())).append(" (stage ")
+          .append(std::to_string(K - 1)).append(")");
+    out.append("\n");
+    os << out << std::flush;
   }
 
   // Sends a device buffer (copied to the host first where the backend's memory is not).

@@ -12,6 +12,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <ostream>
 #include <vector>
 
 #include "gradus/core/error.hpp"
@@ -26,6 +27,10 @@ struct pipeline_options {
   // GPipe's re-materialisation: keep only each micro-batch's stage input and recompute its
   // forward pass in the backward (one graph's activations alive instead of M).
   bool rematerialize = false;
+  // TensorFlow's log_device_placement: where set, each rank writes there after its first
+  // step every node of its stage's graph with the stage and rank it ran on, and after every
+  // step the bytes it sent across each cut ("gradus placement: ..." lines).
+  std::ostream* placement_log = nullptr;
 };
 
 // What one step of one rank measured.
@@ -35,6 +40,7 @@ struct pipeline_stats {
   double compute_seconds = 0;  // of which computing
   double bubble_fraction() const { return step_seconds > 0 ? 1 - compute_seconds / step_seconds : 0; }
   std::uint64_t bytes_sent = 0, bytes_received = 0;  // the last step's activations and gradients (headers apart)
+  std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  // of bytes_sent: to the next stage, to the previous
   std::size_t peak_activation_bytes = 0;             // the graphs in flight and stashed inputs, at most
   std::size_t deferred_bytes = 0;  // the deferred weight gradients' stash (rows of X and G of the whole batch)
   double gradient_norm = 0;        // with clip_global_norm: the last step's norm over every stage's gradients
@@ -187,6 +193,8 @@ class pipeline_base {
       rethrow(e, where(micro) + "sending " + detail::msg_name(kind) + " to rank " + std::to_string(to), to);
     }
     if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_sent += x.size_bytes();
+    if (kind == pipe_msg::activation) stats_.activation_bytes_sent += x.size_bytes();
+    if (kind == pipe_msg::gradient) stats_.gradient_bytes_sent += x.size_bytes();
   }
   // Receives a message of `kind` for `micro` from `from`: its dims (the values go to `into`,
   // resized to them).

@@ -35,6 +35,11 @@
 //     connection to, and lingers up to 0.5 s for its last messages to go out; a failed one
 //     sends `abort` with its error. (inproc:// has no connection events: these and the
 //     timeout are all a waiting thread-rank learns.)
+//   - Between processes on one host the messages go through shared memory instead
+//     (p2p_shm.hpp: the segments, their offer and slot protocol); this file routes to them
+//     and keeps ZeroMQ for everything else.
+// (Just over 500 lines, one concept: the mesh — its links, their liveness and blame, the
+// queues, and the choice of path per pair; the segments themselves are p2p_shm.hpp's.)
 #include <zmq.hpp>
 
 #include <algorithm>
