@@ -151,22 +151,23 @@ auto vjp(const E&, const G&) {
   return no_grad{};
 }
 
-// backprop<Cut>: with Cut >= 0, the gradient within pipeline stage Cut only — a node placed
-// on another stage (graph/ops/placement.hpp) is a constant there: that stage takes its part
-// of the gradient from the adjoint of its output (a variable read by two stages, tied
-// weights, gets one part from each).
-template <int Cut = -1, class V, class E, class G>
-auto backprop(const V& v, const E& e, const G& g);
+// backprop_within<Cut>: with Cut >= 0, the gradient within pipeline stage Cut only — a node
+// placed on another stage (graph/ops/placement.hpp) is a constant there: that stage takes its
+// part of the gradient from the adjoint of its output (a variable read by two stages, tied
+// weights, gets one part from each). backprop is backprop_within<-1>. (No default template
+// argument: nvcc's front end repeats it on the definition, which g++ then refuses.)
+template <int Cut, class V, class E, class G>
+auto backprop_within(const V& v, const E& e, const G& g);
 
 template <int Cut, std::size_t I, class V, class E, class G>
 auto backprop_child(const V& v, const E& e, const G& g) {
   using C = std::remove_cvref_t<std::tuple_element_t<I, children_t<E>>>;
   if constexpr (!depends_on_v<V, C>) return no_grad{};
-  else return backprop<Cut>(v, std::get<I>(e.children()), vjp<I>(e, g));
+  else return backprop_within<Cut>(v, std::get<I>(e.children()), vjp<I>(e, g));
 }
 
 template <int Cut, class V, class E, class G>
-auto backprop(const V& v, const E& e, const G& g) {
+auto backprop_within(const V& v, const E& e, const G& g) {
   if constexpr (std::is_same_v<G, no_grad>) {
     return no_grad{};
   } else if constexpr (std::is_same_v<V, E>) {
@@ -183,6 +184,11 @@ auto backprop(const V& v, const E& e, const G& g) {
       return ad::sum_all(backprop_child<Cut, I>(v, e, g)...);
     }(std::make_index_sequence<std::tuple_size_v<children_t<E>>>{});
   }
+}
+
+template <class V, class E, class G>
+auto backprop(const V& v, const E& e, const G& g) {
+  return backprop_within<-1>(v, e, g);
 }
 
 namespace detail {

@@ -239,17 +239,17 @@ class stage_graph {
 
  private:
   template <class V>
-  using backprop_t = decltype(backprop<K>(std::declval<const V&>(), std::declval<const output_t&>(), std::declval<const adjoint_t&>()));
+  using backprop_t = decltype(backprop_within<K>(std::declval<const V&>(), std::declval<const output_t&>(), std::declval<const adjoint_t&>()));
   template <class V>
   static constexpr bool deferrable = detail::row_contraction<backprop_t<V>>::value;
   template <class V>
   static auto gradient(const V& v, const output_t& out, const adjoint_t& adj) {
-    if constexpr (deferrable<V>) return detail::row_contraction<backprop_t<V>>::g(backprop<K>(v, out, adj));
-    else return gradus::detail::as_gradient(v, backprop<K>(v, out, adj));
+    if constexpr (deferrable<V>) return detail::row_contraction<backprop_t<V>>::g(backprop_within<K>(v, out, adj));
+    else return gradus::detail::as_gradient(v, backprop_within<K>(v, out, adj));
   }
   template <class V>
   static auto deferred_rows(const V& v, const output_t& out, const adjoint_t& adj) {
-    if constexpr (deferrable<V>) return std::tuple(detail::row_contraction<backprop_t<V>>::x(backprop<K>(v, out, adj)));
+    if constexpr (deferrable<V>) return std::tuple(detail::row_contraction<backprop_t<V>>::x(backprop_within<K>(v, out, adj)));
     else return std::tuple<>{};
   }
   static adjoint_t adjoint() {
