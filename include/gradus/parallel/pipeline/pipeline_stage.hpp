@@ -5,6 +5,8 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
+// (About 500 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// tied gradients, clipping, update and placement log — all over the same per-stage state.)
 #include <algorithm>
 #include <array>
 #include <chrono>
