@@ -7,6 +7,10 @@
 #   tools/gpu-check.sh --validate DIR    check the bundle only (gpu-bundle.sh ends with this)
 #   tools/gpu-check.sh --list-programs   the programs a full bundle holds (gpu-bundle.sh
 #                                        builds these)
+#   GPU_CHECK_ONLY=suite:cuda_omp,bench tools/gpu-check.sh DIR
+#                                        a rerun after a fix: only the steps named (comma-
+#                                        separated; a name ending in '*' is a prefix, e.g.
+#                                        'memcheck:*'); the others are reported "not selected"
 #
 # On the device tool: command `tools/gpu-check.sh build/gpu-bundle`, carry ["build/gpu-bundle"],
 # timeout_s 420 (docs/cuda.md, "Running the GPU check"). The machine has no Debian packages and
@@ -263,6 +267,10 @@ record() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }
 run_step() {
   local name=$1 limit=$2 t0=${EPOCHREALTIME/./} rc status
   shift 2
+  if ! selected "$name"; then
+    record "$name" "skipped: not selected (GPU_CHECK_ONLY)" 0 ""
+    return 0
+  fi
   timeout -k 10 "$limit" "$@" >"$logs/$name.log" 2>&1 </dev/null
   rc=$?
   case $rc in
@@ -272,6 +280,17 @@ run_step() {
     *) status="failed: exit $rc" ;;
   esac
   record "$name" "$status" "$(((${EPOCHREALTIME/./} - t0) / 1000))" "$(summary "$name")"
+}
+
+# GPU_CHECK_ONLY: is the step NAME one of those asked for (all when it is unset)?
+selected() {
+  local want
+  [[ -z ${GPU_CHECK_ONLY:-} ]] && return 0
+  for want in ${GPU_CHECK_ONLY//,/ }; do
+    # shellcheck disable=SC2053  # a trailing '*' is meant as a pattern
+    [[ $1 == $want ]] && return 0
+  done
+  return 1
 }
 
 # one line that says what a step's log shows (its last line when the usual one is missing)
@@ -285,7 +304,8 @@ summary() {
     mnist) line=$(grep -E '^\| (mlp|cnn|lstm) \| s / epoch' "$log" | awk -F'|' '{printf "%s %s%s; ", $2, $6, $8}') ;;
   esac
   [[ -n $line ]] || line=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
-  tr '\t\n' '  ' <<<"$line" | sed 's/  */ /g' | cut -c1-200
+  # (Boost.Test colours its verdict: the escapes are dropped)
+  tr '\t\n' '  ' <<<"$line" | sed 's/\x1b\[[0-9;]*m//g; s/  */ /g' | cut -c1-200
 }
 
 skip_all() {  # every GPU step, with why
@@ -407,7 +427,7 @@ done
 sanitize() {  # sanitize TOOL NAME PROGRAM ARGS...
   local tool=$1 name=$2
   shift 2
-  if [[ -z $sanitizer ]]; then
+  if [[ -z $sanitizer ]] && selected "$name"; then
     record "$name" "skipped: compute-sanitizer not found" 0 ""
     return
   fi

@@ -18,3 +18,12 @@
 #else
 #define GRADUS_HD
 #endif
+
+// GRADUS_UNROLL before a loop of constant trip count in GRADUS_HD code: unrolled in device
+// code, so that the arrays it indexes stay in registers (exec/plan.hpp's row arithmetic);
+// nothing on the host, where g++ would warn about an unknown pragma.
+#if defined(__CUDA_ARCH__)
+#define GRADUS_UNROLL _Pragma("unroll")
+#else
+#define GRADUS_UNROLL
+#endif

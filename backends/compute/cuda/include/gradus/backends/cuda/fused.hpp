@@ -9,6 +9,7 @@
 // one thread per element (eval). A flat pass (one row) skips the row arithmetic.
 // for_each() runs an optimizer's or an RNN cell's rule per element over its arrays.
 #include <atomic>
+#include <cstdint>
 #include <type_traits>
 #include <utility>
 
@@ -27,8 +28,11 @@ GRADUS_HD Plan on_row(const Plan& plan, const loop_shape& ls, index_t i, index_t
   if (ls.rank == 1) {
     j = i;
   } else {
-    const index_t inner = ls.d[ls.rank - 1];
-    const index_t row = i / inner;
+    const index_t inner = ls.inner();
+    // a 32-bit division where both fit (a 64-bit one is a long software sequence on a GPU)
+    const index_t row = (static_cast<std::uint64_t>(i) | static_cast<std::uint64_t>(inner)) >> 32 == 0
+                            ? static_cast<index_t>(static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(inner))
+                            : i / inner;
     j = i - row * inner;
     ls.row_index(row, idx);
   }

@@ -18,9 +18,15 @@ struct permute_fn {
   T* out;
   GRADUS_HD void operator()(index_t e) const {
     index_t rem = e, off = 0;
-    for (index_t k = rank; k-- > 0;) {
-      off += (rem % out_dims[k]) * src_stride[k];
-      rem /= out_dims[k];
+    // a constant trip count with the rank as a condition: the arrays stay in registers
+    // (exec/plan.hpp's loop_shape::row_index says why)
+    GRADUS_UNROLL
+    for (index_t k = static_cast<index_t>(max_rank); k-- > 0;) {
+      if (k < rank) {
+        const index_t q = rem / out_dims[k];
+        off += (rem - q * out_dims[k]) * src_stride[k];
+        rem = q;
+      }
     }
     out[e] = in[off];
   }
