@@ -9,8 +9,10 @@
 # 2. 2 stages x 2 replicas (gradus-run -np 4): the accuracy of 2 data-parallel ranks (the
 #    same 2 x 64 images a step), within 2 points;
 # 3. -np 3 with --stages 2: refused, naming both numbers;
-# 4. ranks started with different --micro-batches: both refuse, naming both values;
-# 5. started by hand with TF_CONFIG, then with Slurm's variables: 2 stages under 1f1b.
+# 4. ranks started with different --micro-batches: both refuse, naming both values; with
+#    different --max-loss-ratio: both refuse at the first step (the run fingerprint);
+# 5. started by hand with TF_CONFIG, then with Slurm's variables: 2 stages under 1f1b;
+# 6. given Open MPI's mpirun (4th argument): under it, over --comm mpi and --comm ring.
 # Every wait is bounded (timeout); processes are ended by PID.
 set -u
 exe=$1 run=$2 data=$3
@@ -88,6 +90,22 @@ grep -q "rank 1 runs the pipeline with micro-batches 4, this rank with 2" "$work
   { cat "$work/m0.err" >&2; fail "rank 0: no clear mismatch error"; }
 echo "different --micro-batches: both ranks refuse"
 
+# ranks given another --max-loss-ratio (or seed, batch, lr...): the run fingerprint, at the first step
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
+    timeout 60 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 2 --max-loss-ratio $((10 + r)) \
+    >"$work/m$r.out" 2>"$work/m$r.err" </dev/null &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" && fail "ranks with different --max-loss-ratio did not fail"; done
+pids=()
+for r in 0 1; do
+  grep -q "run fingerprint differs between ranks: rank 1 has max_loss_ratio = 11, rank 0 has max_loss_ratio = 10" "$work/m$r.err" ||
+    { cat "$work/m$r.err" >&2; fail "rank $r: no clear --max-loss-ratio mismatch error"; }
+done
+echo "different --max-loss-ratio: both ranks refuse, naming the field"
+
 # 5. launched the way clusters start jobs, by hand: TF_CONFIG (two workers, a host name) and
 # Slurm's variables (node list localhost, the port from GRADUS_MASTER_PORT): 2 stages, 1f1b,
 # the one-process accuracy
@@ -120,3 +138,19 @@ for r in 0 1; do
   pids+=($!)
 done
 launch "Slurm variables"
+
+# 6. under Open MPI's mpirun (the 4th argument, where CMake found it: the command and its
+# options, e.g. "mpirun --allow-run-as-root --oversubscribe"), over --comm mpi (MPI's own
+# point-to-point) and over --comm ring (the ranks from OMPI_COMM_WORLD_*)
+if [[ -n ${4:-} ]]; then
+  read -r -a mpirun <<<"$4"
+  for comm in mpi ring; do
+    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "${mpirun[@]}" -x GRADUS_MASTER_PORT -x OMP_NUM_THREADS -np 2 \
+      "$exe" "${common[@]}" --comm "$comm" --stages 2 --micro-batches 4 --schedule 1f1b \
+      >"$work/l0.out" 2>"$work/l0.err" </dev/null &
+    pids+=($!)
+    launch "mpirun, --comm $comm"
+  done
+fi
+echo "check_pipeline: ok"

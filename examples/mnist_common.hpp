@@ -227,6 +227,20 @@ double mnist_test_accuracy(Session& s, const Logits& logits, const X& x, const m
   return static_cast<double>(hits) / static_cast<double>(d.test_n);
 }
 
+
+// What every rank of a run must agree on besides the graph, the optimizer and the world
+// (the data-parallel step and the pipeline add those): ranks given another --batch,
+// --epochs, --seed, --train-limit or --max-loss-ratio fail at once, naming the field.
+inline std::vector<g::parallel::run_field> mnist_run_fields(const mnist_options& o, const mnist_data& d,
+                                                            std::int64_t steps_per_epoch) {
+  return {{"batch_size", std::to_string(o.batch)},
+          {"steps_per_epoch", std::to_string(steps_per_epoch)},
+          {"epochs", std::to_string(o.epochs)},
+          {"data_seed", std::to_string(o.seed)},
+          {"train_examples", std::to_string(d.train.size())},
+          {"max_loss_ratio", g::shortest_text(o.max_loss_ratio)}};
+}
+
 template <class Session, class Step, class Logits, class X, class Y>
 int train_mnist(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s, Step& step,
                 const Logits& logits, const X& x, const Y& y) {
@@ -252,12 +266,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
 
   // ---- what every rank must agree on besides the graph and the optimizer (the step adds
   // those): ranks given another --batch, --epochs, --seed or --train-limit fail at once
-  step.set_run_fingerprint({{"batch_size", std::to_string(o.batch)},
-                            {"steps_per_epoch", std::to_string(steps_per_epoch)},
-                            {"epochs", std::to_string(o.epochs)},
-                            {"data_seed", std::to_string(o.seed)},
-                            {"train_examples", std::to_string(d.train.size())},
-                            {"max_loss_ratio", g::shortest_text(o.max_loss_ratio)}});
+  step.set_run_fingerprint(mnist_run_fields(o, d, steps_per_epoch));
 
   // ---- resume: rank 0 reads the checkpoint and every rank takes the state and the global
   // step from it (node-local disks: the others need not see the file); the checkpoint's

@@ -94,6 +94,7 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
 
   const g::index_t shard_n = d.train.size() / replicas;
   const std::int64_t steps_per_epoch = (shard_n + o.batch - 1) / o.batch;
+  step.set_run_fingerprint(mnist_run_fields(o, d, steps_per_epoch));
   g::util::progress::options popt;
   popt.every = o.log_every;
   g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr), popt);

@@ -372,6 +372,28 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
     BOOST_TEST(res[1].error.value_or("").find("pipeline stage 1 (rank 1): rank 0 runs the pipeline with micro-batches 4, this rank with 2") !=
                std::string::npos, res[1].error.value_or(""));
   }
+  {  // another learning rate, or another batch size the program declares: the first run
+     // refuses on every rank, naming the field and both values (the run fingerprint)
+    const auto data = make_batches(1, 4, 1);
+    for (const bool other_lr : {true, false}) {
+      auto comms = thread_mesh::world(2, std::chrono::seconds(5));
+      const auto res = gradus_test::on_threads(2, [&](int r) {
+        g::session<g::cpu_simd> s;
+        m.init(s);
+        auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {.micro_batches = 2}, s, m.loss2(),
+                                    g::sgd{.lr = other_lr && r == 1 ? 0.2 : 0.1});
+        step.set_run_fingerprint({{"batch_size", !other_lr && r == 1 ? "8" : "4"}});
+        BOOST_TEST(step.run_fingerprint().front().name == "world_size");
+        step.run(m.x = g::view(data[0].x.data(), {4, 6}), m.y = g::view(data[0].y.data(), {4}));
+      });
+      const std::string want = other_lr ? "rank 1 has optimizer.lr = 0.2, rank 0 has optimizer.lr = 0.1"
+                                        : "rank 1 has batch_size = 8, rank 0 has batch_size = 4";
+      for (int r = 0; r < 2; ++r)
+        BOOST_TEST(res[static_cast<std::size_t>(r)].error.value_or("").find("run fingerprint differs between ranks: " + want) !=
+                       std::string::npos,
+                   res[static_cast<std::size_t>(r)].error.value_or("(no error)"));
+    }
+  }
   {  // 2 stages on 3 ranks
     auto comms = thread_mesh::world(3);
     g::session<g::cpu_simd> s;
@@ -380,16 +402,26 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
       return std::string(e.what()).find("2 stages do not divide the world of 3 ranks") != std::string::npos;
     });
   }
-  {  // a stage whose peer is gone: the wait ends, naming the stage, the micro-batch and the peer
+  // Stage 0 stops after `steps` batches, stage 1 runs one more: its wait ends, naming the stage
+  // (and the micro-batch and the peer where a step's transfers wait).
+  const auto peer_gone_after = [&](int steps) {
     auto comms = thread_mesh::world(2, std::chrono::milliseconds(2000));
     const auto data = make_batches(1, 4, 1);
-    const auto res = gradus_test::on_threads(2, [&](int r) {
+    return gradus_test::on_threads(2, [&](int r) {
       g::session<g::cpu_simd> s;
       m.init(s);
       auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {.micro_batches = 2}, s, m.loss2(), opt);
-      if (r == 0) return;  // stage 0 stops before the batch
-      step.run(m.x = g::view(data[0].x.data(), {4, 6}), m.y = g::view(data[0].y.data(), {4}));
+      for (int k = 0; k < steps + r; ++k) step.run(m.x = g::view(data[0].x.data(), {4, 6}), m.y = g::view(data[0].y.data(), {4}));
     });
+  };
+  {  // gone before the first step: the run fingerprint's wait
+    const auto res = peer_gone_after(0);
+    BOOST_TEST(res[1].comm_error);
+    BOOST_TEST(res[1].error.value_or("").find("pipeline stage 1 (rank 1): comparing the run fingerprint before the first step: ") !=
+               std::string::npos, res[1].error.value_or(""));
+  }
+  {  // gone before the second step: the activations' wait
+    const auto res = peer_gone_after(1);
     BOOST_TEST(res[1].comm_error);
     BOOST_TEST(res[1].error.value_or("").find("pipeline stage 1 (rank 1), micro-batch 0: waiting for activations from rank 0") !=
                std::string::npos, res[1].error.value_or(""));

@@ -13,6 +13,8 @@
 //       a mismatch never leaves a rank waiting.
 //   parallel::session_fields(session)
 //       the graph's tensors (variables and optimizer state): name, dtype, shape;
+//   parallel::optimizer_fields(opt)
+//       the optimizer's name and every hyper-parameter it reports (settings());
 //   parallel::replica_fields(session)
 //       the same tensors' contents, as an FNV-1a checksum each, and the global step:
 //       agree(comm, "replica check", replica_fields(s)) names the first tensor whose
@@ -155,6 +157,15 @@ std::vector<run_field> session_fields(const Session& s) {
   std::vector<run_field> out;
   for (const auto& e : entries)
     out.push_back({"tensor " + std::string(e.name), std::string(e.dtype) + " " + to_string(e.shape)});
+  return out;
+}
+
+// The optimizer's name and hyper-parameters: "optimizer" = "adam", "optimizer.lr" = "0.001"...
+template <class Opt>
+std::vector<run_field> optimizer_fields(const Opt& opt) {
+  std::vector<run_field> out{{"optimizer", std::string(Opt::name)}};
+  if constexpr (requires { opt.settings([](std::string_view, const std::string&) {}); })
+    opt.settings([&](std::string_view k, const std::string& v) { out.push_back({"optimizer." + std::string(k), v}); });
   return out;
 }
 

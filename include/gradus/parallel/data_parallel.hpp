@@ -88,11 +88,7 @@ class data_parallel_step {
                      const Vs&... vs)
       : comm_(comm), opts_(opts), step_(s, loss, opt, vs...), buckets_(checked(opts_).bucket_bytes),
         ps_(make_ps(opt)) {
-    optimizer_fields_.push_back({"optimizer", std::string(Opt::name)});
-    if constexpr (requires { opt.settings([](std::string_view, const std::string&) {}); })
-      opt.settings([&](std::string_view k, const std::string& v) {
-        optimizer_fields_.push_back({"optimizer." + std::string(k), v});
-      });
+    optimizer_fields_ = optimizer_fields(opt);
     // reduced densely, as Horovod's sparse_as_dense; a parameter server moves rows instead
     if (comm_.world_size() > 1 && !ps_.moves_rows()) step_.set_sparse_as_dense(true);
   }

@@ -21,6 +21,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include <gradus/backends/cpu_simd.hpp>
@@ -356,6 +358,30 @@ BOOST_AUTO_TEST_CASE(send_and_recv_pass_messages_around_the_ranks_in_order) {
   BOOST_TEST(static_cast<int>(gotb[1]) == 0xA5);
   BOOST_CHECK_EXCEPTION(c.send(std::span<const float>(f), N), g::error,
                         [&](const g::error& e) { return contains(e.what(), "send to rank " + std::to_string(N) + " of a world of"); });
+}
+
+// Every rank sends 8 MiB to its right neighbour before it receives (what two pipeline
+// stages do, activations one way and gradients the other): a send returns at once, its copy
+// in flight (a blocking MPI_Send above the eager limit would wait here for ever), and the
+// buffer is free to change at once: the receiver gets what was sent.
+BOOST_AUTO_TEST_CASE(sends_return_before_the_peer_receives) {
+  auto& c = world();
+  const int r = c.rank(), N = c.world_size();
+  if (N < 2) return;
+  const int right = (r + 1) % N, left = (r + N - 1) % N;
+  std::vector<float> big(std::size_t(2) << 20), got(big.size());
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(r) + static_cast<float>(i % 1000) * 0.001f;
+  c.send(std::span<const float>(big), right);
+  c.send(std::span<const float>(big.data(), 3), right);  // a small one behind it, in order
+  std::fill(big.begin(), big.end(), -1.f);             // the sends hold copies
+  c.recv(std::span<float>(got), left);
+  for (std::size_t i = 0; i < got.size(); i += 4099) BOOST_TEST(got[i] == static_cast<float>(left) + static_cast<float>(i % 1000) * 0.001f);
+  std::vector<float> small(3);
+  c.recv(std::span<float>(small), left);
+  BOOST_TEST(small[2] == static_cast<float>(left) + 0.002f);
+  c.barrier();
+  for (int i = 0; i < 2000 && c.sends_in_flight() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  BOOST_TEST(c.sends_in_flight() == 0u);  // completed and freed
 }
 
 // A message of another size is refused, naming the peer and both counts.

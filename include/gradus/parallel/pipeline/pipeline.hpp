@@ -59,6 +59,11 @@ class pipeline_step {
     return p_->run_raw(std::span<const detail::raw_feed>(raw, sizeof...(Feeds)));
   }
   const pipeline_stats& stats() const { return p_->stats(); }
+  // Fields every rank must agree on (batch size, epochs, data seed...), compared with the
+  // pipeline's shape and the optimizer at the first run: ranks that differ fail at once, each
+  // naming the field and both values (agree.hpp). Set before the first run.
+  void set_run_fingerprint(std::vector<run_field> fields) { p_->set_run_fingerprint(std::move(fields)); }
+  std::vector<run_field> run_fingerprint() const { return p_->run_fingerprint(); }
   // Every stage's variables into rank 0's session (every rank calls it).
   void gather_variables() { p_->gather_variables(); }
   // Two numbers of every rank, on rank 0 in rank order (every rank calls it).

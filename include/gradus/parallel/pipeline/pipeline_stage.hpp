@@ -86,6 +86,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
       : base(comm, S, o), s_(s), g_(loss), opt_(opt) {
     opt_.validate();
+    this->optimizer_fields_ = optimizer_fields(opt_);
     [&]<class... Vs>(std::tuple<Vs...>*) {
       (s_.declare(Vs{}), ...);
       std::size_t i = 0;
@@ -134,6 +135,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->stats_.activation_bytes_sent = this->stats_.gradient_bytes_sent = 0;
     const auto bound = s_.bind();
     if constexpr (has_before_run<Backend>) Backend::before_run();  // as session::run does
+    this->check_run_fingerprint();
     const long batch = feeds.empty() ? 0 : feeds[0].d.d[0];
     for (const auto& f : feeds)
       if (f.d.rank == 0 || f.d.d[0] != batch)

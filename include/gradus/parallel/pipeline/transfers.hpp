@@ -17,6 +17,7 @@
 
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
+#include "gradus/parallel/agree.hpp"
 #include "gradus/parallel/pipeline/schedule.hpp"
 
 namespace gradus::parallel {
@@ -100,6 +101,26 @@ class pipeline_base {
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
 
+  // Fields every rank must agree on besides the pipeline's shape (the neighbours compare
+  // that at construction) and the optimizer: {{"batch_size", "64"}, {"data_seed", "1"}}, as
+  // data_parallel_step's. Set before the first run; the first run compares them (agree.hpp).
+  void set_run_fingerprint(std::vector<run_field> fields) {
+    if (fingerprint_checked_) throw error("gradus: pipeline: set_run_fingerprint after the first run (the ranks already compared it)");
+    extra_fields_ = std::move(fields);
+  }
+  // What the ranks compare before their first step: the world, the pipeline's shape, the
+  // optimizer and its hyper-parameters, and the program's fields.
+  std::vector<run_field> run_fingerprint() const {
+    std::vector<run_field> f{{"world_size", std::to_string(comm_.world_size())},
+                             {"pipeline.stages", std::to_string(stats_.stages)},
+                             {"pipeline.micro_batches", std::to_string(o_.micro_batches)},
+                             {"pipeline.schedule", std::string(schedule_name(o_.schedule))},
+                             {"pipeline.rematerialize", o_.rematerialize ? "on" : "off"}};
+    f.insert(f.end(), optimizer_fields_.begin(), optimizer_fields_.end());
+    f.insert(f.end(), extra_fields_.begin(), extra_fields_.end());
+    return f;
+  }
+
   // Numbers of every rank (e.g. its mean bubble fraction, bytes sent per step, peak
   // activation bytes: every rank gives as many), on rank 0 in rank order (every rank calls
   // it; the others get their own): what a run reports for the whole pipeline.
@@ -142,6 +163,17 @@ class pipeline_base {
   std::string where(int micro) const {
     return "gradus: pipeline stage " + std::to_string(stats_.stage) + " (rank " + std::to_string(comm_.rank()) + ")" +
            (micro >= 0 ? ", micro-batch " + std::to_string(micro) : std::string()) + ": ";
+  }
+
+  // Every rank compares the run fingerprint (once, before the first step's transfers).
+  void check_run_fingerprint() {
+    if (fingerprint_checked_) return;
+    try {
+      agree(comm_, "run fingerprint", run_fingerprint());
+    } catch (const comm_error& e) {  // a peer gone before the first step: name this stage
+      rethrow(e, where(-1) + "comparing the run fingerprint before the first step", e.peer);
+    }
+    fingerprint_checked_ = true;
   }
 
   // The neighbours agree on the pipeline's shape (every rank calls it once).
@@ -250,6 +282,8 @@ class pipeline_base {
   pipeline_stats stats_;
   std::vector<pipeline_op> ops_;
   std::int64_t step_ = 0;
+  std::vector<run_field> optimizer_fields_, extra_fields_;
+  bool fingerprint_checked_ = false;
 };
 
 

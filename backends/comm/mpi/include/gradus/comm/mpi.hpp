@@ -29,9 +29,14 @@
 //
 // Sub-groups: split(color, key) is MPI_Comm_split of the duplicate: the ranks that pass the
 // same color get an mpi_allreduce of their own group, ranked by key (ties by their rank
-// here). Point-to-point: send(x, to) and recv(x, from) are MPI_Send and MPI_Recv on the
-// duplicate (in pieces of max_count, as the collectives); recv refuses a message whose
-// element count is not x's, naming the peer and both counts.
+// here). Point-to-point: send(x, to) copies x and starts an MPI_Isend of the copy, so it
+// returns at once, as the ring's buffered sends do (a blocking MPI_Send of a message above
+// the eager limit waits for the peer's receive: two pipeline stages sending to each other
+// at once, activations one way and gradients the other, would wait for each other for
+// ever); the copies are freed as their sends complete (tested at every send and receive;
+// waited for before the communicator goes). recv(x, from) is MPI_Recv on the duplicate (in
+// pieces of max_count, as the collectives) and refuses a message whose element count is not
+// x's, naming the peer and both counts.
 //
 // One thread at a time: two collectives must never run at once (MPI_THREAD_SERIALIZED).
 // Unlike ring_allreduce there is no timeout of gradus' own: a dead peer is MPI's to
@@ -45,13 +50,18 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <concepts>
 #include <cstddef>
+#include <deque>
+#include <iterator>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
@@ -108,11 +118,13 @@ class mpi_allreduce {
   mpi_allreduce& operator=(const mpi_allreduce&) = delete;
   // A group's communicator moves (split returns one); the moved-from one holds none.
   mpi_allreduce(mpi_allreduce&& o) noexcept
-      : opt_(o.opt_), comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), world_(o.world_), owns_(std::exchange(o.owns_, false)) {}
+      : opt_(o.opt_), comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), world_(o.world_), owns_(std::exchange(o.owns_, false)),
+        sends_(std::move(o.sends_)) {}
   mpi_allreduce& operator=(mpi_allreduce&&) = delete;
   ~mpi_allreduce() {
     int finalized = 0;
     MPI_Finalized(&finalized);  // a program that initialized MPI may have finalized it already
+    if (!finalized) finish_sends();
     if (comm_ != MPI_COMM_NULL && !finalized) MPI_Comm_free(&comm_);
     if (owns_) release();
   }
@@ -156,21 +168,31 @@ class mpi_allreduce {
     return mpi_allreduce(sub, opt_);
   }
 
-  // x to rank `to` (MPI_Send: returns once x may be reused).
+  // x to rank `to`: a copy of x sent by MPI_Isend; returns at once (x may be reused).
   template <parallel::broadcast_element T>
   void send(std::span<const T> x, int to) {
     check_peer(to, "send to");
+    reap_sends();
     for (std::size_t at = 0; at < x.size() || at == 0; at += opt_.max_count) {
       const std::size_t n = std::min(opt_.max_count, x.size() - at);
-      check(MPI_Send(x.data() + at, static_cast<int>(n), type<T>(), to, p2p_tag, comm_),
-            "MPI_Send of " + std::to_string(x.size()) + " " + dtype_name<T>() + " to rank " + std::to_string(to));
+      auto& p = sends_.emplace_back();
+      p.bytes.assign(reinterpret_cast<const std::byte*>(x.data() + at), reinterpret_cast<const std::byte*>(x.data() + at + n));
+      const int rc = MPI_Isend(p.bytes.data(), static_cast<int>(n), type<T>(), to, p2p_tag, comm_, &p.request);
+      if (rc != MPI_SUCCESS) sends_.pop_back();
+      check(rc, "MPI_Isend of " + std::to_string(x.size()) + " " + dtype_name<T>() + " to rank " + std::to_string(to));
       if (x.empty()) break;
     }
+  }
+  // Sends started and not yet complete (their copies still held).
+  std::size_t sends_in_flight() {
+    reap_sends();
+    return sends_.size();
   }
   // x <- the next message from rank `from`, which must hold x.size() elements.
   template <parallel::broadcast_element T>
   void recv(std::span<T> x, int from) {
     check_peer(from, "recv from");
+    reap_sends();
     for (std::size_t at = 0; at < x.size() || at == 0; at += opt_.max_count) {
       const std::size_t n = std::min(opt_.max_count, x.size() - at);
       const std::string what = "MPI_Recv of " + std::to_string(x.size()) + " " + dtype_name<T>() + " from rank " + std::to_string(from);
@@ -321,10 +343,48 @@ class mpi_allreduce {
                      std::to_string(world_) + ": " + why);
   }
 
+  // Frees the copies of the sends that completed, oldest first (MPI_Test).
+  void reap_sends() {
+    while (!sends_.empty()) {
+      int done = 0;
+      check(MPI_Test(&sends_.front().request, &done, MPI_STATUS_IGNORE), "MPI_Test of a point-to-point send");
+      if (!done) break;
+      sends_.pop_front();
+    }
+  }
+
+  // Before the communicator goes: the sends still in flight, waited for up to 10 s (the
+  // peers' receives take them; without a peer's receive, e.g. when it failed, a send never
+  // completes: its copy is then kept for the process's life, where MPI may still read it,
+  // rather than waited for without end).
+  void finish_sends() noexcept {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!sends_.empty()) {
+      int done = 0;
+      if (MPI_Test(&sends_.front().request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) {
+        sends_.pop_front();
+        continue;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) {
+        static std::deque<pending_send> abandoned;  // (one thread at a time: MPI_THREAD_SERIALIZED)
+        std::move(sends_.begin(), sends_.end(), std::back_inserter(abandoned));
+        sends_.clear();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+  struct pending_send {
+    MPI_Request request = MPI_REQUEST_NULL;
+    std::vector<std::byte> bytes;  // the copy MPI_Isend reads (its heap block stays put as the deque moves)
+  };
+
   mpi_options opt_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = -1, world_ = 0;
   bool owns_ = true;  // counted in process_state (not a moved-from one)
+  std::deque<pending_send> sends_;
 };
 static_assert(parallel::communicator<mpi_allreduce>);
 static_assert(parallel::splittable<mpi_allreduce>);

@@ -1,8 +1,11 @@
 #pragma once
 // File descriptors and deadlines, for the code that works on sockets below ZeroMQ (the
-// ring's shared-memory and direct-TCP data paths): an owner, the milliseconds left before
-// a deadline (what a poll may wait), and a bounded wait for a descriptor to become ready.
+// ring's shared-memory and direct-TCP data paths, the point-to-point shared memory): an
+// owner, the milliseconds left before a deadline (what a poll may wait), a bounded wait for
+// a descriptor to become ready, and one message with a descriptor attached (SCM_RIGHTS over
+// a unix socket: how a shared-memory segment is handed to a peer).
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -49,6 +52,52 @@ inline void wait_fd(int fd, short events, clock::time_point deadline, const std:
     if (rc < 0 && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
     if (clock::now() >= deadline) throw comm_error(doing + ": no answer before the timeout");
   }
+}
+
+namespace fd_detail {
+// One message of one buffer with room for one descriptor (what sendmsg/recvmsg take).
+struct message {
+  iovec io;
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  message(void* data, std::size_t n) : io{data, n} {
+    msg.msg_iov = &io;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  message(const message&) = delete;
+  message& operator=(const message&) = delete;
+};
+}  // namespace fd_detail
+
+// Sends the n bytes at data with the descriptor fd attached, in one sendmsg (flags as
+// sendmsg's; MSG_NOSIGNAL is added); sendmsg's result.
+inline ssize_t send_with_fd(int sock, const void* data, std::size_t n, int fd, int flags) {
+  fd_detail::message m(const_cast<void*>(data), n);
+  cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  return ::sendmsg(sock, &m.msg, flags | MSG_NOSIGNAL);
+}
+
+// Receives up to n bytes into data and the descriptor attached to them, if any (owned by the
+// caller; -1 when none came), in one recvmsg (flags as recvmsg's; MSG_CMSG_CLOEXEC is
+// added); recvmsg's result.
+inline ssize_t recv_with_fd(int sock, void* data, std::size_t n, int flags, unique_fd& fd) {
+  fd_detail::message m(data, n);
+  const ssize_t k = ::recvmsg(sock, &m.msg, flags | MSG_CMSG_CLOEXEC);
+  fd = unique_fd();
+  if (k < 0) return k;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c; c = CMSG_NXTHDR(&m.msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+      int got = -1;
+      std::memcpy(&got, CMSG_DATA(c), sizeof got);
+      fd = unique_fd(got);
+    }
+  return k;
 }
 
 }  // namespace gradus::net

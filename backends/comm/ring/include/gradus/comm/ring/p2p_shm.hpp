@@ -149,20 +149,8 @@ class writer {
     o.reader_rank = to;
     o.target = h.target;
     o.bytes = segment_bytes;
-    iovec io{&o, sizeof o};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &io;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &mem.fd, sizeof mem.fd);
     // a fresh connection's buffer takes these few bytes at once
-    if (::sendmsg(sock.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof o)) return nullptr;
+    if (net::send_with_fd(sock.fd, &o, sizeof o, mem.fd, MSG_DONTWAIT) != static_cast<ssize_t>(sizeof o)) return nullptr;
     return w;
   }
 
@@ -294,23 +282,13 @@ class listener {
     }
     for (std::size_t i = 0; i < pending_.size();) {
       offer_msg o;
-      iovec io{&o, sizeof o};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &io;
-      msg.msg_iovlen = 1;
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof control;
-      const ssize_t k = ::recvmsg(pending_[i].fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+      net::unique_fd mem;
+      const ssize_t k = net::recv_with_fd(pending_[i].fd, &o, sizeof o, MSG_DONTWAIT, mem);
       if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
         ++i;
         continue;
       }
-      int fd = -1;
-      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-      net::unique_fd mem(fd);
-      if (k != static_cast<ssize_t>(sizeof o) || fd < 0 || o.magic != magic || o.reader_rank != reader_rank || o.target != target_ ||
+      if (k != static_cast<ssize_t>(sizeof o) || mem.fd < 0 || o.magic != magic || o.reader_rank != reader_rank || o.target != target_ ||
           o.writer_rank < 0 || o.writer_rank >= world || o.bytes != segment_bytes)
         bad = "a malformed shared-memory offer arrived on its point-to-point listener (not a gradus ring peer of this job?)";
       else

@@ -361,38 +361,15 @@ class shm_path final : public data_path {
   }
   static void send_fd(int sock, int fd, const shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
     net::wait_fd(sock, POLLOUT, deadline, doing);
-    iovec io{const_cast<shm_detail::hello*>(&h), sizeof h};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &io;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(sock, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof h)) throw comm_error(doing + ": " + std::strerror(errno));
+    if (net::send_with_fd(sock, &h, sizeof h, fd, 0) != static_cast<ssize_t>(sizeof h)) throw comm_error(doing + ": " + std::strerror(errno));
   }
   static int recv_fd(int sock, shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
     net::wait_fd(sock, POLLIN, deadline, doing);
-    iovec io{&h, sizeof h};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    msghdr msg{};
-    msg.msg_iov = &io;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t k = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_WAITALL);
-    int fd = -1;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-    if (k != static_cast<ssize_t>(sizeof h) || fd < 0) {
-      if (fd >= 0) ::close(fd);
+    net::unique_fd fd;
+    const ssize_t k = net::recv_with_fd(sock, &h, sizeof h, MSG_WAITALL, fd);
+    if (k != static_cast<ssize_t>(sizeof h) || fd.fd < 0)
       throw comm_error(doing + ": " + (k == 0 ? std::string("the peer closed the connection") : std::string(std::strerror(errno))));
-    }
-    return fd;
+    return std::exchange(fd.fd, -1);
   }
 
   // ---- writing ----
