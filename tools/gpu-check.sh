@@ -11,6 +11,7 @@
 #                                        a rerun after a fix: only the steps named (comma-
 #                                        separated; a name ending in '*' is a prefix, e.g.
 #                                        'memcheck:*'); the others are reported "not selected"
+#   GPU_CHECK_SEEDS=3 ...                the mnist step's medians over seeds 1-3 (default: seed 1)
 #
 # On the device tool: command `tools/gpu-check.sh build/gpu-bundle`, carry ["build/gpu-bundle"],
 # timeout_s 420 (docs/cuda.md, "Running the GPU check"). The machine has no Debian packages and
@@ -461,8 +462,11 @@ write_report >/dev/null  # what a run cut short still brings back
 # ---- alone: timings (phase 2)
 run_step bench 60 "${genv[@]}" "$bin/bench_cuda" 21
 write_report >/dev/null
-run_step mnist 170 env PYTHONUNBUFFERED=1 python3 "$root/benchmarks/mnist_vs_pytorch.py" --cuda --exe-dir "$bin" \
-  --data "$data/mnist" --models mlp,cnn,lstm --seeds 1 --epochs 1 --idle-wait 0 --json-out "$work/mnist.json" \
+# GPU_CHECK_SEEDS=3: medians over seeds 1, 2, 3 (each ~50 s more; one by default, to fit the lease)
+nseeds=${GPU_CHECK_SEEDS:-1}
+seeds=$(seq -s, 1 "$nseeds")
+run_step mnist $((170 * nseeds)) env PYTHONUNBUFFERED=1 python3 "$root/benchmarks/mnist_vs_pytorch.py" --cuda --exe-dir "$bin" \
+  --data "$data/mnist" --models mlp,cnn,lstm --seeds "$seeds" --epochs 1 --idle-wait 0 --json-out "$work/mnist.json" \
   --gradus-library-path "$libpath"
 
 write_report
