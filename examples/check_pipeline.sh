@@ -24,6 +24,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "check_pipeline: $*" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 common=(--data "$data" --train-limit 6000 --epochs 1 --seed 1 --threads 1 --quiet --json)
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 # rank 0's JSON line among gradus-run's prefixed lines ("[0] {...}")
@@ -75,7 +76,7 @@ OMP_NUM_THREADS=1 timeout 60 "$run" -np 3 "$exe" "${common[@]}" --comm ring --st
 grep -q -- "--stages 2 does not divide the 3 ranks" "$work/err" || { cat "$work/err" >&2; fail "-np 3: no clear error"; }
 echo "-np 3 --stages 2: refused"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
     timeout 60 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches $((2 + 2 * r)) \
@@ -91,7 +92,7 @@ grep -q "rank 1 runs the pipeline with micro-batches 4, this rank with 2" "$work
 echo "different --micro-batches: both ranks refuse"
 
 # ranks given another --max-loss-ratio (or seed, batch, lr...): the run fingerprint, at the first step
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
     timeout 60 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 2 --max-loss-ratio $((10 + r)) \
@@ -121,8 +122,8 @@ assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs one process %s" %
 PY
   echo "$1: 2 stages, 1f1b, accuracy $(field "$out" test_accuracy)"
 }
-p0=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-p1=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+p0=$(free_port)
+p1=$(free_port)
 for r in 0 1; do
   TF_CONFIG="{\"cluster\": {\"worker\": [\"localhost:$p0\", \"localhost:$p1\"]}, \"task\": {\"type\": \"worker\", \"index\": $r}}" \
     OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 --schedule 1f1b \
@@ -130,7 +131,7 @@ for r in 0 1; do
   pids+=($!)
 done
 launch "TF_CONFIG"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 for r in 0 1; do
   SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2 SLURM_JOB_ID=77 \
     GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
@@ -145,7 +146,7 @@ launch "Slurm variables"
 if [[ -n ${4:-} ]]; then
   read -r -a mpirun <<<"$4"
   for comm in mpi ring; do
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    port=$(free_port)
     GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "${mpirun[@]}" -x GRADUS_MASTER_PORT -x OMP_NUM_THREADS -np 2 \
       "$exe" "${common[@]}" --comm "$comm" --stages 2 --micro-batches 4 --schedule 1f1b \
       >"$work/l0.out" 2>"$work/l0.err" </dev/null &

@@ -227,7 +227,6 @@ double mnist_test_accuracy(Session& s, const Logits& logits, const X& x, const m
   return static_cast<double>(hits) / static_cast<double>(d.test_n);
 }
 
-
 // What every rank of a run must agree on besides the graph, the optimizer and the world
 // (the data-parallel step and the pipeline add those): ranks given another --batch,
 // --epochs, --seed, --train-limit or --max-loss-ratio fail at once, naming the field.

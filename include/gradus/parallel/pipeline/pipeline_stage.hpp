@@ -84,9 +84,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
 
  public:
   pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
-      : base(comm, S, o), s_(s), g_(loss), opt_(opt) {
+      : base(comm, S, o, optimizer_fields(opt)), s_(s), g_(loss), opt_(opt) {
     opt_.validate();
-    this->optimizer_fields_ = optimizer_fields(opt_);
     [&]<class... Vs>(std::tuple<Vs...>*) {
       (s_.declare(Vs{}), ...);
       std::size_t i = 0;

@@ -139,7 +139,9 @@ class pipeline_base {
   }
 
  protected:
-  pipeline_base(Comm& comm, int stages, const pipeline_options& o) : comm_(comm), o_(o) {
+  // optimizer: what optimizer_fields(opt) gives, for the run fingerprint
+  pipeline_base(Comm& comm, int stages, const pipeline_options& o, std::vector<run_field> optimizer)
+      : comm_(comm), o_(o), optimizer_fields_(std::move(optimizer)) {
     const int world = comm.world_size();
     if (stages < 1 || world % stages != 0)
       throw error("gradus: pipeline: " + std::to_string(stages) + " stages do not divide the world of " +
@@ -279,10 +281,10 @@ class pipeline_base {
 
   Comm& comm_;
   pipeline_options o_;
+  std::vector<run_field> optimizer_fields_, extra_fields_;
   pipeline_stats stats_;
   std::vector<pipeline_op> ops_;
   std::int64_t step_ = 0;
-  std::vector<run_field> optimizer_fields_, extra_fields_;
   bool fingerprint_checked_ = false;
 };
 
