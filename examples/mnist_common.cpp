@@ -127,6 +127,19 @@ void ensure_parent_directory(const std::string& file, const std::string& option)
                    "'" + (ec ? ": " + ec.message() : std::string()));
 }
 
+int resumed_epochs(const std::string& example, const mnist_options& o, std::int64_t gs, std::int64_t steps_per_epoch) {
+  if (gs == 0) return 0;
+  if (gs % steps_per_epoch != 0)
+    throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' holds " + std::to_string(gs) +
+                   " steps, not a whole number of epochs of " + std::to_string(steps_per_epoch) +
+                   " steps: was it written with another --batch or --train-limit?");
+  if (gs / steps_per_epoch >= o.epochs)
+    throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' already holds " +
+                   std::to_string(gs / steps_per_epoch) + " epochs; ask for more with --epochs (now " +
+                   std::to_string(o.epochs) + ")");
+  return static_cast<int>(gs / steps_per_epoch);
+}
+
 struct epoch_records::impl {
   std::string plot;
   std::optional<g::util::metrics_log> log;

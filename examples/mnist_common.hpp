@@ -144,6 +144,10 @@ double peak_rss_mb();
 // training: a bad --checkpoint path fails at once, not after the first epoch.
 void ensure_parent_directory(const std::string& file, const std::string& option);
 
+// The epochs a resumed run's global step holds (0 for a new run), refusing a step that is
+// not a whole number of epochs or already holds every epoch asked for.
+int resumed_epochs(const std::string& example, const mnist_options& o, std::int64_t global_step, std::int64_t steps_per_epoch);
+
 // Checkpoints of the session (gradus::io's save_checkpoint / restore_checkpoint, recording
 // the world size that wrote them).
 template <class B>
@@ -272,22 +276,16 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   // global step says how many epochs it holds
   if (o.resume && chief && std::filesystem::exists(o.checkpoint)) {
     restore_session(s, o.checkpoint, world);
-  } else if (o.resume && !quiet) {
-    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
+  } else if (o.resume && chief) {
+    if (const auto staged = g::stage_checkpoints_present(o.checkpoint); !staged.empty())
+      throw g::error("gradus: " + example + ": --checkpoint '" + o.checkpoint + "' was written by a pipeline of " +
+                     std::to_string(staged.back()) + " stages ('" +
+                     g::stage_checkpoint_file(o.checkpoint, 0, staged.back()).string() + "'...); resume it with --stages " +
+                     std::to_string(staged.back()) + ", or start a new run");
+    if (!quiet) std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
   }
   step.broadcast_variables();  // compares the run fingerprint first
-  int first = 0;
-  if (const std::int64_t gs = s.global_step(); gs != 0) {
-    if (gs % steps_per_epoch != 0)
-      throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' holds " + std::to_string(gs) +
-                     " steps, not a whole number of epochs of " + std::to_string(steps_per_epoch) +
-                     " steps: was it written with another --batch or --train-limit?");
-    if (gs / steps_per_epoch >= o.epochs)
-      throw g::error("gradus: " + example + ": checkpoint '" + o.checkpoint + "' already holds " +
-                     std::to_string(gs / steps_per_epoch) + " epochs; ask for more with --epochs (now " +
-                     std::to_string(o.epochs) + ")");
-    first = static_cast<int>(gs / steps_per_epoch);
-  }
+  const int first = resumed_epochs(example, o, s.global_step(), steps_per_epoch);
 
   // ---- metrics CSV (appended to when resuming) and the SVG curves, on rank 0
   epoch_records records(o, first, chief);

@@ -13,7 +13,16 @@
 // its steps: waiting for other stages and transferring), ideal_bubble_fraction ((S - 1) /
 // (M + S - 1)) and bytes_per_step (activations and gradients sent by every rank in one
 // step), peak_activation_mb and deferred_gradient_mb (per rank: the activations it held at
-// most, the stash of its deferred weight gradients). Not yet with a pipeline: --checkpoint / --resume and --comm ps.
+// most, the stash of its deferred weight gradients).
+//
+// --checkpoint FILE: after every epoch, replica 0 of each stage writes its stage's file
+// (FILE.npz -> FILE.stage-K-of-S.npz: its variables, optimizer slots and the global step);
+// --resume: each stage's replica 0 reads its file, its replicas take it from there, and the
+// run goes on from the epoch the files hold (the same batches as a run that never stopped:
+// 1 epoch, then --resume to 2, equals 2 straight; examples/check_pipeline_resume.sh). Files of
+// another stage count, a whole model's file, a missing stage or stages at different steps are
+// refused on every rank (parallel/pipeline/checkpoint.hpp). --metrics and --plot as
+// train_mnist's. --comm ps runs no pipeline (docs/pipelines.md says why).
 //
 // `logits` is the model unplaced (sequential<1>, no on<stage<K>>): what rank 0 evaluates
 // after every epoch. A placement is an identity, so it computes what the placed logits do,
@@ -76,8 +85,8 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
 #else
   namespace gp = g::parallel;
   set_threads(o.threads);
-  if (!o.checkpoint.empty() || o.resume)
-    throw g::error("gradus: " + example + ": --checkpoint and --resume are not supported with a pipeline yet");
+  if (o.resume && o.checkpoint.empty())
+    throw g::error("gradus: " + example + ": --resume needs --checkpoint FILE.npz");
   if (o.comm == "ps") throw g::error("gradus: " + example + ": a pipeline runs over --comm ring, mpi or local, not ps");
   auto comm = make_communicator(o);
   const int world = comm.world_size(), rank = comm.rank();
@@ -95,12 +104,18 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
   const g::index_t shard_n = d.train.size() / replicas;
   const std::int64_t steps_per_epoch = (shard_n + o.batch - 1) / o.batch;
   step.set_run_fingerprint(mnist_run_fields(o, d, steps_per_epoch));
+  if (!o.checkpoint.empty() && replica == 0) ensure_parent_directory(o.checkpoint, "--checkpoint");
+  if (o.resume && !step.restore_checkpoint(o.checkpoint) && !quiet)
+    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' (one file per stage: '"
+              << g::stage_checkpoint_file(o.checkpoint, 0, S).string() << "'...) yet: starting at epoch 1\n";
+  const int first = resumed_epochs(example, o, s.global_step(), steps_per_epoch);
+  epoch_records records(o, first, chief);
   g::util::progress::options popt;
   popt.every = o.log_every;
   g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr), popt);
   double train_seconds = 0, last_loss = 0, acc = 0, bubble_sum = 0, bytes_sum = 0, first_loss = 0;
   std::int64_t steps_run = 0;
-  for (int e = 0; e < o.epochs; ++e) {
+  for (int e = first; e < o.epochs; ++e) {
     if (!quiet) bar.start_epoch(e + 1, o.epochs, steps_per_epoch);
     const auto t0 = std::chrono::steady_clock::now();
     double sum = 0;
@@ -109,7 +124,7 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
       if (k++ == steps_per_epoch) break;
       const double l = step.run(x = xb, y = yb);
       o.maybe_slow(rank);
-      if (e == 0 && k == 1) first_loss = l;
+      if (e == first && k == 1) first_loss = l;
       if (diverged_at < 0 && (!std::isfinite(l) || (o.max_loss_ratio > 0 && first_loss > 0 && l > o.max_loss_ratio * first_loss)))
         diverged_at = s.global_step() - 1;
       sum += l;
@@ -129,10 +144,13 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
       throw g::error("gradus: " + example + ": training diverged in epoch " + std::to_string(e + 1) +
                      " (a loss that is not finite or above --max-loss-ratio " + g::shortest_text(o.max_loss_ratio) +
                      " times the first); lower the learning rate (--lr)");
+    if (!o.checkpoint.empty()) step.save_checkpoint(o.checkpoint);  // each stage's replica 0 its file
     step.gather_variables();  // rank 0 holds the whole model
     if (!chief) continue;
     acc = mnist_test_accuracy(s, logits, x, d);
     if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
+    records.add({static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc, secs,
+                 static_cast<double>(d.train.size()) / secs, 0});
   }
   const auto report = step.gather_report({bubble_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1)),
                                           bytes_sum / static_cast<double>(std::max<std::int64_t>(steps_run, 1)),
@@ -143,7 +161,7 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
     std::vector<double> activation_mb, deferred_mb;
     for (const auto& r : report) bubble += r[0], bytes += r[1], activation_mb.push_back(r[2]), deferred_mb.push_back(r[3]);
     print_json(example, o,
-               {.first_epoch = 0, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
+               {.first_epoch = first, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
                 .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
                 .comm_wait_seconds = 0, .peak_device_mb = peak_device_mb(), .stages = S, .micro_batches = o.micro_batches,
                 .schedule = o.schedule, .bubble_fraction = bubble / static_cast<double>(report.size()),

@@ -5,6 +5,7 @@
 // session left untouched; failed saves leave the previous checkpoint intact; a negative
 // step, NaN/Inf values and another world size are refused; temporaries of killed saves are
 // removed by the next save, those of live writers never.
+#include <algorithm>
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
@@ -315,6 +316,49 @@ BOOST_AUTO_TEST_CASE(world_size_is_recorded_and_a_mismatch_refused) {
   BOOST_TEST(has(error_of([&] { g::restore_checkpoint(u.s, old); }), "'gradus/world_size' is 0"));
   BOOST_TEST(u.s.global_step() == 0);
   BOOST_TEST(has(error_of([&] { g::save_checkpoint(u.s, old, {.world_size = -1}); }), "world_size -1 is negative"));
+}
+
+// A pipeline stage's file (parallel/pipeline/checkpoint.hpp writes one per stage): only the
+// tensors named, and the stage layout; the wrong stage, stage count or kind of file refused.
+BOOST_AUTO_TEST_CASE(a_stage_file_holds_its_tensors_and_its_place) {
+  temp_dir dir;
+  const std::vector<std::string> mine{"dense1/w", "dense1/b"};
+  const fs::path file = trained_checkpoint(dir.p, {.world_size = 2, .stages = 2, .stage = 1, .only = mine});
+  std::vector<std::string> names;
+  for (const auto& a : g::io::read_npz(file)) names.push_back(a.name);
+  std::sort(names.begin(), names.end());
+  const std::vector<std::string> want{"dense1/b", "dense1/w", "global_step", "gradus/stage", "gradus/stages", "gradus/world_size"};
+  BOOST_TEST(names == want, names.size() << " arrays");
+  BOOST_TEST(g::stage_checkpoint_file(dir.p / "run" / "ckpt.npz", 1, 2) == dir.p / "run" / "ckpt.stage-1-of-2.npz");
+  {
+    target t;
+    const auto before = snapshot(t.s);
+    g::restore_checkpoint(t.s, file, {.world_size = 2, .stages = 2, .stage = 1, .only = mine});
+    BOOST_TEST(t.s.global_step() == 3);
+    const auto after = snapshot(t.s);
+    BOOST_TEST(after.at("dense1/w") != before.at("dense1/w"));
+    BOOST_TEST(after.at("dense2/w") == before.at("dense2/w"));  // not in the file: untouched
+  }
+  target t;
+  const auto before = snapshot(t.s);
+  BOOST_TEST(has(error_of([&] { g::restore_checkpoint(t.s, file, {.world_size = 2, .stages = 3, .stage = 1, .only = mine}); }),
+                 "written by a pipeline of 2 stages; this job runs 3: resume with --stages 2"));
+  BOOST_TEST(has(error_of([&] { g::restore_checkpoint(t.s, file, {.world_size = 2, .stages = 2, .stage = 0, .only = mine}); }),
+                 "holds stage 1 of the pipeline, and this rank runs stage 0"));
+  BOOST_TEST(has(error_of([&] { g::restore_checkpoint(t.s, file); }), "the file holds one stage of a 2-stage pipeline"));
+  fs::create_directories(dir.p / "whole");
+  const fs::path whole = trained_checkpoint(dir.p / "whole");
+  BOOST_TEST(has(error_of([&] { g::restore_checkpoint(t.s, whole, {.stages = 2, .stage = 0, .only = mine}); }),
+                 "the file holds a whole model, not stage 0 of a 2-stage pipeline"));
+  BOOST_TEST(has(error_of([&] { g::restore_checkpoint(t.s, file, {.only = {"nope"}}); }), "the session holds no tensor named 'nope'"));
+  BOOST_TEST((snapshot(t.s) == before));
+  BOOST_TEST(t.s.global_step() == 0);
+  // what a run given the whole-model path finds of pipelined checkpoints
+  fs::copy_file(file, g::stage_checkpoint_file(dir.p / "ckpt2.npz", 0, 2));
+  fs::copy_file(file, g::stage_checkpoint_file(dir.p / "ckpt2.npz", 0, 12));
+  fs::copy_file(file, dir.p / "ckpt2.stage-0-of-x.npz");
+  BOOST_TEST((g::stage_checkpoints_present(dir.p / "ckpt2.npz") == std::vector<int>{2, 12}));
+  BOOST_TEST(g::stage_checkpoints_present(dir.p / "none.npz").empty());
 }
 
 BOOST_AUTO_TEST_CASE(a_negative_global_step_is_refused) {

@@ -11,7 +11,10 @@
 #include <gradus/parallel/pipeline/partition.hpp>
 #include <gradus/parallel/pipeline/pipeline.hpp>
 
+#include <algorithm>
 #include <array>
+#include <filesystem>
+#include <fstream>
 #include <cmath>
 #include <numeric>
 #include <cstdint>
@@ -427,6 +430,134 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
     BOOST_TEST(res[1].comm_error);
     BOOST_TEST(res[1].error.value_or("").find("pipeline stage 1 (rank 1), micro-batch 0: waiting for activations from rank 0") !=
                std::string::npos, res[1].error.value_or(""));
+  }
+}
+
+// Checkpoints of a pipelined run (pipeline/checkpoint.hpp): one file per stage; 2 steps,
+// save, then fresh sessions restore and run 2 more: the weights equal 4 straight steps bit for
+// bit (Adam: its slots are in the files), with 1 and 2 replicas per stage (replica 1 takes
+// replica 0's state by broadcast). Then what a bad checkpoint gives on every rank.
+BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
+  model m;
+  const auto data = make_batches(4, 12, 21);
+  const g::adam opt{.lr = 0.01};
+  gradus_test::temp_dir dir;
+  using weights_t = std::vector<std::vector<float>>;
+  // ranks as threads: fresh sessions, `f(rank, session, step)`; each rank's error, if any
+  const auto on_pipeline = [&]<int S>(std::integral_constant<int, S>, const auto& loss, int replicas, auto f) {
+    auto comms = thread_mesh::world(S * replicas, std::chrono::seconds(5));
+    return gradus_test::on_threads(S * replicas, [&](int r) {
+      g::session<g::cpu_simd> s;
+      m.init(s);
+      auto step = gp::pipeline<S>(comms[static_cast<std::size_t>(r)], {.micro_batches = 3, .schedule = gp::schedule_kind::one_f_one_b},
+                                  s, loss, opt);
+      f(r, s, step);
+    });
+  };
+  const auto train = [&](auto& step, int r, int replicas, int from, int to) {
+    const long shard = 12 / replicas, at = (r / 2) * shard;
+    for (int k = from; k < to; ++k) {
+      const auto& b = data[static_cast<std::size_t>(k)];
+      step.run(m.x = g::view(b.x.data() + at * 6, {shard, 6}), m.y = g::view(b.y.data() + at, {shard}));
+    }
+  };
+  const auto weights = [&](g::session<g::cpu_simd>& s) -> weights_t {
+    return {values(s, m.l1.w), values(s, m.l1.b), values(s, m.l2.w), values(s, m.l2.b), values(s, m.l3.w), values(s, m.l3.b)};
+  };
+  const auto no_errors = [](const auto& res) {
+    for (std::size_t r = 0; r < res.size(); ++r) BOOST_TEST_REQUIRE(!res[r].error, "rank " << r << ": " << res[r].error.value_or(""));
+  };
+  // (the error cases below use the files of the 2 x 1 run)
+  const auto ck = dir.path / "ckpt.npz", ck4 = dir.path / "four" / "ckpt.npz";
+  for (const int replicas : {2, 1}) {
+    BOOST_TEST_CONTEXT("2 stages x " << replicas << " replicas") {
+      for (const auto& f : {ck, ck4})
+        for (const int k : {0, 1}) std::filesystem::remove(g::stage_checkpoint_file(f, k, 2));
+      std::filesystem::create_directories(ck4.parent_path());
+      const int n = 2 * replicas;
+      std::vector<weights_t> straight(static_cast<std::size_t>(n)), resumed(static_cast<std::size_t>(n));
+      std::vector<int> found_none(static_cast<std::size_t>(n), -1), restored(static_cast<std::size_t>(n), -1);
+      std::vector<std::int64_t> step_after(static_cast<std::size_t>(n), -1);
+      no_errors(on_pipeline(std::integral_constant<int, 2>{}, m.loss2(), replicas, [&](int r, auto& s, auto& step) {
+        train(step, r, replicas, 0, 4);
+        step.save_checkpoint(ck4);
+        step.gather_variables();
+        straight[static_cast<std::size_t>(r)] = weights(s);
+      }));
+      no_errors(on_pipeline(std::integral_constant<int, 2>{}, m.loss2(), replicas, [&](int r, auto&, auto& step) {
+        found_none[static_cast<std::size_t>(r)] = step.restore_checkpoint(ck) ? 0 : 1;  // nothing there yet
+        train(step, r, replicas, 0, 2);
+        step.save_checkpoint(ck);
+      }));
+      no_errors(on_pipeline(std::integral_constant<int, 2>{}, m.loss2(), replicas, [&](int r, auto& s, auto& step) {
+        restored[static_cast<std::size_t>(r)] = step.restore_checkpoint(ck) ? 1 : 0;
+        step_after[static_cast<std::size_t>(r)] = s.global_step();
+        train(step, r, replicas, 2, 4);
+        step.gather_variables();
+        resumed[static_cast<std::size_t>(r)] = weights(s);
+      }));
+      for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
+        BOOST_TEST(found_none[r] == 1);
+        BOOST_TEST(restored[r] == 1);
+        BOOST_TEST(step_after[r] == 2);
+        for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(resumed[r][i] == straight[r][i], "rank " << r << " tensor " << i);
+      }
+      // rank 0 holds the whole model after the gather, trained: not the initial weights
+      g::session<g::cpu_simd> init;
+      m.init(init);
+      const weights_t w0 = weights(init);
+      for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(resumed[0][i] != w0[i], "tensor " << i);
+    }
+  }
+  // the files: one per stage, each with its own variables, their Adam slots and the layout
+  BOOST_TEST(!std::filesystem::exists(ck));
+  std::vector<std::string> names;
+  for (const auto& a : g::io::read_npz(g::stage_checkpoint_file(ck, 0, 2))) names.push_back(a.name);
+  std::sort(names.begin(), names.end());
+  const std::vector<std::string> want{"global_step", "gradus/stage", "gradus/stages", "gradus/world_size", "p1/b",
+                                      "p1/b/adam_m", "p1/b/adam_v", "p1/w", "p1/w/adam_m", "p1/w/adam_v"};
+  BOOST_TEST(names == want, [&] { std::string t; for (auto& x : names) t += x + " "; return t; }());
+  BOOST_TEST(std::filesystem::exists(g::stage_checkpoint_file(ck, 1, 2)));
+
+  // every rank fails with the cause (the last stage's run of these; Boost.Test's checks here)
+  const auto errors_of = [&]<int S>(std::integral_constant<int, S> k, const auto& loss, const std::filesystem::path& f) {
+    std::vector<std::string> e;
+    for (const auto& r : on_pipeline(k, loss, 1, [&](int, auto&, auto& step) { step.restore_checkpoint(f); }))
+      e.push_back(r.error.value_or("(no error)"));
+    return e;
+  };
+  for (const auto& e : errors_of(std::integral_constant<int, 3>{}, m.loss3(), ck))  // another stage count
+    BOOST_TEST((gradus_test::contains(e, "the files there are a pipeline of 2 stages") && gradus_test::contains(e, "resume with --stages 2")),
+               e);
+  {  // a whole model's file given to a pipeline, and a stage's file to a plain session
+    g::session<g::cpu_simd> s;
+    m.init(s);
+    auto plain = g::minimize(s, m.loss2(), opt);
+    const auto whole = dir.path / "whole" / "ckpt.npz";
+    std::filesystem::create_directories(whole.parent_path());
+    g::save_checkpoint(s, whole);
+    for (const auto& e : errors_of(std::integral_constant<int, 2>{}, m.loss2(), whole))
+      BOOST_TEST(gradus_test::contains(e, "the file holds a whole model (a run without stages)"), e);
+    BOOST_CHECK_EXCEPTION(g::restore_checkpoint(s, g::stage_checkpoint_file(ck, 0, 2)), g::error, [](const g::error& e) {
+      return gradus_test::contains(e.what(), "the file holds one stage of a 2-stage pipeline, not a whole model; resume it as "
+                                             "a pipeline of 2 stages (--stages 2)");
+    });
+  }
+  const auto mixed = dir.path / "mixed" / "ckpt.npz";
+  std::filesystem::create_directories(mixed.parent_path());
+  std::filesystem::copy_file(g::stage_checkpoint_file(ck, 0, 2), g::stage_checkpoint_file(mixed, 0, 2));
+  std::filesystem::copy_file(g::stage_checkpoint_file(ck4, 1, 2), g::stage_checkpoint_file(mixed, 1, 2));
+  for (const auto& e : errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed))  // saved at different steps
+    BOOST_TEST(gradus_test::contains(e, "the stages' files hold different global steps (stage 0 step 2, stage 1 step 4)"), e);
+  std::filesystem::remove(g::stage_checkpoint_file(mixed, 1, 2));
+  for (const auto& e : errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed))  // a stage's file missing
+    BOOST_TEST(gradus_test::contains(e, "incomplete: the file of stage(s) 1 is missing ('" +
+                                            g::stage_checkpoint_file(mixed, 1, 2).string() + "'), stage(s) 0 have theirs"), e);
+  {  // a corrupt file: its rank names the file, the other names the stage that failed
+    std::ofstream(g::stage_checkpoint_file(mixed, 1, 2)) << "not a zip file";
+    const auto e = errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed);
+    BOOST_TEST(gradus_test::contains(e[1], g::stage_checkpoint_file(mixed, 1, 2).string()), e[1]);
+    BOOST_TEST(gradus_test::contains(e[0], "stage 1 (rank 1) could not restore its file"), e[0]);
   }
 }
 

@@ -26,14 +26,22 @@
 // before it existed, or without the option) restores under any world size, as does any
 // file when restore is given no world size.
 //
+// Pipelines (parallel/pipeline): each stage writes its own file, stage_checkpoint_file
+// ("run/ckpt.npz" -> "run/ckpt.stage-1-of-2.npz", Megatron-LM's one file per stage), holding
+// only that stage's tensors (options.only) and recording "gradus/stages" and "gradus/stage".
+// restore refuses a stage file given to a run without stages, a whole-model file given to a
+// stage, and a file of another stage count or stage, naming both.
+//
 // A save killed mid-write leaves its temporary behind; the next save of the same file
 // removes it (io::write_npz).
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gradus/core/error.hpp"
@@ -44,13 +52,49 @@ namespace gradus {
 
 inline constexpr std::string_view global_step_key = "global_step";
 inline constexpr std::string_view world_size_key = "gradus/world_size";
+inline constexpr std::string_view stages_key = "gradus/stages";
+inline constexpr std::string_view stage_key = "gradus/stage";
 
 // What a checkpoint records about the job besides the session, and what restore expects.
 struct checkpoint_options {
   // The number of data-parallel ranks of the job (cluster_spec::world_size). save: recorded
   // when > 0. restore: when > 0, a file recorded with another world size is refused.
   int world_size = 0;
+  // A pipeline's stage (stages > 0): save records both; restore refuses a file of another
+  // stage count or stage, and a file without them (a whole model's).
+  int stages = 0, stage = 0;
+  // The session's tensors the file holds (save) or must hold (restore), by name; empty: all.
+  std::vector<std::string> only = {};
 };
+
+// The file of stage `stage` of an S-stage pipeline's checkpoint `file`:
+// "run/ckpt.npz" -> "run/ckpt.stage-1-of-2.npz".
+inline std::filesystem::path stage_checkpoint_file(const std::filesystem::path& file, int stage, int stages) {
+  auto r = file;
+  r.replace_filename(file.stem().string() + ".stage-" + std::to_string(stage) + "-of-" + std::to_string(stages) +
+                     file.extension().string());
+  return r;
+}
+
+// The stage counts S whose stage-0 file of `file` exists (stage_checkpoint_file(file, 0, S)),
+// ascending: what a run given `file` finds of pipelined checkpoints.
+inline std::vector<int> stage_checkpoints_present(const std::filesystem::path& file) {
+  std::vector<int> r;
+  const auto dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+  const std::string head = file.stem().string() + ".stage-0-of-", tail = file.extension().string();
+  std::error_code ec;
+  for (const auto& de : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = de.path().filename().string();
+    if (n.size() <= head.size() + tail.size() || n.compare(0, head.size(), head) != 0 ||
+        n.compare(n.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    const std::string digits = n.substr(head.size(), n.size() - head.size() - tail.size());
+    if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    r.push_back(std::stoi(digits));
+  }
+  std::sort(r.begin(), r.end());
+  return r;
+}
 
 namespace detail {
 
@@ -81,6 +125,24 @@ inline nonfinite_scan scan_nonfinite(const io::npz_array& a) {
 }
 
 // "[2, 5]": the C-order index of flat element i of shape.
+// The session's tensors options.only names (all of them when it is empty); a name it lists
+// that the session lacks is an error of `what`.
+template <class Entries>
+Entries selected(Entries all, const checkpoint_options& options, const std::string& what) {
+  if (options.only.empty()) return all;
+  Entries r;
+  for (const auto& name : options.only) {
+    auto it = std::find_if(all.begin(), all.end(), [&](const auto& e) { return e.name == name; });
+    if (it == all.end()) throw error(what + "the session holds no tensor named '" + name + "'");
+    r.push_back(*it);
+  }
+  return r;
+}
+
+inline bool reserved_key(std::string_view name) {
+  return name == global_step_key || name == world_size_key || name == stages_key || name == stage_key;
+}
+
 inline std::string multi_index(const dims& shape, std::size_t i) {
   std::vector<index_t> idx(shape.rank);
   for (std::size_t k = shape.rank; k-- > 0;) {
@@ -99,13 +161,13 @@ template <class Backend>
 void save_checkpoint(const session<Backend>& s, const std::filesystem::path& file,
                      const checkpoint_options& options = {}) {
   const auto bound = s.bind();  // the copies out of a device go on the session's stream
-  const auto entries = s.entries();
+  const auto entries = detail::selected(s.entries(), options, "gradus: save_checkpoint '" + file.string() + "': ");
   std::vector<std::vector<std::byte>> host(entries.size());
   std::vector<io::npz_array_ref> arrays;
   arrays.reserve(entries.size() + 1);
   for (std::size_t i = 0; i < entries.size(); ++i) {
     const auto& e = entries[i];
-    if (e.name == global_step_key || e.name == world_size_key)
+    if (detail::reserved_key(e.name))
       throw error("gradus: save_checkpoint '" + file.string() + "': a variable is named '" + std::string(e.name) +
                   "', a key the checkpoint keeps for itself");
     if (!e.initialized)
@@ -119,10 +181,17 @@ void save_checkpoint(const session<Backend>& s, const std::filesystem::path& fil
   if (options.world_size < 0)
     throw error("gradus: save_checkpoint '" + file.string() + "': world_size " + std::to_string(options.world_size) +
                 " is negative (0: not recorded)");
+  if (options.stages < 0 || (options.stages > 0 && (options.stage < 0 || options.stage >= options.stages)))
+    throw error("gradus: save_checkpoint '" + file.string() + "': stage " + std::to_string(options.stage) + " of " +
+                std::to_string(options.stages) + " stages is not a stage");
   const std::int64_t step = s.global_step();
-  const std::int64_t world = options.world_size;
+  const std::int64_t world = options.world_size, stages = options.stages, stage = options.stage;
   arrays.push_back({std::string(global_step_key), "int64", dims{}, &step});
   if (world > 0) arrays.push_back({std::string(world_size_key), "int64", dims{}, &world});
+  if (stages > 0) {
+    arrays.push_back({std::string(stages_key), "int64", dims{}, &stages});
+    arrays.push_back({std::string(stage_key), "int64", dims{}, &stage});
+  }
   io::write_npz(file, arrays);
 }
 
@@ -135,7 +204,7 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
   for (const auto& a : arrays) by_name.emplace(a.name, &a);
 
   std::vector<std::string> diffs;
-  const auto entries = s.entries();
+  const auto entries = detail::selected(s.entries(), options, "gradus: restore_checkpoint '" + file.string() + "': ");
   for (const auto& e : entries) {
     auto it = by_name.find(e.name);
     if (it == by_name.end()) {
@@ -150,9 +219,11 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
   }
   const io::npz_array* step = nullptr;
   const io::npz_array* world = nullptr;
+  const io::npz_array* stages = nullptr;
+  const io::npz_array* stage = nullptr;
   for (const auto& a : arrays) {
-    if (a.name == global_step_key || a.name == world_size_key) {
-      (a.name == global_step_key ? step : world) = &a;
+    if (detail::reserved_key(a.name)) {
+      (a.name == global_step_key ? step : a.name == world_size_key ? world : a.name == stages_key ? stages : stage) = &a;
       if (a.dtype != "int64" || a.shape.rank != 0)
         diffs.push_back("'" + a.name + "' must be a scalar int64, the file has " + to_string(a.shape) + " " + a.dtype);
       continue;
@@ -163,7 +234,19 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
       diffs.push_back("not in the session: '" + a.name + "' " + to_string(a.shape) + " " + a.dtype);
   }
   if (!step) diffs.push_back("missing from the file: '" + std::string(global_step_key) + "' (the step counter)");
-  if (!diffs.empty()) {
+  if (!diffs.empty() || (stages && stages->bytes.size() == 8) != (options.stages > 0)) {
+    // the pipeline's layout first: it explains the differences of names
+    if (stages && stages->bytes.size() == 8 && options.stages == 0) {
+      std::int64_t n = 0;
+      std::memcpy(&n, stages->bytes.data(), sizeof n);
+      throw error("gradus: restore_checkpoint '" + file.string() + "': the file holds one stage of a " + std::to_string(n) +
+                  "-stage pipeline, not a whole model; resume it as a pipeline of " + std::to_string(n) +
+                  " stages (--stages " + std::to_string(n) + "); nothing was restored");
+    }
+    if (!stages && options.stages > 0)
+      throw error("gradus: restore_checkpoint '" + file.string() + "': the file holds a whole model, not stage " +
+                  std::to_string(options.stage) + " of a " + std::to_string(options.stages) +
+                  "-stage pipeline; resume it without stages, or start a new run; nothing was restored");
     std::string msg = "gradus: restore_checkpoint '" + file.string() + "': the checkpoint does not match the " +
                       "session (nothing was restored):";
     for (const auto& d : diffs) msg += "\n  " + d;
@@ -193,6 +276,16 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
                   "and the position in the data would be wrong. Resume with " + ws +
                   " ranks, or start a new run; nothing was restored");
     }
+  }
+  if (options.stages > 0) {
+    const std::int64_t n = scalar(*stages), k = stage ? scalar(*stage) : -1;
+    if (n != options.stages)
+      throw error(ctx + "written by a pipeline of " + std::to_string(n) + " stages; this job runs " +
+                  std::to_string(options.stages) + ": resume with --stages " + std::to_string(n) +
+                  ", or start a new run; nothing was restored");
+    if (k != options.stage)
+      throw error(ctx + "holds stage " + std::to_string(k) + " of the pipeline, and this rank runs stage " +
+                  std::to_string(options.stage) + " (a renamed file?); nothing was restored");
   }
   std::vector<std::string> bad;
   for (const auto& e : entries) {

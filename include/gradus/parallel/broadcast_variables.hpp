@@ -2,7 +2,8 @@
 // broadcast_variables(comm, session): every tensor of the session (variables and optimizer
 // state) from rank 0 to all, in name order, and then its global step — the replicas start
 // identical, and a job that only rank 0 could restore a checkpoint for resumes from rank 0's
-// step on every rank. The data-parallel step does it before its first step.
+// step on every rank. The data-parallel step does it before its first step; a pipeline's
+// stage, to its replicas, with `only` its own tensors (every replica's session holds them).
 //
 // detail::with_host_span: a communicator reads and writes what it is given on the host, so
 // a tensor of a device backend (a GPU's) reaches it as a host copy, copied back where it
@@ -39,12 +40,14 @@ void with_host_span(T* p, std::size_t n, bool write_back, F&& f) {
 }  // namespace detail
 
 template <collectives Comm, class Session>
-void broadcast_variables(Comm& comm, Session& s) {
+void broadcast_variables(Comm& comm, Session& s, const std::vector<std::string>& only = {}) {
   if (comm.world_size() == 1) return;
   using backend = typename Session::backend_type;
   const auto bound = s.bind();
   const bool receives = comm.rank() != 0;
   auto entries = s.entries();
+  if (!only.empty())
+    std::erase_if(entries, [&](const auto& e) { return std::find(only.begin(), only.end(), e.name) == only.end(); });
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& e : entries) {
     const auto n = static_cast<std::size_t>(e.shape.numel());

@@ -33,12 +33,14 @@
 // for the other stages, and the transfers), the bytes it sent and received, and the bytes of
 // activations it held at most (graphs in flight).
 #include <array>
+#include <filesystem>
 #include <memory>
 #include <span>
 #include <utility>
 #include <vector>
 
 #include "gradus/core/error.hpp"
+#include "gradus/parallel/pipeline/checkpoint.hpp"
 #include "gradus/parallel/pipeline/pipeline_stage.hpp"
 #include "gradus/parallel/pipeline/transfers.hpp"
 #include "gradus/parallel/point_to_point.hpp"
@@ -66,6 +68,10 @@ class pipeline_step {
   std::vector<run_field> run_fingerprint() const { return p_->run_fingerprint(); }
   // Every stage's variables into rank 0's session (every rank calls it).
   void gather_variables() { p_->gather_variables(); }
+  // One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz" (pipeline/checkpoint.hpp;
+  // every rank calls them). restore: false when no stage file exists yet.
+  void save_checkpoint(const std::filesystem::path& file) { save_pipeline_checkpoint(*p_, file); }
+  bool restore_checkpoint(const std::filesystem::path& file) { return restore_pipeline_checkpoint(*p_, file); }
   // Two numbers of every rank, on rank 0 in rank order (every rank calls it).
   std::vector<std::vector<double>> gather_report(const std::vector<double>& mine) { return p_->gather_report(mine); }
   int rank() const { return p_->rank(); }

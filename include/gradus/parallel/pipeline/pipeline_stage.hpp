@@ -5,13 +5,15 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 500 lines, one concept: a stage's step — its passes, gradient sums, deferred and
-// tied gradients, clipping, update and placement log — all over the same per-stage state.)
+// (About 530 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// tied gradients, clipping, update, checkpoint file and placement log — all over the same
+// per-stage state.)
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <ostream>
 #include <span>
@@ -22,6 +24,8 @@
 #include <vector>
 
 #include "gradus/core/error.hpp"
+#include "gradus/io/checkpoint.hpp"
+#include "gradus/parallel/broadcast_variables.hpp"
 #include "gradus/parallel/collectives.hpp"
 #include "gradus/parallel/pipeline/schedule.hpp"
 #include "gradus/parallel/pipeline/stage_graph.hpp"
@@ -119,6 +123,16 @@ class pipeline_stage final : public pipeline_base<Comm> {
       [&]<int... k>(std::integer_sequence<int, k...>) { (receive_stage_variables<k + 1>(), ...); }(
           std::make_integer_sequence<int, S - 1>{});
     }
+  }
+
+  void save_stage_file(const std::filesystem::path& file) override { gradus::save_checkpoint(s_, file, file_options()); }
+  std::int64_t restore_stage_file(const std::filesystem::path& file) override {
+    gradus::restore_checkpoint(s_, file, file_options());
+    return s_.global_step();
+  }
+  void broadcast_to_replicas() override {
+    if constexpr (splittable<Comm>)
+      if (replicas_) broadcast_variables(*replicas_, s_, file_options().only);
   }
 
   double run_raw(std::span<const detail::raw_feed> feeds) override {
@@ -248,6 +262,20 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }
     throw feed_error(this->where(-1) + "placeholder '" + std::string(P::name.view()) + "' of stage " + std::to_string(K) +
                      " was not fed");
+  }
+
+  // What this stage's checkpoint file holds: its variables and their optimizer slots, the
+  // world, the stage layout.
+  checkpoint_options file_options() const {
+    checkpoint_options c{.world_size = this->comm_.world_size(), .stages = S, .stage = K, .only = {}};
+    [&]<class... Vs>(std::tuple<Vs...>*) {
+      ((c.only.emplace_back(Vs::name.view()), [&] {
+         for (int k = 0; k < opt_.slot_count(); ++k)
+           c.only.push_back(std::string(Vs::name.view()) + "/" + std::string(opt_.slot_name(k)));
+       }()),
+       ...);
+    }(static_cast<vars_t*>(nullptr));
+    return c;
   }
 
   // The placement log (pipeline_options::placement_log): after the first step, what this

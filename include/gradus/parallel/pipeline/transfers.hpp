@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <filesystem>
 #include <cstring>
 #include <exception>
 #include <span>
@@ -97,6 +98,13 @@ class pipeline_base {
   virtual ~pipeline_base() = default;
   virtual double run_raw(std::span<const detail::raw_feed> feeds) = 0;
   virtual void gather_variables() = 0;
+  // This stage's checkpoint file (io/checkpoint.hpp's format: its variables, their optimizer
+  // slots, the global step, the stage layout); pipeline/checkpoint.hpp runs them on every rank.
+  virtual void save_stage_file(const std::filesystem::path& file) = 0;
+  virtual std::int64_t restore_stage_file(const std::filesystem::path& file) = 0;  // the file's global step
+  virtual void broadcast_to_replicas() = 0;  // replica 0's tensors and step to the stage's replicas
+  // A sum over every rank (pipeline/checkpoint.hpp's agreement on what each stage found).
+  void allreduce_sum(std::span<double> x) { comm_.allreduce_sum(x); }
   const pipeline_stats& stats() const { return stats_; }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
