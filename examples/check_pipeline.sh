@@ -39,9 +39,9 @@ for sched in gpipe 1f1b; do
   out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
         --schedule "$sched" --log-placement 2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, $sched failed"; }
   # the placement log: what ran where, and the bytes across the cut every step (64 x 512 floats)
-  grep -q "gradus placement: 'matmul' (16, 512) (forward): stage 0 of 2 (rank 0)" "$work/err" &&
-    grep -q "gradus placement: step 0, stage 0 of 2 (rank 0): sent 131072 bytes of activations to rank 1 (stage 1)" "$work/err" &&
-    grep -q "gradus placement: step 93, stage 1 of 2 (rank 1): sent 98304 bytes of gradients to rank 0 (stage 0)" "$work/err" ||
+  grep -q "gradus placement: 'matmul' (16, 512) (forward): stage 0 of 2 (rank 0, cpu_simd)" "$work/err" &&
+    grep -q "gradus placement: step 0, stage 0 of 2 (rank 0, cpu_simd): sent 131072 bytes of activations to rank 1 (stage 1)" "$work/err" &&
+    grep -q "gradus placement: step 93, stage 1 of 2 (rank 1, cpu_simd): sent 98304 bytes of gradients to rank 0 (stage 0)" "$work/err" ||
     { grep placement "$work/err" | head -20 >&2; fail "2 stages, $sched: no placement log"; }
   acc=$(field "$out" test_accuracy)
   python3 - "$out" "$acc1" "$full" "$sched" <<'PY' || fail "2 stages, $sched: $out"

@@ -9,12 +9,14 @@
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
 #include <gradus/parallel/pipeline/partition.hpp>
+#include <gradus/parallel/pipeline/in_process.hpp>
 #include <gradus/parallel/pipeline/pipeline.hpp>
 
 #include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
+#include <chrono>
 #include <cmath>
 #include <numeric>
 #include <cstdint>
@@ -25,11 +27,10 @@
 #include <vector>
 
 #include "../support/rank_harness.hpp"
-#include "thread_mesh.hpp"
+#include <gradus/parallel/thread_world.hpp>
 
 namespace g = gradus;
 namespace gp = gradus::parallel;
-using gradus_test::thread_mesh;
 
 BOOST_AUTO_TEST_CASE(schedules_order_and_memory) {
   using gp::pipeline_op;
@@ -141,7 +142,7 @@ template <int S, class Loss, class Opt>
 static std::vector<gp::pipeline_stats> pipelined(const model& m, const Loss& loss, const Opt& opt, const std::vector<batch>& data,
                                                  long rows, gp::pipeline_options o, const trained& ref, double tol,
                                                  int replicas = 1) {
-  auto comms = thread_mesh::world(S * replicas);
+  auto comms = gp::thread_world::world(S * replicas);
   std::vector<gp::pipeline_stats> stats(static_cast<std::size_t>(S * replicas));
   std::vector<std::vector<std::vector<float>>> weights(static_cast<std::size_t>(S * replicas));
   std::vector<std::vector<double>> losses(static_cast<std::size_t>(S * replicas));
@@ -281,7 +282,7 @@ BOOST_AUTO_TEST_CASE(tied_weights_sum_their_stages_gradients) {
   const auto t_ref = values(rs, m.t);
   for (int M : {1, 4}) {
     BOOST_TEST_CONTEXT("M = " << M) {
-      auto comms = thread_mesh::world(2);
+      auto comms = gp::thread_world::world(2);
       std::vector<std::vector<float>> t(2);
       const auto res = gradus_test::on_threads(2, [&](int r) {
         g::session<g::cpu_simd> s;
@@ -307,7 +308,7 @@ BOOST_AUTO_TEST_CASE(tied_weights_sum_their_stages_gradients) {
 BOOST_AUTO_TEST_CASE(placement_log_names_nodes_ranks_and_bytes) {
   model m;
   const auto data = make_batches(2, 10, 21);
-  auto comms = thread_mesh::world(2);
+  auto comms = gp::thread_world::world(2);
   std::ostringstream logs[2];
   const auto res = gradus_test::on_threads(2, [&](int r) {
     g::session<g::cpu_simd> s;
@@ -320,18 +321,18 @@ BOOST_AUTO_TEST_CASE(placement_log_names_nodes_ranks_and_bytes) {
   const std::string a = logs[0].str(), b = logs[1].str();
   BOOST_TEST_MESSAGE(a << b);
   // stage 0: its matmul forward ([5, 16] per micro-batch of 5 rows) and backward, on rank 0
-  BOOST_TEST(a.find("gradus placement: 'matmul' (5, 16) (forward): stage 0 of 2 (rank 0)") != std::string::npos);
-  BOOST_TEST(a.find("(backward): stage 0 of 2 (rank 0)") != std::string::npos);
-  BOOST_TEST(a.find("gradus placement: the gradient of 'p1/w' (6, 16) (deferred: one GEMM over the batch's rows): stage 0 of 2 (rank 0)") !=
+  BOOST_TEST(a.find("gradus placement: 'matmul' (5, 16) (forward): stage 0 of 2 (rank 0, cpu_simd)") != std::string::npos);
+  BOOST_TEST(a.find("(backward): stage 0 of 2 (rank 0, cpu_simd)") != std::string::npos);
+  BOOST_TEST(a.find("gradus placement: the gradient of 'p1/w' (6, 16) (deferred: one GEMM over the batch's rows): stage 0 of 2 (rank 0, cpu_simd)") !=
              std::string::npos);
   BOOST_TEST(a.find("stage 1 of 2") == std::string::npos);
-  BOOST_TEST(b.find("(forward): stage 1 of 2 (rank 1)") != std::string::npos);
+  BOOST_TEST(b.find("(forward): stage 1 of 2 (rank 1, cpu_simd)") != std::string::npos);
   // every step, the bytes across the cut: [10, 16] floats each way
   for (int k : {0, 1}) {
     BOOST_TEST(a.find("gradus placement: step " + std::to_string(k) +
-                      ", stage 0 of 2 (rank 0): sent 640 bytes of activations to rank 1 (stage 1)\n") != std::string::npos);
+                      ", stage 0 of 2 (rank 0, cpu_simd): sent 640 bytes of activations to rank 1 (stage 1)\n") != std::string::npos);
     BOOST_TEST(b.find("gradus placement: step " + std::to_string(k) +
-                      ", stage 1 of 2 (rank 1): sent 640 bytes of gradients to rank 0 (stage 0)\n") != std::string::npos);
+                      ", stage 1 of 2 (rank 1, cpu_simd): sent 640 bytes of gradients to rank 0 (stage 0)\n") != std::string::npos);
   }
 }
 
@@ -366,7 +367,7 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
   model m;
   const g::sgd opt{.lr = 0.1};
   {  // different micro-batch counts: refused at construction, naming both values and the peer
-    auto comms = thread_mesh::world(2, std::chrono::seconds(5));
+    auto comms = gp::thread_world::world(2, std::chrono::seconds(5));
     const auto res = gradus_test::on_threads(2, [&](int r) {
       g::session<g::cpu_simd> s;
       m.init(s);
@@ -379,7 +380,7 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
      // refuses on every rank, naming the field and both values (the run fingerprint)
     const auto data = make_batches(1, 4, 1);
     for (const bool other_lr : {true, false}) {
-      auto comms = thread_mesh::world(2, std::chrono::seconds(5));
+      auto comms = gp::thread_world::world(2, std::chrono::seconds(5));
       std::array<std::string, 2> first_field;  // (Boost.Test's checks stay on this thread)
       const auto res = gradus_test::on_threads(2, [&](int r) {
         g::session<g::cpu_simd> s;
@@ -400,7 +401,7 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
     }
   }
   {  // 2 stages on 3 ranks
-    auto comms = thread_mesh::world(3);
+    auto comms = gp::thread_world::world(3);
     g::session<g::cpu_simd> s;
     m.init(s);
     BOOST_CHECK_EXCEPTION(gp::pipeline<2>(comms[0], {}, s, m.loss2(), opt), g::error, [](const g::error& e) {
@@ -410,7 +411,7 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
   // Stage 0 stops after `steps` batches, stage 1 runs one more: its wait ends, naming the stage
   // (and the micro-batch and the peer where a step's transfers wait).
   const auto peer_gone_after = [&](int steps) {
-    auto comms = thread_mesh::world(2, std::chrono::milliseconds(2000));
+    auto comms = gp::thread_world::world(2, std::chrono::milliseconds(2000));
     const auto data = make_batches(1, 4, 1);
     return gradus_test::on_threads(2, [&](int r) {
       g::session<g::cpu_simd> s;
@@ -445,7 +446,7 @@ BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
   using weights_t = std::vector<std::vector<float>>;
   // ranks as threads: fresh sessions, `f(rank, session, step)`; each rank's error, if any
   const auto on_pipeline = [&]<int S>(std::integral_constant<int, S>, const auto& loss, int replicas, auto f) {
-    auto comms = thread_mesh::world(S * replicas, std::chrono::seconds(5));
+    auto comms = gp::thread_world::world(S * replicas, std::chrono::seconds(5));
     return gradus_test::on_threads(S * replicas, [&](int r) {
       g::session<g::cpu_simd> s;
       m.init(s);
@@ -558,6 +559,80 @@ BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
     const auto e = errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed);
     BOOST_TEST(gradus_test::contains(e[1], g::stage_checkpoint_file(mixed, 1, 2).string()), e[1]);
     BOOST_TEST(gradus_test::contains(e[0], "stage 1 (rank 1) could not restore its file"), e[0]);
+  }
+}
+
+// Devices in one process (pipeline_in_process): a chain of device placements numbers its
+// own stages and to_dot labels them; two cpu_simd stages on threads equal the unsplit model
+// (M = 1 bit for bit) and log their device; a failing stage fails the step at once, naming
+// itself; across processes, a rank whose session cannot run its stage's device is refused.
+BOOST_AUTO_TEST_CASE(devices_in_one_process) {
+  model m;
+  const auto h = g::on<g::device::cpu>(g::tanh(m.l1(m.x)));
+  const auto loss = g::on<g::device::cpu>(g::nn::softmax_cross_entropy_loss(m.l3(g::tanh(m.l2(h))), m.y));
+  using L = std::remove_cvref_t<decltype(loss)>;
+  static_assert(g::stage_of_v<decltype(h)> == 0 && g::stage_of_v<L> == 1);
+  static_assert(std::is_same_v<g::stage_device_t<0, L>, g::device::cpu> && std::is_same_v<g::stage_device_t<1, L>, g::device::cpu>);
+  static_assert(std::is_same_v<g::stage_device_t<1, decltype(m.loss2())>, g::device::any>);
+  const auto on_gpu = g::on<g::stage<1, g::device::cuda<2>>>(g::nn::softmax_cross_entropy_loss(m.l3(g::tanh(m.l2(h))), m.y));
+  static_assert(std::is_same_v<g::stage_device_t<1, decltype(on_gpu)>, g::device::cuda<2>>);
+  static_assert(gp::device_runs_on<g::device::cpu, g::cpu_simd> && !gp::device_runs_on<g::device::cuda<0>, g::cpu_simd> &&
+                gp::device_runs_on<g::device::any, g::cpu_simd>);
+  const std::string dot = g::to_dot(on_gpu);
+  BOOST_TEST(gradus_test::contains(dot, "label=\"stage 0 (cpu)\""), dot);
+  BOOST_TEST(gradus_test::contains(dot, "label=\"stage 1 (cuda:2)\""), dot);
+
+  const auto data = make_batches(3, 10, 11);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
+  const trained ref = reference(m, m.loss2(), opt, data, 10);
+  for (const int M : {1, 4}) {
+    BOOST_TEST_CONTEXT("M = " << M) {
+      g::session<g::cpu_simd> s0, s1;
+      m.init(s0);
+      m.init(s1);
+      std::ostringstream log;
+      auto step = gp::pipeline_in_process<2>({.micro_batches = M, .schedule = gp::schedule_kind::one_f_one_b, .placement_log = &log},
+                                             loss, opt, s0, s1);
+      for (std::size_t i = 0; i < data.size(); ++i) {
+        const double l = step.run(m.x = g::view(data[i].x.data(), {10, 6}), m.y = g::view(data[i].y.data(), {10}));
+        BOOST_TEST(std::abs(l - ref.losses[i]) <= 1e-5 * (1 + std::abs(ref.losses[i])));
+      }
+      step.gather_variables();  // into s0
+      const std::vector<std::vector<float>> w{values(s0, m.l1.w), values(s0, m.l1.b), values(s0, m.l2.w),
+                                              values(s0, m.l2.b), values(s0, m.l3.w), values(s0, m.l3.b)};
+      for (std::size_t i = 0; i < w.size(); ++i) {
+        if (M == 1) BOOST_TEST(w[i] == ref.w[i], "tensor " << i << " bit-identical");
+        BOOST_TEST(max_rel(w[i], ref.w[i]) <= 2e-5, "tensor " << i);
+      }
+      BOOST_TEST(step.stats(0).bytes_sent == 10u * 16 * 4);  // the [10, 16] activations
+      BOOST_TEST(step.stats(1).bytes_sent == 10u * 16 * 4);  // and their gradient back
+      BOOST_TEST(gradus_test::contains(log.str(), "(forward): stage 0 of 2 (rank 0, cpu, cpu_simd)\n"), log.str());
+      BOOST_TEST(gradus_test::contains(log.str(), "gradus placement: step 2, stage 1 of 2 (rank 1, cpu, cpu_simd): sent 640 bytes"),
+                 log.str());
+    }
+  }
+  {  // stage 1 is not fed its labels: it fails, stage 0's wait for its gradient ends at once
+    g::session<g::cpu_simd> s0, s1;
+    m.init(s0);
+    m.init(s1);
+    auto step = gp::pipeline_in_process<2>({.micro_batches = 2}, loss, opt, s0, s1);
+    const auto t0 = std::chrono::steady_clock::now();
+    BOOST_CHECK_EXCEPTION(step.run(m.x = g::view(data[0].x.data(), {10, 6})), g::error, [](const g::error& e) {
+      return gradus_test::contains(e.what(), "pipeline stage 1 (rank 1): placeholder 'y' of stage 1 was not fed");
+    });
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    BOOST_TEST(secs < 3.0);
+  }
+  {  // across processes: rank 1's session (cpu_simd) cannot run its stage's device (cuda:2)
+    auto comms = gp::thread_world::world(2, std::chrono::seconds(2));
+    const auto res = gradus_test::on_threads(2, [&](int r) {
+      g::session<g::cpu_simd> s;
+      m.init(s);
+      auto step = gp::pipeline<2>(comms[static_cast<std::size_t>(r)], {}, s, on_gpu, opt);
+    });
+    BOOST_TEST(gradus_test::contains(res[1].error.value_or(""), "pipeline stage 1 (rank 1): the stage is placed on device cuda:2, "
+                                                                "and this rank's session runs the cpu_simd backend"),
+               res[1].error.value_or("(no error)"));
   }
 }
 

@@ -8,6 +8,7 @@
 // (what the pipeline sends: the tensor's shape and dtype; its gradient goes back the same
 // way in training).
 #include <algorithm>
+#include <map>
 #include <sstream>
 #include <string>
 #include <typeindex>
@@ -37,6 +38,7 @@ class dot_writer {
     if constexpr (is_stage_placed_v<N>) {
       placed_ = true;
       stage_ = N::placement::index;
+      if (const std::string d = device::label<typename N::placement::device_type>(); !d.empty()) devices_[stage_] = d;
     } else if (stage_ < 0 && detail::latest_stage_below<N>() >= 0) {
       placed_ = true;
       stage_ = stage_of_v<N>;
@@ -71,7 +73,11 @@ class dot_writer {
     for (const auto& n : nodes_) last_stage = std::max(last_stage, n.stage);
     for (int st = placed_ ? 0 : -1; st <= (placed_ ? last_stage : -1); ++st) {
       const std::string in = placed_ ? "    " : "  ";
-      if (placed_) o << "  subgraph cluster_stage_" << st << " {\n    label=\"stage " << st << "\";\n    style=rounded;\n";
+      if (placed_) {
+        const auto d = devices_.find(st);
+        o << "  subgraph cluster_stage_" << st << " {\n    label=\"stage " << st
+          << (d == devices_.end() ? std::string() : " (" + d->second + ")") << "\";\n    style=rounded;\n";
+      }
       for (int c = -1; c < clusters_; ++c) {
         bool any = false;
         for (const auto& n : nodes_) any = any || (n.cluster == c && n.stage == st);
@@ -118,6 +124,7 @@ class dot_writer {
   int clusters_ = 0;
   int stage_ = -1;       // the stage of the node being drawn (-1: none)
   bool placed_ = false;  // a placement was seen
+  std::map<int, std::string> devices_;  // a stage's device, where its placement names one
 
   template <class N>
   int add(const N& n, int cluster, bool stored) {

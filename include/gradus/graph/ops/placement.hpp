@@ -17,10 +17,22 @@
 // read earlier stages: on<stage<K>>(e) with a stage-J node inside e, J > K, is a compile-time
 // error naming both.
 //
-// Devices in one process (on<device::cpu>, on<device::cuda<N>>, with host/device copies the
-// planner inserts) are the next step of this design (docs/pipelines.md); they are not types
-// yet, so naming one does not compile.
+// Devices. A stage may name the device it runs on: on<stage<K, device::cuda<0>>>(e), or
+// on<device::cuda<0>>(e), which is a stage of its own, the next after every stage inside e
+// (1 + the latest stage placed in e, 0 when none), so a chain of device placements numbers
+// its own stages:
+//
+//   const auto h = g::on<g::device::cpu>(g::relu(fc1(x)));                    // stage 0, the CPU
+//   const auto loss = g::on<g::device::cuda<0>>(g::nn::softmax_cross_entropy_loss(fc2(h), y));  // stage 1, GPU 0
+//
+// Stages on devices of one process run as parallel::pipeline_in_process (one thread and one
+// session per stage, the session's backend the device's: cpu_simd for device::cpu, gradus::cuda
+// for device::cuda<N>); across processes each rank's session must suit its stage's device. A
+// session whose backend cannot run its stage's device (a CUDA placement given a cpu_simd
+// session, as in a build without the CUDA backend) is a compile-time error naming the stage and
+// the backend. device::any (stage<K>'s default) runs on whatever backend the session has.
 #include <algorithm>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -29,17 +41,51 @@
 
 namespace gradus {
 
-// Pipeline stage K (0-based): one rank (or one group of data-parallel replicas) each.
-template <int K>
+// Where a stage runs, inside its process (see the top of this file).
+namespace device {
+struct any {  // the session's backend, whatever it is
+  static constexpr const char* name = "any";
+};
+struct cpu {  // the host's cores: a backend whose tensors are host memory (cpu_simd)
+  static constexpr const char* name = "cpu";
+};
+template <int N>
+struct cuda {  // CUDA device N: the gradus::cuda backend
+  static_assert(N >= 0, "gradus: device::cuda<N>: the device ordinal must be >= 0");
+  static constexpr int ordinal = N;
+  static constexpr const char* name = "cuda";
+};
+template <class D>
+inline constexpr bool is_device_v = false;
+template <>
+inline constexpr bool is_device_v<any> = true;
+template <>
+inline constexpr bool is_device_v<cpu> = true;
+template <int N>
+inline constexpr bool is_device_v<cuda<N>> = true;
+// "cpu", "cuda:0" (what the placement log and to_dot print); empty for any
+template <class D>
+std::string label() {
+  if constexpr (requires { D::ordinal; }) return std::string(D::name) + ":" + std::to_string(D::ordinal);
+  else if constexpr (std::is_same_v<D, any>) return {};
+  else return D::name;
+}
+}  // namespace device
+
+// Pipeline stage K (0-based): one rank (or one group of data-parallel replicas) each, or one
+// device of this process (pipeline_in_process); Device: where it runs.
+template <int K, class Device = device::any>
 struct stage {
   static_assert(K >= 0, "gradus: stage<K>: the stage index must be >= 0");
+  static_assert(device::is_device_v<Device>, "gradus: stage<K, D>: D must be g::device::any, cpu or cuda<N>");
   static constexpr int index = K;
+  using device_type = Device;
 };
 
 template <class P>
 inline constexpr bool is_stage_v = false;
-template <int K>
-inline constexpr bool is_stage_v<stage<K>> = true;
+template <int K, class D>
+inline constexpr bool is_stage_v<stage<K, D>> = true;
 
 template <class P, class E>
 struct placed_node : expr_base {
@@ -62,8 +108,8 @@ inline constexpr bool is_placed_v<placed_node<P, E>> = true;
 
 template <class N>
 inline constexpr bool is_stage_placed_v = false;
-template <int K, class E>
-inline constexpr bool is_stage_placed_v<placed_node<stage<K>, E>> = true;
+template <int K, class D, class E>
+inline constexpr bool is_stage_placed_v<placed_node<stage<K, D>, E>> = true;
 
 namespace detail {
 // The latest stage of a placed node in E's tree, stopping at each placed node (its own
@@ -89,7 +135,46 @@ constexpr int latest_stage_inside() {
   if constexpr (is_stage_placed_v<E>) return latest_stage_below<std::remove_cvref_t<decltype(std::declval<const E&>().e)>>();
   else return latest_stage_below<E>();
 }
+
+// The device of stage K in E's tree: that of the first node placed on stage K with a device
+// (device::any where none names one). Stages before K hold no stage-K node: not searched.
+template <class... Ds>
+struct first_named_device {
+  using type = device::any;
+};
+template <class D, class... Ds>
+struct first_named_device<D, Ds...> {
+  using type = std::conditional_t<std::is_same_v<D, device::any>, typename first_named_device<Ds...>::type, D>;
+};
+template <int K, class E>
+struct stage_device_of;
+template <int K, class Children>
+struct stage_device_among;
+template <int K, class... Cs>
+struct stage_device_among<K, std::tuple<Cs...>> {
+  using type = typename first_named_device<typename stage_device_of<K, std::remove_cvref_t<Cs>>::type...>::type;
+};
+template <int K, class E>
+struct stage_device_of {
+  static auto pick() {
+    if constexpr (is_stage_placed_v<E>) {
+      if constexpr (E::placement::index < K) return std::type_identity<device::any>{};
+      else if constexpr (E::placement::index == K && !std::is_same_v<typename E::placement::device_type, device::any>)
+        return std::type_identity<typename E::placement::device_type>{};
+      else return std::type_identity<typename stage_device_among<K, std::remove_cvref_t<decltype(std::declval<const E&>().children())>>::type>{};
+    } else if constexpr (requires { std::declval<const E&>().children(); }) {
+      return std::type_identity<typename stage_device_among<K, std::remove_cvref_t<decltype(std::declval<const E&>().children())>>::type>{};
+    } else {
+      return std::type_identity<device::any>{};
+    }
+  }
+  using type = typename decltype(pick())::type;
+};
 }  // namespace detail
+
+// The device stage K of E names (device::any when none does).
+template <int K, class E>
+using stage_device_t = typename detail::stage_device_of<K, std::remove_cvref_t<E>>::type;
 
 // The stage E's root runs on: its own placement, else the latest among its inputs (0 when
 // nothing is placed: an unplaced graph is a one-stage pipeline).
@@ -102,14 +187,18 @@ inline constexpr int stage_of_v = [] {
 // on<P>(e): e placed on P (see the top of this file).
 template <class P, expression E>
 auto on(const E& e) {
-  static_assert(is_stage_v<P>, "gradus: on<P>(e): P must be a placement: g::stage<K>");
-  if constexpr (is_stage_v<P>) {
+  static_assert(is_stage_v<P> || device::is_device_v<P>,
+                "gradus: on<P>(e): P must be a placement: g::stage<K>, g::stage<K, Device>, or a device "
+                "(g::device::cpu, g::device::cuda<N>)");
+  if constexpr (device::is_device_v<P>) {  // a stage of its own, after every stage inside e
+    return placed_node<stage<detail::latest_stage_below<std::remove_cvref_t<E>>() + 1, P>, std::remove_cvref_t<E>>{{}, e};
+  } else {
     constexpr int inner = detail::latest_stage_inside<std::remove_cvref_t<E>>();
     static_assert(inner <= P::index,
                   "gradus: on<stage<K>>(e): e reads the output of a later stage (stages only read earlier ones; "
                   "the node's type and both stages are above)");
+    return placed_node<P, std::remove_cvref_t<E>>{{}, e};
   }
-  return placed_node<P, std::remove_cvref_t<E>>{{}, e};
 }
 
 }  // namespace gradus

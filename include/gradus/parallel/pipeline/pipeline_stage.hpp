@@ -83,6 +83,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   static constexpr bool last = K == S - 1;
   using placeholders_t = stage_placeholders_t<K, S, Loss>;
   using sub_t = typename detail::sub_group<Comm>::type;
+  using device_t = stage_device_t<K, Loss>;
   static_assert([]<class... Vs>(std::tuple<Vs...>*) { return (std::is_same_v<value_t<Vs>, T> && ...); }(static_cast<vars_t*>(nullptr)),
                 "gradus: pipeline: a stage's variables must have its output's dtype");
 
@@ -90,6 +91,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
   pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
       : base(comm, S, o, optimizer_fields(opt)), s_(s), g_(loss), opt_(opt) {
     opt_.validate();
+    // across processes each rank runs the stage it is given at run time: a session that
+    // cannot run that stage's device is refused here (pipeline_in_process: at compile time)
+    if constexpr (!device_runs_on<device_t, Backend>)
+      throw error(this->where(-1) + "the stage is placed on device " + device::label<device_t>() + ", and this rank's " +
+                  "session runs the " + std::string(Backend::name) + " backend; give this rank a session whose backend " +
+                  "runs that device (" + (std::is_same_v<device_t, device::cpu> ? "cpu_simd" : "gradus::cuda") + ")");
     [&]<class... Vs>(std::tuple<Vs...>*) {
       (s_.declare(Vs{}), ...);
       std::size_t i = 0;
@@ -285,8 +292,10 @@ class pipeline_stage final : public pipeline_base<Comm> {
   void log_placement(std::ostream& os) {
     const auto& st = this->stats_;
     const int r = this->comm_.rank();
+    const std::string dev = device::label<device_t>();
     const std::string where = "stage " + std::to_string(K) + " of " + std::to_string(S) + " (rank " + std::to_string(r) +
-                              (st.replicas > 1 ? ", replica " + std::to_string(st.replica) : std::string()) + ")";
+                              (st.replicas > 1 ? ", replica " + std::to_string(st.replica) : std::string()) +
+                              (dev.empty() ? std::string() : ", " + dev) + ", " + Backend::name + ")";
     std::string out;
     if (this->step_ == 0)
       g_.graph(0).for_each_step([&](std::string_view label, const dims& d, int part) {

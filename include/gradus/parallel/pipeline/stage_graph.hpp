@@ -26,6 +26,7 @@
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -218,6 +219,16 @@ constexpr int tie_key_of(std::integer_sequence<int, J...> js) {
   return first * 65536 + index[first];
 }
 }  // namespace detail
+
+// Whether a session of Backend can run a stage placed on Device (graph/ops/placement.hpp):
+// device::any anything, device::cpu a backend whose tensors are host memory (cpu_simd),
+// device::cuda<N> the CUDA backend (gradus::cuda; its Thrust-OpenMP build too).
+template <class Device, class Backend>
+inline constexpr bool device_runs_on = [] {
+  if constexpr (std::is_same_v<Device, device::any>) return true;
+  else if constexpr (std::is_same_v<Device, device::cpu>) return backend_host_memory<Backend>;
+  else return std::string_view(Backend::name) == "cuda";
+}();
 
 // The compiled graphs of stage K of an S-stage pipeline over Loss.
 template <class Backend, int K, int S, class Loss>

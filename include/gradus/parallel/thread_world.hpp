@@ -1,9 +1,17 @@
 #pragma once
-// Ranks as threads of one process with mailboxes between every pair: point-to-point
-// (send/recv, per-pair order), sub-groups (split) and collectives over them, for the
-// pipeline tests. Every wait is bounded (a timeout, then a comm_error naming the peer). The
-// collectives gather to the group's first member, which sums in member order and sends the
-// result back, so every member gets the same bits.
+// thread_world: ranks that are threads of one process, with mailboxes between every pair —
+// point-to-point (send/recv, in order per pair), sub-groups (split) and collectives over
+// them. pipeline_in_process runs a pipeline's stages on it (one thread per device); the
+// pipeline tests run whole pipelines on it.
+//
+//   auto comms = g::parallel::thread_world::world(2);   // comms[k]: rank k's; one per thread
+//
+// Every wait is bounded (the world's timeout, then a comm_error naming the peer "silent").
+// A rank that fails calls abort(): every wait of the world, now or later, ends at once with
+// a comm_error naming that rank "gone" (what a dead process is to the ring), so the others
+// fail within a wake-up instead of waiting out the timeout. The collectives gather to the
+// group's first member, which sums in member order and sends the result back, so every
+// member gets the same bits.
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -19,37 +27,58 @@
 #include <tuple>
 #include <vector>
 
-#include <gradus/core/error.hpp>
-#include <gradus/parallel/collectives.hpp>
-#include <gradus/parallel/point_to_point.hpp>
+#include "gradus/core/error.hpp"
+#include "gradus/parallel/collectives.hpp"
+#include "gradus/parallel/point_to_point.hpp"
 
-namespace gradus_test {
+namespace gradus::parallel {
 
-struct mesh_boxes {
-  explicit mesh_boxes(std::chrono::milliseconds timeout) : timeout(timeout) {}
+namespace detail {
+struct thread_boxes {
+  explicit thread_boxes(std::chrono::milliseconds timeout) : timeout(timeout) {}
   std::chrono::milliseconds timeout;
   std::mutex m;
   std::condition_variable cv;
   std::map<std::tuple<int, int, int>, std::deque<std::vector<std::byte>>> boxes;  // (channel, from, to)
+  int failed = -1;  // the world rank that aborted, if one did
+  std::string why;
 };
+}  // namespace detail
 
-class thread_mesh {
+class thread_world {
  public:
   // World rank `rank` of `members.size()`; members are world ranks, channel tells groups apart.
-  thread_mesh(std::shared_ptr<mesh_boxes> b, std::vector<int> members, int me, int channel)
+  thread_world(std::shared_ptr<detail::thread_boxes> b, std::vector<int> members, int me, int channel)
       : b_(std::move(b)), members_(std::move(members)), me_(me), channel_(channel) {}
-  static std::vector<thread_mesh> world(int n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
-    auto b = std::make_shared<mesh_boxes>(timeout);
+  // n ranks, one communicator each (rank k's is [k]), every wait bounded by timeout.
+  static std::vector<thread_world> world(int n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    if (n < 1) throw error("gradus: thread_world: " + std::to_string(n) + " ranks (at least 1)");
+    auto b = std::make_shared<detail::thread_boxes>(timeout);
     std::vector<int> all(static_cast<std::size_t>(n));
     std::iota(all.begin(), all.end(), 0);
-    std::vector<thread_mesh> r;
+    std::vector<thread_world> r;
     for (int i = 0; i < n; ++i) r.emplace_back(b, all, i, 0);
     return r;
   }
 
   int rank() const { return me_; }
   int world_size() const { return static_cast<int>(members_.size()); }
+  std::string name() const { return "threads"; }
   std::size_t messages_sent = 0;
+
+  // The world rank that aborted first, or -1.
+  int failed_rank() const {
+    std::lock_guard lk(b_->m);
+    return b_->failed;
+  }
+  // This rank failed (`why`): every wait of the world ends with a comm_error naming it.
+  void abort(const std::string& why) {
+    {
+      std::lock_guard lk(b_->m);
+      if (b_->failed < 0) b_->failed = world_rank(me_), b_->why = why;
+    }
+    b_->cv.notify_all();
+  }
 
   template <class T>
   void send(std::span<const T> x, int to) {
@@ -68,15 +97,20 @@ class thread_mesh {
     check(from, "recv from");
     std::unique_lock lk(b_->m);
     auto& q = b_->boxes[{channel_, world_rank(from), world_rank(me_)}];
-    if (!b_->cv.wait_for(lk, b_->timeout, [&] { return !q.empty(); }))
-      throw gradus::comm_error("thread mesh: rank " + std::to_string(me_) + " waited " +
-                                   std::to_string(b_->timeout.count()) + " ms for rank " + std::to_string(from) +
-                                   " (silent)",
-                               from, "silent");
+    if (!b_->cv.wait_for(lk, b_->timeout, [&] { return !q.empty() || b_->failed >= 0; }))
+      throw comm_error("gradus: thread_world: rank " + std::to_string(me_) + " waited " + std::to_string(b_->timeout.count()) +
+                           " ms for rank " + std::to_string(from) + " (silent)",
+                       from, "silent");
+    if (q.empty()) {  // a rank aborted: the peer waited for may be the one, or wait on it
+      const int f = group_rank(b_->failed);
+      throw comm_error("gradus: thread_world: rank " + std::to_string(me_) + ": rank " + std::to_string(b_->failed) +
+                           " failed (" + b_->why + "); it was waiting for rank " + std::to_string(from),
+                       f >= 0 ? f : from, "gone");
+    }
     std::vector<std::byte> v = std::move(q.front());
     q.pop_front();
     if (v.size() != x.size_bytes())
-      throw gradus::error("thread mesh: recv of " + std::to_string(x.size_bytes()) + " bytes from rank " +
+      throw error("gradus: thread_world: recv of " + std::to_string(x.size_bytes()) + " bytes from rank " +
                           std::to_string(from) + ", whose message holds " + std::to_string(v.size()));
     if (!v.empty()) std::memcpy(x.data(), v.data(), v.size());
   }
@@ -115,8 +149,8 @@ class thread_mesh {
   }
   // MPI_Comm_split: (color, key) exchanged with every member; the group of this color,
   // ordered by (key, rank).
-  thread_mesh split(int color, int key) {
-    if (color < 0) throw gradus::error("thread mesh: split with color " + std::to_string(color));
+  thread_world split(int color, int key) {
+    if (color < 0) throw error("gradus: thread_world: split with color " + std::to_string(color));
     std::vector<int> mine{color, key};
     std::vector<std::vector<int>> all(static_cast<std::size_t>(world_size()));
     for (int k = 0; k < world_size(); ++k)
@@ -137,22 +171,27 @@ class thread_mesh {
       members.push_back(world_rank(group[i]));
       if (group[i] == me_) me = static_cast<int>(i);
     }
-    return thread_mesh(b_, members, me, channel_ * 64 + color + 1);
+    return thread_world(b_, members, me, channel_ * 64 + color + 1);
   }
 
  private:
   int world_rank(int r) const { return members_[static_cast<std::size_t>(r)]; }
+  int group_rank(int world) const {  // -1: not in this group
+    for (std::size_t i = 0; i < members_.size(); ++i)
+      if (members_[i] == world) return static_cast<int>(i);
+    return -1;
+  }
   void check(int peer, const char* what) const {
     if (peer < 0 || peer >= world_size())
-      throw gradus::error(std::string("thread mesh: ") + what + " rank " + std::to_string(peer) + " of " +
-                          std::to_string(world_size()));
+      throw error(std::string("gradus: thread_world: ") + what + " rank " + std::to_string(peer) + " of " +
+                  std::to_string(world_size()));
   }
-  std::shared_ptr<mesh_boxes> b_;
+  std::shared_ptr<detail::thread_boxes> b_;
   std::vector<int> members_;
   int me_;
   int channel_;
 };
-static_assert(gradus::parallel::point_to_point<thread_mesh>);
-static_assert(gradus::parallel::splittable<thread_mesh>);
+static_assert(point_to_point<thread_world>);
+static_assert(splittable<thread_world>);
 
-}  // namespace gradus_test
+}  // namespace gradus::parallel
