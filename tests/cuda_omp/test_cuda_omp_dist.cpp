@@ -1,6 +1,8 @@
 // The communicators over gradus::cuda sessions, built against Thrust's OpenMP system (label
 // cuda-omp): the ring all-reduce and the ZeroMQ parameter server train `cuda` sessions
-// through data_parallel's host buckets, and end where the same run on cpu_simd ends.
+// through data_parallel's host buckets, and end where the same run on cpu_simd ends; and a
+// model split across devices of one process (pipeline_in_process: a cpu_simd stage and a
+// cuda stage) trains as the unsplit cpu_simd model does.
 #define BOOST_TEST_MODULE cuda_omp_dist
 #include "../support/check.hpp"
 
@@ -8,6 +10,7 @@
 #include <gradus/comm/ring.hpp>
 #include <gradus/comm/ps.hpp>
 #include <gradus/parallel/data_parallel.hpp>
+#include <gradus/parallel/pipeline/in_process.hpp>
 
 #include <chrono>
 #include <cstring>
@@ -189,3 +192,56 @@ BOOST_AUTO_TEST_CASE(parameter_server_trains_cuda_sessions) {
 #if GRADUS_CUDA_GPU  // the GPU build of this file (GRADUS_CUDA_DEVICE_SUITE): skipped without a device
 #include "../support/device_main.hpp"
 #endif
+
+// Model parallelism across the devices of one process (parallel/pipeline/in_process.hpp):
+// stage 0 on the CPU (a cpu_simd session), stage 1 on CUDA device 0 (a cuda session); the
+// activations and their gradients cross as host copies. The losses and the weights after 3
+// steps are the unsplit cpu_simd model's, to float rounding (the CUDA kernels sum in other
+// orders), under both schedules.
+BOOST_AUTO_TEST_CASE(a_pipeline_across_the_cpu_and_a_cuda_device) {
+  g::placeholder<"x", float, g::dyn, 12> x;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  g::nn::dense<"fc1", 12, 16> fc1;
+  g::nn::dense<"fc2", 16, 3> fc2;
+  const auto h = g::on<g::device::cpu>(g::relu(fc1(x)));
+  const auto loss = g::on<g::device::cuda<0>>(g::nn::softmax_cross_entropy_loss(fc2(h), y));
+  static_assert(std::is_same_v<g::stage_device_t<1, decltype(loss)>, g::device::cuda<0>>);
+  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
+  const auto xs = uniform<float>(3 * 12 * 12, -1, 1);
+  const auto ys = uniform_int(3 * 12, 0, 2);
+  std::vector<double> ref_losses;
+  std::vector<double> ref_w;
+  {
+    g::session<g::cpu_simd> r;
+    fc1.initialize(r, 5);
+    fc2.initialize(r, 6);
+    auto step = g::minimize(r, g::nn::softmax_cross_entropy_loss(fc2(g::relu(fc1(x))), y), opt);
+    for (int k = 0; k < 3; ++k)
+      ref_losses.push_back(step.run(x = g::view(xs.data() + k * 144, {12, 12}), y = g::view(ys.data() + k * 12, {12})));
+    for (const auto& v : {host(r.value(fc1.w)), host(r.value(fc1.b)), host(r.value(fc2.w)), host(r.value(fc2.b))})
+      ref_w.insert(ref_w.end(), v.begin(), v.end());
+  }
+  for (const auto sched : {g::parallel::schedule_kind::gpipe, g::parallel::schedule_kind::one_f_one_b}) {
+    BOOST_TEST_CONTEXT(g::parallel::schedule_name(sched)) {
+      g::session<g::cpu_simd> cpu;
+      g::session<g::cuda> gpu;
+      fc1.initialize(cpu, 5);
+      fc2.initialize(cpu, 6);  // (gathered into the CPU's session at the end)
+      fc2.initialize(gpu, 6);
+      auto step = g::parallel::pipeline_in_process<2>({.micro_batches = 3, .schedule = sched}, loss, opt, cpu, gpu);
+      for (int k = 0; k < 3; ++k) {
+        const double l = step.run(x = g::view(xs.data() + k * 144, {12, 12}), y = g::view(ys.data() + k * 12, {12}));
+        BOOST_TEST(std::abs(l - ref_losses[static_cast<std::size_t>(k)]) <= 1e-5 * (1 + std::abs(ref_losses[static_cast<std::size_t>(k)])));
+      }
+      BOOST_TEST(step.stats(0).bytes_sent == 12u * 16 * 4);  // the [12, 16] activations to the device
+      BOOST_TEST(step.stats(1).bytes_sent == 12u * 16 * 4);  // their gradient back
+      step.gather_variables();
+      std::vector<double> got;
+      const std::vector<double>& want = ref_w;
+      for (const auto& v : {host(cpu.value(fc1.w)), host(cpu.value(fc1.b)), host(cpu.value(fc2.w)), host(cpu.value(fc2.b))})
+        got.insert(got.end(), v.begin(), v.end());
+      BOOST_TEST(largest_difference(got, want) <= 1e-5);
+      BOOST_TEST(host(gpu.value(fc2.w)) == host(cpu.value(fc2.w)));  // the device's own copy, gathered bit for bit
+    }
+  }
+}

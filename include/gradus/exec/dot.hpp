@@ -4,7 +4,7 @@
 // and each fused pass is a cluster: everything inside it runs as one loop. Nodes that
 // the planner would share (same type, equal parameters) are drawn once, as they run.
 // A placed graph (graph/ops/placement.hpp) draws each pipeline stage as a cluster around
-// its nodes and fused passes, and each edge that crosses stages through a transfer node
+// its nodes and fused passes (labelled with its device where the placement names one), and each edge that crosses stages through a transfer node
 // (what the pipeline sends: the tensor's shape and dtype; its gradient goes back the same
 // way in training).
 #include <algorithm>
