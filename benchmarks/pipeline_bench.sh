@@ -74,6 +74,9 @@ digest() { sha256sum "$exe" "$run" 2>/dev/null | cut -c1-12 | tr '\n' ' '; }
 ids=() labels=() cmds=()
 add() { ids+=("$1"); labels+=("$2"); cmds+=("$3"); }
 add one 'one process: `mnist_deep_mlp`' 'E'
+# the ceiling of any 2-process split of this training on this machine: two independent
+# one-process runs at once (no transfers, no bubble), their examples/s summed
+add pair 'two independent processes at once (the ceiling)' 'P'
 for m in "${gpipe_ms[@]}"; do
   add "gpipe$m" "\`-np 2 --stages 2 --micro-batches $m\` (gpipe)" "R 2 --comm ring --stages 2 --micro-batches $m --schedule gpipe"
 done
@@ -102,7 +105,7 @@ for ((r = 0; r < repeats; r++)); do
     i=$(((k + r) % nrows))
     read -r kind rest <<<"${cmds[$i]}"
     wait_for "$exe"; wait_for "$run"
-    if [[ $kind == E ]]; then
+    if [[ $kind == E || $kind == P ]]; then
       argv=("$exe" "${common[@]}")
     else
       read -r np flags <<<"$rest"
@@ -111,8 +114,25 @@ for ((r = 0; r < repeats; r++)); do
     fi
     echo "pipeline_bench: round $((r + 1))/$repeats: ${ids[$i]}" >&2
     t0=$EPOCHREALTIME
-    timeout 300 "${argv[@]}" >"$work/out" 2>"$work/err" </dev/null
-    rc=$?
+    if [[ $kind == P ]]; then  # two at once; one JSON line: the first's, examples/s summed
+      timeout 300 "$exe" "${common[@]}" >"$work/out1" 2>"$work/err" </dev/null &
+      p1=$!
+      timeout 300 "$exe" "${common[@]}" >"$work/out2" 2>>"$work/err" </dev/null &
+      p2=$!
+      wait "$p1"; rc=$?
+      wait "$p2"; rc2=$?
+      ((rc == 0)) && rc=$rc2
+      python3 - "$work/out1" "$work/out2" >"$work/out" 2>>"$work/err" <<'PY' || rc=1
+import json, sys
+a, b = (json.loads([l for l in open(f) if l.startswith("{")][-1]) for f in sys.argv[1:3])
+a["examples_per_second"] += b["examples_per_second"]
+a["epoch_seconds"] = (a["epoch_seconds"] + b["epoch_seconds"]) / 2
+print(json.dumps(a))
+PY
+    else
+      timeout 300 "${argv[@]}" >"$work/out" 2>"$work/err" </dev/null
+      rc=$?
+    fi
     t1=$EPOCHREALTIME
     line=$(grep -E '^(\[0\] )?\{' "$work/out" | tail -1 | sed -E 's/^\[0\] //')
     if [[ $rc -eq 0 && -n $line ]]; then

@@ -154,3 +154,35 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(long_inner_dimension_split_over_threads, T, real_t
     BOOST_TEST((first[i] == second[i]), "transpose combination " << i << " differs between two runs");
   }
 }
+
+// A few rows against held weights (cpu_simd::hold_weights, cpu_simd/dnnl_matmul.hpp: what a
+// pipeline stage does over its micro-batches): the packed copies give the product of the
+// weights as held; a square matrix and its transpose are two copies (they share a layout);
+// after release_weights, a changed matrix is read again, not its old copy.
+BOOST_AUTO_TEST_CASE(few_rows_against_held_weights) {
+  const g::index_t m = 8, k = 96, n = 96;
+  const auto a = uniform<float>(m * k, -1, 1);
+  auto w = uniform<float>(k * n, -1, 1);
+  std::vector<float> c(static_cast<std::size_t>(m * n));
+  const auto check = [&](bool tb, const std::string& what) {
+    g::cpu_simd::gemm(false, tb, m, n, k, 1.0f, a.data(), k, 0, w.data(), n, 0, 0.0f, c.data(), n, 0, 1);
+    double worst = 0;
+    for (g::index_t i = 0; i < m; ++i)
+      for (g::index_t j = 0; j < n; ++j) {
+        double ref = 0;
+        for (g::index_t q = 0; q < k; ++q)
+          ref += double(a[static_cast<std::size_t>(i * k + q)]) * w[static_cast<std::size_t>(tb ? j * n + q : q * n + j)];
+        worst = std::max(worst, std::abs(c[static_cast<std::size_t>(i * n + j)] - ref));
+      }
+    BOOST_TEST(worst <= 1e-4, what << ": largest error " << worst);
+  };
+  for (int round = 0; round < 2; ++round) {
+    g::cpu_simd::hold_weights(w.data(), w.size() * sizeof(float));
+    check(false, "held, round " + std::to_string(round));
+    check(true, "held, transposed, round " + std::to_string(round));
+    check(false, "held again, round " + std::to_string(round));
+    g::cpu_simd::release_weights();
+    for (auto& v : w) v = -2 * v + 0.25f;  // changed after the release
+  }
+  check(false, "released");
+}

@@ -5,7 +5,7 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 530 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// (About 570 lines, one concept: a stage's step — its passes, gradient sums, deferred and
 // tied gradients, clipping, update, checkpoint file and placement log — all over the same
 // per-stage state.)
 #include <algorithm>
@@ -52,6 +52,25 @@ struct sub_group {
 template <splittable C>
 struct sub_group<C> {
   using type = decltype(std::declval<C&>().split(0, 0));
+};
+
+// A backend that can reuse weights held constant across calls (cpu_simd: packed copies for
+// small GEMMs), and the hold of a stage's step: its variables, released at the update (or
+// when the step fails).
+template <class B>
+concept holds_weights = requires(const void* p, std::size_t n) {
+  B::hold_weights(p, n);
+  B::release_weights();
+};
+template <class Backend>
+struct weight_hold {
+  bool on = false;
+  void release() {
+    if constexpr (holds_weights<Backend>)
+      if (on) Backend::release_weights();
+    on = false;
+  }
+  ~weight_hold() { release(); }
 };
 
 template <class T>
@@ -167,6 +186,17 @@ class pipeline_stage final : public pipeline_base<Comm> {
     for (std::size_t m = 1; m < sizes.size(); ++m) offsets[m] = offsets[m - 1] + sizes[m - 1];
     inputs_.resize(static_cast<std::size_t>(M));
     input_dims_.resize(static_cast<std::size_t>(M));
+    // the weights stay as they are until the update: M > 1 micro-batches reuse what the
+    // backend derives from them (M = 1 runs each product once: nothing to reuse)
+    detail::weight_hold<Backend> hold;
+    if constexpr (detail::holds_weights<Backend>)
+      if (M > 1) {
+        [&]<class... Vs>(std::tuple<Vs...>*) {
+          std::size_t i = 0;
+          ((Backend::hold_weights(s_.template data<T>(Vs::name.view()), sizes_[i++] * sizeof(T))), ...);
+        }(static_cast<vars_t*>(nullptr));
+        hold.on = true;
+      }
     double loss = 0;
     bool first_grad = true;
     stashed_rows_ = 0;
@@ -224,6 +254,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
         for (std::size_t i = 0; i < nv; ++i) average(i);
       for (const std::size_t i : tied_order)  // in an order every stage agrees on
         tie(i);
+      hold.release();
       update(clip_scale());
     });
     // the batch's loss, from the last stage to the others of its pipeline
