@@ -1,8 +1,12 @@
 // Pipelines (parallel/pipeline/): the schedules, the stage cut found in the loss's type, and
-// pipelined training on ranks that are threads (thread_mesh.hpp) against the unsplit model
-// trained in one session — 2 and 3 stages, GPipe and 1F1B, M = 1, 2, 4, 7 (a batch of 10 not
-// divisible by 4 or 7), with and without re-materialisation, and 2 stages x 2 replicas — plus
-// the bytes across each cut, the activations held, and the errors of mismatched ranks.
+// pipelined training on ranks that are threads (parallel/thread_world.hpp) against the
+// unsplit model trained in one session — 2 and 3 stages, GPipe and 1F1B, M = 1, 2, 4, 7 (a
+// batch of 10 not divisible by 4 or 7), with and without re-materialisation, and 2 stages x
+// 2 replicas — plus the bytes across each cut, the activations held, the errors of
+// mismatched ranks, checkpoints per stage, and device placements in one process.
+// (About 680 lines: one translation unit for every pipeline test, because each unit that
+// instantiates the pipeline for the shared test model costs ~95 s of g++ in CI; a second
+// one would add that again to both compiler stages.)
 #define BOOST_TEST_MODULE parallel_pipeline
 #include <boost/test/unit_test.hpp>
 
