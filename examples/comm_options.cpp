@@ -3,6 +3,8 @@
 // where the build has it (GRADUS_HAVE_MPI), and the cluster spec.
 #include "comm_options.hpp"
 
+#include "cli_checks.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <iostream>
@@ -39,10 +41,10 @@ void add_comm_options(CLI::App& app, comm_options& o) {
   app.add_option("--slow-rank", o.slow_rank, "this rank sleeps --slow-ms in every step (a straggler; -1: none; -2: every rank)")
       ->check(CLI::Range(-2, 1 << 20));
   app.add_option("--slow-prob", o.slow_prob, "the straggler sleeps in a step with this probability (transient stragglers; default 1)")
-      ->check(CLI::Range(0.0, 1.0));
-  app.add_option("--slow-ms", o.slow_ms, "milliseconds --slow-rank sleeps in every step")->check(CLI::Range(0.0, 60000.0));
+      ->check(finite_range(0.0, 1.0));
+  app.add_option("--slow-ms", o.slow_ms, "milliseconds --slow-rank sleeps in every step")->check(finite_range(0.0, 60000.0));
   app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(finite_range(0.1, 3600.0));
   app.add_option("--comm-transport", o.transport,
                  "the ring's data path: auto (default: shm when every rank is on one host, else tcp), shm (shared "
                  "memory), tcp (direct sockets), or zmq (ZeroMQ sockets; zmq-tcp / zmq-ipc force their kind)")

@@ -3,6 +3,8 @@
 // (CMake: gradus_examples_common), so that an example's translation unit compiles its model.
 #include "mnist_common.hpp"
 
+#include "cli_checks.hpp"
+
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
@@ -39,7 +41,7 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
   app.add_option("--max-loss-ratio", o.max_loss_ratio,
                  "stop with an error when a step's loss is not finite or exceeds this times the run's first loss "
                  "(a diverging run; 0: only non-finite losses)")
-      ->check(CLI::Range(0.0, 1e300));
+      ->check(finite_range(0.0, 1e300));
   app.add_option("--stages", o.stages,
                  "pipeline stages: the model cut into S parts over S ranks per replica (gradus-run -np S x replicas; "
                  "1: no pipeline)")
@@ -83,7 +85,7 @@ std::optional<int> parse_command_line(int argc, char** argv, const std::string& 
                                       const std::vector<number_option>& own) {
   CLI::App app{description};
   add_mnist_options(app, o);
-  for (const number_option& n : own) app.add_option(n.name, *n.value, n.help)->check(CLI::Range(n.lo, n.hi));
+  for (const number_option& n : own) app.add_option(n.name, *n.value, n.help)->check(finite_range(n.lo, n.hi));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -93,8 +95,8 @@ std::optional<int> parse_command_line(int argc, char** argv, const std::string& 
 }
 
 void add_sgd_options(CLI::App& app, double& lr, double& momentum) {
-  app.add_option("--lr", lr, "learning rate")->check(CLI::Range(0.0, 10.0));
-  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 0.999));
+  app.add_option("--lr", lr, "learning rate")->check(finite_range(0.0, 10.0));
+  app.add_option("--momentum", momentum, "SGD momentum")->check(finite_range(0.0, 0.999));
 }
 
 // The peak resident set of this program's address space: /proc/self/status's VmHWM. Not
