@@ -1,6 +1,7 @@
 #pragma once
 // Extents: static sizes mixed with `dyn` (known when a feed binds it), in the spirit of
 // std::extents, plus the run-time dims that flow through an evaluation.
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -57,7 +58,7 @@ struct dims {
   template <std::size_t R>
   constexpr explicit dims(const std::array<index_t, R>& a) : rank(R) {
     static_assert(R <= max_rank, "gradus: rank above max_rank");
-    for (std::size_t i = 0; i < R; ++i) d[i] = a[i];
+    std::copy(a.begin(), a.end(), d.begin());  // (a loop's `i < R` is nvcc's warning 186 at R = 0)
   }
   constexpr dims(std::initializer_list<index_t> l) : rank(l.size()) {
     std::size_t i = 0;

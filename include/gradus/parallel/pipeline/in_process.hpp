@@ -142,7 +142,10 @@ class in_process_pipeline {
     std::vector<std::thread> threads;
     threads.reserve(S - 1);
     [&]<int... K>(std::integer_sequence<int, K...>) {
-      ((K > 0 ? (threads.emplace_back([&body] { body.template operator()<K>(); }), 0) : 0), ...);
+      ([&] {
+         if constexpr (K > 0) threads.emplace_back([&body] { body.template operator()<K>(); });
+       }(),
+       ...);
     }(std::make_integer_sequence<int, S>{});
     body.template operator()<0>();
     for (auto& t : threads) t.join();
