@@ -94,6 +94,27 @@ BOOST_AUTO_TEST_CASE(bad_files_name_file_offset_and_expectation) {
   has(error_of([&] { g::data::load_mnist_labels(d.write("labs", lab)); }), {"labs'", "byte 9", "below 10, got 12"});
 }
 
+// Found by tests/fuzz/fuzz_idx: extents whose product overflows. 2^16 * 2^24 * 2^24 wrapped
+// around to 0 in the count, so a 16-byte file was accepted as an array of 2^64 values with
+// no data; with an extent of 0, H * W of two extents near 2^32 overflowed index_t in
+// load_mnist_images (undefined behaviour). Both are refused at the extent that goes over.
+BOOST_AUTO_TEST_CASE(extents_multiplying_past_2_to_the_40_are_refused) {
+  temp_dir d;
+  auto has = [](const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' in: " << msg);
+  };
+  has(error_of([&] { g::data::read_idx(d.write("wrap", idx(0x08, {1u << 16, 1u << 24, 1u << 24}, 0))); }),
+      {"wrap'", "byte 12", "the extents multiply to more than 2^40 values"});
+  const auto zero = d.write("zero", idx(0x08, {0, 0xfd000000u, 0xfd000000u}, 0));
+  has(error_of([&] { g::data::load_mnist_images(zero); }),
+      {"zero'", "byte 12", "the extents multiply to more than 2^40 values (leaving out the extents of 0)"});
+  // at the limit, and an empty array of sane extents, still read
+  BOOST_TEST(g::data::read_idx(d.write("empty", idx(0x08, {0, 1u << 20, 1u << 20}, 0))).bytes.empty());
+  g::dims sh;
+  BOOST_TEST(g::data::load_mnist_images(d.write("none", idx(0x08, {0, 28, 28}, 0)), &sh).empty());
+  BOOST_TEST(sh.d[1] == 784);
+}
+
 BOOST_AUTO_TEST_CASE(real_mnist_when_present) {
   const fs::path dir = fs::path(GRADUS_SOURCE_DIR) / "data" / "mnist";
   if (!fs::exists(dir / "t10k-labels-idx1-ubyte")) {

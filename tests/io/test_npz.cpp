@@ -371,6 +371,11 @@ BOOST_AUTO_TEST_CASE(error_bad_entries) {
   bad("negative", npy(hdr("'<f4'", "False", "(-4,)"), data), {"'shape'"});
   bad("huge", npy(hdr("'<f4'", "False", "(99999999999999999999,)"), data), {"too large"});
   bad("overflow", npy(hdr("'<f4'", "False", "(4294967296, 4294967296, 4294967296)"), data), {"too large"});
+  // Found by tests/fuzz/fuzz_npy: with a 0 after the overflow the shape was refused, with the
+  // 0 first it was read; numpy's rule (the extents other than 0 must not overflow) either way.
+  bad("overflow_then_0", npy(hdr("'<f4'", "False", "(4294967296, 4294967296, 0)"), ""), {"too large"});
+  bad("0_then_overflow", npy(hdr("'<f4'", "False", "(0, 4294967296, 4294967296)"), ""),
+      {"shape (0, 4294967296, 4294967296) is too large"});
   bad("missing_key", npy("{'descr': '<f4', 'shape': (4,), }", data), {"lacks 'fortran_order'"});
   bad("extra_key", npy("{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}", data), {"unexpected key 'x'"});
   bad("repeated_key", npy("{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,)}", data),
@@ -434,6 +439,9 @@ BOOST_AUTO_TEST_CASE(write_rejects_bad_arrays_before_touching_disk) {
   expect_error([&] { gio::write_npz(p, {{"", "float32", {2}, v.data()}}); }, {p.string(), "empty name"});
   expect_error([&] { gio::write_npz(p, {{"a", "float32", {2}, nullptr}}); }, {p.string(), "null"});
   expect_error([&] { gio::write_npz(p, {{"a", "float32", {g::dyn, 2}, v.data()}}); }, {p.string(), "negative"});
+  const g::index_t big = g::index_t{1} << 32;
+  expect_error([&] { gio::write_npz(p, {{"a", "float32", {0, big, big}, nullptr}}); },
+               {p.string(), "'a'", "shape (0, 4294967296, 4294967296) has a negative extent or is too large"});
   // libzip refuses a name that is not UTF-8.
   expect_error([&] { gio::write_npz(p, {{"bad\xff", "float32", {2}, v.data()}}); }, {p.string(), "zip_file_add"});
   BOOST_TEST(s.files().empty());

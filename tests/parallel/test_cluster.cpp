@@ -355,6 +355,28 @@ BOOST_AUTO_TEST_CASE(malformed) {
                {"SLURM_JOB_NODELIST = 'n[1-2'", "unclosed '['"});
 }
 
+// Found by tests/fuzz/fuzz_cluster (out of memory): 2^20 hosts was the only bound, so one
+// bracket of many ranges made millions of suffixes before the count was checked, and long
+// names times many hosts made gigabytes. Both are refused before the names are made.
+BOOST_AUTO_TEST_CASE(expansions_bounded_before_they_are_made) {
+  const auto refused = [](const std::string& list, const std::string& why) {
+    try {
+      c::expand_hostlist(list, "SLURM_JOB_NODELIST");
+      BOOST_ERROR("no error for a list of " << list.size() << " characters");
+    } catch (const gradus::error& e) {
+      const std::string msg = e.what();
+      BOOST_TEST(msg.starts_with("SLURM_JOB_NODELIST = '"), msg.substr(0, 40));
+      BOOST_TEST(msg.ends_with("' is not a valid hostlist (" + why + ")"), msg.substr(0, 40));
+    }
+  };
+  std::string ranges = "n[0-999999";
+  for (int i = 0; i < 8; ++i) ranges += ",0-999999";
+  refused(ranges + "]", "more than 2^20 hosts");
+  refused(std::string(100, 'n') + "[0-999999]", "its names come to more than 2^24 bytes");  // 100 MB of names
+  refused("n[0-999999]" + std::string(100, 'x'), "its names come to more than 2^24 bytes");
+  BOOST_TEST(c::expand_hostlist("node[0-999999]").size() == 1000000u);  // a million short names still expand
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(malformed_specs)
@@ -487,4 +509,32 @@ BOOST_AUTO_TEST_CASE(endpoints) {
   for (const char* bad : {"h", ":80", "h:", "h:0", "h:65536", "fe80::1:80", "[::1:80", "[::1]80"}) {
     BOOST_TEST_CONTEXT(bad) { BOOST_CHECK_THROW(c::parse_endpoint(bad, "x"), gradus::error); }
   }
+}
+
+// Found with tests/fuzz/fuzz_cluster, whose inputs check what the readers give back (each
+// against a crafted input the fuzzer had not reached in its runs).
+BOOST_AUTO_TEST_CASE(fuzz_cluster_findings) {
+  // A bracket inside a host: "[[x]:1" read as host "[x", which str() wrote "[x:1", an
+  // endpoint that does not read back (GRADUS_PS kept it; TF_CONFIG then failed on its own str()).
+  expect_error(env{{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"GRADUS_PS", "[[x]:1"}},
+               {"GRADUS_PS[0] = '[[x]:1' is not host:port ('[' or ']' inside the host)"});
+  expect_error(env{{"TF_CONFIG", R"({"cluster": {"worker": ["[[x]:1"]}})"}},
+               {"TF_CONFIG: cluster.worker[0] = '[[x]:1' is not host:port ('[' or ']' inside the host)"});
+  BOOST_CHECK_THROW(c::parse_endpoint("a]:1", "x"), gradus::error);
+  // A number beyond a double's range threw nlohmann's out_of_range past parse_json's catch.
+  expect_error(env{{"TF_CONFIG", R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1e999}})"}},
+               {"TF_CONFIG: invalid JSON, a number out of range:", "number overflow parsing '1e999'"});
+  expect_error(env{{"GRADUS_CLUSTER", R"({"workers": ["a:1"], "rank": 1e400})"}},
+               {"GRADUS_CLUSTER: invalid JSON, a number out of range:"});
+  // SLURM_JOB_ID above 2^31 - 1 was cut to an int: 2147483648 gave port 25852, not 29500 + 3648.
+  const auto slurm = c::from_env(env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "2147483648"}});
+  BOOST_TEST(slurm.master_port == 29500 + 3648);
+  BOOST_TEST(c::from_env(env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "4294967295"}}).master_port ==
+             29500 + 7295);
+  // An empty GRADUS_MASTER_ADDR or MASTER_ADDR made an empty master address under Slurm and
+  // Open MPI (torchrun refused it already).
+  expect_error(env{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"GRADUS_MASTER_ADDR", ""}}, {"GRADUS_MASTER_ADDR is empty"});
+  expect_error(env{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"MASTER_ADDR", ""}}, {"MASTER_ADDR is empty"});
+  expect_error(env{{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "1"}, {"GRADUS_MASTER_ADDR", ""}},
+               {"GRADUS_MASTER_ADDR is empty"});
 }

@@ -20,6 +20,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -95,9 +96,11 @@ inline std::string quoted(std::string_view s) {
 }
 
 // Splits one line into fields. Returns an error text (empty when fine). `field` views
-// point into `line`, or into `scratch` for quoted fields with "" inside.
+// point into `line`, or into `scratch` for quoted fields with "" inside: a deque, whose
+// strings stay where they are as it grows (a vector's would move, and the views of a
+// line's earlier fields would dangle).
 inline std::string split(std::string_view line, char delim, std::vector<std::string_view>& fields,
-                         std::vector<std::string>& scratch) {
+                         std::deque<std::string>& scratch) {
   fields.clear();
   std::size_t used = 0;
   std::size_t i = 0;
@@ -173,7 +176,7 @@ inline csv_table parse_csv(std::string_view text, const std::string& name, const
   csv_table t;
   t.path = name;
   std::vector<std::string_view> fields;
-  std::vector<std::string> scratch;
+  std::deque<std::string> scratch;
   std::size_t pos = 0;
   std::int64_t line_no = 0;
   // the next line that is not blank, without its line end; false at the end of the text

@@ -50,7 +50,11 @@ inline idx_file read_idx(const std::string& path) {
   idx_file f;
   f.path = path;
   f.shape.rank = rank;
-  std::uint64_t count = 1;
+  // The extents' product, and that of the extents other than 0: both at most 2^40, so that
+  // neither a count nor a product of some extents (load_mnist_images' H * W, when N is 0)
+  // overflows, and a count is never a product that wrapped around.
+  constexpr std::uint64_t most = std::uint64_t{1} << 40;
+  std::uint64_t count = 1, nonzero = 1;
   for (std::size_t k = 0; k < rank; ++k) {
     unsigned char b[4] = {};
     if (!in.read(reinterpret_cast<char*>(b), 4))
@@ -58,8 +62,11 @@ inline idx_file read_idx(const std::string& path) {
                                 std::to_string(size));
     const std::uint64_t e = (std::uint64_t{b[0]} << 24) | (std::uint64_t{b[1]} << 16) | (std::uint64_t{b[2]} << 8) | b[3];
     f.shape.d[k] = static_cast<index_t>(e);
+    if (e != 0 && nonzero > most / e)
+      throw fail(4 + 4 * k, std::string("the extents multiply to more than 2^40 values") +
+                                (count == 0 ? " (leaving out the extents of 0)" : ""));
+    if (e != 0) nonzero *= e;
     count *= e;
-    if (count > (std::uint64_t{1} << 40)) throw fail(4 + 4 * k, "the extents multiply to more than 2^40 values");
   }
   const std::uint64_t header = 4 + 4 * rank;
   if (size - header < count)

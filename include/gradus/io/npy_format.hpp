@@ -38,16 +38,23 @@ inline const npy_type* npy_type_by_descr(std::string_view descr) {
   return nullptr;
 }
 
-// numel * itemsize, or false when a dim is negative or the product overflows size_t.
+// numel * itemsize, or false when a dim is negative or the product of itemsize and the
+// dims other than 0 overflows size_t (numpy's rule: a 0 does not make (2^40, 2^40, 2^40, 0)
+// a shape, and the answer does not depend on where the 0 is).
 inline bool byte_size(const dims& shape, std::size_t itemsize, std::size_t& out) {
   std::size_t n = itemsize;
+  bool empty = false;
   for (std::size_t i = 0; i < shape.rank; ++i) {
     if (shape.d[i] < 0) return false;
     const auto e = static_cast<std::size_t>(shape.d[i]);
-    if (e != 0 && n > std::numeric_limits<std::size_t>::max() / e) return false;
+    if (e == 0) {
+      empty = true;
+      continue;
+    }
+    if (n > std::numeric_limits<std::size_t>::max() / e) return false;
     n *= e;
   }
-  out = n;
+  out = empty ? 0 : n;
   return true;
 }
 

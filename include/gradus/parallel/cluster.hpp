@@ -152,8 +152,7 @@ inline std::optional<long long> parse_integer(std::string_view s) {
 
 // An integer variable: nullopt when absent; an error when present and not an integer in
 // [lo, hi].
-inline std::optional<int> int_var(const env_lookup& env, const std::string& name, long long lo,
-                                  long long hi = 1LL << 30) {
+inline std::optional<long long> integer_var(const env_lookup& env, const std::string& name, long long lo, long long hi) {
   const auto text = env(name);
   if (!text) return std::nullopt;
   const auto v = parse_integer(*text);
@@ -161,7 +160,22 @@ inline std::optional<int> int_var(const env_lookup& env, const std::string& name
   if (*v < lo || *v > hi)
     throw error(name + " = " + std::to_string(*v) + " is out of range (" + std::to_string(lo) + " to " +
                 std::to_string(hi) + ")");
+  return *v;
+}
+
+// The same as an int (hi must fit one; SLURM_JOB_ID, which need not, is read as a long long).
+inline std::optional<int> int_var(const env_lookup& env, const std::string& name, long long lo,
+                                  long long hi = 1LL << 30) {
+  const auto v = integer_var(env, name, lo, hi);
+  if (!v) return std::nullopt;
   return static_cast<int>(*v);
+}
+
+// A host variable (MASTER_ADDR, GRADUS_MASTER_ADDR): nullopt when absent; an error when empty.
+inline std::optional<std::string> host_var(const env_lookup& env, const std::string& name) {
+  auto text = env(name);
+  if (text && text->empty()) throw error(name + " is empty");
+  return text;
 }
 
 inline int required_int(const env_lookup& env, const std::string& name, long long lo, const std::string& because) {
@@ -233,6 +247,8 @@ inline endpoint parse_endpoint(std::string_view text, const std::string& what) {
     port = text.substr(colon + 1);
   }
   if (e.host.empty()) throw bad("empty host");
+  // str() brackets a host with ':' only: "[[x]:1" would be host "[x", written "[x:1"
+  if (e.host.find_first_of("[]") != std::string::npos) throw bad("'[' or ']' inside the host");
   const auto p = detail::parse_integer(port);
   if (!p || *p < 1 || *p > 65535) throw bad("the port must be an integer in 1-65535");
   e.port = static_cast<int>(*p);
@@ -242,9 +258,10 @@ inline endpoint parse_endpoint(std::string_view text, const std::string& what) {
 // Slurm's compressed hostlist: "node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5.
 // Several bracket groups in one name expand to their product ("r[1-2]n[1-2]" -> r1n1 r1n2
 // r2n1 r2n2); a range keeps the zero padding of its first bound. `what` names the variable
-// in the error.
+// in the error. At most 2^20 hosts and 2^24 bytes of names, checked before they are made.
 inline std::vector<std::string> expand_hostlist(std::string_view list, const std::string& what = "hostlist") {
   constexpr std::size_t max_hosts = 1u << 20;  // bounds every loop below
+  constexpr std::size_t max_bytes = std::size_t{1} << 24;  // and every string's growth
   const auto bad = [&](const std::string& why) {
     return error(what + " = '" + std::string(list) + "' is not a valid hostlist (" + why + ")");
   };
@@ -266,12 +283,17 @@ inline std::vector<std::string> expand_hostlist(std::string_view list, const std
   }
   if (depth != 0) throw bad("unclosed '['");
   std::vector<std::string> hosts;
+  std::size_t host_bytes = 0;  // of the names in hosts
+  const auto too_long = [&] { return bad("its names come to more than 2^24 bytes"); };
   for (const auto item : items) {
     std::vector<std::string> partial{""};
+    std::size_t partial_bytes = 0;  // of the names in partial
     std::size_t i = 0;
     while (i < item.size()) {
       const auto open = item.find('[', i);
       const auto literal = item.substr(i, open == std::string_view::npos ? std::string_view::npos : open - i);
+      if (literal.size() > (max_bytes - host_bytes - partial_bytes) / partial.size()) throw too_long();
+      partial_bytes += literal.size() * partial.size();
       for (auto& p : partial) p += literal;
       if (open == std::string_view::npos) break;
       const auto close = item.find(']', open);
@@ -294,6 +316,7 @@ inline std::vector<std::string> expand_hostlist(std::string_view list, const std
         const long lo = std::stol(std::string(lo_text)), hi = std::stol(std::string(hi_text));
         if (hi < lo) throw bad("range '" + std::string(range) + "' runs backwards");
         if (static_cast<std::size_t>(hi - lo) >= max_hosts) throw bad("range '" + std::string(range) + "' is too long");
+        if (suffixes.size() + static_cast<std::size_t>(hi - lo) >= max_hosts) throw bad("more than 2^20 hosts");
         for (long v = lo; v <= hi; ++v) {
           std::string n = std::to_string(v);
           if (n.size() < lo_text.size()) n.insert(0, lo_text.size() - n.size(), '0');
@@ -302,17 +325,24 @@ inline std::vector<std::string> expand_hostlist(std::string_view list, const std
         b = comma + 1;
       }
       if (partial.size() * suffixes.size() > max_hosts) throw bad("more than 2^20 hosts");
+      std::size_t suffix_bytes = 0;
+      for (const auto& s : suffixes) suffix_bytes += s.size();
+      // each prefix once per suffix, each suffix once per prefix (below 2^44: no overflow)
+      const std::size_t next_bytes = partial_bytes * suffixes.size() + suffix_bytes * partial.size();
+      if (next_bytes > max_bytes - host_bytes) throw too_long();
       std::vector<std::string> next;
       next.reserve(partial.size() * suffixes.size());
       for (const auto& p : partial)
         for (const auto& s : suffixes) next.push_back(p + s);
       partial = std::move(next);
+      partial_bytes = next_bytes;
       i = close + 1;
     }
     for (auto& p : partial) {
       if (hosts.size() >= max_hosts) throw bad("more than 2^20 hosts");
       hosts.push_back(std::move(p));
     }
+    host_bytes += partial_bytes;
   }
   return hosts;
 }
@@ -364,6 +394,8 @@ inline nlohmann::json parse_json(const std::string& text, const std::string& var
     const std::size_t from = at > 20 ? at - 20 : 0;
     throw error(var + ": invalid JSON at byte " + std::to_string(e.byte) + " (near '" + text.substr(from, at - from + 1) +
                 "'): " + e.what());
+  } catch (const nlohmann::json::out_of_range& e) {  // a number beyond a double's range: 1e999
+    throw error(var + ": invalid JSON, a number out of range: " + e.what());
   }
 }
 
@@ -490,8 +522,7 @@ inline spec from_torchrun(const env_lookup& env) {
     s.local_world_size = int_var(env, "LOCAL_WORLD_SIZE", 1).value_or(s.local_rank + 1);
     check_ranks(s, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   }
-  if (const auto addr = env("MASTER_ADDR")) {
-    if (addr->empty()) throw error("MASTER_ADDR is empty");
+  if (const auto addr = host_var(env, "MASTER_ADDR")) {
     s.master_addr = *addr;
     s.master_addr_from = "MASTER_ADDR";
   } else if (s.world_size > 1) {
@@ -536,7 +567,7 @@ inline spec from_slurm(const env_lookup& env) {
     throw error("SLURM_STEP_NODELIST and SLURM_JOB_NODELIST missing while SLURM_PROCID is set (world size " +
                 std::to_string(s.world_size) + ")");
   }
-  if (const auto addr = env("GRADUS_MASTER_ADDR")) {
+  if (const auto addr = host_var(env, "GRADUS_MASTER_ADDR")) {
     s.master_addr = *addr;
     s.master_addr_from = "GRADUS_MASTER_ADDR";
   }
@@ -546,8 +577,8 @@ inline spec from_slurm(const env_lookup& env) {
   } else if (const int q = port_var(env, "MASTER_PORT")) {
     s.master_port = q;
     s.master_port_from = "MASTER_PORT";
-  } else if (const auto job = int_var(env, "SLURM_JOB_ID", 0, 1LL << 62)) {
-    s.master_port = 29500 + *job % 10000;
+  } else if (const auto job = integer_var(env, "SLURM_JOB_ID", 0, 1LL << 62)) {
+    s.master_port = 29500 + static_cast<int>(*job % 10000);
     s.master_port_from = "29500 + SLURM_JOB_ID mod 10000";
   }
   return s;
@@ -562,10 +593,10 @@ inline spec from_openmpi(const env_lookup& env) {
   s.local_rank = int_var(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0).value_or(0);
   s.local_world_size = int_var(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1).value_or(s.local_rank + 1);
   check_ranks(s, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE");
-  if (const auto addr = env("GRADUS_MASTER_ADDR")) {
+  if (const auto addr = host_var(env, "GRADUS_MASTER_ADDR")) {
     s.master_addr = *addr;
     s.master_addr_from = "GRADUS_MASTER_ADDR";
-  } else if (const auto maddr = env("MASTER_ADDR")) {
+  } else if (const auto maddr = host_var(env, "MASTER_ADDR")) {
     s.master_addr = *maddr;
     s.master_addr_from = "MASTER_ADDR";
   }

@@ -14,6 +14,7 @@
 // must match. rows() holds every row of the run, old and new, for a plot.
 #include <charconv>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
@@ -65,7 +66,7 @@ inline metrics_table read_metrics(const std::string& path) {
   const data::csv_table t = data::parse_csv(text, path, opt);
   metrics_table m{t.columns, {}};
   std::vector<std::string_view> fields;
-  std::vector<std::string> scratch;
+  std::deque<std::string> scratch;  // csv_detail::split keeps views into it
   std::size_t pos = 0;
   bool header = true;
   while (pos < text.size()) {
