@@ -121,8 +121,8 @@ double peak_rss_mb() {
 // training: a bad --checkpoint path fails at once, not after the first epoch.
 void ensure_parent_directory(const std::string& file, const std::string& option) {
   const std::filesystem::path p(file);
-  std::error_code ec;
-  if (p.filename().empty() || std::filesystem::is_directory(p, ec))
+  std::error_code ec, stat_ec;  // (stat_ec: a path that cannot be looked at is not a directory here)
+  if (p.filename().empty() || std::filesystem::is_directory(p, stat_ec))
     throw g::error("gradus: " + option + " '" + file + "' is a directory, not a file: give a file in it, e.g. '" +
                    (p / "ckpt.npz").lexically_normal().string() + "'");
   if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path(), ec);

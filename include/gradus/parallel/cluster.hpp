@@ -53,7 +53,7 @@
 //   RANK = 'x' is not an integer
 //   WORLD_SIZE missing while RANK is set
 //
-// About 700 lines, one concept: the cluster spec and its readers. Each launcher's format is
+// About 740 lines, one concept: the cluster spec and its readers. Each launcher's format is
 // a small parser, but they share the precedence above, the checks and the error wording, and
 // a reader of one needs the others' rules (which format wins, what a ps task is); they stay
 // together so that the precedence is read in one place.
