@@ -2,9 +2,10 @@
 // on one GPU, in the same run. Medians of `reps` timed calls (CUDA events), after warm-up.
 //
 //   elementwise  y = a * b + c (one fused pass, 16 bytes per element moved: the 16-byte
-//                kernel) and the same with a row length that is not a multiple of 4 (the
-//                one-element kernel) against cudaMemcpy device to device (8 bytes per
-//                element): effective bandwidths
+//                kernel), the same with rows of 4099 (not a multiple of 4: the strided-row
+//                kernel, and the one-element kernel it replaced there, called directly)
+//                against cudaMemcpy device to device (8 bytes per element): effective
+//                bandwidths
 //   sgemm        g::cuda::gemm (row-major, through cuBLAS) against cublasSgemm
 //   conv         g::cuda::conv2d (descriptors and heuristics per call) against
 //                cudnnConvolutionForward with the same algorithm, descriptors made once
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
     const double t_copy = time_ms(reps, [&] {
       ok(cudaMemcpyAsync(y, a, n * sizeof(float), cudaMemcpyDeviceToDevice, g::cuda::stream()), "memcpy");
     });
-    g::loop_shape odd;  // rows of 4099 floats: not 16-byte multiples, one element per thread
+    g::loop_shape odd;  // rows of 4099 floats: not 16-byte multiples
     odd.rank = 2;
     odd.d[0] = static_cast<g::index_t>(n / 4099);
     odd.d[1] = 4099;
@@ -105,12 +106,17 @@ int main(int argc, char** argv) {
     const g::binary_plan<g::fn::add, g::binary_plan<g::fn::mul, leaf, leaf>, leaf> plan2{{}, {{}, la2, lb2}, lc2};
     const double t_odd = time_ms(reps, [&] { g::cuda::assign(y, odd, plan2); });
     const std::size_t n_odd = static_cast<std::size_t>(odd.d[0] * odd.d[1]);
+    const double t_one = time_ms(reps, [&] {
+      g::cuda::for_n(static_cast<g::index_t>(n_odd), g::cuda_kernels::assign_fn<float, decltype(plan2)>{y, odd, plan2});
+    });
     const double bw_fused = 16.0 * n / t_fused / 1e6, bw_copy = 8.0 * n / t_copy / 1e6;  // GB/s
-    const double bw_odd = 16.0 * n_odd / t_odd / 1e6;
+    const double bw_odd = 16.0 * n_odd / t_odd / 1e6, bw_one = 16.0 * n_odd / t_one / 1e6;
     std::printf("| y = a*b + c, 2^26 floats (16 bytes per thread) | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n",
                 bw_fused, bw_copy, bw_fused / bw_copy);
-    std::printf("| y = a*b + c, rows of 4099 floats (1 element per thread) | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n",
+    std::printf("| y = a*b + c, rows of 4099 floats (4 elements per thread, strided) | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n",
                 bw_odd, bw_copy, bw_odd / bw_copy);
+    std::printf("| the same, 1 element per thread (the kernel it replaced) | %.0f GB/s | cudaMemcpy D2D %.0f GB/s | %.2f |\n",
+                bw_one, bw_copy, bw_one / bw_copy);
     for (float* p : {a, b, c, y}) g::cuda::deallocate(p);
   }
   {  // sgemm

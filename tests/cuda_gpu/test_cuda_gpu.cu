@@ -132,14 +132,15 @@ BOOST_AUTO_TEST_CASE(mlp_learns_and_allocates_nothing_after_the_first_step) {
   BOOST_TEST(last < 0.5f * first, "loss " << first << " -> " << last);
 }
 
-// Both fused kernels (16 bytes per thread where rows allow it, one element per thread
-// elsewhere) against a loop on the host, at row lengths on both sides of the rule.
+// The three fused kernels (16 bytes per thread where rows allow it, a few elements of a
+// long row per thread, one element per thread elsewhere) against a loop on the host, at
+// row lengths on both sides of each rule.
 BOOST_AUTO_TEST_CASE(fused_kernels_against_host_loops) {
   g::placeholder<"a", float, g::dyn, g::dyn> a;
   g::placeholder<"b", float, g::dyn> b;
   const auto e = g::sigmoid(a) * b - g::square(a - 0.5f);
   g::session<g::cuda> s;
-  for (const int n : {4, 6, 1024, 1027}) {
+  for (const int n : {4, 6, 127, 129, 1024, 1027, 4099}) {
     const auto av = uniform(5 * n, -2, 2, 7), bv = uniform(n, -2, 2, 8);
     const auto before = g::cuda::fused_stats();
     const auto r = s.run(e, a = g::view(av.data(), {5, n}), b = g::view(bv.data(), {n}));
@@ -151,6 +152,7 @@ BOOST_AUTO_TEST_CASE(fused_kernels_against_host_loops) {
     }
     BOOST_TEST(worst(r, want) < 1e-5, "n = " << n);
     BOOST_TEST(after.by_lanes - before.by_lanes == (n % 4 == 0 ? 1u : 0u), "n = " << n);
+    BOOST_TEST(after.by_rows - before.by_rows == (n % 4 != 0 && n >= 128 ? 1u : 0u), "n = " << n);
   }
 }
 

@@ -198,15 +198,16 @@ BOOST_AUTO_TEST_CASE(each_session_runs_on_its_own_context) {
   BOOST_TEST(after.device_allocations == before.device_allocations);  // all of them from the cache
 }
 
-// Passes whose rows are 16-byte multiples take 16 bytes per thread; others one element;
-// both give cpu_simd's values (the lengths end in a SIMD tail on the CPU side too).
-BOOST_AUTO_TEST_CASE(fused_passes_by_lanes_and_by_element) {
+// Passes whose rows are 16-byte multiples take 16 bytes per thread; other rows of at least
+// 128 elements a few elements per thread, strided; shorter ones one element; all give
+// cpu_simd's values (the lengths end in a SIMD tail on the CPU side too).
+BOOST_AUTO_TEST_CASE(fused_passes_by_lanes_by_rows_and_by_element) {
   g::placeholder<"a", float, g::dyn, g::dyn> a;
   g::placeholder<"b", float, g::dyn> b;
   const auto e = g::sigmoid(a) * b - g::square(a - 0.5f) + g::where(a > b, a, b);
   g::session<g::cpu_simd> cpu;
   g::session<g::cuda> gpu;
-  for (const long n : {4L, 6L, 12L, 13L, 128L}) {
+  for (const long n : {4L, 6L, 12L, 13L, 127L, 128L, 129L, 131L, 1027L}) {
     const auto av = uniform<float>(static_cast<std::size_t>(5 * n), -2, 2);
     const auto bv = uniform<float>(static_cast<std::size_t>(n), -2, 2);
     const auto fa = a = g::view(av.data(), {5, n});
@@ -217,8 +218,10 @@ BOOST_AUTO_TEST_CASE(fused_passes_by_lanes_and_by_element) {
     const auto after = g::cuda::fused_stats();
     same_values({want}, {got}, 2e-6);
     const bool lanes = n % 4 == 0;  // rows of [5, n] and of the broadcast b start 16-byte aligned
+    const bool rows = !lanes && n >= 128;
     BOOST_TEST(after.by_lanes - before.by_lanes == (lanes ? 1u : 0u), "n = " << n);
-    BOOST_TEST(after.by_element - before.by_element == (lanes ? 0u : 1u), "n = " << n);
+    BOOST_TEST(after.by_rows - before.by_rows == (rows ? 1u : 0u), "n = " << n);
+    BOOST_TEST(after.by_element - before.by_element == (!lanes && !rows ? 1u : 0u), "n = " << n);
   }
 }
 
