@@ -8,7 +8,9 @@
 #include <CLI/CLI.hpp>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -174,6 +176,12 @@ void epoch_records::add(const std::vector<double>& row) {
   if (!p_->plot.empty()) g::util::write_svg(p_->plot, g::util::training_curves(p_->history));
 }
 
+// GRADUS_RESTART_COUNT: how often gradus-run --max-restarts has started this run again.
+static int restart_count() {
+  const char* n = std::getenv("GRADUS_RESTART_COUNT");
+  return n ? std::max(0, std::atoi(n)) : 0;
+}
+
 void print_json(const std::string& example, const mnist_options& o, const run_summary& r) {
   const int run = o.epochs - r.first_epoch;
   nlohmann::json j = {{"example", example},
@@ -190,7 +198,8 @@ void print_json(const std::string& example, const mnist_options& o, const run_su
                       {"world_size", r.world_size},
                       {"comm", r.comm},
                       {"comm_wait_seconds", r.comm_wait_seconds / run},
-                      {"peak_rss_mb", peak_rss_mb()}};
+                      {"peak_rss_mb", peak_rss_mb()},
+                      {"restarts", restart_count()}};
   if (r.peak_device_mb >= 0) j["peak_device_mb"] = r.peak_device_mb;
   if (r.stages > 0) {
     j["stages"] = r.stages;

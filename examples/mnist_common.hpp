@@ -41,7 +41,8 @@
 // With --json, stdout is one JSON line: example, epochs, start_epoch, batch, threads, seed,
 // train_examples, test_accuracy (after the last epoch), epoch_seconds (mean training
 // seconds per epoch of this run, evaluation excluded), examples_per_second, final_loss
-// (mean training loss of the last epoch, over every rank), peak_rss_mb, and in a _cuda twin
+// (mean training loss of the last epoch, over every rank), peak_rss_mb, restarts (the
+// GRADUS_RESTART_COUNT that gradus-run --max-restarts gave this start), and in a _cuda twin
 // peak_device_mb (the device memory its allocator held at most). The progress goes to stderr
 // (a live line on a terminal, plain lines otherwise; --quiet turns it off).
 

@@ -554,12 +554,13 @@ void check_all_gone(const scratch& s) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_CASE(a_failed_rank_is_restarted_alone) {
+BOOST_AUTO_TEST_CASE(a_failed_worker_of_a_parameter_server_job_is_restarted_alone) {
   // Rank 1 exits 3 at its first start; rank 0 waits (bounded) until rank 1 has started twice,
-  // so it was running all along, and exits 0.
+  // so it was running all along, and exits 0. (ps0 runs the same commands: it sleeps and exits 0.)
   scratch s;
   const auto dir = s.dir.string();
-  const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "0.2", child, "starts", dir, "restart-count",
+  const auto r = run({"-np", "2", "--ps", "1", "--max-restarts", "1", "--restart-delay", "0.2", child, "starts", dir,
+                      "restart-count",
                       "fault-file", "env", "exit-first", "1", "3", "await", "0", dir, "1", "2", "20000", "sleep", "200"},
                      40);
   BOOST_TEST(r.exit_code() == 0, r.err);
@@ -581,7 +582,10 @@ BOOST_AUTO_TEST_CASE(a_failed_rank_is_restarted_alone) {
   const auto env = lines_starting(r.out, "[1] RANK=");
   BOOST_REQUIRE_EQUAL(env.size(), 2u);
   BOOST_TEST(env[0] == env[1]);
-  const auto files = fault_files(r.out);
+  strings files;  // the workers' (ps0 prints its own)
+  for (const auto& l : lines(r.out))
+    if (l.rfind("[ps0]", 0) != 0)
+      for (const auto& f : fault_files(l)) files.push_back(f);
   BOOST_TEST(files.size() == 3u);
   BOOST_TEST(std::set<std::string>(files.begin(), files.end()).size() == 1u);
   for (const auto& f : files) BOOST_TEST(!fs::exists(fs::path(f).parent_path()), f);
@@ -589,25 +593,104 @@ BOOST_AUTO_TEST_CASE(a_failed_rank_is_restarted_alone) {
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_that_keeps_failing_uses_up_its_restarts) {
-  scratch s;
-  const auto dir = s.dir.string();
-  const auto r = run({"-np", "2", "--max-restarts", "2", "--restart-delay", "0.1", "--grace", "2", child, "starts", dir,
-                      "sleep", "100", "exit-if", "1", "3", "sleep", "20000"},
-                     40);
-  BOOST_TEST(r.exit_code() == 3);
-  BOOST_TEST(r.seconds < 10.0);
-  auto st = s.starts();
-  BOOST_TEST(st["0"].size() == 1u);
-  BOOST_REQUIRE_EQUAL(st["1"].size(), 3u);
-  BOOST_TEST(st["1"][0].restart_count == "-");
-  BOOST_TEST(st["1"][1].restart_count == "1");
-  BOOST_TEST(st["1"][2].restart_count == "2");
-  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.1 s (restart 1 of 2)\n"), r.err);
-  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.1 s (restart 2 of 2)\n"), r.err);
-  BOOST_TEST(!contains(r.err, "(restart 3"));
-  BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; stopping the other ranks\n"), r.err);
-  BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 3 (restarts used: rank 1: 2 of 2)", r.err);
-  check_all_gone(s);
+  // A parameter-server job: rank 1 alone, three times.
+  {
+    scratch s;
+    const auto dir = s.dir.string();
+    const auto r = run({"-np", "2", "--ps", "1", "--max-restarts", "2", "--restart-delay", "0.1", "--grace", "2", child,
+                        "starts", dir, "sleep", "100", "exit-if", "1", "3", "sleep", "20000"},
+                       40);
+    BOOST_TEST(r.exit_code() == 3);
+    BOOST_TEST(r.seconds < 10.0);
+    auto st = s.starts();
+    BOOST_TEST(st["0"].size() == 1u);
+    BOOST_TEST(st["ps0"].size() == 1u);
+    BOOST_REQUIRE_EQUAL(st["1"].size(), 3u);
+    BOOST_TEST(st["1"][0].restart_count == "-");
+    BOOST_TEST(st["1"][1].restart_count == "1");
+    BOOST_TEST(st["1"][2].restart_count == "2");
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.1 s (restart 1 of 2)\n"), r.err);
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 0.1 s (restart 2 of 2)\n"), r.err);
+    BOOST_TEST(!contains(r.err, "(restart 3"));
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; stopping the other ranks\n"), r.err);
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 3 (restarts used: rank 1: 2 of 2)", r.err);
+    check_all_gone(s);
+  }
+  // A collective job: the group, three times; rank 0 is stopped each time.
+  {
+    scratch s;
+    const auto dir = s.dir.string();
+    const auto r = run({"-np", "2", "--max-restarts", "2", "--restart-delay", "0.1", "--grace", "2", child, "starts",
+                        dir, "sleep", "100", "exit-if", "1", "3", "sleep", "20000"},
+                       40);
+    BOOST_TEST(r.exit_code() == 3);
+    BOOST_TEST(r.seconds < 10.0);
+    auto st = s.starts();
+    for (const char* rank : {"0", "1"}) {
+      BOOST_REQUIRE_EQUAL(st[rank].size(), 3u);
+      BOOST_TEST(st[rank][0].restart_count == "-");
+      BOOST_TEST(st[rank][1].restart_count == "1");
+      BOOST_TEST(st[rank][2].restart_count == "2");
+    }
+    for (const char* n : {"1", "2"})
+      BOOST_TEST(contains(r.err, std::string("gradus-run: rank 1 exited with status 3; stopping the other ranks and "
+                                             "restarting all 2 in 0.1 s (restart ") +
+                                     n + " of 2)\n"),
+                 r.err);
+    BOOST_TEST(!contains(r.err, "(restart 3"));
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 3 (restarts used: 2 of 2, after: rank "
+                                   "1 exited with status 3; rank 1 exited with status 3)",
+               r.err);
+    check_all_gone(s);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_collective_job_restarts_every_rank) {
+  // Rank 1 exits 3 at its first start (once rank 0 has started) while rank 0 sleeps:
+  // gradus-run stops rank 0, then starts both again (GRADUS_RESTART_COUNT=1), and both exit 0.
+  {
+    scratch s;
+    const auto dir = s.dir.string();
+    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "0.2", child, "starts", dir,
+                        "restart-count", "env", "await", "1", dir, "0", "1", "20000", "exit-first", "1", "3",
+                        "sleep-first", "20000"},
+                       40);
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    BOOST_TEST(r.seconds < 8.0);
+    auto st = s.starts();
+    for (const char* rank : {"0", "1"}) {
+      BOOST_REQUIRE_EQUAL(st[rank].size(), 2u);
+      BOOST_TEST(st[rank][0].restart_count == "-");
+      BOOST_TEST(st[rank][1].restart_count == "1");
+      BOOST_TEST(count_lines(r.out, std::string("[") + rank + "] GRADUS_RESTART_COUNT=1") == 1);
+      const auto env = lines_starting(r.out, std::string("[") + rank + "] RANK=");  // the same ports both times
+      BOOST_REQUIRE_EQUAL(env.size(), 2u);
+      BOOST_TEST(env[0] == env[1]);
+    }
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; stopping the other ranks and restarting all 2 "
+                               "in 0.2 s (restart 1 of 1)\n"),
+               r.err);
+    BOOST_TEST(last_line(r.err) ==
+                   "gradus-run: finished: the workers exited 0 (restarts used: 1 of 1, after: rank 1 exited with status 3)",
+               r.err);
+    check_all_gone(s);
+  }
+  // Rank 0 exits 1 after blaming rank 1 in the fault file (as a ring rank does when its
+  // neighbour dies): the restart names rank 1.
+  {
+    scratch s;
+    const auto dir = s.dir.string();
+    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "0.1", child, "starts", dir, "await", "0",
+                        dir, "1", "1", "20000", "blame-if", "0", "1", "gone", "exit-first", "0", "1", "sleep-first",
+                        "20000"},
+                       40);
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 died (noticed by rank 0); stopping the other ranks and restarting "
+                               "all 2 in 0.1 s (restart 1 of 1)\n"),
+               r.err);
+    for (const char* rank : {"0", "1"}) BOOST_TEST(s.starts()[rank].size() == 2u, rank);
+    check_all_gone(s);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_killed_parameter_server_is_restarted) {
@@ -672,8 +755,11 @@ BOOST_AUTO_TEST_CASE(a_restart_due_after_the_job_began_to_stop_is_called_off) {
                        20, {}, 1.5, SIGINT);
     BOOST_TEST(r.exit_code() == 128 + SIGINT);
     BOOST_TEST(r.seconds < 5.0);
-    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; restarting it in 5 s (restart 1 of 1)\n"), r.err);
-    BOOST_TEST(last_line(r.err) == "gradus-run: interrupted (restarts used: rank 1: 1 of 1)", r.err);
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3; stopping the other ranks and restarting all 2 "
+                               "in 5 s (restart 1 of 1)\n"),
+               r.err);
+    BOOST_TEST(last_line(r.err) == "gradus-run: interrupted (restarts used: 1 of 1, after: rank 1 exited with status 3)",
+               r.err);
     BOOST_TEST(s.starts()["1"].size() == 1u);
     check_all_gone(s);
   }
@@ -684,7 +770,8 @@ BOOST_AUTO_TEST_CASE(a_restart_due_after_the_job_began_to_stop_is_called_off) {
                        20);
     BOOST_TEST(r.exit_code() == 124);
     BOOST_TEST(r.seconds < 5.0);
-    BOOST_TEST(last_line(r.err) == "gradus-run: timed out (restarts used: rank 1: 1 of 1)", r.err);
+    BOOST_TEST(last_line(r.err) == "gradus-run: timed out (restarts used: 1 of 1, after: rank 1 exited with status 3)",
+               r.err);
     BOOST_TEST(s.starts()["1"].size() == 1u);
     check_all_gone(s);
   }

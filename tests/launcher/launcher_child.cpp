@@ -20,6 +20,7 @@
 //   await L DIR M N MS  when its label is L, wait until DIR/M.starts has N lines (M started
 //                       N times); exit 95 after MS milliseconds without
 //   sleep MS            sleep MS milliseconds
+//   sleep-first MS      sleep MS milliseconds when it is not a restart
 //   --NAME VALUE        ignored (what gradus-run --sweep appends)
 // Exit status 0 at the end.
 #include <fcntl.h>
@@ -183,9 +184,10 @@ int main(int argc, char** argv) {
       }
     } else if (cmd == "ignore-term") {
       ::signal(SIGTERM, SIG_IGN);
-    } else if (cmd == "sleep") {
+    } else if (cmd == "sleep" || cmd == "sleep-first") {
       std::fflush(stdout);
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(next().c_str())));
+      const int ms = std::atoi(next().c_str());
+      if (cmd == "sleep" || !restarted()) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     } else if (cmd.rfind("--", 0) == 0) {
       next();  // a swept option (--lr 0.1): printed by "args", otherwise ignored
     } else {

@@ -19,10 +19,14 @@
 // silent): ..." when a peer dies or stops answering; when the job fails, the final line names
 // the blamed rank rather than the neighbour that noticed first.
 //
-// With --max-restarts K, a process (worker or parameter server) that fails by itself is
-// started again, alone, up to K times: same argv, same environment, plus GRADUS_RESTART_COUNT
-// (1, 2, ...) so that it knows to resume from its checkpoint; the others run on. A process
-// gradus-run stopped is never restarted, and nothing is restarted once the job is stopping.
+// With --max-restarts K, a job with parameter servers starts a process (worker or server)
+// that fails by itself again, alone, up to K times: same argv, same environment, plus
+// GRADUS_RESTART_COUNT (1, 2, ...) so that it knows to resume from its checkpoint; the others
+// run on. A collective job (no --ps: a ring, MPI-style or pipeline job, whose ranks cannot
+// take one restarted rank back into a collective) restarts as a group, torchrun's rule: every
+// rank stopped, then all started again with GRADUS_RESTART_COUNT, up to K times in all. A
+// process gradus-run stopped is never restarted, and nothing is restarted once the job is
+// stopping.
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -613,7 +617,16 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
   const auto stopping = [&] { return failure || interrupted || timed_out || spawn_error; };
   // Whether a process that failed by itself may start again: restarts left, the job not
   // stopping, and (a parameter server) the workers still there to serve.
+  // A collective job (no parameter servers) restarts every rank together: group_restarts
+  // counts those restarts, group_causes says what set off each.
+  const bool group = o.ps == 0;
+  int group_restarts = 0;
+  std::string group_causes;
+  bool regrouping = false;     // the ranks are being stopped for a group restart
+  bool regroup_due = false;    // every rank has exited: all start again at regroup_at
+  steady::time_point regroup_at{};
   const auto restartable = [&](const child& c) {
+    if (group) return group_restarts < o.max_restarts && !stopping();
     return c.restarts < o.max_restarts && !stopping() && !(c.is_ps && ps_stopping);
   };
   for (auto& c : cs) {
@@ -626,12 +639,14 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
   }
   const auto busy = [&] {
     return std::any_of(cs.begin(), cs.end(),
-                       [](const child& c) { return c.running || c.has_open_streams() || c.restart_at; });
+                       [](const child& c) { return c.running || c.has_open_streams() || c.restart_at; }) ||
+           regrouping;
   };
   while (busy()) {
     auto wait = steady::duration(std::chrono::milliseconds(200));
     for (const auto& c : cs)
       if (c.restart_at) wait = std::min(wait, *c.restart_at - steady::now());
+    if (regroup_due) wait = std::min(wait, regroup_at - steady::now());
     std::vector<child*> finished;
     const auto signals = pump(cs, wait, finished);
     for (const int sig : signals) {
@@ -646,8 +661,9 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
     }
     // A process that failed by itself starts again while it has restarts left; otherwise it is
     // the job's failure. Of several failures reaped together, one killed by a signal of its
-    // own first: the others are more likely its neighbours, failing because of it.
-    if (!failure && !interrupted && !timed_out) {
+    // own first: the others are more likely its neighbours, failing because of it. While a
+    // group restart stops the ranks, their failures are its consequences, not new causes.
+    if (!failure && !interrupted && !timed_out && !regrouping) {
       std::vector<child*> failed, to_restart;
       for (child* c : finished)
         if (c->failed() && !c->stopped_by_us) (restartable(*c) ? to_restart : failed).push_back(c);
@@ -659,6 +675,31 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
         say("rank " + failure->label + " " + describe_status(failure->status) + "; stopping the other ranks");
         stop_all(SIGTERM);
         to_restart.clear();  // the job is stopping
+      }
+      if (group && !to_restart.empty()) {
+        child* cause = to_restart.front();
+        for (child* c : to_restart)
+          if (WIFSIGNALED(c->status) && !WIFSIGNALED(cause->status)) cause = c;
+        std::string why = process_name(*cause) + " " + describe_status(cause->status);
+        // A rank that exited because its neighbour died or went silent: the neighbour is the cause.
+        if (const auto b = fault_file.empty() ? std::nullopt : first_blame(fault_file, verdicts_from);
+            b && !WIFSIGNALED(cause->status) && b->peer != cause->label)
+          why = "rank " + b->peer + (b->kind == "silent" ? " stopped responding" : " died") + " (noticed by rank " +
+                b->observer + ")";
+        ++group_restarts;
+        group_causes += (group_causes.empty() ? "" : "; ") + why;
+        regrouping = true;
+        for (child* c : to_restart) ::kill(-c->pid, SIGKILL);  // helpers it left would hold its ports
+        if (!fault_file.empty()) {
+          std::error_code ec;
+          const auto length = std::filesystem::file_size(fault_file, ec);
+          if (!ec) verdicts_from = length;
+        }
+        say(why + "; stopping the other ranks and restarting all " + std::to_string(cs.size()) + " in " +
+            format_seconds(o.restart_delay) + " s (restart " + std::to_string(group_restarts) + " of " +
+            std::to_string(o.max_restarts) + ")");
+        stop_all(SIGTERM);
+        to_restart.clear();
       }
       for (child* c : to_restart) {
         ++c->restarts;
@@ -688,6 +729,37 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
       say("timeout: the job ran past " + std::to_string(static_cast<long>(o.timeout)) + " s; stopping the ranks");
       stop_all(SIGTERM);
     }
+    // A group restart: once every rank has exited, and the delay has passed, all start again
+    // (same argv and environment plus GRADUS_RESTART_COUNT); called off when the job stops.
+    if (regrouping) {
+      if (stopping()) {
+        regrouping = regroup_due = false;
+      } else if (std::none_of(cs.begin(), cs.end(), [](const child& c) { return c.running; })) {
+        if (!regroup_due) {
+          regroup_due = true;
+          regroup_at = steady::now() + restart_delay;
+        }
+        if (steady::now() >= regroup_at) {
+          regrouping = regroup_due = false;
+          for (auto& c : cs) {
+            drain_stream(c.label, c.out);
+            drain_stream(c.label, c.err);
+            c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(group_restarts);
+            c.stopped_by_us = c.timed_out = false;
+            c.kill_at.reset();
+            if (const int e = spawn(c)) {
+              spawn_error = e;
+              say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
+                  "; stopping the other ranks");
+              stop_all(SIGTERM);
+              break;
+            }
+            c.done = false;
+            c.status = 0;
+          }
+        }
+      }
+    }
     // Restarts that are due, with the same argv and environment plus GRADUS_RESTART_COUNT;
     // called off when the job has begun to stop since they were planned.
     for (auto& c : cs) {
@@ -716,7 +788,10 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
     enforce_kill_deadlines(cs);
     close_orphaned_streams(cs, o.grace);
   }
-  const auto used = restarts_used(cs, o.max_restarts);
+  const auto used = group ? (group_restarts ? std::to_string(group_restarts) + " of " + std::to_string(o.max_restarts) +
+                                                   ", after: " + group_causes
+                                             : std::string())
+                         : restarts_used(cs, o.max_restarts);
   const auto restarts_note = used.empty() ? std::string() : " (restarts used: " + used + ")";
   if (spawn_error) {
     if (!used.empty()) say("failed" + restarts_note);
@@ -933,15 +1008,19 @@ int main(int argc, char** argv) {
       "  gradus-run -np 4 ./mnist_mlp --comm ring\n"
       "  gradus-run -np 2 --ps 1 ./train\n"
       "  gradus-run -np 2 --ps 1 --max-restarts 3 ./train --resume ckpt\n"
+      "  gradus-run -np 4 --max-restarts 2 ./mnist_mlp --comm ring --checkpoint run/ckpt.npz --resume\n"
       "  gradus-run --sweep lr=0.01,0.05,0.1 --sweep batch=32,64 --parallel 2 ./mnist_mlp --epochs 1\n\n"
       "Several hosts: --hosts h1,h2 without --node-rank prints the command to run on each host (gradus-run does\n"
       "not ssh: start them with your scheduler, pdsh or ssh); with --node-rank R it starts host R's share of the\n"
       "ranks (block distribution), meeting at the first host (--master-addr to change) on --port (default 29500).\n"
       "Under Slurm, mpirun or Kubernetes, start the program directly: gradus::cluster::from_env() reads their\n"
       "variables (tools/gradus-run/README.md).\n\n"
-      "With --max-restarts K, a process that fails by itself (worker or parameter server) is started again alone, up\n"
-      "to K times, after --restart-delay seconds, with its same arguments and environment plus GRADUS_RESTART_COUNT=n\n"
-      "(n = 1, 2, ...: resume from your checkpoint); the others run on. Its next failure stops the job as usual.\n\n"
+      "With --max-restarts K, a job with --ps starts a process that fails by itself (worker or parameter server)\n"
+      "again alone, up to K times, after --restart-delay seconds, with its same arguments and environment plus\n"
+      "GRADUS_RESTART_COUNT=n (n = 1, 2, ...: resume from your checkpoint); the others run on. A job without --ps\n"
+      "(ring, pipeline) restarts as a group, as torchrun does: every rank is stopped and all start again, up to K\n"
+      "times in all, resuming from the checkpoint (e.g. ./mnist_mlp --checkpoint F --resume). A failure with no\n"
+      "restart left stops the job as usual.\n\n"
       "Exit status: 0 when every process exited 0; else the failed rank's exit status (128+signal when killed),\n"
       "124 after --timeout, 127 when the program cannot be started, 128+signal when interrupted; a sweep: 1 when\n"
       "any run failed.",
@@ -969,8 +1048,9 @@ int main(int argc, char** argv) {
   app.add_option("--parallel", o.parallel, "sweep: runs at a time (default: the number of cores)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--max-restarts", o.max_restarts,
-                 "restart a process that fails (non-zero exit, a signal not sent by gradus-run) up to this many "
-                 "times, by itself, with GRADUS_RESTART_COUNT=1, 2, ...; 0 (default): the first failure stops the job")
+                 "after a failure (non-zero exit, a signal not sent by gradus-run), start again up to this many "
+                 "times, with GRADUS_RESTART_COUNT=1, 2, ...: the failed process alone with --ps, every rank "
+                 "without; 0 (default): the first failure stops the job")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--restart-delay", o.restart_delay, "seconds between a process's failure and its restart (default 1)")
       ->check(CLI::Range(0.0, 3600.0));
