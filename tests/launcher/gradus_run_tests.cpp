@@ -776,3 +776,36 @@ BOOST_AUTO_TEST_CASE(a_restart_due_after_the_job_began_to_stop_is_called_off) {
     check_all_gone(s);
   }
 }
+
+BOOST_AUTO_TEST_CASE(a_command_that_starts_its_own_ranks_is_supervised_as_one_process) {
+  // mpirun, mpiexec and srun start the ranks themselves: gradus-run gives such a command none
+  // of torchrun's variables and restarts it whole (here launcher_child under the name srun).
+  scratch s;
+  const auto dir = s.dir.string();
+  fs::create_directories(s.dir / "launcher_child_as");
+  const auto srun = (s.dir / "launcher_child_as" / "srun").string();
+  fs::create_symlink(child, srun);
+  const auto r = run({"--max-restarts", "2", "--restart-delay", "0.1", srun, "starts", dir, "restart-count", "env",
+                      "exit-first", "-", "3"},
+                     30);
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  auto st = s.starts();
+  BOOST_REQUIRE_EQUAL(st["-"].size(), 2u);
+  BOOST_TEST(st["-"][0].restart_count == "-");
+  BOOST_TEST(st["-"][1].restart_count == "1");
+  BOOST_TEST(contains(r.err, "gradus-run: srun exited with status 3; restarting it in 0.1 s (restart 1 of 2)\n"), r.err);
+  BOOST_TEST(last_line(r.err) ==
+                 "gradus-run: finished: the workers exited 0 (restarts used: 1 of 2, after: srun exited with status 3)",
+             r.err);
+  const auto env = lines_starting(r.out, "[srun] RANK=");
+  BOOST_TEST(env.size() == 2u, r.out);
+  for (const auto& l : env)
+    BOOST_TEST(contains(l, "RANK=- WORLD_SIZE=- LOCAL_RANK=- LOCAL_WORLD_SIZE=- MASTER_ADDR=- MASTER_PORT=- GRADUS_ROLE=-"),
+               l);
+  check_all_gone(s);
+  // -np given to gradus-run instead of to it
+  const auto bad = run({"-np", "2", srun, "env"});
+  BOOST_TEST(bad.exit_code() != 0);
+  BOOST_TEST(contains(bad.err, "srun starts the job's ranks itself: give -np to it, not to gradus-run"), bad.err);
+  BOOST_TEST(!contains(bad.out, "RANK="));
+}

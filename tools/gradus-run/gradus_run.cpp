@@ -138,6 +138,7 @@ struct child {
   std::vector<std::string> argv;
   std::map<std::string, std::string> env_set;  // on top of the inherited environment
   bool is_ps = false;
+  bool is_launcher = false;  // mpirun, srun...: it starts the job's ranks itself
   pid_t pid = -1;
   bool started = false, running = false, done = false;
   int status = 0;
@@ -518,8 +519,23 @@ struct options {
   std::vector<std::string> command;
 };
 
+// A program that starts a job's ranks itself (Open MPI's mpirun, MPICH's mpiexec, Slurm's
+// srun): gradus-run supervises it as the job's one process, without torchrun's variables
+// (its ranks take theirs from it), so that --max-restarts restarts the whole job.
+bool starts_its_own_ranks(const std::string& program) {
+  const auto name = std::filesystem::path(program).filename().string();
+  return name == "mpirun" || name == "mpiexec" || name == "orterun" || name == "srun";
+}
+
 // The job's processes on this host.
 std::vector<child> plan_job(const options& o) {
+  if (starts_its_own_ranks(o.command.front())) {
+    child c;
+    c.label = std::filesystem::path(o.command.front()).filename().string();
+    c.is_launcher = true;
+    c.argv = o.command;
+    return {c};
+  }
   int first_rank = 0, local_n = o.np, nodes = 1;
   std::string master = "127.0.0.1";
   int port = o.port;
@@ -584,7 +600,7 @@ void print_dry_run(const std::vector<child>& cs) {
 }
 
 // "rank 1" or "ps0": how the lines about one process name it.
-std::string process_name(const child& c) { return c.is_ps ? c.label : "rank " + c.label; }
+std::string process_name(const child& c) { return c.is_ps || c.is_launcher ? c.label : "rank " + c.label; }
 
 // "rank 1: 2 of 2, ps0: 1 of 2": the processes that were restarted; "" when none was.
 std::string restarts_used(const std::vector<child>& cs, int max_restarts) {
@@ -672,7 +688,7 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
       if (failure) {
         // Read now: verdicts written after the others are stopped would blame their victims.
         if (!fault_file.empty()) blamed = first_blame(fault_file, verdicts_from);
-        say("rank " + failure->label + " " + describe_status(failure->status) + "; stopping the other ranks");
+        say(process_name(*failure) + " " + describe_status(failure->status) + "; stopping the other ranks");
         stop_all(SIGTERM);
         to_restart.clear();  // the job is stopping
       }
@@ -695,7 +711,8 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
           const auto length = std::filesystem::file_size(fault_file, ec);
           if (!ec) verdicts_from = length;
         }
-        say(why + "; stopping the other ranks and restarting all " + std::to_string(cs.size()) + " in " +
+        say(why + (cs.size() == 1 ? "; restarting it in " : "; stopping the other ranks and restarting all " +
+                                                                std::to_string(cs.size()) + " in ") +
             format_seconds(o.restart_delay) + " s (restart " + std::to_string(group_restarts) + " of " +
             std::to_string(o.max_restarts) + ")");
         stop_all(SIGTERM);
@@ -809,7 +826,7 @@ int run_job(std::vector<child>& cs, const options& o, const std::filesystem::pat
           culprit += ", it " + describe_status(c.status);
       culprit += " \u2014 ";
     }
-    say("failed: " + culprit + "rank " + failure->label + " " + describe_status(failure->status) + restarts_note);
+    say("failed: " + culprit + process_name(*failure) + " " + describe_status(failure->status) + restarts_note);
     if (WIFEXITED(failure->status)) return WEXITSTATUS(failure->status);
     return 128 + WTERMSIG(failure->status);
   }
@@ -1079,6 +1096,11 @@ int main(int argc, char** argv) {
     if (o.node_rank >= static_cast<int>(o.hosts.size()) && o.node_rank >= 0)
       throw CLI::ValidationError("--node-rank", std::to_string(o.node_rank) + " but --hosts lists " +
                                                     std::to_string(o.hosts.size()) + " hosts");
+    if (starts_its_own_ranks(o.command.front()) && (o.np != 1 || o.ps != 0 || !o.hosts.empty() || !o.sweeps.empty()))
+      throw CLI::ValidationError("program", std::filesystem::path(o.command.front()).filename().string() +
+                                                " starts the job's ranks itself: give -np to it, not to gradus-run "
+                                                "(gradus-run supervises it as one process: no -np, --ps, --hosts or "
+                                                "--sweep)");
     if (!o.hosts.empty() && o.np < static_cast<int>(o.hosts.size()))
       throw CLI::ValidationError("--hosts", std::to_string(o.hosts.size()) + " hosts for -np " + std::to_string(o.np) +
                                                 " ranks: every host needs one");
