@@ -1,0 +1,356 @@
+#pragma once
+// A job: the processes of a data-parallel job that gradus-run starts on this host (plan_job)
+// and supervises to the end (run_job), restarts (--max-restarts) included.
+//
+// Each child gets torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// MASTER_ADDR, MASTER_PORT), which gradus::cluster::from_env() reads. A rank that fails
+// (non-zero exit, signal) stops the others: SIGTERM to their process groups, SIGKILL after
+// --grace seconds. The final line of a failed job names the rank that the workers' fault
+// file blames (fault_file.hpp).
+//
+// With --max-restarts K, a job with parameter servers starts a process (worker or server)
+// that fails by itself again, alone, up to K times: same argv, same environment, plus
+// GRADUS_RESTART_COUNT (1, 2, ...) so that it knows to resume from its checkpoint; the others
+// run on. A collective job (no --ps: a ring, MPI-style or pipeline job, whose ranks cannot
+// take one restarted rank back into a collective) restarts as a group, torchrun's rule: every
+// rank stopped, then all started again with GRADUS_RESTART_COUNT, up to K times in all. A
+// process gradus-run stopped is never restarted, and nothing is restarted once the job is
+// stopping.
+// Part of gradus-run: gradus_run.cpp includes it (namespace gradus_run: see there).
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "fault_file.hpp"
+#include "options.hpp"
+#include "output.hpp"
+#include "ports.hpp"
+#include "process.hpp"
+
+namespace gradus_run {
+
+// A program that starts a job's ranks itself (Open MPI's mpirun, MPICH's mpiexec, Slurm's
+// srun): gradus-run supervises it as the job's one process, without torchrun's variables
+// (its ranks take theirs from it), so that --max-restarts restarts the whole job.
+inline bool starts_its_own_ranks(const std::string& program) {
+  const auto name = std::filesystem::path(program).filename().string();
+  return name == "mpirun" || name == "mpiexec" || name == "orterun" || name == "srun";
+}
+
+// The job's processes on this host.
+inline std::vector<child> plan_job(const options& o) {
+  if (starts_its_own_ranks(o.command.front())) {
+    child c;
+    c.label = std::filesystem::path(o.command.front()).filename().string();
+    c.is_launcher = true;
+    c.argv = o.command;
+    return {c};
+  }
+  int first_rank = 0, local_n = o.np, nodes = 1;
+  std::string master = "127.0.0.1";
+  int port = o.port;
+  if (o.node_rank >= 0) {
+    nodes = static_cast<int>(o.hosts.size());
+    const int base = o.np / nodes, extra = o.np % nodes;
+    local_n = base + (o.node_rank < extra ? 1 : 0);
+    first_rank = o.node_rank * base + std::min(o.node_rank, extra);
+    master = o.master_addr.empty() ? o.hosts.front() : o.master_addr;
+    if (port == 0) port = 29500;
+  } else if (!o.master_addr.empty()) {
+    master = o.master_addr;
+  }
+  const bool ps_here = o.node_rank <= 0;
+  std::vector<int> probed;
+  if (port == 0) {
+    probed = free_ports(1 + o.ps);
+    port = probed[0];
+  }
+  std::string ps_list;
+  for (int i = 0; i < o.ps; ++i) {
+    const int p = probed.empty() ? port + 1 + i : probed[static_cast<std::size_t>(1 + i)];
+    ps_list += (i ? "," : "") + (o.node_rank >= 0 ? o.hosts.front() : std::string("127.0.0.1")) + ":" + std::to_string(p);
+  }
+  std::vector<child> cs;
+  for (int i = 0; i < local_n; ++i) {
+    child c;
+    c.label = std::to_string(first_rank + i);
+    c.argv = o.command;
+    c.env_set = {{"RANK", std::to_string(first_rank + i)},
+                 {"WORLD_SIZE", std::to_string(o.np)},
+                 {"LOCAL_RANK", std::to_string(i)},
+                 {"LOCAL_WORLD_SIZE", std::to_string(local_n)},
+                 {"MASTER_ADDR", master},
+                 {"MASTER_PORT", std::to_string(port)},
+                 {"GRADUS_ROLE", "worker"}};
+    if (o.ps > 0) c.env_set["GRADUS_PS"] = ps_list;
+    cs.push_back(std::move(c));
+  }
+  for (int i = 0; ps_here && i < o.ps; ++i) {
+    child c;
+    c.label = "ps" + std::to_string(i);
+    c.is_ps = true;
+    c.argv = o.command;
+    c.env_set = {{"WORLD_SIZE", std::to_string(o.np)},     {"MASTER_ADDR", master},
+                 {"MASTER_PORT", std::to_string(port)},    {"GRADUS_ROLE", "ps"},
+                 {"GRADUS_PS_INDEX", std::to_string(i)},   {"GRADUS_PS", ps_list}};
+    cs.push_back(std::move(c));
+  }
+  return cs;
+}
+
+// "rank 1" or "ps0": how the lines about one process name it.
+inline std::string process_name(const child& c) { return c.is_ps || c.is_launcher ? c.label : "rank " + c.label; }
+
+// "rank 1: 2 of 2, ps0: 1 of 2": the processes that were restarted; "" when none was.
+inline std::string restarts_used(const std::vector<child>& cs, int max_restarts) {
+  std::string used;
+  for (const auto& c : cs)
+    if (c.restarts > 0)
+      used += (used.empty() ? "" : ", ") + process_name(c) + ": " + std::to_string(c.restarts) + " of " +
+              std::to_string(max_restarts);
+  return used;
+}
+
+// A job: every process at once; the first failure stops the rest, unless --max-restarts lets
+// the failed process start again by itself. fault_file: where the workers' communicators
+// write whom they blame (empty: not read).
+inline int run_job(std::vector<child>& cs, const options& o, const std::filesystem::path& fault_file) {
+  const auto job_start = steady::now();
+  std::optional<steady::time_point> deadline;
+  if (o.timeout > 0) deadline = job_start + std::chrono::duration_cast<steady::duration>(seconds(o.timeout));
+  const auto restart_delay = std::chrono::duration_cast<steady::duration>(seconds(o.restart_delay));
+  child* failure = nullptr;
+  std::optional<blame> blamed;  // the fault file's first verdict when the failure was seen
+  std::uintmax_t verdicts_from = 0;  // the fault file's length at the latest restart: older verdicts are dealt with
+  int spawn_error = 0;
+  int interrupted = 0;
+  bool timed_out = false, ps_stopping = false;
+
+  const auto stop_all = [&](int sig) {
+    for (auto& c : cs) signal_child(c, sig, o.grace);
+  };
+  const auto stopping = [&] { return failure || interrupted || timed_out || spawn_error; };
+  // Whether a process that failed by itself may start again: restarts left, the job not
+  // stopping, and (a parameter server) the workers still there to serve.
+  // A collective job (no parameter servers) restarts every rank together: group_restarts
+  // counts those restarts, group_causes says what set off each.
+  const bool group = o.ps == 0;
+  int group_restarts = 0;
+  std::string group_causes;
+  bool regrouping = false;     // the ranks are being stopped for a group restart
+  bool regroup_due = false;    // every rank has exited: all start again at regroup_at
+  steady::time_point regroup_at{};
+  const auto restartable = [&](const child& c) {
+    if (group) return group_restarts < o.max_restarts && !stopping();
+    return c.restarts < o.max_restarts && !stopping() && !(c.is_ps && ps_stopping);
+  };
+  for (auto& c : cs) {
+    if (const int e = spawn(c)) {
+      spawn_error = e;
+      say("cannot start '" + c.argv[0] + "' for rank " + c.label + ": " + std::strerror(e));
+      stop_all(SIGTERM);
+      break;
+    }
+  }
+  const auto busy = [&] {
+    return std::any_of(cs.begin(), cs.end(),
+                       [](const child& c) { return c.running || c.has_open_streams() || c.restart_at; }) ||
+           regrouping;
+  };
+  while (busy()) {
+    auto wait = steady::duration(std::chrono::milliseconds(200));
+    for (const auto& c : cs)
+      if (c.restart_at) wait = std::min(wait, *c.restart_at - steady::now());
+    if (regroup_due) wait = std::min(wait, regroup_at - steady::now());
+    std::vector<child*> finished;
+    const auto signals = pump(cs, wait, finished);
+    for (const int sig : signals) {
+      if (!interrupted) {
+        interrupted = sig;
+        say(std::string("received ") + ::strsignal(sig) + "; passing it on to the ranks");
+        for (auto& c : cs) signal_child(c, sig == SIGHUP ? SIGTERM : sig, o.grace);
+      } else {
+        say("second signal: killing the ranks");
+        stop_all(SIGKILL);
+      }
+    }
+    // A process that failed by itself starts again while it has restarts left; otherwise it is
+    // the job's failure. Of several failures reaped together, one killed by a signal of its
+    // own first: the others are more likely its neighbours, failing because of it. While a
+    // group restart stops the ranks, their failures are its consequences, not new causes.
+    if (!failure && !interrupted && !timed_out && !regrouping) {
+      std::vector<child*> failed, to_restart;
+      for (child* c : finished)
+        if (c->failed() && !c->stopped_by_us) (restartable(*c) ? to_restart : failed).push_back(c);
+      for (child* c : failed)
+        if (!failure || (WIFSIGNALED(c->status) && !WIFSIGNALED(failure->status))) failure = c;
+      if (failure) {
+        // Read now: verdicts written after the others are stopped would blame their victims.
+        if (!fault_file.empty()) blamed = first_blame(fault_file, verdicts_from);
+        say(process_name(*failure) + " " + describe_status(failure->status) + "; stopping the other ranks");
+        stop_all(SIGTERM);
+        to_restart.clear();  // the job is stopping
+      }
+      if (group && !to_restart.empty()) {
+        child* cause = to_restart.front();
+        for (child* c : to_restart)
+          if (WIFSIGNALED(c->status) && !WIFSIGNALED(cause->status)) cause = c;
+        std::string why = process_name(*cause) + " " + describe_status(cause->status);
+        // A rank that exited because its neighbour died or went silent: the neighbour is the cause.
+        if (const auto b = fault_file.empty() ? std::nullopt : first_blame(fault_file, verdicts_from);
+            b && !WIFSIGNALED(cause->status) && b->peer != cause->label)
+          why = "rank " + b->peer + (b->kind == "silent" ? " stopped responding" : " died") + " (noticed by rank " +
+                b->observer + ")";
+        ++group_restarts;
+        group_causes += (group_causes.empty() ? "" : "; ") + why;
+        regrouping = true;
+        for (child* c : to_restart) ::kill(-c->pid, SIGKILL);  // helpers it left would hold its ports
+        if (!fault_file.empty()) {
+          std::error_code ec;
+          const auto length = std::filesystem::file_size(fault_file, ec);
+          if (!ec) verdicts_from = length;
+        }
+        say(why + (cs.size() == 1 ? "; restarting it in " : "; stopping the other ranks and restarting all " +
+                                                                std::to_string(cs.size()) + " in ") +
+            format_seconds(o.restart_delay) + " s (restart " + std::to_string(group_restarts) + " of " +
+            std::to_string(o.max_restarts) + ")");
+        stop_all(SIGTERM);
+        to_restart.clear();
+      }
+      for (child* c : to_restart) {
+        ++c->restarts;
+        c->restart_at = steady::now() + restart_delay;
+        // What is left of its process group (a helper it started) would hold its ports.
+        ::kill(-c->pid, SIGKILL);
+        if (!fault_file.empty()) {
+          std::error_code ec;
+          const auto length = std::filesystem::file_size(fault_file, ec);
+          if (!ec) verdicts_from = length;
+        }
+        say(process_name(*c) + " " + describe_status(c->status) + "; restarting it in " +
+            format_seconds(o.restart_delay) + " s (restart " +
+            std::to_string(c->restarts) + " of " + std::to_string(o.max_restarts) + ")");
+      }
+    }
+    // Workers all done and fine: the parameter servers have served their purpose.
+    if (!ps_stopping &&
+        std::none_of(cs.begin(), cs.end(), [](const child& c) { return !c.is_ps && (!c.done || c.restart_at); }) &&
+        std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.is_ps && (c.running || c.restart_at); })) {
+      ps_stopping = true;
+      for (auto& c : cs)
+        if (c.is_ps) signal_child(c, SIGTERM, o.grace);
+    }
+    if (deadline && !timed_out && steady::now() >= *deadline) {
+      timed_out = true;
+      say("timeout: the job ran past " + std::to_string(static_cast<long>(o.timeout)) + " s; stopping the ranks");
+      stop_all(SIGTERM);
+    }
+    // A group restart: once every rank has exited, and the delay has passed, all start again
+    // (same argv and environment plus GRADUS_RESTART_COUNT); called off when the job stops.
+    if (regrouping) {
+      if (stopping()) {
+        regrouping = regroup_due = false;
+      } else if (std::none_of(cs.begin(), cs.end(), [](const child& c) { return c.running; })) {
+        if (!regroup_due) {
+          regroup_due = true;
+          regroup_at = steady::now() + restart_delay;
+        }
+        if (steady::now() >= regroup_at) {
+          regrouping = regroup_due = false;
+          for (auto& c : cs) {
+            drain_stream(c.label, c.out);
+            drain_stream(c.label, c.err);
+            c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(group_restarts);
+            c.stopped_by_us = c.timed_out = false;
+            c.kill_at.reset();
+            if (const int e = spawn(c)) {
+              spawn_error = e;
+              say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
+                  "; stopping the other ranks");
+              stop_all(SIGTERM);
+              break;
+            }
+            c.done = false;
+            c.status = 0;
+          }
+        }
+      }
+    }
+    // Restarts that are due, with the same argv and environment plus GRADUS_RESTART_COUNT;
+    // called off when the job has begun to stop since they were planned.
+    for (auto& c : cs) {
+      if (!c.restart_at) continue;
+      if (stopping() || (c.is_ps && ps_stopping)) {
+        c.restart_at.reset();
+        continue;
+      }
+      if (steady::now() < *c.restart_at) continue;
+      c.restart_at.reset();
+      drain_stream(c.label, c.out);
+      drain_stream(c.label, c.err);
+      c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(c.restarts);
+      c.stopped_by_us = c.timed_out = false;
+      c.kill_at.reset();
+      if (const int e = spawn(c)) {
+        spawn_error = e;
+        say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
+            "; stopping the other ranks");
+        stop_all(SIGTERM);
+        continue;
+      }
+      c.done = false;
+      c.status = 0;
+    }
+    enforce_kill_deadlines(cs);
+    close_orphaned_streams(cs, o.grace);
+  }
+  const auto used = group ? (group_restarts ? std::to_string(group_restarts) + " of " + std::to_string(o.max_restarts) +
+                                                   ", after: " + group_causes
+                                             : std::string())
+                         : restarts_used(cs, o.max_restarts);
+  const auto restarts_note = used.empty() ? std::string() : " (restarts used: " + used + ")";
+  if (spawn_error) {
+    if (!used.empty()) say("failed" + restarts_note);
+    return 127;
+  }
+  if (failure) {
+    // A rank that was killed by a signal is its own explanation; otherwise the rank blamed by
+    // the first verdict, if it is not the failed rank itself.
+    std::string culprit;
+    if (blamed && !WIFSIGNALED(failure->status) && blamed->peer != failure->label) {
+      culprit = "rank " + blamed->peer + (blamed->kind == "silent" ? " stopped responding" : " died") + " (" +
+                blamed->kind + "; noticed by rank " + blamed->observer + ")";
+      for (const auto& c : cs)
+        if (!c.is_ps && c.label == blamed->peer && c.failed() && !c.stopped_by_us && WIFSIGNALED(c.status))
+          culprit += ", it " + describe_status(c.status);
+      culprit += " \u2014 ";
+    }
+    say("failed: " + culprit + process_name(*failure) + " " + describe_status(failure->status) + restarts_note);
+    if (WIFEXITED(failure->status)) return WEXITSTATUS(failure->status);
+    return 128 + WTERMSIG(failure->status);
+  }
+  if (timed_out) {
+    if (!used.empty()) say("timed out" + restarts_note);
+    return 124;
+  }
+  if (interrupted) {
+    if (!used.empty()) say("interrupted" + restarts_note);
+    return 128 + interrupted;
+  }
+  // A parameter server that failed by itself (not stopped by us, not restarted) is a failure
+  // too; handled above. Everything exited 0.
+  if (!used.empty()) say("finished: the workers exited 0" + restarts_note);
+  return 0;
+}
+
+}  // namespace gradus_run
