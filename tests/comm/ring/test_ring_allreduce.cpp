@@ -28,6 +28,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <arpa/inet.h>
@@ -512,6 +513,29 @@ BOOST_AUTO_TEST_CASE(registration_errors_name_both_sides) {
       BOOST_TEST_REQUIRE(res[r].error.has_value());
       BOOST_TEST(contains(*res[r].error, "rank 1 (host"), *res[r].error);
       BOOST_TEST(contains(*res[r].error, "registered with world_size 3, but rank 0 has world_size 2"), *res[r].error);
+    }
+  }
+}
+
+// Ranks that ask for different data paths (--comm-transport ipc on one, tcp on another) are
+// refused at the rendezvous, naming both, each way round: rank 0's choice no longer
+// overrules the others' silently, nor fails on an address they did not bind.
+BOOST_AUTO_TEST_CASE(ranks_asking_for_different_transports_are_refused) {
+  for (const auto& [t0, t1] : std::vector<std::pair<std::string, std::string>>{{"tcp", "zmq-ipc"}, {"zmq-ipc", "tcp"}, {"shm", "tcp"}}) {
+    temp_dir dir;
+    auto res = on_threads(2, [&](int r) {
+      auto o = options(r, 2, dir.ipc("rdv"));
+      o.transport = r == 0 ? t0 : t1;
+      o.timeout = 3s;
+      g::ring_allreduce comm(o);
+    });
+    BOOST_TEST_CONTEXT(t0 << " vs " << t1) {
+      for (int r = 0; r < 2; ++r) {
+        BOOST_TEST_REQUIRE(res[r].error.has_value(), "rank " << r << " did not fail");
+        BOOST_TEST(contains(*res[r].error, "rank 1 (host"), *res[r].error);
+        BOOST_TEST(contains(*res[r].error, "asked for transport " + t1 + ", but rank 0 for " + t0), *res[r].error);
+        BOOST_TEST(contains(*res[r].error, "give every rank the same"), *res[r].error);
+      }
     }
   }
 }

@@ -362,7 +362,8 @@ class zmq_ring final : public control {
   std::string dial_of(const std::string& endpoint, const std::string& what, std::string& note) const;
   void setup(const ring_options& o);
   std::string bind_tcp_data(const ring_options& o, const std::string& scheme);
-  std::string registration(int world, const std::string& host, const std::vector<std::string>& addrs) const;
+  std::string registration(int world, const std::string& host, const std::string& want,
+                           const std::vector<std::string>& addrs) const;
   void rendezvous(const ring_options& o, const std::string& scheme, const std::string& want, const std::vector<std::string>& mine);
 
   // After a failure nothing may go on reading a caller's buffer once its collective has

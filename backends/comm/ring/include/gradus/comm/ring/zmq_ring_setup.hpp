@@ -293,9 +293,12 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
   return net::tcp_endpoint(me, port);
 }
 
-inline std::string zmq_ring::registration(int world, const std::string& host, const std::vector<std::string>& addrs) const {
-  std::string s = "gradus-ring/5\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
-                  net::machine_and_netns() + "\n";
+// "gradus-ring/6", rank, world_size, host, machine, the transport asked for, then the addresses,
+// one a line.
+inline std::string zmq_ring::registration(int world, const std::string& host, const std::string& want,
+                                          const std::vector<std::string>& addrs) const {
+  std::string s = "gradus-ring/6\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
+                  net::machine_and_netns() + "\n" + want + "\n";
   for (const auto& a : addrs) s += a + "\n";
   return s;
 }
@@ -318,7 +321,7 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     } catch (const zmq::error_t& e) {
       throw comm_error(where + "cannot connect to " + dialled + ": " + e.what());
     }
-    const std::string reg = registration(world_, host, mine);
+    const std::string reg = registration(world_, host, want, mine);
     dealer.send(zmq::buffer(reg), zmq::send_flags::none);
     zmq::message_t reply;
     while (true) {
@@ -413,7 +416,7 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     if (!id.more() || !router.recv(body)) continue;
     identities.push_back(id.to_string());
     const auto lines = detail::split_lines(body.to_string_view());
-    if (lines.size() < 6 || lines[0] != "gradus-ring/5")
+    if (lines.size() < 7 || lines[0] != "gradus-ring/6")
       refuse(where + "a malformed registration (not a gradus ring rank, or one of another gradus version?)");
     int r = -1, w = -1;
     try {
@@ -430,8 +433,14 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
              std::to_string(world_));
     if (reg[r].present)
       refuse(where + "rank " + std::to_string(r) + " registered twice: by host " + reg[r].host + " (" +
-             (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + lines[3] + " (" + lines[5] + ")");
-    reg[r] = {true, lines[3], lines[4], std::vector<std::string>(lines.begin() + 5, lines.end()), identities.back()};
+             (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + lines[3] + " (" + lines[6] + ")");
+    // Every rank must ask for the same data path: rank 0's choice would otherwise overrule a
+    // rank's silently, or find it without the address that path needs.
+    if (lines[5] != want)
+      refuse(where + "rank " + std::to_string(r) + " (host " + lines[3] + ") asked for transport " + lines[5] +
+             ", but rank 0 for " + want +
+             ": give every rank the same (ring_options::transport, --comm-transport, GRADUS_COMM_TRANSPORT)");
+    reg[r] = {true, lines[3], lines[4], std::vector<std::string>(lines.begin() + 6, lines.end()), identities.back()};
     ++present;
   }
 
