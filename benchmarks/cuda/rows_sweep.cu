@@ -1,5 +1,9 @@
-// rows_sweep: assign_rows_fn's elements per thread (U) on rows of 4099 floats, y = a*b + c,
-// against cudaMemcpy D2D; medians of 21 (CUDA events). A one-off experiment.
+// rows_sweep: assign_rows_fn's elements per thread (U) on rows of L floats, y = a*b + c,
+// through g::cuda::for_n and through a plain launch of one call a thread, against cudaMemcpy
+// D2D; medians of 21 (CUDA events). A one-off experiment, not a CMake target: built by hand
+// with bench_cuda's nvcc flags (results: benchmarks/results/cuda-rows-sweep-h200-2026-11-27.md).
+// When it ran, for_n was Thrust's for_each_n; for_n now launches the plain kernel itself,
+// so both rows measure the same launch.
 #include <gradus/backends/cuda.hpp>
 #include <algorithm>
 #include <cstdio>
