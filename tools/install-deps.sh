@@ -9,6 +9,7 @@ packages=(
   cmake make g++           # build; g++ 12 is the default compiler
   clang-14 libomp-14-dev   # the second compiler CI builds with, and its OpenMP runtime
   libclang-rt-14-dev       # clang's libFuzzer and sanitizer runtimes (tests/fuzz)
+  clang-tidy-14            # tools/clang-tidy.sh: the headers' bugprone, performance and concurrency checks
   libxtensor-dev libxsimd-dev libxtensor-blas-dev   # CPU storage, SIMD, LAPACK interop
   libopenblas-openmp-dev libopenblas-dev            # BLAS; gradus prefers the OpenMP build
   libdnnl-dev              # oneDNN: cpu_simd's float convolutions (optional: GRADUS_DNNL)

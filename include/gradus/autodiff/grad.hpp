@@ -168,7 +168,7 @@ auto backprop_child(const V& v, const E& e, const G& g) {
 
 template <int Cut, class V, class E, class G>
 auto backprop_within(const V& v, const E& e, const G& g) {
-  if constexpr (std::is_same_v<G, no_grad>) {
+  if constexpr (std::is_same_v<G, no_grad>) {  // NOLINT(bugprone-branch-clone): ordered tests, V == E must come before !depends_on
     return no_grad{};
   } else if constexpr (std::is_same_v<V, E>) {
     return g;

@@ -200,7 +200,7 @@ class dataset::batches::iterator {
   iterator() = default;
   explicit iterator(const batches* b) : b_(b), st_(std::make_unique<state>()) {
     const int depth = b_->prefetch_depth();
-    st_->slots.resize(static_cast<std::size_t>(depth + 1));
+    st_->slots.resize(static_cast<std::size_t>(depth) + 1);
     if (depth > 0) st_->producer = std::thread([s = st_.get(), b = b_] { produce(*s, *b); });
     advance();
   }

@@ -57,6 +57,7 @@ class thread_world {
     std::vector<int> all(static_cast<std::size_t>(n));
     std::iota(all.begin(), all.end(), 0);
     std::vector<thread_world> r;
+    r.reserve(static_cast<std::size_t>(n));
     for (int i = 0; i < n; ++i) r.emplace_back(b, all, i, 0);
     return r;
   }

@@ -198,7 +198,7 @@ inline void read_optimizer_setting(bool& field, std::string_view who, std::strin
 inline void read_optimizer_setting(lr_schedule& field, std::string_view who, std::string_view setting, const std::string& text) {
   auto v = opt_detail::schedule_text(text);
   if (!v) opt_detail::bad_setting(who, setting, text, "a number or a schedule (step(...), exponential(...), cosine(...))");
-  field = std::move(*v);
+  field = *v;
 }
 
 // The optimizer `name` with the settings given, validated; a setting it does not have, or a

@@ -60,9 +60,9 @@ class lr_schedule {
   double operator()(std::int64_t step) const {
     switch (kind_) {
       case kind::constant: return lr_;
-      case kind::step: return lr_ * std::pow(factor_, static_cast<double>(step / steps_));
+      case kind::step: return lr_ * std::pow(factor_, static_cast<double>(step / steps_));  // NOLINT(bugprone-integer-division): a staircase, floor(step / steps) is meant
       case kind::exponential: {
-        const double p = staircase_ ? static_cast<double>(step / steps_)
+        const double p = staircase_ ? static_cast<double>(step / steps_)  // NOLINT(bugprone-integer-division): the staircase floors
                                     : static_cast<double>(step) / static_cast<double>(steps_);
         return lr_ * std::pow(factor_, p);
       }

@@ -36,6 +36,7 @@
 
 #include "gradus/autodiff/grad.hpp"
 #include "gradus/exec/session.hpp"
+#include "gradus/graph/ops/index.hpp"
 #include "gradus/train/optimizer.hpp"
 
 namespace gradus {

@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,7 +109,8 @@ inline std::string svg_plot(const std::vector<plot_panel>& panels, const plot_la
   s += "<rect x=\"0\" y=\"0\" width=\"" + num(W) + "\" height=\"" + num(H) + "\" fill=\"white\"/>\n";
   for (std::size_t p = 0; p < panels.size(); ++p) {
     const plot_panel& P = panels[p];
-    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    constexpr double inf = std::numeric_limits<double>::infinity();
+    double xmin = inf, xmax = -inf, ymin = inf, ymax = -inf;
     for (const auto& sr : P.series)
       for (std::size_t i = 0; i < std::min(sr.x.size(), sr.y.size()); ++i)
         if (std::isfinite(sr.x[i]) && std::isfinite(sr.y[i])) {

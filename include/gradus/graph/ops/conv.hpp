@@ -20,7 +20,9 @@
 // (window2d); at run time it hands the backend one conv_geometry (the input's extents, the
 // filters, the window: ops/conv_geometry.hpp).
 #include <string>
+#include <tuple>
 
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/conv_geometry.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"

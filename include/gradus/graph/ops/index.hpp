@@ -8,7 +8,9 @@
 // Out-of-range indices are an index_error naming the op, the position and the value.
 #include <cstdint>
 #include <string>
+#include <tuple>
 
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {

@@ -3,7 +3,9 @@
 // other's batch. A transposed operand (transpose / matrix_transpose of anything) is not
 // copied: it becomes the GEMM's transpose flag.
 #include <string>
+#include <tuple>
 
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 

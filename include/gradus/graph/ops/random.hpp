@@ -8,8 +8,10 @@
 // through it, and d(x * mask)/dx = mask comes from the product's rule.
 #include <cstdint>
 #include <memory>
+#include <tuple>
 
 #include "gradus/core/error.hpp"
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {

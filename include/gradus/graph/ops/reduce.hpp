@@ -3,7 +3,9 @@
 // all axes. Materialised; the backend sees them as [outer, n, inner] with n reduced.
 #include <cstdint>
 #include <string>
+#include <tuple>
 
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {

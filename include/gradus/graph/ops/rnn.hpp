@@ -66,7 +66,7 @@ constexpr bool rnn_fits(rnn_weights<SWx, SWh, SB...>*) {
 // H from wh [H, G*H], else from wx [I, G*H].
 template <class Cell, class SWx, class SWh>
 constexpr index_t rnn_hidden() {
-  if constexpr (SWh::rank != 2 || SWx::rank != 2) return dyn;
+  if constexpr (SWh::rank != 2 || SWx::rank != 2) return dyn;  // NOLINT(bugprone-branch-clone): ordered tests, the last is the fallback
   else if constexpr (SWh::extents[0] != dyn) return SWh::extents[0];
   else if constexpr (SWh::extents[1] != dyn) return SWh::extents[1] / Cell::gates;
   else if constexpr (SWx::extents[1] != dyn) return SWx::extents[1] / Cell::gates;

@@ -4,8 +4,10 @@
 // (select(hs, -1): the last time step). Its adjoint, select_backward(g, i, like), is
 // zeros of like's shape with g written at entry i.
 #include <string>
+#include <tuple>
 
 #include "gradus/core/device.hpp"
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {

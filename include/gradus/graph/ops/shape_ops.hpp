@@ -3,7 +3,9 @@
 // reshape (a view of its operand's buffer: no copy).
 #include <array>
 #include <string>
+#include <tuple>
 
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {

@@ -3,7 +3,9 @@
 // softmax_cross_entropy(logits [N, C], labels int32 [N]) -> per-example loss [N].
 #include <cstdint>
 #include <string>
+#include <tuple>
 
+#include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {

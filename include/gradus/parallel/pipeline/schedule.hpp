@@ -44,7 +44,7 @@ inline std::vector<pipeline_op> schedule_for(schedule_kind kind, int stage, int 
     throw error("gradus: pipeline: schedule of stage " + std::to_string(stage) + " of " + std::to_string(stages) +
                 " with " + std::to_string(micro) + " micro-batches is out of range");
   std::vector<pipeline_op> ops;
-  ops.reserve(static_cast<std::size_t>(2 * micro));
+  ops.reserve(2 * static_cast<std::size_t>(micro));
   if (kind == schedule_kind::gpipe) {
     for (int m = 0; m < micro; ++m) ops.push_back({true, m});
     for (int m = 0; m < micro; ++m) ops.push_back({false, m});

@@ -105,7 +105,12 @@ class parameter_server {
     } catch (...) {
     }
     mons_.clear();  // before the sockets they watch (net/socket_monitor.hpp)
-    for (auto& sock : socks_) sock.set(zmq::sockopt::linger, 0);
+    for (auto& sock : socks_) {
+      try {
+        sock.set(zmq::sockopt::linger, 0);
+      } catch (const zmq::error_t&) {  // a destructor must not throw: that socket keeps its linger
+      }
+    }
     socks_.clear();
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!flags_.empty() && std::chrono::steady_clock::now() < until) {

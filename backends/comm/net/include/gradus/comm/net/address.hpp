@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "gradus/comm/net/fd.hpp"
 #include "gradus/core/error.hpp"
 
 namespace gradus::net {
@@ -105,7 +106,7 @@ inline resolution resolve(const std::string& host) {
   addrinfo* res = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
   if (rc != 0) {
-    out.failure = rc == EAI_SYSTEM ? std::string(std::strerror(errno)) : std::string(::gai_strerror(rc));
+    out.failure = rc == EAI_SYSTEM ? net::errno_message(errno) : std::string(::gai_strerror(rc));
     return out;
   }
   for (const addrinfo* p = res; p; p = p->ai_next) {

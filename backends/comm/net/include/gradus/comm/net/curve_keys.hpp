@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gradus/comm/net/fd.hpp"
 #include "gradus/core/error.hpp"
 
 namespace gradus::net {
@@ -42,7 +43,7 @@ struct key_pair {
 
 namespace detail_security {
 
-inline std::string errno_text(int e) { return std::strerror(e); }
+inline std::string errno_text(int e) { return net::errno_message(e); }
 
 inline std::string trim(std::string_view s) {
   const auto b = s.find_first_not_of(" \t\r");

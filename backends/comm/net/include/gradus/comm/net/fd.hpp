@@ -39,6 +39,20 @@ struct unique_fd {
   }
 };
 
+// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
+// does not require it to be thread-safe), and these messages are made on the ring's and the
+// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
+// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0.
+namespace fd_detail {
+inline const char* strerror_text(const char* gnu, const char*) { return gnu; }
+inline const char* strerror_text(int xsi, const char* buf) { return xsi == 0 ? buf : nullptr; }
+}  // namespace fd_detail
+inline std::string errno_message(int e) {
+  char buf[256] = {};
+  const char* text = fd_detail::strerror_text(::strerror_r(e, buf, sizeof buf), buf);
+  return text ? std::string(text) : "Unknown error " + std::to_string(e);
+}
+
 inline int ms_left(clock::time_point deadline, int cap) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(left, 0, cap));
@@ -49,7 +63,7 @@ inline void wait_fd(int fd, short events, clock::time_point deadline, const std:
     pollfd p{fd, events, 0};
     const int rc = ::poll(&p, 1, ms_left(deadline, 100));
     if (rc > 0) return;
-    if (rc < 0 && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
+    if (rc < 0 && errno != EINTR) throw comm_error(doing + ": " + net::errno_message(errno));
     if (clock::now() >= deadline) throw comm_error(doing + ": no answer before the timeout");
   }
 }

@@ -292,6 +292,7 @@ inline void parameter_server<Mode>::pump(int wait_ms) {
 template <class Mode>
 inline void parameter_server<Mode>::on_message(int server, std::vector<zmq::message_t>& parts) {
   std::vector<std::span<const std::byte>> frames;
+  frames.reserve(parts.size());
   for (auto& p : parts) frames.emplace_back(static_cast<const std::byte*>(p.data()), p.size());
   ps::wire::limits lim;
   lim.max_payload = std::max<std::size_t>(lim.max_payload, o_.chunk_bytes);

@@ -135,7 +135,7 @@ void server<Compute>::handle(const std::string& id, const wire::header& h, std::
     case wire::type::init: return init(sender(id, h), id, h, payload);
     case wire::type::push: return push(sender(id, h), id, h, payload);
     case wire::type::push_rows: return push_rows(sender(id, h), id, h, payload);
-    case wire::type::pull_rows: return pull(sender(id, h), id, h);
+    case wire::type::pull_rows:
     case wire::type::pull: return pull(sender(id, h), id, h);
     case wire::type::snapshot: return snapshot(sender(id, h), id, h);
     case wire::type::init_values: return init_values(sender(id, h), id, h, payload);

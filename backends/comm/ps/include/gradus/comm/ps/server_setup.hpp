@@ -250,6 +250,7 @@ void server<Compute>::answer_parked_inits() {
 template <class Compute>
 void server<Compute>::restore_shard(shard_state& s) {
   std::vector<std::string> slot_names;
+  slot_names.reserve(static_cast<std::size_t>(opt_.slot_count()));
   for (int k = 0; k < opt_.slot_count(); ++k) slot_names.emplace_back(opt_.slot_name(k));
   auto r = o_.restore(s.name, slot_names);
   if (!r) throw error(prefix() + "restarted, but the checkpoint holds no variable '" + s.name + "' to restore its shard from");

@@ -113,7 +113,7 @@ struct chunk {
 class segment {
  public:
   segment(int fd, bool init) : map_(fd, segment_bytes) {
-    if (!map_.ok()) throw comm_error(std::string("gradus: ring_allreduce: cannot map a point-to-point segment: ") + std::strerror(errno));
+    if (!map_.ok()) throw comm_error(std::string("gradus: ring_allreduce: cannot map a point-to-point segment: ") + net::errno_message(errno));
     if (init) new (map_.base) segment_header{};
   }
   segment_header& header() const { return *static_cast<segment_header*>(map_.base); }

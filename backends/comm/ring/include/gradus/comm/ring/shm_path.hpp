@@ -147,7 +147,7 @@ class shm_listener {
     const socklen_t len = shm_detail::abstract_address(name_, un);
     if (fd_.fd < 0 || ::bind(fd_.fd, reinterpret_cast<const sockaddr*>(&un), len) != 0 || ::listen(fd_.fd, 4) != 0)
       throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank) + " cannot listen on the unix socket " + name_ +
-                       " for its shared-memory segment: " + std::strerror(errno));
+                       " for its shared-memory segment: " + net::errno_message(errno));
   }
   std::string address() const { return "shm://" + name_; }
   int fd() const { return fd_.fd; }
@@ -175,7 +175,7 @@ class shm_path final : public data_path {
       const socklen_t len = shm_detail::abstract_address(right_listener.substr(6), un);
       if (to_right.fd < 0 || ::connect(to_right.fd, reinterpret_cast<const sockaddr*>(&un), len) != 0)
         throw comm_error(where + "cannot reach rank " + std::to_string(right) + "'s unix socket " + right_listener + ": " +
-                         std::strerror(errno) + " (is it on another host or network namespace? use transport tcp)");
+                         net::errno_message(errno) + " (is it on another host or network namespace? use transport tcp)");
       shm_detail::hello h;
       h.rank = rank;
       send_all(to_right.fd, &h, sizeof h, deadline, where + "telling rank " + std::to_string(right) + " who this is");
@@ -191,9 +191,9 @@ class shm_path final : public data_path {
       const std::size_t bytes = shm_detail::segment_size(slots, slot_bytes);
       net::unique_fd mem(static_cast<int>(::syscall(SYS_memfd_create, "gradus-ring", 1U /* MFD_CLOEXEC */)));
       if (mem.fd < 0 || ::ftruncate(mem.fd, static_cast<off_t>(bytes)) != 0)
-        throw comm_error(where + "cannot create a shared segment of " + std::to_string(bytes) + " bytes: " + std::strerror(errno));
+        throw comm_error(where + "cannot create a shared segment of " + std::to_string(bytes) + " bytes: " + net::errno_message(errno));
       reader_->map.emplace(mem.fd, bytes);
-      if (!reader_->map->ok()) throw comm_error(where + "cannot map its shared segment: " + std::strerror(errno));
+      if (!reader_->map->ok()) throw comm_error(where + "cannot map its shared segment: " + net::errno_message(errno));
       auto& sh = reader_->map->header();
       sh.magic = shm_detail::magic;
       sh.slots = slots;
@@ -221,7 +221,7 @@ class shm_path final : public data_path {
                          std::to_string(h.slots) + ", slot bytes " + std::to_string(h.slot_bytes) + ", expected " +
                          std::to_string(slot_bytes) + ": segment_bytes differs between ranks?)");
       writer_.emplace(mem.fd, shm_detail::segment_size(h.slots, slot_bytes));
-      if (!writer_->ok()) throw comm_error(where + "cannot map rank " + std::to_string(right) + "'s segment: " + std::strerror(errno));
+      if (!writer_->ok()) throw comm_error(where + "cannot map rank " + std::to_string(right) + "'s segment: " + net::errno_message(errno));
       if (writer_->header().magic != shm_detail::magic || writer_->header().writer_rank != rank)
         throw comm_error(where + "rank " + std::to_string(right) + "'s segment is not addressed to this rank");
     }
@@ -325,7 +325,7 @@ class shm_path final : public data_path {
     while (true) {
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd >= 0) return fd;
-      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) throw comm_error(doing + ": " + net::errno_message(errno));
       net::wait_fd(listener, POLLIN, deadline, doing);
     }
   }
@@ -339,7 +339,7 @@ class shm_path final : public data_path {
       } else if (k < 0 && (errno == EAGAIN || errno == EINTR)) {
         net::wait_fd(fd, POLLOUT, deadline, doing);
       } else {
-        throw comm_error(doing + ": " + std::strerror(errno));
+        throw comm_error(doing + ": " + net::errno_message(errno));
       }
     }
   }
@@ -355,20 +355,20 @@ class shm_path final : public data_path {
       } else if (errno == EAGAIN || errno == EINTR) {
         net::wait_fd(fd, POLLIN, deadline, doing);
       } else {
-        throw comm_error(doing + ": " + std::strerror(errno));
+        throw comm_error(doing + ": " + net::errno_message(errno));
       }
     }
   }
   static void send_fd(int sock, int fd, const shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
     net::wait_fd(sock, POLLOUT, deadline, doing);
-    if (net::send_with_fd(sock, &h, sizeof h, fd, 0) != static_cast<ssize_t>(sizeof h)) throw comm_error(doing + ": " + std::strerror(errno));
+    if (net::send_with_fd(sock, &h, sizeof h, fd, 0) != static_cast<ssize_t>(sizeof h)) throw comm_error(doing + ": " + net::errno_message(errno));
   }
   static int recv_fd(int sock, shm_detail::hello& h, clock::time_point deadline, const std::string& doing) {
     net::wait_fd(sock, POLLIN, deadline, doing);
     net::unique_fd fd;
     const ssize_t k = net::recv_with_fd(sock, &h, sizeof h, MSG_WAITALL, fd);
     if (k != static_cast<ssize_t>(sizeof h) || fd.fd < 0)
-      throw comm_error(doing + ": " + (k == 0 ? std::string("the peer closed the connection") : std::string(std::strerror(errno))));
+      throw comm_error(doing + ": " + (k == 0 ? std::string("the peer closed the connection") : net::errno_message(errno)));
     return std::exchange(fd.fd, -1);
   }
 

@@ -118,7 +118,7 @@ class sub_group {
     if (m && block(r).data() != mine.data()) std::memmove(block(r).data(), mine.data(), m * sizeof(T));
     if (N == 1) return;
     const std::string doing = describe(fp);
-    parent().run_as([&] { return doing; }, [&] {
+    parent().run_as([&] { return doing; }, [&] {  // NOLINT(performance-no-automatic-move): doing is captured by reference and used again: a copy is meant
       // step s: pass member (r - s)'s block to the right, receive member (r - s - 1)'s from the left
       for (int s = 0; s < N - 1; ++s) {
         post(right(), fp, static_cast<std::uint32_t>(s), std::as_bytes(block(mod(r - s))), doing);
@@ -137,7 +137,7 @@ class sub_group {
     const auto fp = next(op_code::barrier, dtype_code::none, 0, 0);
     if (N == 1) return;
     const std::string doing = describe(fp);
-    parent().run_as([&] { return doing; }, [&] {
+    parent().run_as([&] { return doing; }, [&] {  // NOLINT(performance-no-automatic-move): doing is captured by reference and used again: a copy is meant
       // Dissemination: in round k, tell rank + 2^k and hear from rank - 2^k; after
       // ceil(log2 N) rounds each member has heard, through others, from every member.
       std::uint32_t step = 0;

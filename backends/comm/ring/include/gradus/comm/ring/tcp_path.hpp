@@ -70,13 +70,13 @@ inline void exchange(int fd, const hello* mine_or_null, hello* theirs_or_null, c
     if (sent < size) {
       const ssize_t k = ::send(fd, out + sent, size - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
       if (k > 0) sent += static_cast<std::size_t>(k);
-      else if (k < 0 && errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
+      else if (k < 0 && errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + net::errno_message(errno));
     }
     if (got < size) {
       const ssize_t k = ::recv(fd, in + got, size - got, MSG_DONTWAIT);
       if (k > 0) got += static_cast<std::size_t>(k);
       else if (k == 0) throw comm_error(doing + ": the peer closed the connection");
-      else if (errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + std::strerror(errno));
+      else if (errno != EAGAIN && errno != EINTR) throw comm_error(doing + ": " + net::errno_message(errno));
     }
     if (sent < size || got < size)
       net::wait_fd(fd, static_cast<short>((sent < size ? POLLOUT : 0) | (got < size ? POLLIN : 0)), deadline, doing);
@@ -111,7 +111,7 @@ class tcp_listener {
     }
     const bool ok = fd_.fd >= 0 && ::bind(fd_.fd, res->ai_addr, res->ai_addrlen) == 0 && ::listen(fd_.fd, 16) == 0;
     ::freeaddrinfo(res);
-    if (!ok) throw comm_error(where + std::strerror(errno));
+    if (!ok) throw comm_error(where + net::errno_message(errno));
     sockaddr_storage a{};
     socklen_t len = sizeof a;
     ::getsockname(fd_.fd, reinterpret_cast<sockaddr*>(&a), &len);
@@ -153,13 +153,13 @@ class tcp_path final : public data_path {
       const int rc = send_fd_.fd < 0 ? -1 : ::connect(send_fd_.fd, res->ai_addr, res->ai_addrlen);
       const int err = errno;
       ::freeaddrinfo(res);
-      if (rc != 0 && err != EINPROGRESS) throw comm_error(where + what + ": " + std::strerror(err));
+      if (rc != 0 && err != EINPROGRESS) throw comm_error(where + what + ": " + net::errno_message(err));
       net::wait_fd(send_fd_.fd, POLLOUT, deadline, where + what);
       int soerr = 0;
       socklen_t len = sizeof soerr;
       ::getsockopt(send_fd_.fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
       if (soerr != 0)
-        throw comm_error(where + what + ": " + std::strerror(soerr) + " (GRADUS_BIND_ADDR / ring_options::bind_host picks the interface)");
+        throw comm_error(where + what + ": " + net::errno_message(soerr) + " (GRADUS_BIND_ADDR / ring_options::bind_host picks the interface)");
       tcp_detail::tune(send_fd_.fd);
       // first words on it: who this is (the right neighbour answers once it accepted)
       tcp_detail::exchange(send_fd_.fd, &me, nullptr, deadline, where + "greeting rank " + std::to_string(right));
@@ -170,7 +170,7 @@ class tcp_path final : public data_path {
       const int fd = ::accept4(mine.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-          throw comm_error(where + what + ": " + std::strerror(errno));
+          throw comm_error(where + what + ": " + net::errno_message(errno));
         net::wait_fd(mine.fd(), POLLIN, deadline, where + what);
         continue;
       }

@@ -73,6 +73,7 @@
 #include "gradus/comm/net/zero_copy.hpp"
 #include "gradus/comm/ring/options.hpp"
 #include "gradus/comm/ring/p2p_shm.hpp"
+#include "gradus/comm/ring/rendezvous_messages.hpp"
 #include "gradus/comm/ring/shm_path.hpp"
 #include "gradus/comm/ring/tcp_path.hpp"
 #include "gradus/comm/ring/pair.hpp"
@@ -91,33 +92,6 @@ inline std::string join_ranks(const std::vector<int>& ranks) {
   std::string s;
   for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
   return s;
-}
-
-inline std::vector<std::string> split_lines(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const auto nl = s.find('\n', start);
-    if (nl == std::string_view::npos) {
-      if (start < s.size()) out.emplace_back(s.substr(start));
-      break;
-    }
-    out.emplace_back(s.substr(start, nl - start));
-    start = nl + 1;
-  }
-  return out;
-}
-
-inline std::vector<std::string> split_words(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i < s.size()) {
-    while (i < s.size() && s[i] == ' ') ++i;
-    const std::size_t j = s.find(' ', i);
-    if (i < s.size()) out.emplace_back(s.substr(i, (j == std::string_view::npos ? s.size() : j) - i));
-    i = j == std::string_view::npos ? s.size() : j;
-  }
-  return out;
 }
 
 // ZeroMQ allocates every received message with malloc. glibc serves blocks above its
@@ -506,7 +480,6 @@ class zmq_ring final : public control {
     (void)push_->send(body, zmq::send_flags::none);
   }
 
-  static bool has_data_path(const std::string& transport) { return transport == "shm" || transport == "tcp"; }
   // Shared memory moves a ring chunk in slots of at most this much: small enough that one
   // rank's copy into a slot overlaps its neighbour's reduction of the previous one.
   static constexpr std::size_t shm_slot_bytes = std::size_t{256} << 10;

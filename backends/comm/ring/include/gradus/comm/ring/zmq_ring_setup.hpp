@@ -277,7 +277,7 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
   }
   if (hosts.front() != "*") {
     bind_or_explain(*pull_, net::tcp_endpoint(hosts.front(), "*"), what, o);
-    const std::string bound = net::unmapped(pull_->get(zmq::sockopt::last_endpoint));
+    std::string bound = net::unmapped(pull_->get(zmq::sockopt::last_endpoint));
     tcp_bound_host_ = net::tcp_host_of(bound);
     return bound;
   }
@@ -293,14 +293,10 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
   return net::tcp_endpoint(me, port);
 }
 
-// "gradus-ring/6", rank, world_size, host, machine, the transport asked for, then the addresses,
-// one a line.
+// This rank's registration (rendezvous_messages.hpp).
 inline std::string zmq_ring::registration(int world, const std::string& host, const std::string& want,
                                           const std::vector<std::string>& addrs) const {
-  std::string s = "gradus-ring/6\n" + std::to_string(rank_) + "\n" + std::to_string(world) + "\n" + host + "\n" +
-                  net::machine_and_netns() + "\n" + want + "\n";
-  for (const auto& a : addrs) s += a + "\n";
-  return s;
+  return format_registration({rank_, world, host, net::machine_and_netns(), want, addrs});
 }
 
 inline void zmq_ring::rendezvous(const ring_options& o, const std::string& scheme, const std::string& want, const std::vector<std::string>& mine) {
@@ -332,20 +328,16 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
         throw comm_error(where + "no answer from rank 0 at " + dialled + " within " + std::to_string(timeout_.count()) +
                          " ms (is rank 0 running, with the same rendezvous address and world_size, and reachable at that address?)");
     }
-    const auto lines = detail::split_lines(reply.to_string_view());
-    if (lines.empty()) throw comm_error(where + "empty answer from rank 0");
-    if (lines[0] == "error") throw comm_error(lines.size() > 1 ? lines[1] : where + "rank 0 refused the registration");
-    const std::size_t w = static_cast<std::size_t>(world_);
-    if (lines[0] != "ok" || lines.size() < 4 || lines.size() != 4 + (has_data_path(lines[1]) ? 3 * w : 2 * w))
-      throw comm_error(where + "malformed answer from rank 0 (a different gradus version?)");
-    transport_ = lines[1];
-    zmq_scheme_ = lines[2];
-    const auto at = [&](std::size_t i) { return lines.begin() + 3 + static_cast<std::ptrdiff_t>(i); };
-    table_.assign(at(0), at(w));
-    p2p_table_.assign(at(w), at(2 * w));
-    if (has_data_path(transport_)) data_table_.assign(at(2 * w), lines.end() - 1);
-    const auto counts = detail::split_words(lines.back());
-    local_ranks_ = static_cast<std::size_t>(rank_) < counts.size() ? std::atoi(counts[rank_].c_str()) : 1;
+    std::string why;
+    bool refused = false;
+    auto a = parse_answer(reply.to_string_view(), world_, why, refused);
+    if (!a) throw comm_error(refused && why != "rank 0 refused the registration" ? why : where + why);
+    transport_ = std::move(a->transport);
+    zmq_scheme_ = std::move(a->zmq_scheme);
+    table_ = std::move(a->table);
+    p2p_table_ = std::move(a->p2p_table);
+    data_table_ = std::move(a->data_table);
+    local_ranks_ = a->local_ranks[static_cast<std::size_t>(rank_)];
     return;
   }
 
@@ -393,7 +385,7 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
   auto refuse = [&](const std::string& text) {
     for (const auto& id : identities) {
       router.send(zmq::buffer(id), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-      router.send(zmq::buffer("error\n" + text), zmq::send_flags::dontwait);
+      router.send(zmq::buffer(format_refusal(text)), zmq::send_flags::dontwait);
     }
     throw comm_error(text);
   };
@@ -415,32 +407,26 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     }
     if (!id.more() || !router.recv(body)) continue;
     identities.push_back(id.to_string());
-    const auto lines = detail::split_lines(body.to_string_view());
-    if (lines.size() < 7 || lines[0] != "gradus-ring/6")
-      refuse(where + "a malformed registration (not a gradus ring rank, or one of another gradus version?)");
-    int r = -1, w = -1;
-    try {
-      r = std::stoi(lines[1]);
-      w = std::stoi(lines[2]);
-    } catch (...) {
-      refuse(where + "a registration with a malformed rank or world_size");
-    }
+    std::string why;
+    auto got = parse_registration(body.to_string_view(), why);
+    if (!got) refuse(where + why);
+    const int r = got->rank, w = got->world;
     if (w != world_)
-      refuse(where + "rank " + std::to_string(r) + " (host " + lines[3] + ") registered with world_size " + std::to_string(w) +
+      refuse(where + "rank " + std::to_string(r) + " (host " + got->host + ") registered with world_size " + std::to_string(w) +
              ", but rank 0 has world_size " + std::to_string(world_));
     if (r < 0 || r >= world_)
-      refuse(where + "a rank registered as rank " + std::to_string(r) + " (host " + lines[3] + "), outside world_size " +
+      refuse(where + "a rank registered as rank " + std::to_string(r) + " (host " + got->host + "), outside world_size " +
              std::to_string(world_));
     if (reg[r].present)
       refuse(where + "rank " + std::to_string(r) + " registered twice: by host " + reg[r].host + " (" +
-             (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + lines[3] + " (" + lines[6] + ")");
+             (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + got->host + " (" + got->addrs[0] + ")");
     // Every rank must ask for the same data path: rank 0's choice would otherwise overrule a
     // rank's silently, or find it without the address that path needs.
-    if (lines[5] != want)
-      refuse(where + "rank " + std::to_string(r) + " (host " + lines[3] + ") asked for transport " + lines[5] +
+    if (got->want != want)
+      refuse(where + "rank " + std::to_string(r) + " (host " + got->host + ") asked for transport " + got->want +
              ", but rank 0 for " + want +
              ": give every rank the same (ring_options::transport, --comm-transport, GRADUS_COMM_TRANSPORT)");
-    reg[r] = {true, lines[3], lines[4], std::vector<std::string>(lines.begin() + 6, lines.end()), identities.back()};
+    reg[r] = {true, got->host, got->machine, std::move(got->addrs), identities.back()};
     ++present;
   }
 
@@ -464,36 +450,28 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
       refuse(where + "rank " + std::to_string(r) + " (host " + reg[r].host + ") has no " + want_scheme + " address (transport " + want + ")");
     return *it;
   };
-  std::string answer = "ok\n" + chosen + "\n" + zs + "\n";
-  for (int r = 0; r < world_; ++r) {
-    table_.push_back(pick(r, zs));
-    answer += table_.back() + "\n";
-  }
-  for (int r = 0; r < world_; ++r) {
-    p2p_table_.push_back(pick(r, "p2p+" + zs).substr(4));
-    answer += p2p_table_.back() + "\n";
-  }
-  if (has_data_path(chosen)) {
-    for (int r = 0; r < world_; ++r) {
-      data_table_.push_back(pick(r, chosen == "shm" ? "shm" : "tcpd"));
-      answer += data_table_.back() + "\n";
-    }
-  }
+  answer a{chosen, zs, {}, {}, {}, {}};
+  for (int r = 0; r < world_; ++r) a.table.push_back(pick(r, zs));
+  for (int r = 0; r < world_; ++r) a.p2p_table.push_back(pick(r, "p2p+" + zs).substr(4));
+  if (has_data_path(chosen))
+    for (int r = 0; r < world_; ++r) a.data_table.push_back(pick(r, chosen == "shm" ? "shm" : "tcpd"));
   // how many ranks share each rank's machine (a waiting rank spins only where each has a core)
-  std::string counts;
   for (int r = 0; r < world_; ++r) {
     int c = 0;
     for (const auto& e : reg) c += e.host == reg[r].host && e.machine == reg[r].machine ? 1 : 0;
-    counts += (r ? " " : "") + std::to_string(c);
-    if (r == 0) local_ranks_ = c;
+    a.local_ranks.push_back(c);
   }
-  answer += counts + "\n";
-  transport_ = chosen;
-  zmq_scheme_ = zs;
+  const std::string text = format_answer(a);
   for (int r = 1; r < world_; ++r) {
     router.send(zmq::buffer(reg[r].identity), zmq::send_flags::sndmore);
-    router.send(zmq::buffer(answer), zmq::send_flags::none);
+    router.send(zmq::buffer(text), zmq::send_flags::none);
   }
+  transport_ = std::move(a.transport);
+  zmq_scheme_ = std::move(a.zmq_scheme);
+  table_ = std::move(a.table);
+  p2p_table_ = std::move(a.p2p_table);
+  data_table_ = std::move(a.data_table);
+  local_ranks_ = a.local_ranks[0];
 }
 
 }  // namespace gradus::ring
