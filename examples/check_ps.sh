@@ -12,6 +12,9 @@
 # 4. A parameter server SIGKILLed mid-training under gradus-run --max-restarts: restarted, it
 #    reloads its shards from the chief's checkpoint, the workers rejoin it and the job
 #    reaches its accuracy.
+# 5. A parameter server SIGKILLed with workers started by hand (no launcher to restart it) and
+#    --comm-timeout 4: both workers fail within 12 s, saying the server did not come back
+#    within 4000 ms (the wait for a lost server follows --comm-timeout, not a fixed 30 s).
 # Every wait is bounded; every process started here is ended by PID on the way out (no
 # `timeout` wrapper in part 3: the PID killed must be the example's own).
 set -u
@@ -186,4 +189,37 @@ acc=$(field "$j" test_accuracy)
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "recovery: test accuracy $acc < 0.92"
 echo "check_ps: ps 1 killed in epoch 2 and restarted from the epoch-1 checkpoint: the bsp job finished, test accuracy $acc;" \
   "$(grep -c "restored '" "$work/recover.out") shards restored"
+
+# ---- 5. a server killed, workers started by hand: nothing restarts it; the workers fail
+# after --comm-timeout (4 s), naming it
+port=$(free_port)
+ps="127.0.0.1:$(free_port),127.0.0.1:$(free_port)"
+common=(WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port GRADUS_PS=$ps OMP_NUM_THREADS=1)
+for i in 0 1; do
+  env "${common[@]}" GRADUS_ROLE=ps GRADUS_PS_INDEX=$i "$exe" --data "$data" --comm ps --consistency bsp \
+    --comm-timeout 4 >"$work/g_ps$i.out" 2>"$work/g_ps$i.err" </dev/null &
+  pids+=($!)
+done
+for r in 0 1; do
+  env "${common[@]}" RANK=$r LOCAL_RANK=$r "$exe" --data "$data" --epochs 3 --threads 1 \
+    --comm ps --consistency bsp --comm-timeout 4 --log-every 20 >"$work/g_r$r.out" 2>"$work/g_r$r.err" </dev/null &
+  pids+=($!)
+done
+for _ in $(seq 300); do
+  grep -q "step" "$work/g_r0.err" 2>/dev/null && break
+  kill -0 "${pids[2]}" 2>/dev/null || fail "server killed: worker 0 exited before training"
+  sleep 0.1
+done
+grep -q "step" "$work/g_r0.err" || fail "server killed: worker 0 did not start training within 30 s"
+kill -9 "${pids[1]}"
+start=$SECONDS
+for r in 0 1; do
+  for _ in $(seq 240); do kill -0 "${pids[$((2 + r))]}" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "${pids[$((2 + r))]}" 2>/dev/null && fail "server killed: worker $r still runs 12 s after ps 1 was killed"
+  wait "${pids[$((2 + r))]}" && fail "server killed: worker $r exited 0"
+  grep -q "server 1 .*did not come back within 4000 ms" "$work/g_r$r.err" ||
+    fail "server killed: worker $r does not say that server 1 did not come back within 4000 ms"
+done
+echo "check_ps: ps 1 killed, workers started by hand with --comm-timeout 4: both failed within $((SECONDS - start)) s:" \
+  "$(grep -o 'server 1 .*did not come back within 4000 ms' "$work/g_r0.err" | head -n 1 | cut -c1-160)"
 echo "check_ps: ok"

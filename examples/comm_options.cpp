@@ -90,6 +90,9 @@ g::parallel::any_communicator make_communicator(const comm_options& o) {
   if (o.comm == "ps") {
     g::ps_options po;
     po.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+    // Waiting for a lost server to come back (restarted by gradus-run --max-restarts) is one
+    // wait too: --comm-timeout bounds it, not ps_options' fixed 30 s.
+    po.reconnect_timeout = po.timeout;
     g::parse_consistency(o.consistency, po);
     return g::parallel::any_communicator::make<g::parameter_server<>>(c, po);
   }
