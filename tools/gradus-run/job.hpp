@@ -162,6 +162,25 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
       break;
     }
   }
+  // Starts c again (the same argv and environment plus GRADUS_RESTART_COUNT=count); false,
+  // with the job stopping, when it cannot be started.
+  const auto restart = [&](child& c, int count) {
+    drain_stream(c.label, c.out);
+    drain_stream(c.label, c.err);
+    c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(count);
+    c.stopped_by_us = c.timed_out = false;
+    c.kill_at.reset();
+    if (const int e = spawn(c)) {
+      spawn_error = e;
+      say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
+          "; stopping the other ranks");
+      stop_all(SIGTERM);
+      return false;
+    }
+    c.done = false;
+    c.status = 0;
+    return true;
+  };
   const auto busy = [&] {
     return std::any_of(cs.begin(), cs.end(),
                        [](const child& c) { return c.running || c.has_open_streams() || c.restart_at; }) ||
@@ -267,22 +286,8 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
         }
         if (steady::now() >= regroup_at) {
           regrouping = regroup_due = false;
-          for (auto& c : cs) {
-            drain_stream(c.label, c.out);
-            drain_stream(c.label, c.err);
-            c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(group_restarts);
-            c.stopped_by_us = c.timed_out = false;
-            c.kill_at.reset();
-            if (const int e = spawn(c)) {
-              spawn_error = e;
-              say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
-                  "; stopping the other ranks");
-              stop_all(SIGTERM);
-              break;
-            }
-            c.done = false;
-            c.status = 0;
-          }
+          for (auto& c : cs)
+            if (!restart(c, group_restarts)) break;
         }
       }
     }
@@ -296,20 +301,7 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
       }
       if (steady::now() < *c.restart_at) continue;
       c.restart_at.reset();
-      drain_stream(c.label, c.out);
-      drain_stream(c.label, c.err);
-      c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(c.restarts);
-      c.stopped_by_us = c.timed_out = false;
-      c.kill_at.reset();
-      if (const int e = spawn(c)) {
-        spawn_error = e;
-        say("cannot restart '" + c.argv[0] + "' for " + process_name(c) + ": " + std::strerror(e) +
-            "; stopping the other ranks");
-        stop_all(SIGTERM);
-        continue;
-      }
-      c.done = false;
-      c.status = 0;
+      restart(c, c.restarts);
     }
     enforce_kill_deadlines(cs);
     close_orphaned_streams(cs, o.grace);

@@ -521,7 +521,8 @@ BOOST_AUTO_TEST_CASE(registration_errors_name_both_sides) {
 // refused at the rendezvous, naming both, each way round: rank 0's choice no longer
 // overrules the others' silently, nor fails on an address they did not bind.
 BOOST_AUTO_TEST_CASE(ranks_asking_for_different_transports_are_refused) {
-  for (const auto& [t0, t1] : std::vector<std::pair<std::string, std::string>>{{"tcp", "zmq-ipc"}, {"zmq-ipc", "tcp"}, {"shm", "tcp"}}) {
+  for (const auto& pair : std::vector<std::pair<std::string, std::string>>{{"tcp", "zmq-ipc"}, {"zmq-ipc", "tcp"}, {"shm", "tcp"}}) {
+    const std::string t0 = pair.first, t1 = pair.second;  // (clang 14 cannot capture structured bindings)
     temp_dir dir;
     auto res = on_threads(2, [&](int r) {
       auto o = options(r, 2, dir.ipc("rdv"));
