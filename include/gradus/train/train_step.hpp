@@ -24,6 +24,9 @@
 // SGD without weight decay gives the dense result, to rounding). set_sparse_as_dense(true)
 // scatters them into a dense gradient instead (for a communicator that all-reduces dense
 // buffers, as Horovod's sparse_as_dense).
+//
+// About 550 lines, one concept: the training step (train_step and its minimize factories),
+// whose dense and sparse gradient paths share its buffers and hooks and are not split.
 #include <algorithm>
 #include <array>
 #include <cmath>
