@@ -651,9 +651,11 @@ BOOST_AUTO_TEST_CASE(a_collective_job_restarts_every_rank) {
   {
     scratch s;
     const auto dir = s.dir.string();
-    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "0.2", child, "starts", dir,
-                        "restart-count", "env", "await", "1", dir, "0", "1", "20000", "exit-first", "1", "3",
-                        "sleep-first", "20000"},
+    // restart-count and env before starts: rank 1 exits once rank 0's start is recorded, and
+    // gradus-run then stops rank 0, so its lines must already be in the pipe by then
+    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "0.2", child, "restart-count", "env",
+                        "starts", dir, "await", "1", dir, "0", "1", "20000", "exit-first", "1", "3", "sleep-first",
+                        "20000"},
                        40);
     BOOST_TEST(r.exit_code() == 0, r.err);
     BOOST_TEST(r.seconds < 8.0);
