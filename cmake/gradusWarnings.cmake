@@ -1,5 +1,6 @@
-# gradus_target_defaults(tgt): warnings (errors with GRADUS_WERROR) and -march=native for
-# gradus' own tests, examples and benchmarks. Consumers choose their own flags.
+# gradus_target_defaults(tgt): warnings (errors with GRADUS_WERROR), -march=native and the
+# GRADUS_SANITIZE sanitizers for gradus' own tests, examples and benchmarks. Consumers choose
+# their own flags.
 function(gradus_target_defaults tgt)
   target_compile_options(${tgt} PRIVATE -Wall -Wextra -Wpedantic)
   if(GRADUS_WERROR)
@@ -7,6 +8,10 @@ function(gradus_target_defaults tgt)
   endif()
   if(GRADUS_NATIVE)
     target_compile_options(${tgt} PRIVATE -march=native)
+  endif()
+  if(GRADUS_SANITIZE)  # e.g. address,undefined (the asan preset); a finding stops the program
+    target_compile_options(${tgt} PRIVATE -fsanitize=${GRADUS_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
+    target_link_options(${tgt} PRIVATE -fsanitize=${GRADUS_SANITIZE})
   endif()
 endfunction()
 
