@@ -20,6 +20,24 @@ GRADUS_HD constexpr T select(bool c, T a, T b) {
   return c ? a : b;
 }
 
+// e^x with x first clamped to where e^x saturates: e^-746 is 0 and e^710 is +inf in double
+// (and in float), NaN passes through, so the value is the same bit for bit; and xsimd 8.1's exp
+// of doubles, which converts x*log2(e) to int64 through a scalar cast, never converts one
+// out of range (undefined behaviour: UBSan, tests/graph/test_elementwise_limits.cpp).
+template <class X>
+GRADUS_HD X saturating_exp(const X& x) {
+  using std::exp;
+  return exp(select(x < X(-746), X(-746), select(x > X(710), X(710), x)));
+}
+
+// tanh(x) the same way: beyond |x| = 350 it is +-1 exactly (xsimd's e^2x there is finite and
+// 2/(e^2x + 1) below half an ulp of 1).
+template <class X>
+GRADUS_HD X saturating_tanh(const X& x) {
+  using std::tanh;
+  return tanh(select(x < X(-350), X(-350), select(x > X(350), X(350), x)));
+}
+
 // NAME is the functor, LABEL its op name in errors, traces and graph drawings.
 #define GRADUS_UNARY_FN(NAME, LABEL, EXPR)               \
   struct NAME {                                          \
@@ -33,19 +51,19 @@ GRADUS_HD constexpr T select(bool c, T a, T b) {
   };
 
 GRADUS_UNARY_FN(neg, "neg", -x)
-GRADUS_UNARY_FN(exp_fn, "exp", exp(x))
+GRADUS_UNARY_FN(exp_fn, "exp", saturating_exp(x))
 GRADUS_UNARY_FN(log_fn, "log", log(x))
 GRADUS_UNARY_FN(log1p_fn, "log1p", log1p(x))
 GRADUS_UNARY_FN(sqrt_fn, "sqrt", sqrt(x))
 GRADUS_UNARY_FN(rsqrt_fn, "rsqrt", X(1) / sqrt(x))
 GRADUS_UNARY_FN(abs_fn, "abs", abs(x))
 GRADUS_UNARY_FN(square_fn, "square", x* x)
-GRADUS_UNARY_FN(tanh_fn, "tanh", tanh(x))
+GRADUS_UNARY_FN(tanh_fn, "tanh", saturating_tanh(x))
 // 1/(1+e^-x): for x -> -inf e^-x -> inf and the result -> 0, never NaN.
-GRADUS_UNARY_FN(sigmoid_fn, "sigmoid", X(1) / (X(1) + exp(-x)))
+GRADUS_UNARY_FN(sigmoid_fn, "sigmoid", X(1) / (X(1) + saturating_exp(-x)))
 GRADUS_UNARY_FN(relu_fn, "relu", max(x, X(0)))
 // softplus(x) = max(x,0) + log1p(e^-|x|): no overflow for large |x|.
-GRADUS_UNARY_FN(softplus_fn, "softplus", max(x, X(0)) + log1p(exp(-abs(x))))
+GRADUS_UNARY_FN(softplus_fn, "softplus", max(x, X(0)) + log1p(saturating_exp(-abs(x))))
 #undef GRADUS_UNARY_FN
 
 template <class T>
@@ -66,8 +84,9 @@ struct elu_fn {
   template <class X>
   GRADUS_HD X operator()(const X& x) const {
     using std::expm1, std::min;
-    // expm1 of min(x,0): the unused branch stays finite
-    return select(x > X(0), x, X(alpha) * expm1(min(x, X(0))));
+    // expm1 of min(x,0): the unused branch stays finite; below -746 it is -1 already, and
+    // xsimd converts no out-of-range argument (saturating_exp)
+    return select(x > X(0), x, X(alpha) * expm1(select(x < X(-746), X(-746), min(x, X(0)))));
   }
   bool operator==(const elu_fn&) const = default;
 };

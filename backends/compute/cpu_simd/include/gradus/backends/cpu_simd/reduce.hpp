@@ -5,6 +5,7 @@
 // n only) that the later sections share.
 #include "gradus/backends/cpu_simd/fused.hpp"
 #include "gradus/graph/ops/argmax_at.hpp"
+#include "gradus/graph/ops/elementwise.hpp"  // fn::saturating_exp
 
 namespace gradus::cpu_simd_sections {
 
@@ -185,11 +186,11 @@ struct reduce_section : fused_section {
     constexpr index_t W = static_cast<index_t>(B::size);
     B acc(T(0));
     index_t j = 0;
-    for (; j + W <= n; j += W) acc += xsimd::exp(B::load_unaligned(x + j) - B(mx));
+    for (; j + W <= n; j += W) acc += fn::saturating_exp(B::load_unaligned(x + j) - B(mx));
     T s = xsimd::hadd(acc);
     if (j < n) {  // the tail through the same xsimd::exp (exec/plan.hpp says why)
       alignas(sizeof(B)) T e[W];
-      xsimd::exp(tail_batch<B>(x + j, n - j) - B(mx)).store_aligned(e);
+      fn::saturating_exp(tail_batch<B>(x + j, n - j) - B(mx)).store_aligned(e);
       for (index_t k = 0; k < n - j; ++k) s += e[k];
     }
     return s;

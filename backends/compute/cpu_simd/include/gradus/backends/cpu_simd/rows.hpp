@@ -1,6 +1,7 @@
 #pragma once
 // cpu_simd: the row-wise softmax family (softmax, log-softmax, softmax cross-entropy).
 #include "gradus/backends/cpu_simd/gemm.hpp"
+#include "gradus/graph/ops/elementwise.hpp"  // fn::saturating_exp
 
 namespace gradus::cpu_simd_sections {
 
@@ -20,10 +21,7 @@ struct rows_section : gemm_section {
         const T ls = std::log(row_sum_exp(x, cols, mx));
         map_row(x, y, cols, [mx, ls](auto v) { return (v - decltype(v)(mx)) - decltype(v)(ls); });
       } else {
-        map_row(x, y, cols, [mx](auto v) {
-          using std::exp;
-          return exp(v - decltype(v)(mx));
-        });
+        map_row(x, y, cols, [mx](auto v) { return fn::saturating_exp(v - decltype(v)(mx)); });
         const T inv = T(1) / row_sum(y, cols);
         map_row(y, y, cols, [inv](auto v) { return v * decltype(v)(inv); });
       }
