@@ -176,10 +176,12 @@ class graph_engine : public graph_base {
   // After they are: every placeholder fed, every variable bound to the session's storage.
   void check_fed(const variable_source& vars) {
     for (auto& p : placeholders_)
-      if (!slots_[p.slot].data)
-        throw feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) +
-                         " " + std::string(p.dtype) + " was not fed");
+      if (!slots_[p.slot].data) throw not_fed(p);
     bind_variables(vars);
+  }
+  static feed_error not_fed(const named_leaf& p) {
+    return feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) + " " +
+                      std::string(p.dtype) + " was not fed");
   }
   // Every step, each result scanned where vars asks for check_numerics.
   void run_steps(const variable_source& vars) {
@@ -203,9 +205,7 @@ class graph_engine : public graph_base {
     const std::size_t from = part == 0 ? 0 : first_part_steps_, to = part == 0 ? first_part_steps_ : steps_.size();
     for (std::size_t i = 0; i < placeholders_.size(); ++i) {
       const auto& p = placeholders_[i];
-      if (!slots_[p.slot].data && (part != 0 || first_part_reads_[i]))
-        throw feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) +
-                         " " + std::string(p.dtype) + " was not fed");
+      if (!slots_[p.slot].data && (part != 0 || first_part_reads_[i])) throw not_fed(p);
     }
     for (const auto& b : boundaries_)
       if (!slots_[b.slot].data)
