@@ -11,6 +11,13 @@ function(gradus_target_defaults tgt)
   endif()
   if(GRADUS_SANITIZE)  # e.g. address,undefined (the asan preset); a finding stops the program
     target_compile_options(${tgt} PRIVATE -fsanitize=${GRADUS_SANITIZE} -fno-sanitize-recover=all -fno-omit-frame-pointer)
+    if(GRADUS_SANITIZE_SKIP)  # e.g. vptr,null,... (the ci-asan preset: what CI's budget leaves out)
+      target_compile_options(${tgt} PRIVATE -fno-sanitize=${GRADUS_SANITIZE_SKIP})
+    endif()
+    if(GRADUS_SANITIZE MATCHES "undefined" AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+      # third-party code UBSan leaves alone (Thrust's null-pointer dispatch), the file says why
+      target_compile_options(${tgt} PRIVATE -fsanitize-ignorelist=${PROJECT_SOURCE_DIR}/tests/sanitizers/ubsan.ignore)
+    endif()
     target_link_options(${tgt} PRIVATE -fsanitize=${GRADUS_SANITIZE})
   endif()
 endfunction()
