@@ -109,7 +109,10 @@ inline std::vector<child> fork_ranks(int world, const std::function<int(int)>& b
       int rc = 90;
       try {
         rc = body(r);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());  // the test's failure names the exit code only
       } catch (...) {
+        std::fprintf(stderr, "rank %d: an exception that is not a std::exception\n", r);
       }
       std::fflush(nullptr);
       ::_exit(rc);
