@@ -58,8 +58,11 @@ struct server_pool {
     }
     for (auto& s : servers) threads.emplace_back([p = s.get()] { p->run(); });
   }
-  ~server_pool() {
-    for (auto& t : threads) t.join();
+  ~server_pool() { join(); }
+  // Waits until every server's run() returned (then job_failure() is its verdict).
+  void join() {
+    for (auto& t : threads)
+      if (t.joinable()) t.join();
   }
   g::ps_options options(int rank, int world, const std::string& consistency = "bsp") const {
     g::ps_options o;
@@ -194,6 +197,53 @@ BOOST_AUTO_TEST_CASE(push_and_pull_move_exact_values_over_1_2_and_3_servers) {
     ps.wait(ha);
     BOOST_TEST(a[12345] == w[2][12345] - 0.5 * grad[2][12345]);
     BOOST_TEST(ps.stats().bytes_pushed == (1 + 7 + 300001 + 2) * 8u);
+  }
+}
+
+// A scheduler reads a job's outcome from every process's exit status: the servers of a job
+// whose worker or chief failed must fail too (ps::serve throws job_failure()).
+BOOST_AUTO_TEST_CASE(a_failed_job_fails_its_servers_and_a_finished_one_does_not) {
+  const auto train = [](const g::ps_options& o, bool fail) {
+    g::parameter_server<g::ps_async> ps(o);
+    ps.set_optimizer("sgd", {});
+    std::vector<double> w(100, 1.0);
+    ps.initialize("w", std::span<const double>(w));
+    ps.push("w", std::span<const double>(w));
+    ps.step_done();
+    if (fail) throw std::runtime_error("this worker's own error");  // its goodbye says so
+  };
+  const auto verdict = [](server_pool& pool) {
+    pool.join();
+    std::vector<std::string> v;
+    for (auto& s : pool.servers) v.push_back(s->job_failure().value_or("ok"));
+    return v;
+  };
+  {
+    server_pool pool(2);
+    on_workers(2, [&](int r) { train(pool.options(r, 2, "async"), false); });
+    for (const auto& v : verdict(pool)) BOOST_TEST(v == "ok");
+  }
+  {
+    server_pool pool(2);
+    BOOST_CHECK_THROW(on_workers(2, [&](int r) { train(pool.options(r, 2, "async"), r == 1); }), std::runtime_error);
+    for (const auto& v : verdict(pool)) BOOST_TEST(v.find("worker 1 left after a failure") != std::string::npos, v);
+  }
+  {
+    server_pool pool(1);
+    BOOST_CHECK_THROW(train(pool.options(0, 1, "async"), true), std::runtime_error);
+    const auto v = verdict(pool);
+    BOOST_TEST(v[0].find("parameter server 0: the chief (worker 0) ended the job after a failure") != std::string::npos, v[0]);
+  }
+  {  // nobody ever came: the idle bound ends it, and that is no success either
+    zmq::context_t ctx{1};
+    g::ps::server_options o;
+    o.address = "127.0.0.1:0";
+    o.idle_exit = 300ms;
+    o.log = [](const std::string&) {};
+    g::ps::server<g::cpu_simd> s(ctx, o);
+    s.run();
+    const auto v = s.job_failure().value_or("ok");
+    BOOST_TEST(v.find("the job ended without the chief's shutdown (nothing heard for 300 ms)") != std::string::npos, v);
   }
 }
 
@@ -516,20 +566,25 @@ void vanishing_worker(const std::vector<std::string>& servers, int rank, int wor
 
 BOOST_AUTO_TEST_CASE(a_lost_worker_fails_a_bsp_job_at_once_naming_it) {
   server_pool pool(1);
-  g::parameter_server<g::ps_bsp> ps(pool.options(0, 2));
-  std::jthread ghost([&] { vanishing_worker(pool.addresses, 1, 2, "bsp", 0); });
-  std::vector<double> w(10, 1.0);
-  ps.initialize("w", std::span<const double>(w));
-  ps.push("w", std::span<const double>(w));
-  ps.step_done();
-  const auto t0 = std::chrono::steady_clock::now();
-  BOOST_CHECK_EXCEPTION(ps.pull("w", std::span<double>(w)), g::error, [](const g::error& e) {
-    const std::string m = e.what();
-    BOOST_TEST_MESSAGE(m);
-    return m.find("worker 1") != std::string::npos && m.find("was lost at clock 0") != std::string::npos &&
-           m.find("bsp cannot finish a step without it") != std::string::npos;
-  });
-  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));  // not the 20 s deadline
+  {
+    g::parameter_server<g::ps_bsp> ps(pool.options(0, 2));
+    std::jthread ghost([&] { vanishing_worker(pool.addresses, 1, 2, "bsp", 0); });
+    std::vector<double> w(10, 1.0);
+    ps.initialize("w", std::span<const double>(w));
+    ps.push("w", std::span<const double>(w));
+    ps.step_done();
+    const auto t0 = std::chrono::steady_clock::now();
+    BOOST_CHECK_EXCEPTION(ps.pull("w", std::span<double>(w)), g::error, [](const g::error& e) {
+      const std::string m = e.what();
+      BOOST_TEST_MESSAGE(m);
+      return m.find("worker 1") != std::string::npos && m.find("was lost at clock 0") != std::string::npos &&
+             m.find("bsp cannot finish a step without it") != std::string::npos;
+    });
+    BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));  // not the 20 s deadline
+  }
+  pool.join();  // the server fails the job too, with the same reason (ps::serve throws it)
+  const auto v = pool.servers[0]->job_failure().value_or("ok");
+  BOOST_TEST((v.find("worker 1") != std::string::npos && v.find("was lost at clock 0") != std::string::npos), v);
 }
 
 BOOST_AUTO_TEST_CASE(async_and_ssp_go_on_without_a_lost_worker) {
@@ -561,6 +616,8 @@ BOOST_AUTO_TEST_CASE(async_and_ssp_go_on_without_a_lost_worker) {
     // both survivors' 30 pushes arrived (each 1/live of a step: 1/3 while the ghost lived, then 1/2)
     for (int r = 0; r < 2; ++r) BOOST_TEST(last[static_cast<std::size_t>(r)][static_cast<std::size_t>(r)] > 10.0, mode);
     BOOST_TEST(pool.servers[0]->stats().workers_lost == 1u, mode);
+    pool.join();  // a worker lost in async and ssp is no failure of the job
+    for (auto& sv : pool.servers) BOOST_TEST(sv->job_failure().value_or("ok") == "ok", mode);
   }
 }
 

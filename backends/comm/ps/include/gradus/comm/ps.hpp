@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -96,8 +97,10 @@ class parameter_server {
         closing_ = true;
         const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(broken_text_.empty() ? 5 : 2);
         std::vector<std::uint64_t> ids;
+        const bool failed = !broken_text_.empty() || std::uncaught_exceptions() > 0;
         for (std::size_t k = 0; k < socks_.size(); ++k) {
-          auto h = ps::wire::make(o_.rank == 0 && shutdown_on_exit_ ? ps::wire::type::shutdown : ps::wire::type::bye);
+          auto h = ps::wire::make(o_.rank == 0 && shutdown_on_exit_ ? ps::wire::type::shutdown : ps::wire::type::bye,
+                                  failed ? ps::wire::leaving_failed : ps::wire::leaving_ok);
           ids.push_back(request(static_cast<int>(k), h, {}, req_kind::ack));
         }
         for (const auto id : ids) wait_id(id, until, "goodbye", /*throw_on_error=*/false);
@@ -556,7 +559,7 @@ namespace ps {
 // Serves as parameter-server task `c.task_index` of the cluster spec (its address is
 // c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
 // the chief ends the job, applying the optimizer on the compute policy Compute
-// (serve<cpu_simd>(spec)).
+// (serve<cpu_simd>(spec)). Throws server::job_failure()'s reason when the job failed.
 template <class Compute, class Spec>
 void serve(const Spec& c, server_options o = {}) {
   if (c.task_type != "ps") throw error("gradus: ps::serve: this process is a '" + c.task_type + "' task, not a ps task");
@@ -571,6 +574,13 @@ void serve(const Spec& c, server_options o = {}) {
   zmq::context_t ctx(1);
   server<Compute> s(ctx, o);
   s.run();
+  // A failed job fails its servers too (a scheduler reads their exit status). A worker that
+  // failed said goodbye just before its process exits: a second's grace lets that exit come
+  // first, so that a launcher (gradus-run, which names the first process to fail) names it.
+  if (const auto why = s.job_failure()) {
+    if (s.worker_failed()) std::this_thread::sleep_for(std::chrono::seconds(1));
+    throw error(*why);
+  }
 }
 }  // namespace ps
 

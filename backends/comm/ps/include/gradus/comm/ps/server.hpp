@@ -102,6 +102,25 @@ class server {
   // process looks like to the workers once the server is destroyed (tests).
   void stop() { stop_.store(true); }
 
+  // Why the job this server served failed, or nothing when it succeeded: a bsp worker lost,
+  // a worker or the chief that said goodbye after a failure of its own, or a job that ended
+  // without the chief's shutdown (every worker lost, or nothing heard for idle_exit). After
+  // run(); ps::serve throws it, so that a failed job's servers fail too. A stop() is no verdict.
+  std::optional<std::string> job_failure() const {
+    if (!job_failed_.empty()) return job_failed_;
+    if (!failed_leaving_.empty()) return failed_leaving_;
+    if (shutdown_at_ || stop_.load()) return std::nullopt;
+    std::string lost;
+    for (std::size_t r = 0; r < workers_.size(); ++r)
+      if (workers_[r].dead) lost += (lost.empty() ? "" : ", ") + std::to_string(r);
+    return prefix() + "the job ended without the chief's shutdown (" +
+           (!ended_how_.empty() ? ended_how_ : lost.empty() ? "every worker left" : "worker(s) " + lost + " lost") +
+           "): it failed";
+  }
+
+  // Whether job_failure() comes from a goodbye a worker or the chief sent after its own failure.
+  bool worker_failed() const { return job_failed_.empty() && !failed_leaving_.empty(); }
+
   // Serves until shutdown, or until every worker that said hello has said bye.
   void run() {
     Compute::set_threads(std::max(1, o_.threads));  // this thread's passes only
@@ -119,8 +138,8 @@ class server {
         o_.log(prefix() + "the chief ended the job 10 s ago and not every worker has said goodbye; stopping");
         return;
       } else if (o_.idle_exit.count() > 0 && std::chrono::steady_clock::now() - last_heard > o_.idle_exit) {
-        o_.log("gradus: parameter server " + std::to_string(o_.index) + ": nothing heard for " +
-               std::to_string(o_.idle_exit.count()) + " ms; stopping");
+        ended_how_ = "nothing heard for " + std::to_string(o_.idle_exit.count()) + " ms";
+        o_.log(prefix() + ended_how_ + "; stopping");
         return;
       }
     }
@@ -237,6 +256,8 @@ class server {
   net::socket_monitor mon_;  // after sock_: destroyed first
   std::string bound_;
   std::string job_failed_;  // bsp: a worker was lost; every later request fails with this
+  std::string failed_leaving_;  // the first goodbye that came after a failure (job_failure)
+  std::string ended_how_;       // run() stopped by idle_exit (job_failure)
   int last_fd_ = -1;
   std::optional<int> last_auth_;  // the rank the last message's CURVE key may act as
   std::shared_ptr<zap_handler> zap_;

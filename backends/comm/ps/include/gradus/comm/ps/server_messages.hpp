@@ -144,6 +144,8 @@ void server<Compute>::handle(const std::string& id, const wire::header& h, std::
     case wire::type::bye: {
       const int r = sender(id, h);
       workers_[static_cast<std::size_t>(r)].left = true;
+      if (h.key == wire::leaving_failed && failed_leaving_.empty())
+        failed_leaving_ = prefix() + "worker " + std::to_string(r) + " left after a failure (its own error is in its log): the job failed";
       send(id, reply_header(h), std::span<const std::byte>{});
       if (std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left; })) done_ = true;
       serve_parked();
@@ -155,6 +157,8 @@ void server<Compute>::handle(const std::string& id, const wire::header& h, std::
       const int r = sender(id, h);
       if (r != 0) throw error(prefix() + "shutdown from worker " + std::to_string(r) + " (only the chief, worker 0, ends the job)");
       workers_[0].left = true;
+      if (h.key == wire::leaving_failed && failed_leaving_.empty())
+        failed_leaving_ = prefix() + "the chief (worker 0) ended the job after a failure (its own error is in its log): the job failed";
       send(id, reply_header(h), std::span<const std::byte>{});
       shutdown_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       if (std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left; })) done_ = true;

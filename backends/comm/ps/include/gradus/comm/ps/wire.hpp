@@ -34,8 +34,8 @@ enum class type : std::uint8_t {
   pull = 4,      // worker -> server: a value range, wanted at `clock`; no payload
   clock = 5,     // worker -> server: the worker finished step `clock` - 1 (its clock is now `clock`)
   coll = 6,      // worker -> server 0: a contribution to collective `clock` (op in `key`, root in `offset`)
-  bye = 7,       // worker -> server: this worker is done
-  shutdown = 8,  // chief -> server: the job is done, stop serving
+  bye = 7,       // worker -> server: this worker is done (key: leaving_failed after a failure)
+  shutdown = 8,  // chief -> server: the job is done, stop serving (key: leaving_failed likewise)
   reply = 9,     // server -> worker: answer to request `id` (values for a pull or a collective; empty ack otherwise)
   fail = 10,     // server -> worker: request `id` failed; payload = the error text
   snapshot = 11, // worker -> server: a whole shard's values and optimizer state (checkpoints); see server.hpp
@@ -96,6 +96,11 @@ inline const char* type_name(type t) {
 
 // Collective operations (header.key of a coll message).
 enum class coll_op : std::uint32_t { sum = 1, average = 2, broadcast = 3, barrier = 4 };
+
+// bye and shutdown: header::key says whether the worker leaves after a failure (an exception
+// unwinding its program, or its link to the servers broken), so that a server can end a
+// failed job with a failure of its own instead of exit status 0.
+inline constexpr std::uint32_t leaving_ok = 0, leaving_failed = 1;
 
 struct header {
   std::uint32_t magic = wire::magic;
