@@ -382,7 +382,9 @@ BOOST_AUTO_TEST_CASE(dry_run_and_mpirun_style_arguments) {
   // "-np" before the program is gradus-run's; the program's own "-np" is left alone.
   const auto r = run({"-np", "2", "--port", "4000", "--dry-run", child, "-np", "7"}, 30, {{"TMPDIR", "/tmp"}});
   BOOST_TEST(r.exit_code() == 0);
-  BOOST_TEST(contains(r.out, "[0] GRADUS_FAULT_FILE=/tmp/gradus-run.XXXXXX/faults GRADUS_ROLE=worker LOCAL_RANK=0 "
+  // GRADUS_JOB_ID: gradus-run's PID and the port, one per job (the ring refuses ranks of another)
+  BOOST_TEST(contains(r.out, "[0] GRADUS_FAULT_FILE=/tmp/gradus-run.XXXXXX/faults GRADUS_JOB_ID=gradus-run-"), r.out);
+  BOOST_TEST(contains(r.out, "-4000 GRADUS_ROLE=worker LOCAL_RANK=0 "
                              "LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=4000 RANK=0 WORLD_SIZE=2 " +
                                  child + " -np 7\n"),
              r.out);

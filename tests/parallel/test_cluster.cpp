@@ -237,6 +237,21 @@ BOOST_AUTO_TEST_CASE(gradus_json_inline_and_file) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
+// The job id that keeps two jobs on one rendezvous port apart: gradus-run's, torchrun's
+// run id, Slurm's job and step; none for ranks started by hand.
+BOOST_AUTO_TEST_CASE(the_job_id_comes_from_the_launcher) {
+  const env torch{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}};
+  BOOST_TEST(c::from_env(torch).job_id == "");
+  auto e = torch;
+  e["TORCHELASTIC_RUN_ID"] = "abc";
+  BOOST_TEST(c::from_env(e).job_id == "torchrun abc");
+  e["GRADUS_JOB_ID"] = "gradus-run-7-29500";
+  BOOST_TEST(c::from_env(e).job_id == "gradus-run-7-29500");
+  const env slurm{{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}, {"SLURM_JOB_ID", "42"}, {"SLURM_STEP_ID", "3"},
+                  {"SLURM_JOB_NODELIST", "n1"}};
+  BOOST_TEST(c::from_env(slurm).job_id == "slurm 42.3");
+}
+
 // Where master_addr and master_port came from, in each format, and how an error says it.
 BOOST_AUTO_TEST_CASE(origins_of_the_master_address_and_port) {
   auto s = c::from_env(env{{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "localhost"}, {"MASTER_PORT", "29400"}});

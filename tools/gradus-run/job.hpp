@@ -19,10 +19,12 @@
 // Part of gradus-run: gradus_run.cpp includes it (namespace gradus_run: see there).
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -80,6 +82,7 @@ inline std::vector<child> plan_job(const options& o) {
     const int p = probed.empty() ? port + 1 + i : probed[static_cast<std::size_t>(1 + i)];
     ps_list += (i ? "," : "") + (o.node_rank >= 0 ? o.hosts.front() : std::string("127.0.0.1")) + ":" + std::to_string(p);
   }
+  const std::string job_id = "gradus-run-" + std::to_string(::getpid()) + "-" + std::to_string(port);
   std::vector<child> cs;
   for (int i = 0; i < local_n; ++i) {
     child c;
@@ -93,6 +96,10 @@ inline std::vector<child> plan_job(const options& o) {
                  {"MASTER_PORT", std::to_string(port)},
                  {"GRADUS_ROLE", "worker"}};
     if (o.ps > 0) c.env_set["GRADUS_PS"] = ps_list;
+    // One job's ranks carry one id (this gradus-run's), so that the ring's rendezvous refuses
+    // a rank of another job sent to the same port; ranks of several hosts' gradus-runs
+    // (--node-rank) cannot share one, and a GRADUS_JOB_ID the user set is kept.
+    if (o.node_rank < 0 && !std::getenv("GRADUS_JOB_ID")) c.env_set["GRADUS_JOB_ID"] = job_id;
     cs.push_back(std::move(c));
   }
   for (int i = 0; ps_here && i < o.ps; ++i) {

@@ -110,6 +110,11 @@ struct spec {
   std::string task_type = "worker";  // "chief", "worker", "ps" or "evaluator"
   int task_index = 0;                // index within task_type
   std::string source = "default";    // "TF_CONFIG", "torchrun", "slurm", "openmpi", "gradus-json", "default"
+  // Which job this process belongs to, so that ranks of two jobs sent to one rendezvous port
+  // do not meet: GRADUS_JOB_ID (gradus-run sets one per job), else TORCHELASTIC_RUN_ID
+  // (torchrun's --rdzv-id), else SLURM_JOB_ID.SLURM_STEP_ID; empty when none is set (ranks
+  // started by hand: a second claim of a rank is then refused alone).
+  std::string job_id;
 
   bool is_worker() const { return task_type == "worker" || task_type == "chief"; }
   bool is_chief() const { return is_worker() && rank == 0; }
@@ -709,6 +714,9 @@ inline spec from_env(const env_lookup& env) {
   } else if (const auto file = env("GRADUS_CLUSTER")) {
     s = detail::from_gradus_json(env, *file);
   }  // else a world of one
+  if (present("GRADUS_JOB_ID")) s.job_id = *env("GRADUS_JOB_ID");
+  else if (present("TORCHELASTIC_RUN_ID")) s.job_id = "torchrun " + *env("TORCHELASTIC_RUN_ID");
+  else if (present("SLURM_JOB_ID")) s.job_id = "slurm " + *env("SLURM_JOB_ID") + (present("SLURM_STEP_ID") ? "." + *env("SLURM_STEP_ID") : "");
   if (const auto bind = env("GRADUS_BIND_ADDR")) {
     if (bind->find_first_not_of(" \t\r\n") == std::string::npos) throw error("GRADUS_BIND_ADDR is empty");
     s.bind_addr = *bind;

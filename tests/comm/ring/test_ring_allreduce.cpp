@@ -493,15 +493,42 @@ BOOST_AUTO_TEST_CASE(a_stalled_rank_times_out_the_others) {
 
 BOOST_AUTO_TEST_CASE(registration_errors_name_both_sides) {
   zmq::context_t ctx;
-  {  // two ranks claim rank 1
+  {  // two processes claim rank 1 (rank 2 never comes): the second claim is refused alone, at
+     // once; rank 0 goes on waiting for rank 2 and fails naming it at its timeout
     auto res = on_threads(3, [&](int t) {
       auto o = options(t == 2 ? 1 : t, 3, "inproc://dup", &ctx);
-      o.timeout = 2s;
+      o.timeout = 1s;
       g::ring_allreduce comm(o);
     });
     BOOST_TEST_REQUIRE(res[0].error.has_value());
-    BOOST_TEST(contains(*res[0].error, "rank 1 registered twice"), *res[0].error);
-    for (int t = 1; t < 3; ++t) BOOST_TEST(res[t].error.has_value());
+    BOOST_TEST(contains(*res[0].error, "rank 2 of world_size 3 did not register"), *res[0].error);
+    int refused = 0;
+    for (int t = 1; t < 3; ++t) {
+      BOOST_TEST_REQUIRE(res[t].error.has_value());
+      if (contains(*res[t].error, "rank 1 is here already")) {
+        ++refused;
+        BOOST_TEST(contains(*res[t].error, "two processes with one rank, or two jobs on one rendezvous port?"), *res[t].error);
+      }
+    }
+    BOOST_TEST(refused == 1);
+  }
+  {  // a rank of another job (ring_options::job_id, from GRADUS_JOB_ID) arrives first: it is
+     // refused alone, and the job's own ranks meet and reduce
+    auto res = on_threads(3, [&](int t) {
+      auto o = options(t == 2 ? 1 : t, 2, "inproc://jobs", &ctx);
+      o.timeout = 2s;
+      o.job_id = t == 2 ? "b" : "a";
+      if (t == 1) std::this_thread::sleep_for(300ms);  // the stranger registers first
+      g::ring_allreduce comm(o);
+      std::vector<float> x(10, 1.f);
+      comm.allreduce_sum(std::span<float>(x));
+      if (x[9] != 2.f) throw std::runtime_error("sum " + std::to_string(x[9]));
+    });
+    BOOST_TEST(!res[0].error.has_value(), res[0].error.value_or(""));
+    BOOST_TEST(!res[1].error.has_value(), res[1].error.value_or(""));
+    BOOST_TEST_REQUIRE(res[2].error.has_value());
+    BOOST_TEST(contains(*res[2].error, "rank 1 (host"), *res[2].error);
+    BOOST_TEST(contains(*res[2].error, ") belongs to job 'b', rank 0 to job 'a': two jobs on one rendezvous port?"), *res[2].error);
   }
   {  // rank 1 thinks the world has 3 ranks, rank 0 that it has 2
     auto res = on_threads(2, [&](int r) {

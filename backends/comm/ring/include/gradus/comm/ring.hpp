@@ -207,6 +207,9 @@ class ring_allreduce {
     o.rendezvous = c.rendezvous();
     // where the address came from (MASTER_ADDR, a Slurm node list, TF_CONFIG...), for errors
     if constexpr (requires { c.rendezvous_origin(); }) o.origin = c.rendezvous_origin();
+    if constexpr (requires { c.job_id; }) {
+      if (o.job_id.empty()) o.job_id = c.job_id;  // GRADUS_JOB_ID, torchrun's run id, Slurm's job
+    }
     if constexpr (requires { c.bind_addr; }) {
       if (o.bind_host.empty()) o.bind_host = c.bind_addr;  // GRADUS_BIND_ADDR
     }

@@ -76,7 +76,8 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
   d.set(zmq::sockopt::ipv6, 1);
   d.set(zmq::sockopt::sndhwm, 0);
   d.set(zmq::sockopt::rcvhwm, 0);
-  net::set_heartbeats(d, std::chrono::milliseconds(std::max<std::int64_t>(3000, o_.timeout.count() / 2)));
+  // a server may pause for up to --comm-timeout - 2 s (the ring's rule), not half of it
+  net::set_heartbeats(d, std::chrono::milliseconds(net::heartbeat_timeout_for(o_.timeout)));
   if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(k));
   const auto& s = o_.servers[k];
   const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;

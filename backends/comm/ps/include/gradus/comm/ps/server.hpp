@@ -134,6 +134,12 @@ class server {
         last_heard = std::chrono::steady_clock::now();
         while (!done_ && receive_one()) {
         }
+      }
+      if (failed_job_over()) {
+        o_.log(prefix() + "every worker that joined has left the failed job; stopping");
+        return;
+      }
+      if (item.revents & ZMQ_POLLIN) {
       } else if (shutdown_at_ && std::chrono::steady_clock::now() > *shutdown_at_) {
         o_.log(prefix() + "the chief ended the job 10 s ago and not every worker has said goodbye; stopping");
         return;
@@ -250,6 +256,12 @@ class server {
   // ---- server_worker_loss.hpp: connections that closed, workers lost
   void monitor_events();
   void worker_lost(int r);
+  void fail_job(const std::string& why);
+  // A failed job (fail_job) whose joined workers have all left, by goodbye or lost: nothing
+  // more will come (a worker refused at its hello never joins, and says no goodbye).
+  bool failed_job_over() const {
+    return !job_failed_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return !w.joined || w.left; });
+  }
 
   server_options o_;
   zmq::socket_t sock_;

@@ -66,7 +66,15 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
     if (static_cast<int>(workers_.size()) != world) diff = "world size " + std::to_string(world) + " (first: " + std::to_string(workers_.size()) + ")";
     else if (md != mode_ || static_cast<std::uint64_t>(std::max<std::int64_t>(0, staleness)) != staleness_)
       diff = "consistency " + m + " " + std::to_string(staleness) + " (first: " + mode_name(mode_) + " " + std::to_string(staleness_) + ")";
-    if (!diff.empty()) throw error(prefix() + "worker " + std::to_string(rank) + " says " + diff);
+    if (!diff.empty()) {
+      // One job's workers disagree: refusing this one alone would leave the others waiting
+      // for it until their timeout, and the servers serving on; the whole job fails now.
+      const std::string why = prefix() + "worker " + std::to_string(rank) + " says " + diff +
+                              ": every worker of a job must run the same consistency and world size (the examples' "
+                              "--consistency); the job fails";
+      fail_job(why);
+      throw error(why);
+    }
   }
   auto& w = workers_[static_cast<std::size_t>(rank)];
   if (w.joined && w.id != id && !w.left) {

@@ -2,7 +2,7 @@
 // A parameter server's lost workers: server's member functions that read the socket
 // monitor's events (a connection closed; a CURVE client refused) and act on a worker whose
 // connection closed without a goodbye: bsp fails the job naming it (every parked request
-// and collective in flight answered with the reason), or, with bsp_continue_without_dead
+// and collective in flight answered with the reason: fail_job), or, with bsp_continue_without_dead
 // and in async and ssp, the survivors go on without it. Included at the end of
 // server.hpp; not a header to include alone.
 #include <algorithm>
@@ -41,18 +41,9 @@ void server<Compute>::worker_lost(int r) {
   w.left = w.dead = true;
   const std::string who = "worker " + std::to_string(r) + (w.peer_address.empty() ? "" : " (" + w.peer_address + ")");
   if (mode_ == mode::bsp && !o_.bsp_continue_without_dead) {
-    job_failed_ = prefix() + who + " was lost at clock " + std::to_string(w.clock) +
-                  " (its connection closed: the process died, or it answered no heartbeat for " +
-                  std::to_string(o_.heartbeat_timeout.count()) + " ms); bsp cannot finish a step without it";
-    o_.log(job_failed_);
-    for (const auto& p : parked_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
-    for (const auto& p : parked_inits_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
-    parked_.clear();
-    parked_inits_.clear();
-    for (auto& [seq, c] : colls_)
-      for (std::size_t k = 0; k < c.ids.size(); ++k)
-        if (c.in[k]) send(c.ids[k], c.to(k, true), std::string_view(job_failed_));
-    colls_.clear();
+    fail_job(prefix() + who + " was lost at clock " + std::to_string(w.clock) +
+             " (its connection closed: the process died, or it answered no heartbeat for " +
+             std::to_string(o_.heartbeat_timeout.count()) + " ms); bsp cannot finish a step without it");
     return;
   }
   o_.log(prefix() + who + " was lost at clock " + std::to_string(w.clock) + "; " + std::to_string(live_workers()) +
@@ -64,6 +55,24 @@ void server<Compute>::worker_lost(int r) {
   for (const auto seq : seqs) finish_collective(seq);
   serve_parked();
   if (std::all_of(workers_.begin(), workers_.end(), [](const worker& x) { return x.left; })) done_ = true;
+}
+
+// The job cannot go on (a bsp worker lost; a worker of another consistency or world size):
+// every parked request and collective in flight is answered with the reason, every later
+// request too (receive_one), and job_failure() gives it, so the servers exit failing.
+template <class Compute>
+void server<Compute>::fail_job(const std::string& why) {
+  if (!job_failed_.empty()) return;
+  job_failed_ = why;
+  o_.log(job_failed_);
+  for (const auto& p : parked_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
+  for (const auto& p : parked_inits_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
+  parked_.clear();
+  parked_inits_.clear();
+  for (auto& [seq, c] : colls_)
+    for (std::size_t k = 0; k < c.ids.size(); ++k)
+      if (c.in[k]) send(c.ids[k], c.to(k, true), std::string_view(job_failed_));
+  colls_.clear();
 }
 
 }  // namespace gradus::ps

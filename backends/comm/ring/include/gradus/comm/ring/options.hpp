@@ -50,6 +50,10 @@ struct ring_options {
   // local address that routes to rank 0 (or, without a route, this host's name).
   // cluster::from_env() reads it from GRADUS_BIND_ADDR.
   std::string bind_host;
+  // The job these ranks belong to (cluster::spec::job_id: GRADUS_JOB_ID, torchrun's run id,
+  // Slurm's job and step). Rank 0 refuses a rank of another job alone (two jobs sent to one
+  // port) and goes on waiting for its own; empty: no job named.
+  std::string job_id;
   // The longest any one wait may last (rendezvous, a message from a peer, a send to
   // complete). A peer whose connection closes (a killed process) is noticed within about
   // half a second instead. A peer that answers nothing at all (stopped, hung, unreachable)

@@ -3,8 +3,9 @@
 // and receives them; tests/fuzz/fuzz_ring_rendezvous.cpp feeds the parsers arbitrary bytes,
 // since anyone who reaches rank 0's rendezvous port can send it a registration):
 //
-//   registration (rank k -> rank 0)   "gradus-ring/6", rank, world_size, host, machine, the
-//                                     transport asked for, then one address a line
+//   registration (rank k -> rank 0)   "gradus-ring/7", rank, world_size, host, machine, the
+//                                     transport asked for, the job id (may be empty), then
+//                                     one address a line
 //   answer (rank 0 -> rank k)         "ok", the transport chosen, the ZeroMQ scheme, every
 //                                     rank's data address, every rank's point-to-point
 //                                     address, [every rank's shm:// or tcpd:// address when
@@ -24,7 +25,7 @@
 
 namespace gradus::ring {
 
-inline constexpr std::string_view registration_magic = "gradus-ring/6";
+inline constexpr std::string_view registration_magic = "gradus-ring/7";
 
 // "a\nb\n" -> {"a", "b"}; a last line without '\n' counts, an empty last piece does not.
 inline std::vector<std::string> split_lines(std::string_view s) {
@@ -65,13 +66,13 @@ inline std::optional<int> parse_int(std::string_view s) {
 
 struct registration {
   int rank = -1, world = -1;
-  std::string host, machine, want;
+  std::string host, machine, want, job;
   std::vector<std::string> addrs;
 };
 
 inline std::string format_registration(const registration& r) {
   std::string s = std::string(registration_magic) + "\n" + std::to_string(r.rank) + "\n" + std::to_string(r.world) + "\n" +
-                  r.host + "\n" + r.machine + "\n" + r.want + "\n";
+                  r.host + "\n" + r.machine + "\n" + r.want + "\n" + r.job + "\n";
   for (const auto& a : r.addrs) s += a + "\n";
   return s;
 }
@@ -79,7 +80,7 @@ inline std::string format_registration(const registration& r) {
 // The registration in `body`, or nullopt with `why` saying what is wrong with it.
 inline std::optional<registration> parse_registration(std::string_view body, std::string& why) {
   const auto lines = split_lines(body);
-  if (lines.size() < 7 || lines[0] != registration_magic) {
+  if (lines.size() < 8 || lines[0] != registration_magic) {
     why = "a malformed registration (not a gradus ring rank, or one of another gradus version?)";
     return std::nullopt;
   }
@@ -88,7 +89,7 @@ inline std::optional<registration> parse_registration(std::string_view body, std
     why = "a registration with a malformed rank or world_size";
     return std::nullopt;
   }
-  return registration{*rank, *world, lines[3], lines[4], lines[5], std::vector<std::string>(lines.begin() + 6, lines.end())};
+  return registration{*rank, *world, lines[3], lines[4], lines[5], lines[6], std::vector<std::string>(lines.begin() + 7, lines.end())};
 }
 
 // Whether a transport has a data path of its own (its addresses travel in the answer).

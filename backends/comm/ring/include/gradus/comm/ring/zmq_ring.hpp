@@ -145,6 +145,7 @@ class zmq_ring final : public control {
  public:
   explicit zmq_ring(const ring_options& o)
       : rank_(o.rank), world_(o.world_size), timeout_(o.timeout), heartbeat_timeout_ms_(heartbeat_timeout_ms(o.timeout)) {
+    job_id_ = o.job_id;
     if (world_ < 1) throw error("gradus: ring_allreduce: world_size " + std::to_string(world_) + " must be at least 1");
     if (rank_ < 0 || rank_ >= world_)
       throw error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " is outside world_size " + std::to_string(world_));
@@ -280,10 +281,7 @@ class zmq_ring final : public control {
   // thread (a busy one still does); the 2 s (a heartbeat interval and a margin) let its two
   // neighbours notice before the other ranks' waits, which began no earlier than its
   // silence, run out.
-  static int heartbeat_timeout_ms(std::chrono::milliseconds timeout) {
-    const long long t = std::max<long long>(3000, static_cast<long long>(timeout.count()) - 2000);
-    return static_cast<int>(std::min<long long>(t, std::numeric_limits<int>::max()));
-  }
+  static int heartbeat_timeout_ms(std::chrono::milliseconds timeout) { return net::heartbeat_timeout_for(timeout); }
 
   // Where the rendezvous address came from, for errors.
   static std::string origin_of(const ring_options& o) {
@@ -517,6 +515,7 @@ class zmq_ring final : public control {
   link_state left_link_, right_link_;
   int heartbeat_timeout_ms_;
   std::vector<std::string> listen_;   // rank 0, tcp: the hosts its rendezvous binds ("*": every interface)
+  std::string job_id_;                // ring_options::job_id: a rank of another job is refused at the rendezvous
   std::string rdv_dial_, rdv_note_;   // rank != 0: the rendezvous endpoint dialled, and what its name resolved to
   std::string right_dial_;            // the right neighbour's data endpoint as dialled (numeric)
   bool blamed_ = false;

@@ -296,7 +296,7 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
 // This rank's registration (rendezvous_messages.hpp).
 inline std::string zmq_ring::registration(int world, const std::string& host, const std::string& want,
                                           const std::vector<std::string>& addrs) const {
-  return format_registration({rank_, world, host, net::machine_and_netns(), want, addrs});
+  return format_registration({rank_, world, host, net::machine_and_netns(), want, job_id_, addrs});
 }
 
 inline void zmq_ring::rendezvous(const ring_options& o, const std::string& scheme, const std::string& want, const std::vector<std::string>& mine) {
@@ -406,9 +406,29 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
       continue;
     }
     if (!id.more() || !router.recv(body)) continue;
-    identities.push_back(id.to_string());
     std::string why;
     auto got = parse_registration(body.to_string_view(), why);
+    // A rank of another job (two jobs sent to one port), or a second claim of a rank that is
+    // here already, is refused alone: this job goes on waiting for its own ranks.
+    const auto refuse_one = [&](const std::string& text) {
+      router.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+      router.send(zmq::buffer(format_refusal(text)), zmq::send_flags::dontwait);
+    };
+    if (got && got->job != job_id_ && (!got->job.empty() || !job_id_.empty())) {
+      refuse_one(where + "rank " + std::to_string(got->rank) + " (host " + got->host + ") belongs to job '" + got->job +
+                 "', rank 0 to job '" + job_id_ + "': two jobs on one rendezvous port? give each job its own MASTER_PORT "
+                 "(gradus-run --port)");
+      continue;
+    }
+    if (got && got->rank >= 0 && got->rank < world_ && reg[static_cast<std::size_t>(got->rank)].present) {
+      const auto& e = reg[static_cast<std::size_t>(got->rank)];
+      refuse_one(where + "rank " + std::to_string(got->rank) + " is here already (host " + e.host + ", " +
+                 (e.addrs.empty() ? "?" : e.addrs[0]) + "); this one (host " + got->host + ", " +
+                 (got->addrs.empty() ? "?" : got->addrs[0]) + ") is refused: two processes with one rank, or two jobs on "
+                 "one rendezvous port? give each job its own MASTER_PORT (gradus-run --port)");
+      continue;
+    }
+    identities.push_back(id.to_string());
     if (!got) refuse(where + why);
     const int r = got->rank, w = got->world;
     if (w != world_)
@@ -417,9 +437,6 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     if (r < 0 || r >= world_)
       refuse(where + "a rank registered as rank " + std::to_string(r) + " (host " + got->host + "), outside world_size " +
              std::to_string(world_));
-    if (reg[r].present)
-      refuse(where + "rank " + std::to_string(r) + " registered twice: by host " + reg[r].host + " (" +
-             (reg[r].addrs.empty() ? "?" : reg[r].addrs[0]) + ") and by host " + got->host + " (" + got->addrs[0] + ")");
     // Every rank must ask for the same data path: rank 0's choice would otherwise overrule a
     // rank's silently, or find it without the address that path needs.
     if (got->want != want)
