@@ -202,6 +202,10 @@ class CaseError(Exception):
     """The case could not be set up as planned (not the fault's outcome)."""
 
 
+class CaseSkipped(Exception):
+    """This machine cannot run the case (no root to mount a tmpfs, no Open MPI)."""
+
+
 ERROR_RE = re.compile(r"(error|failed|refus|cannot|gone|silent|lost|differs|expected|no space|not |killed|"
                       r"stopped|diverged|mismatch|asked for)", re.I)
 

@@ -24,7 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fault_cases import CASES  # noqa: E402
-from fault_harness import CaseError, Job, last_error  # noqa: E402
+from fault_harness import CaseError, CaseSkipped, Job, last_error  # noqa: E402
 
 BEGIN = "<!-- fault-matrix: begin (tests/faults/fault_matrix.py writes this section; do not edit by hand) -->"
 END = "<!-- fault-matrix: end -->"
@@ -104,6 +104,8 @@ def run_case(case, ctx):
         row = judge(case, job, r, hung)
     except CaseError as e:
         row = (f"not run: {e}", None, "—", "failing", str(e))
+    except CaseSkipped as e:
+        row = (f"skipped: {e}", None, "—", "skipped", str(e))
     finally:
         job.end()
         if os.environ.get("GRADUS_FAULT_KEEP"):
@@ -164,6 +166,9 @@ def main():
             skipped.append(f"{c.id} (needs {c.needs})")
             continue
         res = run_case(c, ctx)
+        if res["verdict"] == "skipped":
+            skipped.append(f"{c.id} ({res['why']})")
+            continue
         rows.append((c, res))
         print(f"fault_matrix: {c.id}: {res['verdict']} in {res['seconds']:.1f} s"
               f"{' — ' + res['why'] if res['why'] else ''} | {res['observed']}", flush=True)
