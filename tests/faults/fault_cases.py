@@ -9,15 +9,14 @@ optionally what became of the data. Outcome, message and detection are judged by
 
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from fault_harness import CaseError, CaseSkipped, checkpoint_intact, free_port
+from fault_harness import CaseError, CaseSkipped, checkpoint_intact, children, environ, free_port
 
 KILL, TERM, STOP, CONT = signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGCONT
 
@@ -237,11 +236,10 @@ case(id="data.corrupt_header", system="data", fault="an image file whose header 
 
 
 # ---------------------------------------------------------------- MPI
-def mpi_ranks(job, launcher, rank, timeout=30):
+def mpi_rank(launcher, rank, timeout=30):
+    """The PID of mpirun's rank `rank` (the example under mpirun's process tree)."""
     deadline = time.monotonic() + timeout
-    pending = [launcher.pid]
     while time.monotonic() < deadline:
-        from fault_harness import children, environ
         pending = [launcher.pid]
         while pending:
             pid = pending.pop()
@@ -259,7 +257,7 @@ def mpi_ranks(job, launcher, rank, timeout=30):
 def mpi_kill(job, ctx):
     run = job.start("mpirun", [*ctx["mpirun"], "-np", "2", ctx["mnist_mlp"], *base(ctx), "--comm", "mpi"])
     job.training(run)
-    job.signal(mpi_ranks(job, run, 1), KILL, "SIGKILL rank 1")
+    job.signal(mpi_rank(run, 1), KILL, "SIGKILL rank 1")
     return result(detect=[run])
 
 

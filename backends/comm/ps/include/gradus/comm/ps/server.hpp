@@ -129,8 +129,8 @@ class server {
       zmq::pollitem_t items[2] = {{sock_.handle(), 0, ZMQ_POLLIN, 0}, mon_.poll_item()};
       zmq::poll(items, 2, std::chrono::milliseconds(100));
       if (items[1].revents & ZMQ_POLLIN) monitor_events();
-      const auto& item = items[0];
-      if (item.revents & ZMQ_POLLIN) {
+      const bool heard = (items[0].revents & ZMQ_POLLIN) != 0;
+      if (heard) {
         last_heard = std::chrono::steady_clock::now();
         while (!done_ && receive_one()) {
         }
@@ -139,11 +139,12 @@ class server {
         o_.log(prefix() + "every worker that joined has left the failed job; stopping");
         return;
       }
-      if (item.revents & ZMQ_POLLIN) {
-      } else if (shutdown_at_ && std::chrono::steady_clock::now() > *shutdown_at_) {
+      if (heard) continue;
+      if (shutdown_at_ && std::chrono::steady_clock::now() > *shutdown_at_) {
         o_.log(prefix() + "the chief ended the job 10 s ago and not every worker has said goodbye; stopping");
         return;
-      } else if (o_.idle_exit.count() > 0 && std::chrono::steady_clock::now() - last_heard > o_.idle_exit) {
+      }
+      if (o_.idle_exit.count() > 0 && std::chrono::steady_clock::now() - last_heard > o_.idle_exit) {
         ended_how_ = "nothing heard for " + std::to_string(o_.idle_exit.count()) + " ms";
         o_.log(prefix() + ended_how_ + "; stopping");
         return;

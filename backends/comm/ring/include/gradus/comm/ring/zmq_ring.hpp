@@ -144,8 +144,11 @@ class zmq_pair final : public pair {
 class zmq_ring final : public control {
  public:
   explicit zmq_ring(const ring_options& o)
-      : rank_(o.rank), world_(o.world_size), timeout_(o.timeout), heartbeat_timeout_ms_(heartbeat_timeout_ms(o.timeout)) {
-    job_id_ = o.job_id;
+      : rank_(o.rank),
+        world_(o.world_size),
+        timeout_(o.timeout),
+        heartbeat_timeout_ms_(net::heartbeat_timeout_for(o.timeout)),
+        job_id_(o.job_id) {
     if (world_ < 1) throw error("gradus: ring_allreduce: world_size " + std::to_string(world_) + " must be at least 1");
     if (rank_ < 0 || rank_ >= world_)
       throw error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " is outside world_size " + std::to_string(world_));
@@ -275,13 +278,6 @@ class zmq_ring final : public control {
  private:
   friend class zmq_pair;
   friend class mesh;  // the point-to-point mesh: this ring's context, addresses and blame
-
-  // ZMTP heartbeats drop a connection that answers nothing for this long: timeout - 2 s
-  // (at least 3 s). A peer whose process is stopped answers nothing, not even from its I/O
-  // thread (a busy one still does); the 2 s (a heartbeat interval and a margin) let its two
-  // neighbours notice before the other ranks' waits, which began no earlier than its
-  // silence, run out.
-  static int heartbeat_timeout_ms(std::chrono::milliseconds timeout) { return net::heartbeat_timeout_for(timeout); }
 
   // Where the rendezvous address came from, for errors.
   static std::string origin_of(const ring_options& o) {
@@ -513,6 +509,10 @@ class zmq_ring final : public control {
     int unestablished = 0;     // connections that failed their handshake, whose DISCONNECTED is still to come
   };
   link_state left_link_, right_link_;
+  // ZMTP heartbeats drop a connection that answers nothing for this long (timeout - 2 s, at
+  // least 3 s: net::heartbeat_timeout_for). A stopped peer answers nothing, not even from its
+  // I/O thread (a busy one still does), so both its neighbours notice it before the other
+  // ranks' waits run out.
   int heartbeat_timeout_ms_;
   std::vector<std::string> listen_;   // rank 0, tcp: the hosts its rendezvous binds ("*": every interface)
   std::string job_id_;                // ring_options::job_id: a rank of another job is refused at the rendezvous
