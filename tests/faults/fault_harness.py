@@ -183,7 +183,9 @@ class Job:
         """Until every process exits (at most limit s from now); those left are 'hung'."""
         deadline = time.monotonic() + limit
         watched = [p for p in self.procs if p.pid not in self.stopped]
-        while time.monotonic() < deadline and any(p.alive() for p in watched):
+        # every process polled each round (not any(), which stops at the first alive one):
+        # an exit's time is when it happened, not when the processes before it ended
+        while time.monotonic() < deadline and sum(p.alive() for p in watched):
             time.sleep(0.02)
         hung = [p.role for p in watched if p.alive()]
         for p in self.procs:

@@ -31,6 +31,7 @@
 #include <gradus/gradus.hpp>
 
 #include "../../support/free_port.hpp"
+#include "../../support/silent_listener.hpp"
 #include "../../support/tiny_mlp.hpp"
 
 namespace g = gradus;
@@ -1041,6 +1042,64 @@ BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_wo
       BOOST_TEST(failed_after < 10.0);
     }
   }
+}
+
+// A server that goes silent (stopped, hung) rather than away: its heartbeats stop, the
+// worker's connection is dropped, and the new one its kernel accepts is never greeted. The
+// worker says so within about a second of reconnecting, naming the server and what to do,
+// not after reconnect_timeout (the fault matrix's ps.bsp.stop.server took 10 s before).
+BOOST_AUTO_TEST_CASE(a_server_that_accepts_and_never_greets_is_called_stopped_at_once) {
+  zmq::context_t ctx{1};
+  g::ps::server_options so;
+  so.address = "127.0.0.1:0";
+  so.idle_exit = 60s;
+  if (!std::getenv("PS_TEST_LOG")) so.log = [](const std::string&) {};
+  auto srv = std::make_unique<g::ps::server<g::cpu_simd>>(ctx, so);
+  const std::string address = srv->endpoint();
+  const int port = std::stoi(address.substr(address.rfind(':') + 1));
+  std::thread t([&] { srv->run(); });
+  std::string error;
+  double failed_after = 0;
+  {
+    g::ps_options o;
+    o.servers = {address};
+    o.timeout = 20s;
+    o.reconnect_timeout = 20s;  // what the old rule waited
+    g::parameter_server<g::ps_async> ps(o);
+    ps.set_shutdown_on_exit(false);
+    std::vector<double> w(10, 1.0);
+    ps.initialize("w", std::span<const double>(w));
+    ps.pull("w", std::span<double>(w));
+    srv->stop();
+    t.join();
+    srv.reset();
+    std::unique_ptr<gradus_test::silent_listener> silent;
+    for (int attempt = 0; attempt < 100 && !silent; ++attempt) {  // the port, once the server let it go
+      try {
+        silent = std::make_unique<gradus_test::silent_listener>(port);
+      } catch (const std::runtime_error&) {
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    BOOST_TEST_REQUIRE(silent != nullptr);
+    const auto t_lost = std::chrono::steady_clock::now();
+    try {
+      for (int k = 0; k < 100; ++k) {  // bounded: the loss is noticed within a few pulls
+        ps.push("w", std::span<const double>(w));
+        ps.step_done();
+        ps.pull("w", std::span<double>(w));
+        std::this_thread::sleep_for(20ms);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+      failed_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_lost).count();
+    }
+  }
+  BOOST_TEST_MESSAGE(error);
+  BOOST_TEST(error.find("server 0 (" + address + ") is gone") != std::string::npos, error);
+  BOOST_TEST(error.find("accepted but not greeted within 1 s") != std::string::npos, error);
+  BOOST_TEST(error.find("stopped (SIGSTOP, a debugger) or hung") != std::string::npos, error);
+  BOOST_TEST(failed_after < 8.0, "failed after " << failed_after << " s");
 }
 
 // ---- hostile input the fuzzer's reading found (tests/fuzz covers the decoder) ----------

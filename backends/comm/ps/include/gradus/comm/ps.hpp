@@ -37,6 +37,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
@@ -529,6 +530,10 @@ class parameter_server {
     std::chrono::steady_clock::time_point down_since{};
     std::string refused;  // why the server refused this client's handshake (CURVE)
     int failed_handshakes = 0;
+    // A TCP connection the server's kernel accepted but its ZeroMQ I/O thread never greeted
+    // (no ZMTP handshake): the process is stopped or hung, not restarting (rejoin()).
+    std::optional<std::chrono::steady_clock::time_point> connected_at;
+    bool greeted = false;
   };
   std::vector<link> links_;
   ps::mode mode_ = ps::mode::bsp;

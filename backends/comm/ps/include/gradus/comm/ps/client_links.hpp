@@ -90,7 +90,7 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
   // noticed by the waits at once, not at their deadline.
   net::socket_monitor m(*o_.context, d,
                         ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                            (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_SUCCEEDED : 0),
+                            ZMQ_EVENT_HANDSHAKE_SUCCEEDED | (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : 0),
                         "ps-client");
   ++link_generation_;
   if (k == socks_.size()) {
@@ -115,6 +115,7 @@ template <class Mode>
 inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
   const auto since = links_[k].down_since;
   const auto gone = [&](const std::string& why) {
+    links_[k].lost = true;  // the goodbye does not wait for it
     fail(prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed" + (during ? std::string(" during ") + during : std::string()) +
          " and " + why);
   };
@@ -165,6 +166,13 @@ inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
     if (std::chrono::steady_clock::now() > until || it == reqs_.end()) break;  // answer() below reports it
     pump(50);
     if (!links_[k].refused.empty()) break;  // answer() reports the refusal
+    // A restarted server's I/O thread greets a connection at once, even while its main
+    // thread loads the checkpoint; a stopped or hung process's kernel accepts the
+    // connection and nothing greets it. Its heartbeats had stopped already: say so now,
+    // not at reconnect_timeout.
+    if (const auto c = links_[k].connected_at; c && !links_[k].greeted && std::chrono::steady_clock::now() - *c > std::chrono::seconds(1))
+      gone("a new connection was accepted but not greeted within 1 s: the ps process is stopped "
+           "(SIGSTOP, a debugger) or hung; resume it, or end it and restart it (gradus-run --max-restarts reloads the last checkpoint)");
     const auto again = reqs_.find(hid);
     if (again != reqs_.end() && !again->second.answered && links_[k].lost) {
       reqs_.erase(again);
@@ -363,6 +371,11 @@ inline void parameter_server<Mode>::link_events(std::size_t k) {
       if (event != ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || ++links_[k].failed_handshakes >= 3) links_[k].refused = *why;
     } else if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
       links_[k].failed_handshakes = 0;
+      links_[k].greeted = true;
+    }
+    if (event == ZMQ_EVENT_CONNECTED) {
+      links_[k].connected_at = std::chrono::steady_clock::now();
+      links_[k].greeted = false;
     }
     if (event == ZMQ_EVENT_DISCONNECTED && links_[k].up) {
       // lost for good: ZeroMQ would reconnect this socket by itself, but to a restarted
