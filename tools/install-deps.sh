@@ -23,6 +23,7 @@ packages=(
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
   libzmq3-dev cppzmq-dev   # gradus::ring_allreduce (ZeroMQ through cppzmq)
   iproute2                 # ip netns / veth / tc: the multi-host test in network namespaces
+  nftables                 # nft: packet loss and partitions between namespaces (the fault battery)
   libopenmpi-dev openmpi-bin   # gradus::mpi (mpi_allreduce, --comm mpi) and its tests under mpirun;
                                # benchmarks/allreduce_vs_mpi.sh's MPI_Allreduce
 )

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 
 from fault_harness import CaseError, CaseSkipped, checkpoint_intact, children, environ, free_port
+from netns import Namespaces
 
 KILL, TERM, STOP, CONT = signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGCONT
 
@@ -208,6 +209,54 @@ def ring_bad_host(job, ctx):
                        WORLD_SIZE=2, LOCAL_RANK=r, MASTER_ADDR="no-such-host.invalid", MASTER_PORT=free_port())
              for r in range(2)]
     return result(detect=ranks)
+
+
+# ---------------------------------------------------------------- the network (namespaces, nftables)
+def ranks_in_namespaces(job, ctx, ns, args):
+    """A rank per namespace, over tcp to rank 0's address (torchrun's variables)."""
+    return [job.start(f"rank {r}", ns.argv(r, [ctx["mnist_mlp"], *args]), RANK=r, WORLD_SIZE=ns.n, LOCAL_RANK=0,
+                      MASTER_ADDR=ns.address(0), MASTER_PORT=29400) for r in range(ns.n)]
+
+
+@case(id="ring.netns.loss", system="ring", fault="3 ranks in 3 network namespaces over tcp; 5 % of each rank's packets "
+      "dropped, both ways (nftables)", expect="finishes", message=r"test_accuracy", bound=0, needs="root", limit=150)
+def ring_loss(job, ctx):
+    ns = Namespaces(job, 3)
+    for r in range(3):
+        ns.drop(r, 5)
+    job.fault_now()
+    return result(finish=ranks_in_namespaces(job, ctx, ns, base(ctx, epochs=1) +
+                                             ["--comm", "ring", "--comm-transport", "tcp", "--comm-timeout", "20", "--json"]))
+
+
+@case(id="ring.netns.partition", system="ring", fault="rank 2's namespace cut off mid-training: every packet dropped "
+      "(--comm-timeout 5)", expect="fails", message=r"rank 2\b.*(silent|gone|lost)", bound=6, needs="root", fast=True, limit=40)
+def ring_partition(job, ctx):
+    ns = Namespaces(job, 3)
+    ranks = ranks_in_namespaces(job, ctx, ns, base(ctx) + ["--comm", "ring", "--comm-transport", "tcp", "--comm-timeout", "5"])
+    job.training(ranks[0])
+    ns.drop(2, 100)
+    job.fault_now()
+    job.notes.append("rank 2 cut off")
+    return result(detect=ranks[:2])
+
+
+@case(id="ps.netns.partition.server", system="ps bsp", fault="ps 1's namespace cut off mid-training: every packet "
+      "dropped (--comm-timeout 4)", expect="fails", message=r"server 1\b.*gone.*nothing answers at its address", bound=10, needs="root", limit=40)
+def ps_partition(job, ctx):
+    ns = Namespaces(job, 4)  # ps 0, ps 1, worker 0, worker 1
+    servers = ",".join(f"{ns.address(i)}:29410" for i in range(2))
+    common = dict(WORLD_SIZE=2, MASTER_ADDR=ns.address(2), MASTER_PORT=29400, GRADUS_PS=servers)
+    args = base(ctx) + ["--comm", "ps", "--consistency", "bsp", "--comm-timeout", "4"]
+    srv = [job.start(f"ps {i}", ns.argv(i, [ctx["mnist_mlp"], *args]), GRADUS_ROLE="ps", GRADUS_PS_INDEX=i, **common)
+           for i in range(2)]
+    wk = [job.start(f"worker {r}", ns.argv(2 + r, [ctx["mnist_mlp"], *args]), RANK=r, LOCAL_RANK=0, **common)
+          for r in range(2)]
+    job.training(wk[0])
+    ns.drop(1, 100)
+    job.fault_now()
+    job.notes.append("ps 1 cut off")
+    return result(detect=[*wk, srv[0]])
 
 
 # ---------------------------------------------------------------- data files

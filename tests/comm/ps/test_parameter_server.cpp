@@ -1039,6 +1039,7 @@ BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_wo
       BOOST_TEST(error.find("no checkpoint to restore its shards from") != std::string::npos, error);
     } else {
       BOOST_TEST(error.find("did not come back within 1500 ms") != std::string::npos, error);
+      BOOST_TEST(error.find("its port refuses connections: the ps process died") != std::string::npos, error);
       BOOST_TEST(failed_after < 10.0);
     }
   }

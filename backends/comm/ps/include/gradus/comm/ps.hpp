@@ -534,6 +534,7 @@ class parameter_server {
     // (no ZMTP handshake): the process is stopped or hung, not restarting (rejoin()).
     std::optional<std::chrono::steady_clock::time_point> connected_at;
     bool greeted = false;
+    bool retried = false;  // a connect was refused (nothing listens: the process died), not unanswered
   };
   std::vector<link> links_;
   ps::mode mode_ = ps::mode::bsp;

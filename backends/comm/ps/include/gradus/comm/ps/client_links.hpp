@@ -89,7 +89,7 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
   // A server whose connection closes (its process died, or its heartbeats stopped) is
   // noticed by the waits at once, not at their deadline.
   net::socket_monitor m(*o_.context, d,
-                        ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                        ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                             ZMQ_EVENT_HANDSHAKE_SUCCEEDED | (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : 0),
                         "ps-client");
   ++link_generation_;
@@ -145,7 +145,10 @@ inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
       wait_id(id, until, what, true);
     } catch (const comm_error& e) {
       if (std::string_view(e.what()).find("no answer from") != std::string_view::npos)
-        gone("did not come back within " + std::to_string(o_.reconnect_timeout.count()) + " ms (restart it with gradus-run --max-restarts; it reloads the last checkpoint)");
+        gone("did not come back within " + std::to_string(o_.reconnect_timeout.count()) + " ms " +
+             (links_[k].retried || links_[k].connected_at
+                  ? std::string("(its port refuses connections: the ps process died; restart it with gradus-run --max-restarts, it reloads the last checkpoint)")
+                  : std::string("(nothing answers at its address: its host or the network is down)")));
       throw;
     } catch (const std::exception& e) {
       gone(std::string("refused this worker's rejoining: ") + e.what());
@@ -373,6 +376,7 @@ inline void parameter_server<Mode>::link_events(std::size_t k) {
       links_[k].failed_handshakes = 0;
       links_[k].greeted = true;
     }
+    if (event == ZMQ_EVENT_CONNECT_RETRIED) links_[k].retried = true;
     if (event == ZMQ_EVENT_CONNECTED) {
       links_[k].connected_at = std::chrono::steady_clock::now();
       links_[k].greeted = false;
