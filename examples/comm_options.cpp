@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include <gradus/comm/ring.hpp>
+#include <gradus/comm/net/heartbeat.hpp>
 #include <gradus/comm/ps.hpp>
 #include <gradus/comm/ps/restore.hpp>
 #include <gradus/parallel/cluster.hpp>
@@ -127,7 +128,11 @@ std::optional<int> serve_if_ps(const comm_options& o, const std::string& restore
     throw g::error("gradus: this process is ps task " + std::to_string(c.task_index) + " of the " + c.source +
                    " cluster spec, but --comm is " + o.comm + " (pass --comm ps to every process of the job)");
   g::ps::server_options so;
-  so.heartbeat_timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+  // the ring's and the workers' rule (timeout - 2 s, at least 3 s): a silent worker is named
+  // by the server before the other workers' waits (the timeout + 2 s) run out
+  const auto timeout = std::chrono::milliseconds(static_cast<std::int64_t>(o.comm_timeout * 1000));
+  so.heartbeat_timeout = std::chrono::milliseconds(g::net::heartbeat_timeout_for(timeout));
+  so.join_timeout = timeout;  // before the workers' first collective (the timeout + 2 s) gives up
   if (!restore_checkpoint.empty()) so.restore = g::ps::restore_from_checkpoint(restore_checkpoint);
   g::ps::serve<g::cpu_simd>(c, so);
   return 0;

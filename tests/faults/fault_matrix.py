@@ -23,6 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fault_cases import CASES  # noqa: E402
+import fault_grid  # noqa: E402,F401  (adds the signal x role x moment grid to CASES)
 from fault_harness import CaseError, CaseSkipped, Job, last_error  # noqa: E402
 
 BEGIN = "<!-- fault-matrix: begin (tests/faults/fault_matrix.py writes this section; do not edit by hand) -->"

@@ -47,12 +47,13 @@ struct server_pool {
   std::vector<std::unique_ptr<g::ps::server<g::cpu_simd>>> servers;
   std::vector<std::thread> threads;
   std::vector<std::string> addresses;
-  explicit server_pool(int n) {
+  explicit server_pool(int n, std::chrono::milliseconds join_timeout = 60s) {
     for (int i = 0; i < n; ++i) {
       g::ps::server_options o;
       o.address = "127.0.0.1:0";
       o.index = i;
       o.idle_exit = 60s;
+      o.join_timeout = join_timeout;
       if (!std::getenv("PS_TEST_LOG")) o.log = [](const std::string&) {};
       servers.push_back(std::make_unique<g::ps::server<g::cpu_simd>>(ctx, o));
       addresses.push_back(servers.back()->endpoint());
@@ -1101,6 +1102,35 @@ BOOST_AUTO_TEST_CASE(a_server_that_accepts_and_never_greets_is_called_stopped_at
   BOOST_TEST(error.find("accepted but not greeted within 1 s") != std::string::npos, error);
   BOOST_TEST(error.find("stopped (SIGSTOP, a debugger) or hung") != std::string::npos, error);
   BOOST_TEST(failed_after < 8.0, "failed after " << failed_after << " s");
+}
+
+// Workers that never start (or were given another server list): the servers fail the job
+// join_timeout after the first hello, naming them, and answer the collective that waits with
+// that reason; once the joined worker has left, they stop (the fault grid's
+// ps.kill.chief.start: both servers served on for ever, the worker blamed server 0).
+BOOST_AUTO_TEST_CASE(workers_that_never_join_fail_the_job_naming_them_and_the_servers_stop) {
+  server_pool pool(2, 1500ms);
+  std::string error;
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    g::parameter_server<> ps(pool.options(0, 3));
+    try {
+      ps.barrier();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  const double after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  pool.join();  // bounded: idle_exit 60 s if they did not stop by themselves
+  const double stopped = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  BOOST_TEST(error.find("workers 1, 2 of 3 did not join within 1500 ms of the first worker's hello") != std::string::npos, error);
+  BOOST_TEST(after < 8.0, "failed after " << after << " s");
+  BOOST_TEST(stopped < 12.0, "the servers stopped after " << stopped << " s");
+  for (auto& s : pool.servers) {
+    const auto f = s->job_failure();
+    BOOST_TEST_REQUIRE(f.has_value());
+    BOOST_TEST(f->find("did not join") != std::string::npos, *f);
+  }
 }
 
 // ---- hostile input the fuzzer's reading found (tests/fuzz covers the decoder) ----------

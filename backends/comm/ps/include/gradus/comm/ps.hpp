@@ -341,7 +341,7 @@ class parameter_server {
   }
   void wait(handle h) {
     const auto t0 = std::chrono::steady_clock::now();
-    for (std::uint64_t id = h.first; id < h.last; ++id) wait_id(id, t0 + o_.timeout, nullptr, true);
+    for (std::uint64_t id = h.first; id < h.last; ++id) wait_id(id, t0 + peer_wait(), nullptr, true);
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   // Everything posted so far has completed.
@@ -442,7 +442,7 @@ class parameter_server {
         ids.push_back(request(shards_[s].server, h, payload, req_kind::ack, /*copy=*/true));
       });
     }
-    const auto until = std::chrono::steady_clock::now() + o_.timeout;
+    const auto until = std::chrono::steady_clock::now() + peer_wait();
     for (const auto id : ids) wait_id(id, until, "init", true);
     first_values_.clear();
   }
@@ -516,8 +516,15 @@ class parameter_server {
     const auto id = request(0, h, data, req_kind::coll, /*copy=*/true);
     reqs_.at(id).dst = op == ps::wire::coll_op::barrier ? std::span<std::byte>{} : data;
     static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier"};
-    wait_id(id, std::chrono::steady_clock::now() + o_.timeout, names[static_cast<int>(op)], true);
+    wait_id(id, std::chrono::steady_clock::now() + peer_wait(), names[static_cast<int>(op)], true);
   }
+
+  // A wait that other workers can hold up (a bsp or ssp pull, a collective, an init parked
+  // until the chief's) lasts the timeout plus 2 s: a server notices a silent worker at its
+  // heartbeat timeout (net::heartbeat_timeout_for: the timeout - 2 s, at least 3 s) plus up
+  // to a heartbeat interval, and its answer names that worker. Without the margin the
+  // waiting worker's own deadline could come first and blame the server.
+  std::chrono::milliseconds peer_wait() const { return o_.timeout + std::chrono::milliseconds(2000); }
 
   ps_options o_;
   std::unique_ptr<zmq::context_t> own_ctx_;

@@ -135,6 +135,7 @@ class server {
         while (!done_ && receive_one()) {
         }
       }
+      check_joins();
       if (failed_job_over()) {
         o_.log(prefix() + "every worker that joined has left the failed job; stopping");
         return;
@@ -260,6 +261,7 @@ class server {
   void fail_job(const std::string& why);
   // A failed job (fail_job) whose joined workers have all left, by goodbye or lost: nothing
   // more will come (a worker refused at its hello never joins, and says no goodbye).
+  void check_joins();
   bool failed_job_over() const {
     return !job_failed_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return !w.joined || w.left; });
   }
@@ -276,6 +278,7 @@ class server {
   std::shared_ptr<zap_handler> zap_;
   std::string last_peer_;
   bool done_ = false, configured_ = false;
+  std::optional<std::chrono::steady_clock::time_point> first_hello_;  // of a fresh job (check_joins)
   bool restoring_ = false;   // a restarted server whose workers rejoin (its shards come from the checkpoint)
   std::uint64_t floor_ = 0;  // the latest step a rejoining worker was at
   std::atomic<bool> stop_{false};

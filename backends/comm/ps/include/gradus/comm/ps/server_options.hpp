@@ -47,6 +47,10 @@ struct server_options {
   // bsp: when a worker dies, fail the job at once (default, naming it) or go on with the
   // survivors (the step's average then counts only them).
   bool bsp_continue_without_dead = false;
+  // A fresh job whose every worker has not said hello this long after the first one fails,
+  // naming the missing ranks (not started, or given another server list): its collectives
+  // would wait for them for ever. Not applied by a restarted server (its workers rejoin).
+  std::chrono::milliseconds join_timeout{60000};
   // Threads of the server's update passes (its compute policy's set_threads). 1: a 1 MiB
   // chunk's update is memory-bound (33 us on one thread), and a team per chunk cost 40x the
   // CPU of a raw ZeroMQ server and 0.2x its throughput with 2 servers

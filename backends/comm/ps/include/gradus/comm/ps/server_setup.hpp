@@ -57,6 +57,7 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
   const mode md = m == "async" ? mode::async : m == "bsp" ? mode::bsp : m == "ssp" ? mode::ssp : throw error(prefix() + "unknown consistency '" + m + "'");
   if (workers_.empty()) {
     workers_.resize(static_cast<std::size_t>(world));
+    if (!rejoin) first_hello_ = std::chrono::steady_clock::now();
     mode_ = md;
     staleness_ = static_cast<std::uint64_t>(std::max<std::int64_t>(0, staleness));
     o_.log(prefix() + "serving " + std::to_string(world) + " workers, " + mode_name(md) +
@@ -288,6 +289,23 @@ void server<Compute>::restore_shard(shard_state& s) {
 // bsp after a restart: the rejoining workers are at step c, so the shards go on from c
 // (a step in flight when the server died is lost with it, as the steps since the
 // checkpoint are; pushes for it are acknowledged and dropped).
+// A fresh job's ranks that have not said hello join_timeout after the first one did: the
+// job fails naming them (fail_job answers what waits), as the ring's rendezvous does.
+template <class Compute>
+void server<Compute>::check_joins() {
+  if (!first_hello_ || restoring_ || !job_failed_.empty()) return;
+  if (std::chrono::steady_clock::now() - *first_hello_ <= o_.join_timeout) return;
+  std::string missing;
+  int n = 0;
+  for (std::size_t r = 0; r < workers_.size(); ++r)
+    if (!workers_[r].joined && !workers_[r].left) missing += (n++ ? ", " : "") + std::to_string(r);
+  first_hello_.reset();
+  if (n == 0) return;
+  fail_job(prefix() + "worker" + (n > 1 ? "s " : " ") + missing + " of " + std::to_string(workers_.size()) + " did not join within " +
+           std::to_string(o_.join_timeout.count()) + " ms of the first worker's hello (not started, or started with another server list: "
+           "GRADUS_PS, TF_CONFIG cluster.ps, gradus-run --ps); the job fails");
+}
+
 template <class Compute>
 void server<Compute>::raise_floor(std::uint64_t c) {
   floor_ = std::max(floor_, c);
