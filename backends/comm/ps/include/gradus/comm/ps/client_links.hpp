@@ -79,6 +79,14 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
   // a server may pause for up to --comm-timeout - 2 s (the ring's rule), not half of it
   net::set_heartbeats(d, std::chrono::milliseconds(net::heartbeat_timeout_for(o_.timeout)));
   if (o_.curve) ps::make_curve_client(d, o_.curve->keys, o_.curve->server_key(k));
+  // A server whose connection closes (its process died, or its heartbeats stopped) is
+  // noticed by the waits at once, not at their deadline.
+  net::socket_monitor m(*o_.context, d,
+                        ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                            ZMQ_EVENT_HANDSHAKE_SUCCEEDED | (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : 0),
+                        "ps-client");
+  // connected after the monitor is attached: a fast connection's CONNECTED is not missed
+  // (the greeting check in rejoin() counts on it)
   const auto& s = o_.servers[k];
   const std::string ep = s.find("://") != std::string::npos ? s : "tcp://" + s;
   try {
@@ -86,12 +94,6 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
   } catch (const zmq::error_t& e) {
     throw comm_error(prefix() + "cannot connect to " + server_name(static_cast<int>(k)) + ": " + e.what());
   }
-  // A server whose connection closes (its process died, or its heartbeats stopped) is
-  // noticed by the waits at once, not at their deadline.
-  net::socket_monitor m(*o_.context, d,
-                        ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECTED | ZMQ_EVENT_CONNECT_RETRIED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                            ZMQ_EVENT_HANDSHAKE_SUCCEEDED | (o_.curve ? ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL : 0),
-                        "ps-client");
   ++link_generation_;
   if (k == socks_.size()) {
     socks_.push_back(std::move(d));

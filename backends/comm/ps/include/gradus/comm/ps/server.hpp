@@ -259,9 +259,9 @@ class server {
   void monitor_events();
   void worker_lost(int r);
   void fail_job(const std::string& why);
+  void check_joins();  // server_setup.hpp: a fresh job's ranks not joined by join_timeout fail it
   // A failed job (fail_job) whose joined workers have all left, by goodbye or lost: nothing
   // more will come (a worker refused at its hello never joins, and says no goodbye).
-  void check_joins();
   bool failed_job_over() const {
     return !job_failed_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return !w.joined || w.left; });
   }

@@ -286,9 +286,6 @@ void server<Compute>::restore_shard(shard_state& s) {
          std::to_string(r->step) + (mode_ == mode::bsp ? "; serving from step " + std::to_string(s.version) : std::string()));
 }
 
-// bsp after a restart: the rejoining workers are at step c, so the shards go on from c
-// (a step in flight when the server died is lost with it, as the steps since the
-// checkpoint are; pushes for it are acknowledged and dropped).
 // A fresh job's ranks that have not said hello join_timeout after the first one did: the
 // job fails naming them (fail_job answers what waits), as the ring's rendezvous does.
 template <class Compute>
@@ -306,6 +303,9 @@ void server<Compute>::check_joins() {
            "GRADUS_PS, TF_CONFIG cluster.ps, gradus-run --ps); the job fails");
 }
 
+// bsp after a restart: the rejoining workers are at step c, so the shards go on from c
+// (a step in flight when the server died is lost with it, as the steps since the
+// checkpoint are; pushes for it are acknowledged and dropped).
 template <class Compute>
 void server<Compute>::raise_floor(std::uint64_t c) {
   floor_ = std::max(floor_, c);
