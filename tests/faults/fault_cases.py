@@ -34,6 +34,7 @@ class Case:
     fast: bool = False
     limit: float = 60  # seconds the job may take after the fault before it counts as hung
     needs: str = ""  # "root", "mpi": a case this machine may not be able to run
+    shown: str = ""  # what the table says is expected, when not the message pattern itself
 
 
 CASES = []

@@ -102,6 +102,7 @@ def add_grid():
                     CASES.append(Case(id=f"{system}.{sig_name}.{role}.{moment}", system=system if system != "ps" else "ps bsp",
                                       fault=f"SIG{sig_name.upper()} {role} {what[moment]} (--comm-timeout {TIMEOUT[system]})",
                                       expect="fails", message=f"{NAMES[(system, role)]}.*{FAILED}|{FAILED}.*{NAMES[(system, role)]}",
+                                      shown=f"a survivor names `{NAMES[(system, role)]}` (gone, lost, silent, not joined...)",
                                       bound=bound, run=grid_case(system, sig_name, role, moment), limit=60,
                                       fast=(system, sig_name, role, moment) in FAST))
 

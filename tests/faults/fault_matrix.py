@@ -124,7 +124,7 @@ def table(rows, header):
            "| case | system | fault | expected | observed | detection (s) | data lost? | verdict |",
            "|---|---|---|---|---|---|---|---|"]
     for case, res in rows:
-        expected = ("fails: " if case.expect == "fails" else "finishes: ") + f"`{case.message}`" + \
+        expected = ("fails: " if case.expect == "fails" else "finishes: ") + (case.shown or f"`{case.message}`") + \
                    (f" within {case.bound:g} s" if case.expect == "fails" else "")
         det = f"{res['detection']:.2f}" if res["detection"] is not None else "—"
         verdict = res["verdict"] + (f" ({res['why']})" if res["why"] else "")
