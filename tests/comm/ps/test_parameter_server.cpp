@@ -971,6 +971,23 @@ BOOST_AUTO_TEST_CASE(a_restarted_server_reloads_its_shards_and_the_workers_rejoi
   BOOST_TEST(std::abs(ck_m[5] - run(w0[5], 0, 4).second) < 1e-12);
 }
 
+// Push, step and pull "w" until the communicator fails (at most 100 steps: a lost server
+// is noticed within a few); returns the error, or nothing when it never failed.
+template <class Ps>
+std::string steps_until_it_fails(Ps& ps, std::vector<double>& w) {
+  try {
+    for (int k = 0; k < 100; ++k) {
+      ps.push("w", std::span<const double>(w));
+      ps.step_done();
+      ps.pull("w", std::span<double>(w));
+      std::this_thread::sleep_for(20ms);
+    }
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return {};
+}
+
 // A server that comes back without a checkpoint refuses its rejoining workers (saying
 // why); one that does not come back fails them after reconnect_timeout, naming it.
 BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_workers_naming_it) {
@@ -1017,17 +1034,8 @@ BOOST_AUTO_TEST_CASE(a_server_back_without_a_checkpoint_or_not_back_fails_its_wo
           back->run();
           again = nullptr;
         });
-      try {
-        for (int k = 0; k < 100; ++k) {  // bounded: the loss is noticed within a few pulls
-          ps.push("w", std::span<const double>(w));
-          ps.step_done();
-          ps.pull("w", std::span<double>(w));
-          std::this_thread::sleep_for(20ms);
-        }
-      } catch (const std::exception& e) {
-        error = e.what();
-        failed_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
-      }
+      error = steps_until_it_fails(ps, w);
+      failed_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_start).count();
     }
     if (t2.joinable()) {
       for (int k = 0; k < 200 && !again.load(); ++k) std::this_thread::sleep_for(10ms);
@@ -1085,17 +1093,8 @@ BOOST_AUTO_TEST_CASE(a_server_that_accepts_and_never_greets_is_called_stopped_at
     }
     BOOST_TEST_REQUIRE(silent != nullptr);
     const auto t_lost = std::chrono::steady_clock::now();
-    try {
-      for (int k = 0; k < 100; ++k) {  // bounded: the loss is noticed within a few pulls
-        ps.push("w", std::span<const double>(w));
-        ps.step_done();
-        ps.pull("w", std::span<double>(w));
-        std::this_thread::sleep_for(20ms);
-      }
-    } catch (const std::exception& e) {
-      error = e.what();
-      failed_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_lost).count();
-    }
+    error = steps_until_it_fails(ps, w);
+    failed_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_lost).count();
   }
   BOOST_TEST_MESSAGE(error);
   BOOST_TEST(error.find("server 0 (" + address + ") is gone") != std::string::npos, error);
