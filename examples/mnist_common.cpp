@@ -146,6 +146,13 @@ int resumed_epochs(const std::string& example, const mnist_options& o, std::int6
   return static_cast<int>(gs / steps_per_epoch);
 }
 
+int rejoined_epoch(const std::string& example, std::int64_t gs, std::int64_t steps_per_epoch) {
+  if (gs % steps_per_epoch != 0)
+    throw g::error("gradus: " + example + ": this restart came back at global step " + std::to_string(gs) +
+                   ", not at an epoch's end (epochs of " + std::to_string(steps_per_epoch) + " steps): the workers' join point moved?");
+  return static_cast<int>(gs / steps_per_epoch);
+}
+
 struct epoch_records::impl {
   std::string plot;
   std::optional<g::util::metrics_log> log;

@@ -148,6 +148,9 @@ void ensure_parent_directory(const std::string& file, const std::string& option)
 // The epochs a resumed run's global step holds (0 for a new run), refusing a step that is
 // not a whole number of epochs or already holds every epoch asked for.
 int resumed_epochs(const std::string& example, const mnist_options& o, std::int64_t global_step, std::int64_t steps_per_epoch);
+// The epoch a parameter-server worker's restart goes on from: the others' step, which is an
+// epoch's end (it came back at pull_state's join point).
+int rejoined_epoch(const std::string& example, std::int64_t global_step, std::int64_t steps_per_epoch);
 
 // Checkpoints of the session (gradus::io's save_checkpoint / restore_checkpoint, recording
 // the world size that wrote them).
@@ -285,8 +288,16 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
                      std::to_string(staged.back()) + ", or start a new run");
     if (!quiet) std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
   }
-  step.broadcast_variables();  // compares the run fingerprint first
-  const int first = resumed_epochs(example, o, s.global_step(), steps_per_epoch);
+  try {
+    step.broadcast_variables();  // compares the run fingerprint first
+  } catch (const g::parallel::job_finished& e) {  // a restarted ps worker the job no longer needs
+    std::cerr << e.what() << "\n";
+    return 0;
+  }
+  // A parameter-server worker's restart comes back at the others' step, an epoch's end
+  // (data_parallel_step::pull_state), and trains the epochs left from there.
+  const int first = step.rejoined() ? rejoined_epoch(example, s.global_step(), steps_per_epoch)
+                                    : resumed_epochs(example, o, s.global_step(), steps_per_epoch);
 
   // ---- metrics CSV (appended to when resuming) and the SVG curves, on rank 0
   epoch_records records(o, first, chief);
@@ -361,6 +372,8 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   if (world > 1) {  // every rank: the replicas must hold the same bits
     step.pull_variables();  // a parameter server's final values on every worker
     step.check_replicas();  // names the first tensor that differs, on every rank
+    // a chief that came back (a ps restart) after the last epoch's end evaluates here
+    if (chief && first >= o.epochs) acc = mnist_test_accuracy(s, logits, x, d);
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(session_checksum(s)));
     // one write: launchers that merge the ranks' output (mpirun) keep the line whole

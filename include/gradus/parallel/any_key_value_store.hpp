@@ -4,8 +4,9 @@
 // them. It offers the optional parts of the concept whether or not the store has them: a
 // store without state initialization takes the variable alone (its optimizer starts fresh),
 // one without snapshot is pulled, set_optimizer / set_learning_rate do nothing where the store
-// has neither, and the sparse-row calls throw "gradus: <name> does not move sparse rows
-// (...)" where has_rows() is false.
+// has neither, the sparse-row calls throw "gradus: <name> does not move sparse rows
+// (...)" where has_rows() is false, and a store that takes no restarted worker back is never
+// restarted() and its join_point() is a barrier.
 //
 //   auto kv = parallel::any_key_value_store::share(ptr);   // a std::shared_ptr<C>, shared
 //                                                          // with any_collectives
@@ -14,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -48,6 +50,9 @@ class any_key_value_store {
     virtual void push_rows(std::string_view, std::span<const std::int64_t>, std::span<const double>) = 0;
     virtual void pull_rows(std::string_view, std::span<float>) = 0;
     virtual void pull_rows(std::string_view, std::span<double>) = 0;
+    virtual bool restarted() = 0;
+    virtual std::optional<std::int64_t> rejoin_job() = 0;
+    virtual std::vector<int> join_point() = 0;
   };
   template <class C>
   struct holder final : iface {
@@ -101,6 +106,24 @@ class any_key_value_store {
     }
     void pull_rows(std::string_view k, std::span<float> t) override { on_rows("pull_rows", [&](auto& p) { p.pull_rows(k, t); }); }
     void pull_rows(std::string_view k, std::span<double> t) override { on_rows("pull_rows", [&](auto& p) { p.pull_rows(k, t); }); }
+    bool restarted() override {
+      if constexpr (rejoin_store<C>) return c->restarted();
+      else return false;
+    }
+    std::optional<std::int64_t> rejoin_job() override {
+      if constexpr (rejoin_store<C>) return c->rejoin_job();
+      else throw error(std::string("gradus: ") + C::name + " takes no restarted worker back (rejoin_job)");
+    }
+    std::vector<int> join_point() override {
+      if constexpr (rejoin_store<C>) {
+        return c->join_point();
+      } else if constexpr (requires { c->barrier(); }) {
+        c->barrier();
+        return {};
+      } else {
+        throw error(std::string("gradus: ") + C::name + " has no barrier (join_point)");
+      }
+    }
   };
   std::shared_ptr<iface> p_;
 
@@ -148,8 +171,13 @@ class any_key_value_store {
   void pull_rows(std::string_view key, std::span<T> table) {
     p_->pull_rows(key, table);
   }
+  // false, a throw, and a plain barrier where the store takes no restarted worker back
+  bool restarted() { return p_->restarted(); }
+  std::optional<std::int64_t> rejoin_job() { return p_->rejoin_job(); }
+  std::vector<int> join_point() { return p_->join_point(); }
 };
 static_assert(key_value_store<any_key_value_store>);
 static_assert(row_store<any_key_value_store>);
+static_assert(rejoin_store<any_key_value_store>);
 
 }  // namespace gradus::parallel

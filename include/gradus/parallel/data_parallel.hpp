@@ -57,6 +57,12 @@
 
 namespace gradus::parallel {
 
+// A lost worker's restart that arrived after the job ended (data_parallel_step, over a
+// parameter server): nothing is left to train; a program exits successfully.
+struct job_finished : error {
+  using error::error;
+};
+
 struct data_parallel_options {
   std::size_t bucket_bytes = default_bucket_bytes;  // 25 MiB, as PyTorch DDP's bucket_cap_mb
   bool overlap = true;  // false: reduce every bucket after the backward pass, on the caller's thread's turn
@@ -105,11 +111,7 @@ class data_parallel_step {
       return step_.run(feeds...);
     }
     if (store) {
-      if (!ps_.started()) {
-        check_run_fingerprint();
-        ps_.start(optimizer_fields_);
-        synced_ = true;
-      }
+      if (!ps_.started()) start_store();
       ps_.begin_step();
     } else {
       if (!synced_) broadcast_variables();
@@ -155,6 +157,7 @@ class data_parallel_step {
   // before its first step; call it again after restoring a checkpoint on rank 0 only). The
   // first call compares the run fingerprint first.
   void broadcast_variables() {
+    if (ps_.restarted()) return start_store();  // a lost worker's restart: the servers' state, at the others' step
     check_run_fingerprint();
     on_worker([this] { parallel::broadcast_variables(comm_, step_.owner()); });
     synced_ = true;
@@ -164,7 +167,20 @@ class data_parallel_step {
   // session (between two barriers, so that no worker pushes meanwhile: one consistent
   // step), so that save_checkpoint writes what the servers hold. Every worker calls it at
   // the same step; elsewhere it does nothing.
-  void pull_state() { ps_.pull_state(); }
+  //
+  // Its second barrier is a join point: a lost worker's restart waiting to rejoin comes back
+  // there (async and ssp parameter servers), and every worker then compares the run
+  // fingerprint with it, as the newcomer does first.
+  void pull_state() {
+    if (!ps_.pull_state().empty()) {
+      fingerprint_checked_ = false;
+      check_run_fingerprint();
+    }
+  }
+  // Whether this process took the place of a worker the job lost (a parameter server's
+  // restart, taken back at the others' step: the global step says which, and its epoch loop
+  // starts there instead of where a checkpoint says).
+  bool rejoined() const { return rejoined_; }
 
   // A parameter server: every worker waits for the others (a barrier), then pulls the
   // variables, so that all replicas hold the servers' final values (in async and SSP modes
@@ -234,6 +250,28 @@ class data_parallel_step {
     }
   }
 
+  // The first step over a key-value store: the optimizer, the variables and the step offered,
+  // the servers' values pulled. A lost worker's restart instead waits for the others' next
+  // join point, compares the run fingerprint with them (they do at once after the join
+  // point: pull_state), then takes the servers' whole state at their step.
+  void start_store() {
+    if (ps_.restarted()) {
+      const auto at = ps_.rejoin();
+      if (!at)
+        throw job_finished("gradus: data_parallel: rank " + std::to_string(comm_.rank()) +
+                           " restarted in place of a lost worker, but the job ended before it could rejoin: nothing is left to train");
+      fingerprint_checked_ = false;
+      check_run_fingerprint();  // with the others, who compare it right after the join point
+      step_.owner().set_global_step(*at);
+      ps_.start(optimizer_fields_, /*whole_state=*/true);
+      rejoined_ = true;
+    } else {
+      check_run_fingerprint();
+      ps_.start(optimizer_fields_);
+    }
+    synced_ = true;
+  }
+
   // f() on the communicator's thread, waited for; its failure is rethrown here.
   template <class F>
   void on_worker(F&& f) {
@@ -262,6 +300,7 @@ class data_parallel_step {
   std::vector<run_field> optimizer_fields_, extra_fields_;
   bool fingerprint_checked_ = false;
   bool synced_ = false;
+  bool rejoined_ = false;
   comm_worker worker_;  // last: its thread stops before the buckets it reads go away
 };
 

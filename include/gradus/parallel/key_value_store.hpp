@@ -19,15 +19,20 @@
 //       state and the global step with the variable (resuming a checkpoint; pull_state)
 //   set_optimizer(name, settings) / set_learning_rate(lr)   what the store applies
 //   set_rows / push_rows / pull_rows (`row_store`)   an embedding's gradient as its rows only
+//   restarted / rejoin_job / join_point (`rejoin_store`)   a lost worker's restart taken back
+//       at the workers' next join point (async and ssp parameter servers)
 //
 // A store is not a collective; a parameter server is both (parameter_server_policy in
 // communicator.hpp): the workers still agree on the run fingerprint and meet at barriers.
 #include <cstddef>
+#include <concepts>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace gradus::parallel {
 
@@ -52,6 +57,18 @@ concept row_store = requires(C& c, std::string_view key, std::span<const std::in
   c.set_rows(key, std::size_t{});
   c.push_rows(key, rows, v);
   c.pull_rows(key, t);
+};
+
+// A store that takes a lost worker's restart back: restarted() says this process is one
+// (it skips the start-up collectives the others ran), rejoin_job() waits for the workers'
+// next join point and returns the step to go on from (nothing: the job ended first), and
+// join_point() is the barrier where the others take it back (returning the ranks that came
+// back: every worker then compares the run fingerprint with them).
+template <class C>
+concept rejoin_store = requires(C& c) {
+  { c.restarted() } -> std::convertible_to<bool>;
+  { c.rejoin_job() } -> std::same_as<std::optional<std::int64_t>>;
+  { c.join_point() } -> std::same_as<std::vector<int>>;
 };
 
 // The store a communicator offers (what the data-parallel step pushes to): the communicator

@@ -11,6 +11,9 @@
 //                 gradient as its rows, where the store moves rows)
 //   end_step()    the step is over (step_done), every variable pulled back — the store's
 //                 optimizer has applied the updates — and the global step advanced
+//   rejoin()      a lost worker's restart (restarted()): waits for the others' next join
+//                 point (pull_state's second barrier), then start(..., whole_state) at
+//                 their step
 //
 // Every call to the store runs on the step's communicator thread (comm_worker.hpp), in
 // order. The store's optional parts (state, snapshots, the optimizer, sparse rows) are used
@@ -19,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,7 +58,9 @@ class ps_worker {
   bool started() const { return on_server_; }
 
   // optimizer_fields: {"optimizer", name} then {"optimizer.<setting>", value}...
-  void start(const std::vector<run_field>& optimizer_fields) {
+  // whole_state: take the servers' optimizer state with the variables (a restart that rejoins:
+  // its session then holds what the others' last pull_state gave them).
+  void start(const std::vector<run_field>& optimizer_fields, bool whole_state = false) {
     auto& s = step_.owner();
     const auto& names = Step::variable_names();
     if constexpr (requires { store_->set_optimizer(std::string(), std::map<std::string, std::string>()); }) {
@@ -85,8 +91,22 @@ class ps_worker {
           if (Step::variable_row_lengths()[i] > 0 && moves_rows()) store_->set_rows(key, static_cast<std::size_t>(Step::variable_row_lengths()[i]));
       });
     }
-    pull_all();  // every variable whole, the first time; then a table's changed rows only
+    if (whole_state) snapshot_all();
+    else pull_all();  // every variable whole, the first time; then a table's changed rows only
     on_server_ = true;
+  }
+
+  // Whether this process takes the place of a worker the job lost (rejoin_store: a parameter
+  // server in async or ssp); rejoin() then waits for the workers' next join point and
+  // returns the step to go on from, or nothing when the job ended first.
+  bool restarted() {
+    if constexpr (requires { store_->restarted(); }) return active() && store_->restarted();
+    else return false;
+  }
+  std::optional<std::int64_t> rejoin() {
+    std::optional<std::int64_t> at;
+    if constexpr (requires { store_->rejoin_job(); }) on_worker([&] { at = store_->rejoin_job(); });
+    return at;
   }
 
   // Before the backward pass: this step's learning rate to a store that applies it.
@@ -119,31 +139,21 @@ class ps_worker {
   }
 
   // The servers' variables and optimizer state into this worker's session, between two
-  // barriers (data_parallel_step::pull_state).
-  void pull_state() {
-    if (!active() || !on_server_) return;
+  // barriers (data_parallel_step::pull_state); the second is a join point where the store
+  // has them (every worker at one step, no collective in flight: a lost worker's restart
+  // comes back there). Returns the ranks that came back.
+  std::vector<int> pull_state() {
+    if (!active() || !on_server_) return {};
     const auto bound = step_.owner().bind();
-    on_worker([this] {
-      const auto& names = Step::variable_names();
+    std::vector<int> back;
+    on_worker([&] {
       comm_.barrier();
-      for (std::size_t i = 0; i < n; ++i)
-        with_span(i, [&](auto sp) {
-          using T = typename decltype(sp)::element_type;
-          if constexpr (requires { store_->snapshot(names[i], sp, std::vector<std::span<T>>{}); }) {
-            std::vector<std::span<T>> slots;
-            for (auto& b : slot_host_[i]) slots.emplace_back(reinterpret_cast<T*>(b.data()), b.size() / sizeof(T));
-            (void)store_->snapshot(names[i], sp, std::move(slots));
-          } else {
-            store_->pull(names[i], sp);
-          }
-        });
-      comm_.barrier();
+      snapshot_on_worker();
+      if constexpr (requires { store_->join_point(); }) back = store_->join_point();
+      else comm_.barrier();
     });
-    for (std::size_t i = 0; i < n; ++i) {
-      backend::copy_to_device(storage_[i], host_[i].data(), host_[i].size());
-      for (std::size_t k = 0; k < slot_names_.size(); ++k)
-        backend::copy_to_device(slot_storage_[i][k], slot_host_[i][k].data(), slot_host_[i][k].size());
-    }
+    to_device_with_state();
+    return back;
   }
 
   // Every worker waits for the others (a barrier), then pulls the variables
@@ -226,6 +236,33 @@ class ps_worker {
       throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
     }
   }
+  // Every variable and its optimizer state from the store into the host copies (on the
+  // communicator's thread).
+  void snapshot_on_worker() {
+    const auto& names = Step::variable_names();
+    for (std::size_t i = 0; i < n; ++i)
+      with_span(i, [&](auto sp) {
+        using T = typename decltype(sp)::element_type;
+        if constexpr (requires { store_->snapshot(names[i], sp, std::vector<std::span<T>>{}); }) {
+          std::vector<std::span<T>> slots;
+          for (auto& b : slot_host_[i]) slots.emplace_back(reinterpret_cast<T*>(b.data()), b.size() / sizeof(T));
+          (void)store_->snapshot(names[i], sp, std::move(slots));
+        } else {
+          store_->pull(names[i], sp);
+        }
+      });
+  }
+  void to_device_with_state() {
+    for (std::size_t i = 0; i < n; ++i) {
+      backend::copy_to_device(storage_[i], host_[i].data(), host_[i].size());
+      for (std::size_t k = 0; k < slot_names_.size(); ++k)
+        backend::copy_to_device(slot_storage_[i][k], slot_host_[i][k].data(), slot_host_[i][k].size());
+    }
+  }
+  void snapshot_all() {
+    on_worker([this] { snapshot_on_worker(); });
+    to_device_with_state();
+  }
   void pull_all() {
     const auto& names = Step::variable_names();
     for (std::size_t i = 0; i < n; ++i)
@@ -264,13 +301,15 @@ struct no_ps_worker {
   static constexpr bool started() { return false; }
   static constexpr bool moves_rows() { return false; }
   template <class Fields>
-  void start(const Fields&) {}
+  void start(const Fields&, bool = false) {}
   void begin_step() {}
   template <class Gradient>
   void arrived(std::size_t, const Gradient&) {}
   void end_step() {}
-  void pull_state() {}
+  static std::vector<int> pull_state() { return {}; }
   void pull_variables() {}
+  static constexpr bool restarted() { return false; }
+  static std::optional<std::int64_t> rejoin() { return std::nullopt; }
 };
 
 }  // namespace gradus::parallel

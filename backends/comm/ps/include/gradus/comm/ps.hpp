@@ -32,6 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -73,6 +74,7 @@ class parameter_server {
     std::uint64_t max_staleness = 0;  // ssp/bsp: the largest clock - (clock the values were known to include)
     double wait_seconds = 0;
     std::uint64_t rejoins = 0;  // servers this worker rejoined after they restarted
+    bool rejoined_job = false;  // this process took a lost worker's place (rejoin_job)
   };
 
   explicit parameter_server(ps_options o) : o_(std::move(o)) { connect(); }
@@ -85,6 +87,7 @@ class parameter_server {
     o_.world_size = c.world_size;
     if (!o_.curve) o_.curve = ps::curve_client_from_env(c.rank);
     if (o_.origin.empty()) o_.origin = c.source == "TF_CONFIG" ? "TF_CONFIG cluster.ps" : "GRADUS_PS";
+    if (const char* n = std::getenv("GRADUS_RESTART_COUNT"); n && std::atoi(n) > 0) o_.restarted = true;
     if (!c.is_worker()) throw error("gradus: parameter_server: this process is a '" + c.task_type + "' task, not a worker (a ps task serves: ps::serve)");
     connect();
   }
@@ -152,6 +155,28 @@ class parameter_server {
     collective(ps::wire::coll_op::broadcast, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), root);
   }
   void barrier() { collective(ps::wire::coll_op::barrier, {}, ps::wire::dtype::none, 0, 0); }
+
+  // ---- a lost worker's restart (async, ssp; server_rejoin.hpp) ----
+  // Whether this process takes the place of a worker the job lost (ps_options::restarted, and
+  // the servers lost it): it must rejoin_job() before its first push or pull, and skip the
+  // start-up collectives the others ran (the data-parallel step does both).
+  bool restarted() const { return must_join_; }
+  // Waits at server 0 for the workers' next join point, then comes back on every server at
+  // their clock: returns the step to go on from (this worker's clock), or nothing when the
+  // job ended first (nothing left to train). Collectives then go on with the others' numbering.
+  std::optional<std::int64_t> rejoin_job();
+  // A barrier at which the restarts waiting to rejoin are taken back: call it where every
+  // worker stands at the same step with no collective in flight (data_parallel_step's
+  // pull_state, at an epoch's end). Returns the ranks taken back here; every worker then runs
+  // the collectives a newcomer runs first (the run fingerprint), in step with it.
+  std::vector<int> join_point() {
+    std::vector<std::byte> back(static_cast<std::size_t>(o_.world_size), std::byte{0});
+    collective(ps::wire::coll_op::join_point, back, ps::wire::dtype::bytes, back.size(), 0);
+    std::vector<int> ranks;
+    for (std::size_t r = 0; r < back.size(); ++r)
+      if (back[r] != std::byte{0}) ranks.push_back(static_cast<int>(r));
+    return ranks;
+  }
 
   // ---- the parameter-server interface (parallel::parameter_server_policy) ----
   // The optimizer the servers apply: its name and settings() text (data_parallel_step
@@ -382,6 +407,7 @@ class parameter_server {
     std::string failure;
     std::uint64_t clock = 0;
     ps::wire::header sent;                // as sent (a rejoin resends it)
+    ps::wire::header answer;              // the reply's header (hello, join)
     std::span<const std::byte> payload;   // the caller's bytes (zero-copy requests)
     std::vector<std::byte> body;          // or a copy
   };
@@ -406,7 +432,7 @@ class parameter_server {
   std::string hello_text(bool rejoin) const;
   void open_link(std::size_t k);
   void rejoin(std::size_t k, const char* during);
-  void everyone(ps::wire::type t, const std::string& text, const char* what);
+  std::vector<ps::wire::header> everyone(ps::wire::type t, const std::string& text, const char* what);  // their answers
 
   // The optimizer, then the variables to the servers: the partition, one init per shard.
   void flush() {
@@ -504,7 +530,8 @@ class parameter_server {
   void pump(int wait_ms);
   void on_message(int server, std::vector<zmq::message_t>& parts);
   void link_events(std::size_t k);
-  void wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error);
+  void wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error,
+               ps::wire::header* answer = nullptr);
 
   std::string key_name(std::uint32_t key) const {
     return key < shards_.size() ? vars_[shards_[key].var].name : "key " + std::to_string(key);
@@ -515,8 +542,7 @@ class parameter_server {
     h.clock = coll_seq_++;
     const auto id = request(0, h, data, req_kind::coll, /*copy=*/true);
     reqs_.at(id).dst = op == ps::wire::coll_op::barrier ? std::span<std::byte>{} : data;
-    static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier"};
-    wait_id(id, std::chrono::steady_clock::now() + peer_wait(), names[static_cast<int>(op)], true);
+    wait_id(id, std::chrono::steady_clock::now() + peer_wait(), ps::wire::coll_op_name(static_cast<std::uint32_t>(op)), true);
   }
 
   // A wait that other workers can hold up (a bsp or ssp pull, a collective, an init parked
@@ -548,6 +574,7 @@ class parameter_server {
   int staleness_ = 0;
   bool flushed_ = false, broken_ = false, shutdown_on_exit_ = true;
   bool rejoining_ = false, closing_ = false;
+  bool must_join_ = false;  // a restart the servers must take back (restarted(), rejoin_job())
   std::uint64_t link_generation_ = 0;
   std::string config_text_;
   std::string broken_text_;
@@ -569,6 +596,7 @@ class parameter_server {
 };
 
 static_assert(parallel::parameter_server_policy<parameter_server<ps_bsp>>);
+static_assert(parallel::rejoin_store<parameter_server<ps_async>>);
 
 namespace ps {
 // Serves as parameter-server task `c.task_index` of the cluster spec (its address is

@@ -50,8 +50,40 @@ inline void parameter_server<Mode>::connect() {
   for (std::size_t k = 0; k < o_.servers.size(); ++k) open_link(k);
   // Hello to every server, waited for: a worker that cannot reach its servers says so
   // here (ZeroMQ retries the connection, so servers may start after the workers).
-  everyone(ps::wire::type::hello, hello_text(false), "hello");
+  const auto answers = everyone(ps::wire::type::hello, hello_text(false), "hello");
   for (auto& l : links_) l.joined = true;
+  // server 0 lost this rank (and runs the collectives): this restart must join before training
+  must_join_ = o_.restarted && answers.front().key == ps::wire::must_join;
+}
+
+template <class Mode>
+inline std::optional<std::int64_t> parameter_server<Mode>::rejoin_job() {
+  if (!must_join_) throw error(prefix() + "rejoin_job: this worker is not a restart the servers wait to take back (restarted() is false)");
+  if (flushed_) throw error(prefix() + "rejoin_job after the first push or pull");
+  ps::wire::header answer;
+  try {
+    wait_id(request(0, ps::wire::make(ps::wire::type::join), {}, req_kind::ack), std::chrono::steady_clock::now() + o_.rejoin_timeout,
+            "join", true, &answer);
+  } catch (const comm_error& e) {
+    if (std::string_view(e.what()).find("no answer from") == std::string_view::npos) throw;
+    fail(prefix() + "restarted, it waited " + std::to_string(o_.rejoin_timeout.count()) + " ms at " + server_name(0) +
+         " for the other workers' next join point (an epoch's end) and none came: are they training? (ps_options::rejoin_timeout)");
+  }
+  must_join_ = false;
+  if (answer.key == ps::wire::job_over) return std::nullopt;
+  clock_ = answer.clock;
+  coll_seq_ = answer.offset;
+  // the other servers take it back at that clock
+  std::vector<std::uint64_t> ids;
+  for (std::size_t k = 1; k < socks_.size(); ++k) {
+    auto h = ps::wire::make(ps::wire::type::join);
+    h.clock = clock_;
+    ids.push_back(request(static_cast<int>(k), h, {}, req_kind::ack));
+  }
+  const auto until = std::chrono::steady_clock::now() + o_.timeout;
+  for (const auto id : ids) wait_id(id, until, "join", true);
+  stats_.rejoined_job = true;
+  return static_cast<std::int64_t>(clock_);
 }
 
 template <class Mode>
@@ -64,6 +96,8 @@ inline std::string parameter_server<Mode>::hello_text(bool rejoin) const {
   if (rejoin) {
     j["rejoin"] = true;
     j["clock"] = clock_;
+  } else if (o_.restarted) {
+    j["restart"] = true;  // in place of a worker the job lost (server_rejoin.hpp)
   }
   return j.dump();
 }
@@ -210,13 +244,15 @@ inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
 
 // One message to every server, and their answers.
 template <class Mode>
-inline void parameter_server<Mode>::everyone(ps::wire::type t, const std::string& text, const char* what) {
+inline std::vector<ps::wire::header> parameter_server<Mode>::everyone(ps::wire::type t, const std::string& text, const char* what) {
   std::vector<std::uint64_t> ids;
   for (std::size_t k = 0; k < socks_.size(); ++k)
     ids.push_back(request(static_cast<int>(k), ps::wire::make(t), std::as_bytes(std::span<const char>(text.data(), text.size())),
                           req_kind::ack, /*copy=*/true));
   const auto until = std::chrono::steady_clock::now() + o_.timeout;
-  for (const auto id : ids) wait_id(id, until, what, true);
+  std::vector<ps::wire::header> answers(ids.size());
+  for (std::size_t k = 0; k < ids.size(); ++k) wait_id(ids[k], until, what, true, &answers[k]);
+  return answers;
 }
 
 // Posts a request and returns its id.
@@ -317,6 +353,7 @@ inline void parameter_server<Mode>::on_message(int server, std::vector<zmq::mess
   if (it == reqs_.end()) return;  // an answer to a request already failed or abandoned
   auto& r = it->second;
   r.answered = true;
+  r.answer = h;
   if (static_cast<ps::wire::type>(h.type) == ps::wire::type::fail) {
     r.failure = std::string(reinterpret_cast<const char*>(d.msg->payload.data()), d.msg->payload.size());
     return;
@@ -397,7 +434,8 @@ inline void parameter_server<Mode>::link_events(std::size_t k) {
 
 // Waits for request `id` (answered, and its zero-copy payload released).
 template <class Mode>
-inline void parameter_server<Mode>::wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error) {
+inline void parameter_server<Mode>::wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error,
+                                            ps::wire::header* answer) {
   auto it = reqs_.find(id);
   if (it == reqs_.end()) return;
   while (true) {
@@ -458,6 +496,7 @@ inline void parameter_server<Mode>::wait_id(std::uint64_t id, std::chrono::stead
   auto r = std::move(it->second);
   reqs_.erase(it);
   prune_flags();
+  if (answer) *answer = r.answer;
   if (!r.failure.empty() && throw_on_error) {
     // every worker got the same refusal: the connections and the collective count stay sound
     if (r.kind == req_kind::coll) throw comm_error(r.failure);

@@ -47,6 +47,12 @@ struct ps_options {
   // old server left unanswered; it fails when the server is not back within this time
   // (0: at once, 1 s after the connection closed).
   std::chrono::milliseconds reconnect_timeout{30000};
+  // This process takes the place of a worker the job lost (async and ssp): it says so in its
+  // hello, and rejoin_job() waits at server 0 for the workers' next join point (an epoch's
+  // end) for at most rejoin_timeout. From a cluster spec: GRADUS_RESTART_COUNT > 0, which
+  // gradus-run --max-restarts sets on a restart.
+  bool restarted = false;
+  std::chrono::milliseconds rejoin_timeout{std::chrono::minutes(15)};
   std::size_t chunk_bytes = std::size_t(1) << 20;
   ps::partitioner partition = ps::balanced_by_bytes;
   std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")

@@ -28,7 +28,10 @@
 // A worker whose connection closes without a goodbye (its process died, or its ZMTP
 // heartbeats stopped for heartbeat_timeout) is lost: BSP fails the job at once naming it
 // (or, with bsp_continue_without_dead, averages the survivors); async and SSP go on
-// without it (it leaves the staleness clock, collectives count the survivors).
+// without it (it leaves the staleness clock, collectives count the survivors), and take
+// its restart back (server_rejoin.hpp): the new process says hello as a restart, waits at
+// server 0 for the workers' next join point (a barrier at the end of an epoch), and comes
+// back there at their clock.
 // GRADUS_PS_DEBUG=1 in the environment logs each worker's connection and every closed one.
 //
 // The class and its state are here; its member functions, grouped by what they do, are in
@@ -158,6 +161,7 @@ class server {
     std::string id;  // ZeroMQ routing id
     std::uint64_t clock = 0;
     bool joined = false, left = false, dead = false;
+    bool reviving = false;     // a restart of a lost worker, said hello, not yet taken back (left, dead)
     int fd = -1;               // its connection (ZMQ_SRCFD), to recognise its DISCONNECTED
     std::string peer_address;  // where it connects from ("Peer-Address"), for messages
   };
@@ -255,6 +259,15 @@ class server {
   template <class T>
   static void combine_typed(collective& c, wire::coll_op op, std::vector<std::byte>& out);
   static std::vector<std::byte> combine(collective& c, wire::coll_op op);
+  // ---- server_rejoin.hpp: a lost worker's restart taken back at a join point
+  void revive(int rank, const std::string& id);
+  void join(int rank, const std::string& id, const wire::header& h);
+  void admit(int rank, std::uint64_t clock);
+  std::vector<std::byte> admit_waiting(std::uint64_t seq);
+  void end_waiting_joins(const std::string& failure);
+  bool every_worker_gone() const;
+  std::string no_one_to_rejoin() const;
+  void after_a_worker_left();
   // ---- server_worker_loss.hpp: connections that closed, workers lost
   void monitor_events();
   void worker_lost(int r);
@@ -292,6 +305,7 @@ class server {
   std::map<std::uint32_t, shard_state> shards_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<int>> p_done_;
   std::vector<parked> parked_, parked_inits_;
+  std::vector<parked> parked_joins_;  // server 0: restarted workers waiting for the next join point
   std::vector<std::uint64_t> scratch_;  // an aligned copy of a misaligned payload
   std::map<std::uint64_t, collective> colls_;
   std::map<std::uint64_t, std::string> failed_colls_;
@@ -306,3 +320,4 @@ class server {
 #include "gradus/comm/ps/server_rows.hpp"
 #include "gradus/comm/ps/server_collectives.hpp"
 #include "gradus/comm/ps/server_worker_loss.hpp"
+#include "gradus/comm/ps/server_rejoin.hpp"

@@ -36,8 +36,7 @@ void server<Compute>::coll(int rank, const std::string& id, const wire::header& 
     c.in.assign(workers_.size(), false);
   }
   const auto op_name = [](const wire::header& x) {
-    static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier"};
-    return std::string(names[x.key]) + " of " + std::to_string(x.count) + " " + wire::dtype_name(static_cast<wire::dtype>(x.dtype)) +
+    return std::string(wire::coll_op_name(x.key)) + " of " + std::to_string(x.count) + " " + wire::dtype_name(static_cast<wire::dtype>(x.dtype)) +
            (x.key == 3 ? " from rank " + std::to_string(x.offset) : "");
   };
   if (h.key != c.first.key || h.dtype != c.first.dtype || h.count != c.first.count || (h.key == 3 && h.offset != c.first.offset)) {
@@ -53,6 +52,9 @@ void server<Compute>::coll(int rank, const std::string& id, const wire::header& 
   }
   if (c.in[static_cast<std::size_t>(rank)]) throw error(prefix() + "worker " + std::to_string(rank) + " entered collective #" + std::to_string(h.clock) + " twice");
   const auto op = static_cast<wire::coll_op>(h.key);
+  if (op == wire::coll_op::join_point && (h.dtype != static_cast<std::uint8_t>(wire::dtype::bytes) || h.count != workers_.size()))
+    throw error(prefix() + "a join point of " + std::to_string(h.count) + " " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) +
+                " (one byte per worker: " + std::to_string(workers_.size()) + ")");
   if ((op == wire::coll_op::sum || op == wire::coll_op::average) && h.dtype != static_cast<std::uint8_t>(wire::dtype::f32) &&
       h.dtype != static_cast<std::uint8_t>(wire::dtype::f64))
     throw error(prefix() + "a sum of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " (float32 or float64 only)");
@@ -82,6 +84,8 @@ void server<Compute>::finish_collective(std::uint64_t seq) {
       return;
     }
     result = c.parts[c.first.offset];
+  } else if (op == wire::coll_op::join_point) {
+    result = admit_waiting(seq);  // the restarts waiting come back here
   } else if (op != wire::coll_op::barrier) {
     result = combine(c, op);
   }

@@ -141,13 +141,18 @@ void server<Compute>::handle(const std::string& id, const wire::header& h, std::
     case wire::type::init_values: return init_values(sender(id, h), id, h, payload);
     case wire::type::clock: return clock(sender(id, h), h);
     case wire::type::coll: return coll(sender(id, h), id, h, payload);
+    case wire::type::join: return join(sender(id, h), id, h);
     case wire::type::bye: {
       const int r = sender(id, h);
-      workers_[static_cast<std::size_t>(r)].left = true;
-      if (h.key == wire::leaving_failed && failed_leaving_.empty())
+      auto& w = workers_[static_cast<std::size_t>(r)];
+      // a restart that leaves before it was taken back (the job ended first) failed nothing
+      const bool was_back = !w.reviving;
+      w.left = true;
+      w.reviving = false;
+      if (h.key == wire::leaving_failed && failed_leaving_.empty() && was_back)
         failed_leaving_ = prefix() + "worker " + std::to_string(r) + " left after a failure (its own error is in its log): the job failed";
       send(id, reply_header(h), std::span<const std::byte>{});
-      if (std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left; })) done_ = true;
+      after_a_worker_left();
       serve_parked();
       return;
     }
@@ -156,12 +161,15 @@ void server<Compute>::handle(const std::string& id, const wire::header& h, std::
       // said goodbye too (their last pulls are answered), or after a grace period.
       const int r = sender(id, h);
       if (r != 0) throw error(prefix() + "shutdown from worker " + std::to_string(r) + " (only the chief, worker 0, ends the job)");
+      const bool was_back = !workers_[0].reviving;
       workers_[0].left = true;
-      if (h.key == wire::leaving_failed && failed_leaving_.empty())
+      workers_[0].reviving = false;
+      if (h.key == wire::leaving_failed && failed_leaving_.empty() && was_back)
         failed_leaving_ = prefix() + "the chief (worker 0) ended the job after a failure (its own error is in its log): the job failed";
       send(id, reply_header(h), std::span<const std::byte>{});
       shutdown_at_ = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-      if (std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left; })) done_ = true;
+      end_waiting_joins({});  // restarts waiting to come back: the job is over
+      after_a_worker_left();
       serve_parked();
       return;
     }

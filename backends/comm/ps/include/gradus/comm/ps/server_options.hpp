@@ -76,6 +76,7 @@ struct server_stats {
   std::atomic<std::uint64_t> messages{0}, malformed{0}, rejected{0}, pushes{0}, pulls{0}, updates{0}, collectives{0}, workers_lost{0};
   std::atomic<std::uint64_t> restored{0};       // shards reloaded from a checkpoint after a restart
   std::atomic<std::uint64_t> stale_dropped{0};  // bsp pushes for a step a restarted server skipped
+  std::atomic<std::uint64_t> workers_rejoined{0};  // restarted workers taken back (async, ssp)
 };
 
 }  // namespace gradus::ps

@@ -26,6 +26,7 @@ namespace gradus::ps {
 
 template <class Compute>
 void server<Compute>::hello(const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
+  monitor_events();  // connections closed before this hello: a lost worker is known as lost
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(payload.data()), payload.size()));
@@ -49,6 +50,9 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
   const auto rejoin_clock = static_cast<std::uint64_t>(integer("clock", 0, std::int64_t(1) << 53, 0));
   const auto rj = j.find("rejoin");
   const bool rejoin = rj != j.end() && rj->is_boolean() && rj->get<bool>();
+  // a new process in place of a lost worker (server_rejoin.hpp)
+  const auto rs = j.find("restart");
+  const bool restart = rs != j.end() && rs->is_boolean() && rs->get<bool>() && !rejoin;
   const auto mit = j.find("mode");
   const std::string m = mit != j.end() && mit->is_string() ? mit->get<std::string>() : "";
   if (world < 1 || rank < 0 || rank >= world || h.rank != rank)
@@ -78,6 +82,12 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
     }
   }
   auto& w = workers_[static_cast<std::size_t>(rank)];
+  if (restart && w.joined && w.id != id && !w.left) {
+    // its old process died and its connection has not been seen to close yet
+    o_.log(prefix() + "worker " + std::to_string(rank) + " restarted before its old connection was seen to close");
+    worker_lost(rank);
+    if (!job_failed_.empty()) throw error(job_failed_);
+  }
   if (w.joined && w.id != id && !w.left) {
     // A rejoining worker may reach a restarted server twice (a first connection that
     // ZeroMQ reopened by itself carried its hello, then the one it opened again): the
@@ -87,7 +97,14 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
     o_.log(prefix() + "worker " + std::to_string(rank) + " rejoins on a new connection");
     w.joined = false;
   }
-  if (w.dead) throw error(prefix() + "worker " + std::to_string(rank) + " was declared dead; it cannot rejoin this job");
+  const bool revived = w.dead && restart;
+  if (w.dead && !revived)
+    throw error(prefix() + "worker " + std::to_string(rank) + " was declared dead; a process may take its place only as a restart " +
+                "(GRADUS_RESTART_COUNT > 0, which gradus-run --max-restarts sets; ps_options::restarted), in an async or ssp job");
+  if (revived) {
+    revive(rank, id);
+    w.fd = -1;  // its old connection's number: not this one's (below)
+  }
   if (rejoin && !w.joined) {
     // This server restarted (its old state is gone): it reloads its shards from the last
     // checkpoint as the workers declare them again, and takes up the clocks they are at.
@@ -108,12 +125,13 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
   monitor_events();
   w.id = id;
   w.joined = true;
-  w.left = false;
+  if (!w.reviving) w.left = false;  // a restart counts once it is taken back (join)
   w.fd = last_fd_;
   if (std::getenv("GRADUS_PS_DEBUG")) o_.log(prefix() + "worker " + std::to_string(rank) + " fd " + std::to_string(w.fd));
   w.peer_address = last_peer_;
   auto r = reply_header(h);
   r.clock = w.clock;  // a reconnecting worker learns where it was
+  if (w.reviving) r.key = wire::must_join;
   send(id, r, std::span<const std::byte>{});
 }
 

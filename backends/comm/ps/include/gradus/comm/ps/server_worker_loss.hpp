@@ -28,9 +28,16 @@ void server<Compute>::monitor_events() {
       for (const auto& r : zap_->take_new_refusals())
         o_.log(prefix() + "refused a client at " + r.address + " (" + r.mechanism + " key " + r.public_key + "): " + r.reason);
     if (event != ZMQ_EVENT_DISCONNECTED) continue;
-    for (std::size_t r = 0; r < workers_.size(); ++r)
-      if (workers_[r].joined && !workers_[r].left && workers_[r].fd == static_cast<int>(value))
-        worker_lost(static_cast<int>(r));
+    for (std::size_t r = 0; r < workers_.size(); ++r) {
+      auto& w = workers_[r];
+      if (w.joined && !w.left && w.fd == static_cast<int>(value)) worker_lost(static_cast<int>(r));
+      if (w.reviving && w.fd == static_cast<int>(value)) {  // a restart that died before it was taken back
+        w.reviving = false;
+        std::erase_if(parked_joins_, [&](const parked& p) { return p.id == w.id; });
+        o_.log(prefix() + "worker " + std::to_string(r) + "'s restart was lost before it was taken back");
+        after_a_worker_left();
+      }
+    }
   }
 }
 
@@ -54,7 +61,7 @@ void server<Compute>::worker_lost(int r) {
   for (const auto& [seq, c] : colls_) seqs.push_back(seq);
   for (const auto seq : seqs) finish_collective(seq);
   serve_parked();
-  if (std::all_of(workers_.begin(), workers_.end(), [](const worker& x) { return x.left; })) done_ = true;
+  after_a_worker_left();
 }
 
 // The job cannot go on (a bsp worker lost; a worker of another consistency or world size):
@@ -69,6 +76,7 @@ void server<Compute>::fail_job(const std::string& why) {
   for (const auto& p : parked_inits_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
   parked_.clear();
   parked_inits_.clear();
+  end_waiting_joins(job_failed_);
   for (auto& [seq, c] : colls_)
     for (std::size_t k = 0; k < c.ids.size(); ++k)
       if (c.in[k]) send(c.ids[k], c.to(k, true), std::string_view(job_failed_));

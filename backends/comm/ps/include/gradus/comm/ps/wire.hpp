@@ -46,8 +46,11 @@ enum class type : std::uint8_t {
                    // per row), at `clock`; the reply: count = rows, scalar = the shard's stamp now, payload as push_rows
   init_values = 15,  // chief -> server: a chunk of a declared shard's first values, elements [offset, offset + count)
                      // of the variable, then the same range of each optimizer state tensor; clock = the start step
+  join = 16,  // a restarted worker -> server: take me back. Server 0 answers at the workers' next join point
+              // (clock = the step to start at, offset = the next collective number; key = job_over when the
+              // job ended first); the others at once, reviving it at `clock`
 };
-inline constexpr std::uint8_t last_type = 15;
+inline constexpr std::uint8_t last_type = 16;
 
 enum class dtype : std::uint8_t { none = 0, f32 = 1, f64 = 2, bytes = 3 };
 
@@ -90,12 +93,25 @@ inline const char* type_name(type t) {
     case type::push_rows: return "push_rows";
     case type::pull_rows: return "pull_rows";
     case type::init_values: return "init_values";
+    case type::join: return "join";
   }
   return "unknown";
 }
 
-// Collective operations (header.key of a coll message).
-enum class coll_op : std::uint32_t { sum = 1, average = 2, broadcast = 3, barrier = 4 };
+// Collective operations (header.key of a coll message). join_point: a barrier at which the
+// restarted workers waiting to rejoin are taken back; its answer is one byte per rank, 1 for
+// each rank taken back there (count = the world size, dtype bytes).
+enum class coll_op : std::uint32_t { sum = 1, average = 2, broadcast = 3, barrier = 4, join_point = 5 };
+inline constexpr std::uint32_t last_coll_op = 5;
+inline const char* coll_op_name(std::uint32_t op) {
+  static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier", "join_point"};
+  return op <= last_coll_op ? names[op] : "?";
+}
+// The answer to a join that comes after the job ended (reply.key): nothing left to train.
+inline constexpr std::uint32_t job_over = 1;
+// The answer to a hello (reply.key): this rank was lost and its restart must join (above)
+// before it trains.
+inline constexpr std::uint32_t must_join = 1;
 
 // bye and shutdown: header::key says whether the worker leaves after a failure (an exception
 // unwinding its program, or its link to the servers broken), so that a server can end a
@@ -184,7 +200,7 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
   }
   if (t == type::init_values && (elem == 0 || h.count == 0 || have == 0 || have % (h.count * elem) != 0))  // count <= 2^40: no overflow
     return bad("init_values of " + std::to_string(h.count) + " " + dtype_name(dt) + " elements carries " + std::to_string(have) + " bytes");
-  if (t == type::coll && (h.key < 1 || h.key > 4)) return bad("unknown collective " + std::to_string(h.key));
+  if (t == type::coll && (h.key < 1 || h.key > last_coll_op)) return bad("unknown collective " + std::to_string(h.key));
   if ((t == type::pull || t == type::push || t == type::init) && h.count == 0 && t != type::init)
     return bad(std::string(type_name(t)) + " of an empty range");
   return {decoded{h, frames.size() == 2 ? frames[1] : std::span<const std::byte>{}}, {}};
