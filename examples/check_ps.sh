@@ -12,6 +12,8 @@
 # 4. A parameter server SIGKILLed mid-training under gradus-run --max-restarts: restarted, it
 #    reloads its shards from the chief's checkpoint, the workers rejoin it and the job
 #    reaches its accuracy.
+# 4b. A worker SIGKILLed mid-training under gradus-run --max-restarts (async): its restart
+#    comes back at the others' next epoch end and the job finishes at its accuracy.
 # 5. A parameter server SIGKILLed with workers started by hand (no launcher to restart it) and
 #    --comm-timeout 4: both workers fail within 12 s, saying the server did not come back
 #    within 4000 ms (the wait for a lost server follows --comm-timeout, not a fixed 30 s).
@@ -189,6 +191,37 @@ acc=$(field "$j" test_accuracy)
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.92 else 1)" "$acc" || fail "recovery: test accuracy $acc < 0.92"
 echo "check_ps: ps 1 killed in epoch 2 and restarted from the epoch-1 checkpoint: the bsp job finished, test accuracy $acc;" \
   "$(grep -c "restored '" "$work/recover.out") shards restored"
+
+# ---- 4b. a worker killed mid-training and restarted (async): gradus-run --max-restarts
+# starts rank 1 again; it waits at server 0 for the others' next epoch end, comes back there
+# at their step, trains the epochs left with them, and the job finishes with its accuracy,
+# both replicas agreeing at the end
+OMP_NUM_THREADS=1 "$launcher" -np 2 --ps 2 --timeout 180 --max-restarts 1 --restart-delay 0.5 "$exe" --data "$data" \
+  --seed 2 --threads 1 --json --epochs 4 --comm ps --consistency async >"$work/wrestart.out" 2>&1 </dev/null &
+launcher_pid=$!
+pids=("$launcher_pid")
+for _ in $(seq 1200); do grep -q "rank 1 of 2: epoch 1:" "$work/wrestart.out" && break; kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.05; done
+grep -q "rank 1 of 2: epoch 1:" "$work/wrestart.out" || fail "worker restart: rank 1 did not finish epoch 1 within 60 s"
+sleep 0.5
+rank1=""
+for c in $(pgrep -P "$launcher_pid"); do
+  env_of=$(tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null)
+  grep -qx "GRADUS_ROLE=worker" <<<"$env_of" && grep -qx "RANK=1" <<<"$env_of" && rank1=$c
+done
+[[ -n $rank1 ]] || fail "worker restart: rank 1 is not a child of gradus-run $launcher_pid"
+kill -9 "$rank1"
+for _ in $(seq 1800); do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$launcher_pid" 2>/dev/null && fail "worker restart: the job still runs 180 s after rank 1 was killed"
+wait "$launcher_pid" || fail "worker restart: the job failed after rank 1 was killed and restarted"
+pids=()
+grep -q "rank 1 was killed by signal 9.*restarting it" "$work/wrestart.out" || fail "worker restart: gradus-run did not restart rank 1"
+back=$(grep -o "worker 1 is back at clock [0-9]*" "$work/wrestart.out" | head -n 1)
+[[ -n $back ]] || fail "worker restart: no server took worker 1 back"
+[[ $(grep -c 'replica checksum' "$work/wrestart.out") == 2 ]] || fail "worker restart: the replica checksums were not printed by both ranks"
+j=$(json_of "$work/wrestart.out")
+acc=$(field "$j" test_accuracy)
+python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.90 else 1)" "$acc" || fail "worker restart: test accuracy $acc < 0.90"
+echo "check_ps: rank 1 killed in epoch 2 and restarted: $back (an epoch's end), the async job finished, test accuracy $acc"
 
 # ---- 5. a server killed, workers started by hand: nothing restarts it; the workers fail
 # after --comm-timeout (4 s), naming it

@@ -374,6 +374,16 @@ def ps_server_restart(job, ctx):
     return result(finish=[run], data="updates since the last checkpoint on ps 1's shards (by design)")
 
 
+@case(id="ps.restart.worker", system="ps async", fault="SIGKILL worker 1 in epoch 2, gradus-run --max-restarts 1",
+      expect="finishes", message=r"is back at clock", bound=0)
+def ps_worker_restart(job, ctx):
+    run = job.launcher(["-np", "2", "--ps", "2", "--max-restarts", "1", "--restart-delay", "0.5", ctx["mnist_mlp"],
+                        *base(ctx, epochs=40), "--comm", "ps", "--consistency", "async", "--json"])
+    job.wait_until("rank 1's first epoch end", lambda: "rank 1 of 2: epoch 1:" in run.err() + run.out(), 60, [run])
+    job.signal(job.child(run, GRADUS_ROLE="worker", RANK=1), KILL, "SIGKILL worker 1")
+    return result(finish=[run], data="the rest of the epoch worker 1 had not reached (by design)")
+
+
 @case(id="ps.mismatch.consistency", system="ps", fault="worker 1 started with --consistency async, the rest bsp",
       expect="fails", message=r"consisten", bound=5, fast=True, limit=40)
 def ps_mismatch(job, ctx):

@@ -16,6 +16,12 @@
 // rank stopped, then all started again with GRADUS_RESTART_COUNT, up to K times in all. A
 // process gradus-run stopped is never restarted, and nothing is restarted once the job is
 // stopping.
+//
+// A job with parameter servers has succeeded once its chief (rank 0) exits 0 — a TFJob's
+// default success policy: the chief ends the job only after the last collective every live
+// worker took part in. A worker that fails after that is reported, not restarted and no
+// failure of the job; a restart still waiting for its delay is called off; a worker still
+// running 10 s later (a restart that never reached the job) is stopped.
 // Part of gradus-run: gradus_run.cpp includes it (namespace gradus_run: see there).
 #include <signal.h>
 #include <sys/wait.h>
@@ -142,6 +148,15 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
   int spawn_error = 0;
   int interrupted = 0;
   bool timed_out = false, ps_stopping = false;
+  // a job with parameter servers: when its chief (rank 0 on this host) exited 0, and what
+  // happened to the other workers after it (the final line)
+  std::optional<steady::time_point> chief_done_at;
+  std::string after_chief;
+  bool stragglers_stopped = false;
+  const auto note_after_chief = [&](const std::string& what) {
+    after_chief += (after_chief.empty() ? "" : "; ") + what;
+    say(what);
+  };
 
   const auto stop_all = [&](int sig) {
     for (auto& c : cs) signal_child(c, sig, o.grace);
@@ -214,10 +229,19 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
     // the job's failure. Of several failures reaped together, one killed by a signal of its
     // own first: the others are more likely its neighbours, failing because of it. While a
     // group restart stops the ranks, their failures are its consequences, not new causes.
+    if (!group && !chief_done_at)
+      for (const child* c : finished)
+        if (!c->is_ps && c->label == "0" && !c->failed()) chief_done_at = steady::now();
     if (!failure && !interrupted && !timed_out && !regrouping) {
       std::vector<child*> failed, to_restart;
-      for (child* c : finished)
-        if (c->failed() && !c->stopped_by_us) (restartable(*c) ? to_restart : failed).push_back(c);
+      for (child* c : finished) {
+        if (!c->failed() || c->stopped_by_us) continue;
+        if (chief_done_at && !c->is_ps) {  // the job has succeeded already
+          note_after_chief(process_name(*c) + " " + describe_status(c->status) + " after the chief finished the job; not restarted");
+          continue;
+        }
+        (restartable(*c) ? to_restart : failed).push_back(c);
+      }
       for (child* c : failed)
         if (!failure || (WIFSIGNALED(c->status) && !WIFSIGNALED(failure->status))) failure = c;
       if (failure) {
@@ -306,9 +330,22 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
         c.restart_at.reset();
         continue;
       }
+      if (!c.is_ps && chief_done_at) {
+        c.restart_at.reset();
+        note_after_chief(process_name(c) + "'s restart is called off: the chief finished the job");
+        continue;
+      }
       if (steady::now() < *c.restart_at) continue;
       c.restart_at.reset();
       restart(c, c.restarts);
+    }
+    if (chief_done_at && !stragglers_stopped && !stopping() && steady::now() - *chief_done_at > seconds(10)) {
+      stragglers_stopped = true;
+      for (auto& c : cs)
+        if (!c.is_ps && c.running) {
+          note_after_chief(process_name(c) + " still ran 10 s after the chief finished the job; stopping it");
+          signal_child(c, SIGTERM, o.grace);
+        }
     }
     enforce_kill_deadlines(cs);
     close_orphaned_streams(cs, o.grace);
@@ -348,7 +385,8 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
   }
   // A parameter server that failed by itself (not stopped by us, not restarted) is a failure
   // too; handled above. Everything exited 0.
-  if (!used.empty()) say("finished: the workers exited 0" + restarts_note);
+  if (!after_chief.empty()) say("finished: the chief exited 0 (after it: " + after_chief + ")" + restarts_note);
+  else if (!used.empty()) say("finished: the workers exited 0" + restarts_note);
   return 0;
 }
 
