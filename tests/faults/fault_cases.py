@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from delay_proxy import DelayProxy
 from fault_harness import CaseError, CaseSkipped, checkpoint_intact, children, environ, free_port
 from netns import Namespaces
 
@@ -240,6 +241,24 @@ def ring_partition(job, ctx):
     job.fault_now()
     job.notes.append("rank 2 cut off")
     return result(detect=ranks[:2])
+
+
+@case(id="ps.delay", system="ps bsp", fault="20 ms added each way between every worker and every server (a "
+      "delaying TCP proxy: this kernel has no sch_netem for `tc netem delay`; --comm-timeout 4)",
+      expect="finishes", message=r"test_accuracy", bound=0, limit=120)
+def ps_delay(job, ctx):
+    servers = [free_port() for _ in range(2)]
+    proxies = [DelayProxy(("127.0.0.1", p), 0.020) for p in servers]
+    for px in proxies:
+        job.cleanups.append(px.close)
+    common = dict(WORLD_SIZE=2, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port())
+    args = base(ctx, epochs=1) + ["--comm", "ps", "--consistency", "bsp", "--comm-timeout", "4", "--json"]
+    srv = [job.start(f"ps {i}", [ctx["mnist_mlp"], *args], GRADUS_ROLE="ps", GRADUS_PS_INDEX=i,
+                     GRADUS_PS=",".join(f"127.0.0.1:{p}" for p in servers), **common) for i in range(2)]
+    wk = [job.start(f"worker {r}", [ctx["mnist_mlp"], *args], RANK=r, LOCAL_RANK=r,
+                    GRADUS_PS=",".join(f"127.0.0.1:{px.port}" for px in proxies), **common) for r in range(2)]
+    job.fault_now()
+    return result(finish=[*wk, *srv])
 
 
 @case(id="ps.netns.partition.server", system="ps bsp", fault="ps 1's namespace cut off mid-training: every packet "
