@@ -781,6 +781,53 @@ BOOST_AUTO_TEST_CASE(a_restart_due_after_the_job_began_to_stop_is_called_off) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_parameter_server_job_has_succeeded_once_its_chief_exits_0) {
+  // Rank 1 fails at once and would restart after 5 s; the chief exits 0 before that: the
+  // restart is called off and the job has succeeded (a TFJob's default success policy).
+  {
+    scratch s;
+    const auto r = run({"-np", "2", "--ps", "1", "--max-restarts", "1", "--restart-delay", "5", child, "starts",
+                        s.dir.string(), "exit-first", "1", "3", "sleep", "300", "exit-if", "0", "0", "sleep", "20000"},
+                       20);
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    BOOST_TEST(r.seconds < 5.0);
+    BOOST_TEST(s.starts()["1"].size() == 1u);
+    BOOST_TEST(last_line(r.err) == "gradus-run: finished: the chief exited 0 (after it: rank 1's restart is called off: "
+                                   "the chief finished the job) (restarts used: rank 1: 1 of 1)",
+               r.err);
+    check_all_gone(s);
+  }
+  // Rank 1 fails after the chief exited 0: reported, not restarted, no failure of the job.
+  {
+    scratch s;
+    const auto r = run({"-np", "2", "--ps", "1", "--max-restarts", "1", "--restart-delay", "0.1", child, "starts",
+                        s.dir.string(), "exit-if", "0", "0", "sleep", "600", "exit-if", "1", "3", "sleep", "20000"},
+                       20);
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    BOOST_TEST(s.starts()["1"].size() == 1u);
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 exited with status 3 after the chief finished the job; not restarted\n"), r.err);
+    BOOST_TEST(last_line(r.err) == "gradus-run: finished: the chief exited 0 (after it: rank 1 exited with status 3 after "
+                                   "the chief finished the job; not restarted)",
+               r.err);
+    check_all_gone(s);
+  }
+  // A worker still running 10 s after the chief exited 0 (a restart that never reached the
+  // job) is stopped.
+  {
+    scratch s;
+    const auto r = run({"-np", "2", "--ps", "1", "--grace", "1", child, "starts", s.dir.string(), "exit-if", "0", "0",
+                        "sleep", "30000"},
+                       40);
+    BOOST_TEST(r.exit_code() == 0, r.err);
+    BOOST_TEST(r.seconds >= 10.0);
+    BOOST_TEST(r.seconds < 20.0);
+    BOOST_TEST(last_line(r.err) == "gradus-run: finished: the chief exited 0 (after it: rank 1 still ran 10 s after the "
+                                   "chief finished the job; stopping it)",
+               r.err);
+    check_all_gone(s);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_command_that_starts_its_own_ranks_is_supervised_as_one_process) {
   // mpirun, mpiexec and srun start the ranks themselves: gradus-run gives such a command none
   // of torchrun's variables and restarts it whole (here launcher_child under the name srun).
