@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from delay_proxy import DelayProxy
-from fault_harness import CaseError, CaseSkipped, checkpoint_intact, children, environ, free_port
+from fault_harness import CaseError, CaseSkipped, checkpoint_intact, children, environ, free_port, last_error
 from netns import Namespaces
 
 KILL, TERM, STOP, CONT = signal.SIGKILL, signal.SIGTERM, signal.SIGSTOP, signal.SIGCONT
@@ -471,6 +471,69 @@ def ps_junk(job, ctx):
     counted = lambda: max(map(int, re.findall(r"dropped; ([0-9]+) so far", srv[0].err())), default=0)
     return result(finish=[*wk, *srv], observed_extra=lambda: f"{sent[0] if sent else 0} junk messages sent; the "
                   f"server's log counts {counted()} malformed by then (it logs at powers of two)")
+
+
+def zmtp_stranger(port):
+    """A connection to a server's port that completed ZeroMQ's NULL handshake as a DEALER."""
+    greeting = b"\xff" + b"\0" * 8 + b"\x7f" + bytes([3, 0]) + b"NULL".ljust(20, b"\0") + b"\0" * 32
+    prop = lambda k, v: bytes([len(k)]) + k + len(v).to_bytes(4, "big") + v
+    ready = b"\x05READY" + prop(b"Socket-Type", b"DEALER") + prop(b"Identity", b"")
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(greeting + bytes([0x04, len(ready)]) + ready)
+    return s
+
+
+def rss_mib(p):
+    """A running process's resident memory."""
+    try:
+        with open(f"/proc/{p.pid}/status") as f:
+            return next(int(ln.split()[1]) for ln in f if ln.startswith("VmRSS:")) / 1024
+    except (OSError, StopIteration):
+        raise CaseError(f"{p.role} is not running any more ({p.poll()}): {last_error(p.err())}")
+
+
+@case(id="ps.oversized_frames", system="ps async", fault="a stranger (no CURVE) announces a 1 GiB frame to ps 0, then "
+      "sends 60 MiB of a 64 MiB frame on each of 3 connections and holds them 3 s, while training runs",
+      expect="finishes", message=r"test_accuracy", bound=0)
+def ps_oversized(job, ctx):
+    srv, wk = job.ps_job(ctx["mnist_mlp"], 2, 2, base(ctx, epochs=100) + ["--comm", "ps", "--consistency", "async",
+                                                                       "--json"])
+    job.training(wk[0])
+    job.fault_now()
+    port = int(job.environ_of(srv[0])["GRADUS_PS"].split(",")[0].rsplit(":", 1)[1])
+    before = rss_mib(srv[0])
+    # a frame over the limit (64 MiB): ZeroMQ closes the connection at its size, before any byte of it
+    s = zmtp_stranger(port)
+    t0 = time.monotonic()
+    s.sendall(bytes([0x02]) + (1 << 30).to_bytes(8, "big") + b"\0" * 4096)
+    s.settimeout(5)
+    try:
+        closed = s.recv(4096) == b"" or True
+    except ConnectionResetError:
+        closed = True
+    except socket.timeout:
+        closed = False
+    closed_ms = (time.monotonic() - t0) * 1000
+    s.close()
+    if not closed:
+        raise CaseError("ps 0 kept a connection that announced a 1 GiB frame (over its 64 MiB limit) for 5 s")
+    # frames under the limit, held incomplete: ZeroMQ keeps each until it is complete
+    held, chunk = [], b"\x5a" * (1 << 20)
+    for _ in range(3):
+        c = zmtp_stranger(port)
+        c.sendall(bytes([0x02]) + (64 << 20).to_bytes(8, "big"))
+        for _ in range(60):
+            c.sendall(chunk)
+        held.append(c)
+    time.sleep(3)
+    peak = rss_mib(srv[0])
+    for c in held:
+        c.close()
+    seen = (f"the 1 GiB frame's connection closed in {closed_ms:.0f} ms; with 3 x 60 MiB held ps 0's RSS went "
+            f"{before:.0f} -> {peak:.0f} MiB (bound: 3 x 64)")
+    if peak - before > 3 * 64 + 32:
+        raise CaseError(f"ps 0's RSS rose by {peak - before:.0f} MiB for 3 connections of at most 64 MiB each")
+    return result(finish=[*wk, *srv], observed_extra=lambda: seen)
 
 
 # ---------------------------------------------------------------- the pipeline (2 stages, ring)

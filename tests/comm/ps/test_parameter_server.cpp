@@ -413,6 +413,47 @@ BOOST_AUTO_TEST_CASE(collectives_run_through_server_0) {
   });
 }
 
+// Collectives larger than a chunk go as pieces (64-byte chunks: 100 doubles in 13), with the
+// exact results; a request over the servers' message limit is refused before it is sent.
+BOOST_AUTO_TEST_CASE(collectives_larger_than_a_chunk_go_in_pieces_and_a_request_over_the_limit_is_refused) {
+  constexpr int world = 2;
+  server_pool pool(1);
+  std::string refusal;
+  on_workers(world, [&](int r) {
+    auto o = pool.options(r, world);
+    o.chunk_bytes = 64;
+    g::parameter_server<g::ps_bsp> ps(o);
+    std::vector<double> v(100), want(100);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      v[i] = static_cast<double>(i) * (r + 1);
+      want[i] = static_cast<double>(i) * 3;
+    }
+    ps.allreduce_sum(std::span<double>(v));
+    if (v != want) throw g::error("a chunked allreduce_sum");
+    std::vector<std::byte> b(100, std::byte(r + 7));
+    ps.broadcast(std::span<std::byte>(b), 1);
+    for (const auto x : b)
+      if (x != std::byte{8}) throw g::error("a chunked broadcast");
+  });
+  server_pool pool2(1);  // the first job's server stopped when its workers left
+  on_workers(1, [&](int) {
+    auto o = pool2.options(0, 1);
+    o.chunk_bytes = 4096;
+    o.max_payload = 1024;  // what the servers would accept
+    g::parameter_server<g::ps_bsp> ps(o);
+    std::vector<double> w(512, 1.0);
+    ps.initialize("w", std::span<const double>(w));
+    try {
+      ps.push("w", std::span<const double>(w));
+    } catch (const g::error& e) {
+      refusal = e.what();
+    }
+  });
+  BOOST_TEST((refusal.find("'w'") != std::string::npos && refusal.find("over the servers' limit of 1024 per message") != std::string::npos &&
+              refusal.find("chunk_bytes") != std::string::npos),
+             refusal);
+}
+
 // ---- errors ---------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(errors_name_the_server_the_variable_and_the_operation) {

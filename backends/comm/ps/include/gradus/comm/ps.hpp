@@ -539,7 +539,18 @@ class parameter_server {
     return key < shards_.size() ? vars_[shards_[key].var].name : "key " + std::to_string(key);
   }
 
+  // One collective, in pieces of chunk_bytes (each its own collective number: every worker
+  // cuts alike), so that no message passes the servers' max_payload.
   void collective(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
+    const std::size_t elem = ps::wire::dtype_size(dt);
+    if (elem == 0 || data.size() <= o_.chunk_bytes) return collective_piece(op, data, dt, count, root);
+    const std::size_t per = std::max<std::size_t>(1, o_.chunk_bytes / elem);
+    for (std::size_t at = 0; at < count; at += per) {
+      const std::size_t n = std::min(per, count - at);
+      collective_piece(op, data.subspan(at * elem, n * elem), dt, n, root);
+    }
+  }
+  void collective_piece(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
     auto h = ps::wire::make(ps::wire::type::coll, static_cast<std::uint32_t>(op), static_cast<std::uint64_t>(root), count, dt);
     h.clock = coll_seq_++;
     const auto id = request(0, h, data, req_kind::coll, /*copy=*/true);

@@ -259,6 +259,12 @@ inline std::vector<ps::wire::header> parameter_server<Mode>::everyone(ps::wire::
 template <class Mode>
 inline std::uint64_t parameter_server<Mode>::request(int server, ps::wire::header h, std::span<const std::byte> payload, req_kind kind, bool copy) {
   if (broken_) throw comm_error(prefix() + "the communicator failed earlier: " + broken_text_);
+  if (payload.size() > o_.max_payload)
+    throw error(prefix() + "a " + ps::wire::type_name(static_cast<ps::wire::type>(h.type)) + " of '" + key_name(h.key) + "' to " +
+                server_name(server) + " carries " + std::to_string(payload.size()) + " bytes, over the servers' limit of " +
+                std::to_string(o_.max_payload) + " per message (server_options::limits.max_payload and ps_options::max_payload" +
+                (h.type == static_cast<std::uint8_t>(ps::wire::type::push_rows) ? ": a step's rows of one shard go as one message)"
+                                                                                  : "; lower ps_options::chunk_bytes)"));
   h.id = next_id_++;
   h.rank = o_.rank;
   req r;
@@ -344,8 +350,8 @@ inline void parameter_server<Mode>::on_message(int server, std::vector<zmq::mess
   std::vector<std::span<const std::byte>> frames;
   frames.reserve(parts.size());
   for (auto& p : parts) frames.emplace_back(static_cast<const std::byte*>(p.data()), p.size());
-  ps::wire::limits lim;
-  lim.max_payload = std::max<std::size_t>(lim.max_payload, o_.chunk_bytes);
+  ps::wire::limits lim;  // the job's servers' answers: a whole shard's changed rows, a snapshot chunk with its state
+  lim.max_payload = std::max<std::size_t>(ps::wire::reply_max_payload, 4 * o_.chunk_bytes);
   const auto d = ps::wire::decode(frames, lim);
   if (!d.msg) fail(prefix() + server_name(server) + " sent a " + d.error);
   const auto& h = d.msg->h;

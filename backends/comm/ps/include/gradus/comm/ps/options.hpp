@@ -54,6 +54,9 @@ struct ps_options {
   bool restarted = false;
   std::chrono::milliseconds rejoin_timeout{std::chrono::minutes(15)};
   std::size_t chunk_bytes = std::size_t(1) << 20;
+  // The servers' limit on one message's payload (server_options::limits.max_payload, 64 MiB
+  // by default): a larger request is refused here, naming it, instead of being dropped there.
+  std::size_t max_payload = ps::wire::limits{}.max_payload;
   ps::partitioner partition = ps::balanced_by_bytes;
   std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
   zmq::context_t* context = nullptr;  // nullptr: an own context

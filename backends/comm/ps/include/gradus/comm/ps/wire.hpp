@@ -136,13 +136,21 @@ static_assert(sizeof(header) == 64 && std::is_trivially_copyable_v<header>);
 
 // What a receiver accepts.
 struct limits {
-  // bytes in one message's payload. Pushes, pulls, the chief's first values (init_values)
-  // and snapshots go in chunks (1 MiB, and its optimizer state); what is not chunked is a
-  // step's sparse rows for one shard (push_rows) and the changed rows a pull_rows answer
-  // carries (a whole shard after a restart): 1 GiB bounds those.
-  std::size_t max_payload = std::size_t(1) << 30;
+  // Bytes in one message's payload. Pushes, pulls, the chief's first values (init_values)
+  // and snapshots go in chunks (ps_options::chunk_bytes, 1 MiB, times 1 + the optimizer's
+  // state tensors); what is not chunked is a step's sparse rows for one shard (push_rows)
+  // and the changed rows a pull_rows answer carries (a whole shard after a restart).
+  //
+  // A server's bound (server_options::limits) is also what anyone who reaches its port can
+  // make it hold per connection: ZeroMQ keeps a frame until it is complete, so a stranger
+  // that sends most of one and waits holds that much until its connection closes (without
+  // CURVE, which refuses strangers before any frame). 64 MiB: 1.3 million rows of 12
+  // floats in one shard's push_rows. Workers read their servers' answers with 1 GiB
+  // (reply_max_payload: a whole embedding shard after a restart).
+  std::size_t max_payload = std::size_t(64) << 20;
   std::uint64_t max_elements = std::uint64_t(1) << 40;
 };
+inline constexpr std::size_t reply_max_payload = std::size_t(1) << 30;
 
 struct decoded {
   header h;
