@@ -36,6 +36,25 @@ fail() {
   for f in "$work"/*.err "$work"/*.out; do [[ -s $f ]] && { echo "--- $f" >&2; tail -n 15 "$f" >&2; }; done
   exit 1
 }
+# kill_child_and_wait LAUNCHER_PID WHAT KEY=VALUE...: SIGKILL gradus-run's child whose
+# environment holds every KEY=VALUE, then wait (180 s at most) for the job to end; fails
+# when there is no such child, the job runs on, or it fails
+kill_child_and_wait() {
+  local launcher_pid=$1 what=$2 victim="" c env_of kv all
+  shift 2
+  for c in $(pgrep -P "$launcher_pid"); do
+    env_of=$(tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null)
+    all=1
+    for kv in "$@"; do grep -qx "$kv" <<<"$env_of" || all=0; done
+    ((all)) && victim=$c
+  done
+  [[ -n $victim ]] || fail "$what: no child of gradus-run $launcher_pid has $*"
+  kill -9 "$victim"
+  for _ in $(seq 1800); do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$launcher_pid" 2>/dev/null && fail "$what: the job still runs 180 s after the kill"
+  wait "$launcher_pid" || fail "$what: the job failed after the kill and the restart"
+  pids=()
+}
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 json_of() { grep -h '^\(\[0\] \)\?{' "$1" | sed 's/^\[0\] //' | tail -n 1; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
@@ -173,17 +192,7 @@ launcher_pid=$!
 pids=("$launcher_pid")
 for _ in $(seq 1200); do [[ -s $ck ]] && break; kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.05; done
 [[ -s $ck ]] || fail "recovery: no checkpoint after epoch 1 within 60 s"
-ps1=""
-for c in $(pgrep -P "$launcher_pid"); do
-  env_of=$(tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null)
-  grep -qx "GRADUS_ROLE=ps" <<<"$env_of" && grep -qx "GRADUS_PS_INDEX=1" <<<"$env_of" && ps1=$c
-done
-[[ -n $ps1 ]] || fail "recovery: ps 1 is not a child of gradus-run $launcher_pid"
-kill -9 "$ps1"
-for _ in $(seq 1800); do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$launcher_pid" 2>/dev/null && fail "recovery: the job still runs 180 s after ps 1 was killed"
-wait "$launcher_pid" || fail "recovery: the job failed after ps 1 was killed and restarted"
-pids=()
+kill_child_and_wait "$launcher_pid" "recovery (ps 1 killed)" GRADUS_ROLE=ps GRADUS_PS_INDEX=1
 grep -q "restarting it" "$work/recover.out" || fail "recovery: gradus-run did not restart ps 1"
 grep -q "restored 'fc" "$work/recover.out" || fail "recovery: the restarted ps 1 did not restore its shards"
 j=$(json_of "$work/recover.out")
@@ -203,17 +212,7 @@ pids=("$launcher_pid")
 for _ in $(seq 1200); do grep -q "rank 1 of 2: epoch 1:" "$work/wrestart.out" && break; kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.05; done
 grep -q "rank 1 of 2: epoch 1:" "$work/wrestart.out" || fail "worker restart: rank 1 did not finish epoch 1 within 60 s"
 sleep 0.5
-rank1=""
-for c in $(pgrep -P "$launcher_pid"); do
-  env_of=$(tr '\0' '\n' <"/proc/$c/environ" 2>/dev/null)
-  grep -qx "GRADUS_ROLE=worker" <<<"$env_of" && grep -qx "RANK=1" <<<"$env_of" && rank1=$c
-done
-[[ -n $rank1 ]] || fail "worker restart: rank 1 is not a child of gradus-run $launcher_pid"
-kill -9 "$rank1"
-for _ in $(seq 1800); do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 0.1; done
-kill -0 "$launcher_pid" 2>/dev/null && fail "worker restart: the job still runs 180 s after rank 1 was killed"
-wait "$launcher_pid" || fail "worker restart: the job failed after rank 1 was killed and restarted"
-pids=()
+kill_child_and_wait "$launcher_pid" "worker restart (rank 1 killed)" GRADUS_ROLE=worker RANK=1
 grep -q "rank 1 was killed by signal 9.*restarting it" "$work/wrestart.out" || fail "worker restart: gradus-run did not restart rank 1"
 back=$(grep -o "worker 1 is back at clock [0-9]*" "$work/wrestart.out" | head -n 1)
 [[ -n $back ]] || fail "worker restart: no server took worker 1 back"

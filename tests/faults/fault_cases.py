@@ -455,14 +455,19 @@ def zmtp_junk(port, seconds, stop):
     return sent
 
 
+def ps_job_training(job, ctx, epochs):
+    """An async ps job (2 workers, 2 servers) by hand, once worker 0 trains: its processes and ps 0's port."""
+    srv, wk = job.ps_job(ctx["mnist_mlp"], 2, 2, base(ctx, epochs=epochs) + ["--comm", "ps", "--consistency", "async",
+                                                                          "--json"])
+    job.training(wk[0])
+    job.fault_now()
+    return srv, wk, int(job.environ_of(srv[0])["GRADUS_PS"].split(",")[0].rsplit(":", 1)[1])
+
+
 @case(id="ps.junk_flood", system="ps async", fault="a stranger sends malformed frames to ps 0 while training runs",
       expect="finishes", message=r"dropped; [0-9]+ so far", bound=0, fast=True)
 def ps_junk(job, ctx):
-    srv, wk = job.ps_job(ctx["mnist_mlp"], 2, 2, base(ctx, epochs=6) + ["--comm", "ps", "--consistency", "async",
-                                                                     "--json"])
-    job.training(wk[0])
-    job.fault_now()
-    port = int(job.environ_of(srv[0])["GRADUS_PS"].split(",")[0].rsplit(":", 1)[1])
+    srv, wk, port = ps_job_training(job, ctx, 6)
     stop, sent = threading.Event(), []
     t = threading.Thread(target=lambda: sent.append(zmtp_junk(port, 3, stop)))
     t.start()
@@ -496,11 +501,7 @@ def rss_mib(p):
       "sends 60 MiB of a 64 MiB frame on each of 3 connections and holds them 3 s, while training runs",
       expect="finishes", message=r"test_accuracy", bound=0)
 def ps_oversized(job, ctx):
-    srv, wk = job.ps_job(ctx["mnist_mlp"], 2, 2, base(ctx, epochs=100) + ["--comm", "ps", "--consistency", "async",
-                                                                       "--json"])
-    job.training(wk[0])
-    job.fault_now()
-    port = int(job.environ_of(srv[0])["GRADUS_PS"].split(",")[0].rsplit(":", 1)[1])
+    srv, wk, port = ps_job_training(job, ctx, 100)
     before = rss_mib(srv[0])
     # a frame over the limit (64 MiB): ZeroMQ closes the connection at its size, before any byte of it
     s = zmtp_stranger(port)
