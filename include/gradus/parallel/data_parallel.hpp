@@ -20,7 +20,10 @@
 //   - pushed to a key-value store that holds the variables (a parameter server,
 //     ps_worker.hpp), whose optimizer applies them; the variables are pulled back.
 // Which is the communicator's: a parameter server (or an any_communicator holding one) is a
-// store; anything else is averaged.
+// store; anything else is averaged. Over a store that takes a lost worker's restart back
+// (rejoin_store: async and ssp parameter servers), a restarted process skips the start-up
+// collectives, waits for the others' next join point (pull_state's second barrier), and goes
+// on from their step (rejoined()); the others compare the run fingerprint with it there.
 //
 // The background thread (comm_worker.hpp) is the only one that talks to the communicator
 // (ZeroMQ sockets belong to one thread). An error there (a dead peer) is rethrown by run(),
