@@ -93,7 +93,7 @@ void check_accepted(std::span<const std::span<const std::byte>> frames, const wi
   }
   if (t == wire::type::init_values) PS_WIRE_CHECK(elem != 0 && h.count > 0 && !payload.empty() && payload.size() % (h.count * elem) == 0);
   if (t == wire::type::coll) {
-    PS_WIRE_CHECK(h.key >= 1 && h.key <= 4);
+    PS_WIRE_CHECK(h.key >= 1 && h.key <= 5);  // sum, average, broadcast, barrier, join_point
     if (static_cast<wire::coll_op>(h.key) != wire::coll_op::barrier) PS_WIRE_CHECK(carries_count_elements());
   }
 }

@@ -158,7 +158,7 @@ std::vector<seed> seeds() {
   bad("push-without-dtype", msg(make(type::push, 0, 0, 4), bytes(16, 0)));
   bad("push-empty-range", msg(make(type::push, 0, 0, 0, dtype::f32)));
   bad("pull-empty-range", msg(make(type::pull, 0, 0, 0, dtype::f32)));
-  bad("coll-op-5", msg(make(type::coll, 5, 0, 1, dtype::f32), bytes(4, 0)));
+  bad("coll-op-6", msg(make(type::coll, 6, 0, 1, dtype::f32), bytes(4, 0)));
   bad("coll-sum-without-dtype", msg(make(type::coll, 1, 0, 1), bytes(4, 0)));
   bad("count-over-limit", msg(make(type::pull, 0, 0, std::uint64_t(1) << 41, dtype::f32)));
   bad("range-past-limit", msg(make(type::pull, 0, (std::uint64_t(1) << 40) - 1, 2, dtype::f32)));
