@@ -13,8 +13,10 @@
 #    different --max-loss-ratio: both refuse at the first step (the run fingerprint);
 # 5. started by hand with TF_CONFIG, then with Slurm's variables: 2 stages under 1f1b;
 # 6. given Open MPI's mpirun (4th argument): under it, over --comm mpi and --comm ring.
-# Every wait is bounded (timeout); processes are ended by PID.
-set -u
+# Every wait is bounded (timeout); processes are ended by PID. pipefail: a run that fails
+# fails its `$(run | json0)` (CI once saw a 1f1b run end early and only its missing
+# placement log reported).
+set -u -o pipefail
 exe=$1 run=$2 data=$3
 work=$(mktemp -d)
 pids=()
@@ -42,7 +44,7 @@ for sched in gpipe 1f1b; do
   grep -q "gradus placement: 'matmul' (16, 512) (forward): stage 0 of 2 (rank 0, cpu_simd)" "$work/err" &&
     grep -q "gradus placement: step 0, stage 0 of 2 (rank 0, cpu_simd): sent 131072 bytes of activations to rank 1 (stage 1)" "$work/err" &&
     grep -q "gradus placement: step 93, stage 1 of 2 (rank 1, cpu_simd): sent 98304 bytes of gradients to rank 0 (stage 0)" "$work/err" ||
-    { grep placement "$work/err" | head -20 >&2; fail "2 stages, $sched: no placement log"; }
+    { grep placement "$work/err" | head -20 >&2; tail -n 5 "$work/err" >&2; fail "2 stages, $sched: no placement log"; }
   acc=$(field "$out" test_accuracy)
   python3 - "$out" "$acc1" "$full" "$sched" <<'PY' || fail "2 stages, $sched: $out"
 import json, sys
