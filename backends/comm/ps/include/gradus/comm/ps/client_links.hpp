@@ -6,7 +6,10 @@
 // error names the server, and rejoin a server that came back after its connection closed
 // (a restarted ps task: hello at this worker's clock, the optimizer, its shards, then every
 // unanswered request again). The API those serve (push, pull, rows, snapshots,
-// collectives) is ps.hpp's. Included at the end of ps.hpp; not a header to include alone.
+// collectives) is ps.hpp's. About 510 lines, one concept: the link's life — connecting,
+// sending, waiting and rejoining share the link state and the request table, and a
+// restarted process's join (rejoin_job) is one more hello-like exchange on them.
+// Included at the end of ps.hpp; not a header to include alone.
 #include <zmq.hpp>
 
 #include <algorithm>
