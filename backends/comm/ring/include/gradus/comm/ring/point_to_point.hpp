@@ -60,6 +60,7 @@
 #include <vector>
 
 #include "gradus/comm/net/heartbeat.hpp"
+#include "gradus/comm/net/one_frame.hpp"
 #include "gradus/comm/net/peer_state.hpp"
 #include "gradus/comm/net/socket_monitor.hpp"
 #include "gradus/comm/net/zero_copy.hpp"
@@ -111,7 +112,8 @@ inline std::string elements(std::uint64_t count, dtype_code d) { return std::to_
 struct p2p_message {
   p2p_header header;
   zmq::message_t body;
-  std::span<const std::byte> payload() const { return {static_cast<const std::byte*>(body.data()), body.size()}; }
+  std::size_t skip = 0;  // the header's bytes before the payload, when both came as one frame
+  std::span<const std::byte> payload() const { return {static_cast<const std::byte*>(body.data()) + skip, body.size() - skip}; }
 };
 
 class mesh {
@@ -335,10 +337,11 @@ class mesh {
 
   std::deque<p2p_message>& queue(std::uint32_t channel, int from) { return queues_[{channel, from}]; }
 
-  // A leave or an abort, if ZeroMQ takes it at once (copied).
+  // A leave or an abort, if ZeroMQ takes it at once: one frame (net/one_frame.hpp), as the
+  // peer may be closing its connection meanwhile.
   static void post_now(zmq::socket_t& s, const p2p_header& h, std::span<const std::byte> payload) {
-    if (s.send(zmq::const_buffer(&h, sizeof h), zmq::send_flags::sndmore | zmq::send_flags::dontwait))
-      (void)s.send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::none);
+    const auto joined = net::one_frame(h, payload);
+    (void)s.send(zmq::const_buffer(joined.data(), joined.size()), zmq::send_flags::dontwait);
   }
 
   link& link_to(int peer, std::string_view doing) {
@@ -386,14 +389,20 @@ class mesh {
     while (true) {
       zmq::message_t head;
       if (!pull_->recv(head, zmq::recv_flags::dontwait)) break;
-      zmq::message_t body;
-      if (!head.more() || !pull_->recv(body) || head.size() != sizeof(p2p_header)) {
+      // Two frames (header, payload), or one with both (post_now).
+      p2p_message m;
+      const bool two = head.more();
+      if (two ? !pull_->recv(m.body) || head.size() != sizeof(p2p_header) : head.size() < sizeof(p2p_header)) {
         protocol_error_ = "a malformed message arrived on its point-to-point socket (not a gradus ring peer?)";
         continue;
       }
-      p2p_header h;
+      p2p_header& h = m.header;
       std::memcpy(&h, head.data(), sizeof h);
-      if (h.magic != p2p_header::magic_value || h.from < 0 || h.from >= world_ || h.bytes != body.size()) {
+      if (!two) {
+        m.body = std::move(head);
+        m.skip = sizeof h;
+      }
+      if (h.magic != p2p_header::magic_value || h.from < 0 || h.from >= world_ || h.bytes != m.payload().size()) {
         protocol_error_ = "a malformed message arrived on its point-to-point socket (not a gradus ring peer?)";
         continue;
       }
@@ -401,11 +410,12 @@ class mesh {
       if (h.kind == p2p_kind::leave) {
         news.left = true;
       } else if (h.kind == p2p_kind::abort) {
-        if (!news.aborted) news.abort_text.assign(static_cast<const char*>(body.data()), body.size());
+        const auto text = m.payload();
+        if (!news.aborted) news.abort_text.assign(reinterpret_cast<const char*>(text.data()), text.size());
         news.aborted = true;
       } else {
-        keep_heap_for(body.size());
-        queue(h.channel, h.from).push_back(p2p_message{h, std::move(body)});
+        keep_heap_for(m.body.size());
+        queue(h.channel, h.from).push_back(std::move(m));
       }
     }
     pump_shared_memory();
@@ -542,7 +552,7 @@ inline void take_payload(const p2p_message& m, dtype_code dtype, std::size_t cou
     throw error(prefix + peer + "'s message holds " + elements(h.count, h.dtype) + " (" + std::to_string(h.bytes) + " bytes), but this recv expects " +
                 elements(count, dtype) + " (" + std::to_string(dst.size()) +
                 " bytes): the two ranks disagree on the size or dtype (the message stays queued)");
-  if (!dst.empty()) std::memcpy(dst.data(), m.body.data(), dst.size());
+  if (!dst.empty()) std::memcpy(dst.data(), m.payload().data(), dst.size());
 }
 
 }  // namespace gradus::ring

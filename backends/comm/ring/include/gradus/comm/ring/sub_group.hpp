@@ -93,7 +93,7 @@ class sub_group {
         if (v & mask) {
           const int from = (v - mask + root) % N;
           const auto& m = take(from, fp, 0, x.size_bytes(), doing);
-          if (!x.empty()) std::memcpy(x.data(), m.body.data(), x.size_bytes());
+          if (!x.empty()) std::memcpy(x.data(), m.payload().data(), x.size_bytes());
           drop(from);
           break;
         }
@@ -124,7 +124,7 @@ class sub_group {
         post(right(), fp, static_cast<std::uint32_t>(s), std::as_bytes(block(mod(r - s))), doing);
         const auto dst = block(mod(r - s - 1));
         const auto& msg = take(left(), fp, static_cast<std::uint32_t>(s), dst.size_bytes(), doing);
-        if (!dst.empty()) std::memcpy(dst.data(), msg.body.data(), dst.size_bytes());
+        if (!dst.empty()) std::memcpy(dst.data(), msg.payload().data(), dst.size_bytes());
         drop(left());
       }
     });
@@ -307,7 +307,7 @@ class sub_group {
         post(right(), fp, step, std::as_bytes(chunk(mod(r + 1 - s))), doing);
         const auto dst = chunk(mod(r - s));
         const auto& m = take(left(), fp, step, dst.size_bytes(), doing);
-        if (!dst.empty()) std::memcpy(dst.data(), m.body.data(), dst.size_bytes());
+        if (!dst.empty()) std::memcpy(dst.data(), m.payload().data(), dst.size_bytes());
         drop(left());
       }
     });

@@ -68,6 +68,7 @@
 #include "gradus/comm/net/address.hpp"
 #include "gradus/comm/net/fd.hpp"
 #include "gradus/comm/net/heartbeat.hpp"
+#include "gradus/comm/net/one_frame.hpp"
 #include "gradus/comm/net/peer_state.hpp"
 #include "gradus/comm/net/socket_monitor.hpp"
 #include "gradus/comm/net/zero_copy.hpp"
@@ -401,16 +402,27 @@ class zmq_ring final : public control {
     events(pull_mon_, left_link_);
     events(push_mon_, right_link_);
     while (true) {
-      zmq::message_t head;
-      if (!pull_->recv(head, zmq::recv_flags::dontwait)) break;
-      auto body = std::make_shared<zmq::message_t>();
-      if (!head.more() || !pull_->recv(*body) || head.size() != sizeof(frame_header)) {
+      auto head = std::make_shared<zmq::message_t>();
+      if (!pull_->recv(*head, zmq::recv_flags::dontwait)) break;
+      // One frame (header and a copied payload, send_frames) or two (header, zero-copy payload).
+      auto body = head;
+      std::size_t skip = sizeof(frame_header);
+      if (head->more()) {
+        body = std::make_shared<zmq::message_t>();
+        skip = 0;
+        if (!pull_->recv(*body) || head->size() != sizeof(frame_header)) {
+          protocol_error_ = "a malformed message on its data socket (not a gradus ring peer?)";
+          continue;
+        }
+      }
+      frame_header h;
+      if (head->size() < sizeof h) {
         protocol_error_ = "a malformed message on its data socket (not a gradus ring peer?)";
         continue;
       }
-      frame_header h;
-      std::memcpy(&h, head.data(), sizeof h);
-      if (h.magic != frame_header::magic_value || h.bytes != body->size()) {
+      std::memcpy(&h, head->data(), sizeof h);
+      const std::span<const std::byte> payload(static_cast<const std::byte*>(body->data()) + skip, body->size() - skip);
+      if (h.magic != frame_header::magic_value || h.bytes != payload.size()) {
         protocol_error_ = "a malformed message on its data socket (not a gradus ring peer?)";
         continue;
       }
@@ -418,11 +430,11 @@ class zmq_ring final : public control {
         if (!aborted_) {
           aborted_ = true;
           abort_origin_ = h.from;
-          abort_text_.assign(static_cast<const char*>(body->data()), body->size());
+          abort_text_.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
         }
         continue;
       }
-      inbox_.push_back(message{h, std::span<const std::byte>(static_cast<const std::byte*>(body->data()), body->size()), body});
+      inbox_.push_back(message{h, payload, body});
     }
   }
 
@@ -454,14 +466,18 @@ class zmq_ring final : public control {
 
   void send_frames(const frame_header& h, std::span<const std::byte> payload, std::shared_ptr<net::send_flag>* flag_out,
                    bool block) {
-    // The header is copied by libzmq itself (zmq_send of a buffer): ThreadSanitizer does not
+    // A payload that would be copied anyway goes out in one frame with its header
+    // (net/one_frame.hpp: why); only a zero-copy payload (net/zero_copy.hpp) is a second part.
+    const bool one_frame = !flag_out || payload.size() < net::zero_copy_from;
+    // The bytes are copied by libzmq itself (zmq_send of a buffer): ThreadSanitizer does not
     // see that copy (tests/sanitizers/tsan.supp), while cppzmq's inline message_t(data, size)
     // made every header a report when ranks are threads.
-    const zmq::const_buffer head(&h, sizeof h);
-    // Small payloads are copied, large ones sent zero-copy (net/zero_copy.hpp).
-    zmq::message_t body = payload.empty() ? zmq::message_t() : net::payload_message(payload, flag_out);
+    const std::vector<std::byte> joined = one_frame ? net::one_frame(h, payload) : std::vector<std::byte>();
+    const zmq::const_buffer head = one_frame ? zmq::const_buffer(joined.data(), joined.size()) : zmq::const_buffer(&h, sizeof h);
+    const auto flags = one_frame ? zmq::send_flags::dontwait : zmq::send_flags::sndmore | zmq::send_flags::dontwait;
+    zmq::message_t body = one_frame ? zmq::message_t() : net::payload_message(payload, flag_out);
     const auto deadline = clock::now() + timeout_;
-    while (!push_->send(head, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    while (!push_->send(head, flags)) {
       if (!block) return;
       if (clock::now() >= deadline)
         throw blame(right_->peer(), "silent", prefix(to_string(h.fp)) + "could not send to " + peer_name(right_->peer()) + " " + silent_for());
@@ -471,7 +487,7 @@ class zmq_ring final : public control {
       check(to_string(h.fp), false, true);
     }
     // The first frame went out, so the second one does too (multi-part messages are atomic).
-    (void)push_->send(body, zmq::send_flags::none);
+    if (!one_frame) (void)push_->send(body, zmq::send_flags::none);
   }
 
   // Shared memory moves a ring chunk in slots of at most this much: small enough that one
