@@ -34,7 +34,7 @@ int main() {
 
   auto [p, k] = s.run(probs, pred, x = xb);
   std::printf("softmax of a 64x784 batch through a 784x10 layer: shape (%ld, %ld), row 0 sums to %.6f\n",
-              p.shape[0], p.shape[1], static_cast<double>(xt::sum(xt::view(g::adapt(p), 0))()));
+              p.shape()[0], p.shape()[1], static_cast<double>(xt::sum(xt::view(g::adapt(p), 0))()));
   std::printf("argmax of the first 8 rows:");
   for (int i = 0; i < 8; ++i) std::printf(" %d", k[i]);
   std::printf("\n");

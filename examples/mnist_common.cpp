@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -64,6 +65,11 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
 
 mnist_data load_mnist(const mnist_options& o) {
   g::dims train_shape, test_shape;
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
+    if (!std::filesystem::is_regular_file(std::filesystem::path(o.data) / f))
+      throw g::data_error("gradus: MNIST: IDX file '" + o.data + "/" + f + "': cannot open it (no such file); " +
+                          "tools/fetch-mnist.sh puts the four MNIST files in data/mnist/, or point --data DIR at a "
+                          "directory that holds them");
   // the training images stay bytes (47 MB, not 188 MB as float); batches are scaled to [0, 1]
   auto train_x = g::data::load_mnist_image_bytes(o.data + "/train-images-idx3-ubyte", &train_shape);
   auto train_y = g::data::load_mnist_labels(o.data + "/train-labels-idx1-ubyte");

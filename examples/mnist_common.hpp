@@ -328,7 +328,7 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
         if (world == 1) break;  // alone, stop now; a data-parallel rank must finish the epoch's collectives
       }
       sum += l;
-      if (!quiet) bar.step(l, xb.shape.d[0] * world);
+      if (!quiet) bar.step(l, xb.shape().d[0] * world);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double wait = step.stats().wait_seconds - wait0;

@@ -131,7 +131,7 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
       bubble_sum += step.stats().bubble_fraction();
       bytes_sum += static_cast<double>(step.stats().bytes_sent);
       ++steps_run;
-      if (!quiet) bar.step(l, xb.shape.d[0] * replicas);
+      if (!quiet) bar.step(l, xb.shape().d[0] * replicas);
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!quiet) bar.stop();

@@ -104,7 +104,7 @@ BOOST_AUTO_TEST_CASE(variable_not_on_any_path_gets_zeros) {
   set_random(s, a, -1, 1);
   set_random(s, b, -1, 1);
   auto gb = s.run(g::grad(g::sum(a * w), b));
-  BOOST_TEST(gb.shape.numel() == 15);
+  BOOST_TEST(gb.shape().numel() == 15);
   for (double v : gb) BOOST_TEST(v == 0.0);
 }
 

@@ -227,7 +227,7 @@ BOOST_AUTO_TEST_CASE(grad_of_a_placeholder) {
   const std::vector<double> vv{0.5, -1.0, 2.0}, xv{1, 2, 3, -1, 0.5, 4};
   s.assign(v, g::view(vv.data(), {3}));
   auto gx = s.run(g::grad(g::sum(g::square(x) * v), x), x = g::view(xv.data(), {2, 3}));
-  BOOST_TEST(gx.shape.rank == 2u);
+  BOOST_TEST(gx.shape().rank == 2u);
   for (std::size_t i = 0; i < xv.size(); ++i)
     BOOST_TEST(gx[static_cast<g::index_t>(i)] == 2 * xv[i] * vv[i % 3], boost::test_tools::tolerance(1e-12));
 }

@@ -112,7 +112,7 @@ BOOST_AUTO_TEST_CASE(feeds_a_dataset) {
   int batches = 0;
   for (auto [xb, yb] : ds.batch(2)) {
     if (batches == 1) {  // the last, partial batch: row 3
-      BOOST_TEST(xb.shape.d[0] == 1);
+      BOOST_TEST(xb.shape().d[0] == 1);
       BOOST_TEST(xb[0] == 7.f);
       BOOST_TEST(xb[1] == 3.f);
       BOOST_TEST(yb[0] == 2);

@@ -32,10 +32,10 @@ g::data::dataset make(std::size_t n) {
 std::vector<int> ids(const g::data::dataset::batches& bs, std::vector<g::index_t>* sizes = nullptr) {
   std::vector<int> r;
   for (auto [x, y] : bs) {
-    BOOST_TEST_REQUIRE(x.shape.rank == 2u);
-    BOOST_TEST_REQUIRE(x.shape.d[1] == 2);
-    if (sizes) sizes->push_back(x.shape.d[0]);
-    for (g::index_t i = 0; i < x.shape.d[0]; ++i) {
+    BOOST_TEST_REQUIRE(x.shape().rank == 2u);
+    BOOST_TEST_REQUIRE(x.shape().d[1] == 2);
+    if (sizes) sizes->push_back(x.shape().d[0]);
+    for (g::index_t i = 0; i < x.shape().d[0]; ++i) {
       const int id = static_cast<int>(x[2 * i]);
       BOOST_TEST_REQUIRE(x[2 * i + 1] == static_cast<float>(id) + 0.5f);
       BOOST_TEST_REQUIRE(y[i] == id % 7);

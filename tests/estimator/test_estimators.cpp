@@ -336,7 +336,7 @@ BOOST_AUTO_TEST_CASE(two_ranks_train_as_a_hand_written_loop_averaging_each_gradi
           logits.initialize(s, seed, g::init::glorot_uniform{});
           for (int e = 0; e < epochs; ++e)
             for (auto [xb, yb] : ds.shuffle(seed, static_cast<std::uint64_t>(e)).shard(r, world).batch(batch)) {
-              step.compute_gradients(x = g::tensor_view<const float>{xb.data(), g::dims{std::array<g::index_t, 2>{xb.shape.d[0], 2}}},
+              step.compute_gradients(x = g::tensor_view<const float>{xb.data(), g::dims{std::array<g::index_t, 2>{xb.shape().d[0], 2}}},
                                      y = yb);
               for (auto& gb : step.gradients())
                 comm.allreduce_average(std::span<float>(static_cast<float*>(gb.data), static_cast<std::size_t>(gb.size)));

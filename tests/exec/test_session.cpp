@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,11 +30,40 @@ BOOST_AUTO_TEST_CASE(bias_add_exp_matches_loop) {
   s.assign(b, bv);
   xt::xtensor<float, 2> xv = {{1, 2, 3, 4}, {5, 6, 7, 8}};
   auto r = s.run(g::exp(x * 0.5f) + b, x = xv);
-  BOOST_TEST(r.shape.rank == 2u);
+  BOOST_TEST(r.shape().rank == 2u);
   for (std::size_t i = 0; i < 2; ++i)
     for (std::size_t j = 0; j < 4; ++j)
       BOOST_TEST(r[static_cast<g::index_t>(i * 4 + j)] == std::exp(xv(i, j) * 0.5f) + bv(j),
                  boost::test_tools::tolerance(1e-6f));
+}
+
+// A result read the way README shows it: by (i, j), its shape, printed, as xtensor; and the
+// lifetime rule (valid until the next run of the same outputs, which reuses its buffer).
+BOOST_AUTO_TEST_CASE(a_result_reads_by_row_and_column_prints_and_converts) {
+  g::placeholder<"x", float, g::dyn, 3> x;
+  g::variable<"w", float, 3, 2> w;
+  g::variable<"b", float, 2> b;
+  g::session<g::cpu_simd> s;
+  s.assign(w, xt::xtensor<float, 2>{{1, -1}, {0.5f, 2}, {-2, 1}});
+  s.assign(b, xt::xtensor<float, 1>{0.25f, -3});
+  const auto out = g::relu(g::matmul(x, w) + b);
+  auto y = s.run(out, x = xt::xtensor<float, 2>{{1, 2, 3}, {-1, 0, 4}});
+  // by hand: row 0 = relu([1 + 1 - 6 + 0.25, -1 + 4 + 3 - 3]) = [0, 3]; row 1 = relu([-1 - 8 + 0.25, 1 + 4 - 3]) = [0, 2]
+  BOOST_TEST((y.shape() == g::dims{2, 2}));
+  BOOST_TEST(y(0, 1) == 3.f);
+  BOOST_TEST(y(1, 1) == 2.f);
+  BOOST_TEST(y(1, 0) == 0.f);
+  std::ostringstream o;
+  o << y;
+  BOOST_TEST(o.str() == "[[0 3]\n [0 2]]");
+  const auto copy = g::to_xtensor<2>(y);
+  BOOST_TEST(copy(0, 1) == 3.f);
+  const float* before = y.data();
+  auto y2 = s.run(out, x = xt::xtensor<float, 2>{{0, 0, 1}, {0, 0, 2}});
+  BOOST_TEST(y2.data() == before);  // the same buffer: y now shows the new values
+  BOOST_TEST(y(0, 1) == 0.f);       // relu(1 - 3) = 0
+  BOOST_TEST(y(1, 1) == 0.f);       // relu(2 - 3) = 0
+  BOOST_TEST(copy(0, 1) == 3.f);    // the copy kept the old ones
 }
 
 // ---- threads (backends/compute/cpu_simd/.../threads.hpp): the team follows the free cores ----------

@@ -39,7 +39,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(zero_size_reductions, T, real_types) {
   BOOST_TEST(same_shape(s0, {4}));
   BOOST_TEST(equal(s0, std::vector<double>{0, 0, 0, 0}));
   BOOST_TEST(same_shape(s1, {0}));
-  BOOST_TEST(sa.shape.rank == 0u);
+  BOOST_TEST(sa.shape().rank == 0u);
   BOOST_TEST(sa[0] == T(0));
   BOOST_TEST(same_shape(m0, {4}));  // mean of nothing: NaN, as NumPy
   for (g::index_t i = 0; i < 4; ++i) BOOST_TEST(std::isnan(m0[i]));

@@ -170,7 +170,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(softmax_cross_entropy_per_row, T, real_types) {
     BOOST_TEST(close(loss, want, 4 * rtol<T>(), {}, 4 * rtol<T>() * 1e-3), label);
     double m = 0;
     for (double v : want) m += v;
-    BOOST_TEST(avg.shape.rank == 0u);
+    BOOST_TEST(avg.shape().rank == 0u);
     BOOST_TEST(close(avg, std::vector<double>{m / double(n)}, 4 * rtol<T>()), label);
   }
 }

@@ -105,3 +105,27 @@ BOOST_AUTO_TEST_CASE(metrics) {
     BOOST_TEST(std::string(e.what()).find("accuracy: label 3 at position 2 is outside [0, 3)") != std::string::npos);
   }
 }
+
+BOOST_AUTO_TEST_CASE(metrics_take_xtensor_scores_and_labels_of_any_integer_type) {
+  // the rows of `metrics` above: argmax 2, 0, 1, 1
+  const xt::xtensor<float, 2> scores{{0.1f, 0.2f, 0.7f}, {0.5f, 0.5f, 0.0f}, {-1, 3, 2}, {0, 1, 0}};
+  BOOST_TEST(g::nn::accuracy(scores, xt::xtensor<std::int32_t, 1>{2, 1, 1, 0}) == 0.5);
+  BOOST_TEST(g::nn::accuracy(scores, xt::xtensor<std::int64_t, 1>{2, 0, 1, 1}) == 1.0);
+  BOOST_TEST(g::nn::accuracy(scores, xt::xtensor<std::uint8_t, 1>{0, 0, 0, 0}) == 0.25);
+  std::vector<std::int64_t> cm;
+  g::nn::confusion_matrix(scores, xt::xtensor<std::int64_t, 1>{2, 1, 1, 0}, cm);
+  const std::vector<std::int64_t> want{0, 1, 0, 1, 1, 0, 0, 0, 1};
+  BOOST_TEST(cm == want, boost::test_tools::per_element());
+  try {
+    (void)g::nn::accuracy(scores, xt::xtensor<std::uint32_t, 1>{2, 1, 7, 0});
+    BOOST_FAIL("no error");
+  } catch (const g::index_error& e) {
+    BOOST_TEST(std::string(e.what()).find("accuracy: label 7 at position 2 is outside [0, 3)") != std::string::npos);
+  }
+  try {
+    (void)g::nn::accuracy(scores, xt::xtensor<std::int32_t, 1>{2, 1, 1});
+    BOOST_FAIL("no error");
+  } catch (const g::shape_error& e) {
+    BOOST_TEST(std::string(e.what()).find("accuracy: 4 predictions but labels of shape (3,)") != std::string::npos);
+  }
+}

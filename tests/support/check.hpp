@@ -95,9 +95,9 @@ boost::test_tools::predicate_result same_shape(const g::tensor_view<const T>& go
   w.rank = want.size();
   std::size_t i = 0;
   for (auto e : want) w.d[i++] = e;
-  if (got.shape == w) return true;
+  if (got.shape() == w) return true;
   boost::test_tools::predicate_result r(false);
-  r.message() << "shape " << dims_str(got.shape) << " != expected " << dims_str(w);
+  r.message() << "shape " << dims_str(got.shape()) << " != expected " << dims_str(w);
   return r;
 }
 
@@ -207,9 +207,9 @@ boost::test_tools::predicate_result shape_is(const V& got, const shape_v& want) 
   g::dims w;
   w.rank = want.size();
   for (std::size_t i = 0; i < want.size(); ++i) w.d[i] = static_cast<g::index_t>(want[i]);
-  if (got.shape == w) return true;
+  if (got.shape() == w) return true;
   boost::test_tools::predicate_result r(false);
-  r.message() << "shape " << dims_str(got.shape) << " != " << dims_str(w);
+  r.message() << "shape " << dims_str(got.shape()) << " != " << dims_str(w);
   return r;
 }
 

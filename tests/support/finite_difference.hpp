@@ -45,7 +45,7 @@ template <class Loss, class Grad, g::fixed_string N, g::index_t... E, class... F
 double fd_error(session& s, const Loss& loss, const Grad& gexpr, const g::variable<N, double, E...>& v,
                 const Feeds&... feeds) {
   const auto an_view = s.run(gexpr, feeds...);
-  BOOST_TEST_REQUIRE(an_view.shape.numel() == (E * ... * 1));
+  BOOST_TEST_REQUIRE(an_view.shape().numel() == (E * ... * 1));
   std::vector<double> analytic(an_view.begin(), an_view.end());
   const auto cur = s.value(v);
   std::vector<double> x(cur.begin(), cur.end());

@@ -66,6 +66,10 @@ struct dims {
   }
   constexpr index_t operator[](std::size_t i) const { return d[i]; }
   constexpr index_t& operator[](std::size_t i) { return d[i]; }
+  // The extents as a range, like xtensor's shape(): size() is the rank.
+  constexpr std::size_t size() const { return rank; }
+  constexpr const index_t* begin() const { return d.data(); }
+  constexpr const index_t* end() const { return d.data() + rank; }
   constexpr index_t numel() const {
     index_t n = 1;
     for (std::size_t i = 0; i < rank; ++i) n *= d[i];

@@ -235,7 +235,7 @@ class model {
     const index_t steps = ds.shard(comm_.rank(), comm_.world_size()).batch(cfg_.batch_size).count();
     return run_epochs(epochs, steps, [&](std::uint64_t epoch, auto&& on_batch) {
       for (auto [xb, yb] : ds.shuffle(cfg_.seed, epoch).shard(comm_.rank(), comm_.world_size()).batch(cfg_.batch_size)) {
-        const index_t m = xb.shape.d[0];
+        const index_t m = xb.shape().d[0];
         on_batch(tensor_view<const float>{xb.data(), dims{std::array<index_t, 2>{m, In}}}, yb);
       }
     });
@@ -271,7 +271,7 @@ class model {
     eval_result r;
     double loss_sum = 0, hits = 0;
     for (auto [xb, yb] : ds.batch(eval_batch)) {
-      const index_t m = xb.shape.d[0];
+      const index_t m = xb.shape().d[0];
       const auto [out, l] = s_.run(logits_, loss_, x_ = tensor_view<const float>{xb.data(), dims{std::array<index_t, 2>{m, In}}}, y_ = yb);
       loss_sum += static_cast<double>(host_scalar(l)) * static_cast<double>(m);
       hits += nn::accuracy(out, yb) * static_cast<double>(m);
@@ -348,18 +348,18 @@ class model {
     else return dims{std::array<index_t, 2>{m, outputs}};
   }
   index_t check_features(const char* what, tensor_view<const float> x) const {
-    if (x.shape.rank != 2 || x.shape.d[1] != In)
-      throw shape_error(std::string("gradus: estimator::") + what + ": features of shape " + to_string(x.shape) +
+    if (x.shape().rank != 2 || x.shape().d[1] != In)
+      throw shape_error(std::string("gradus: estimator::") + what + ": features of shape " + to_string(x.shape()) +
                         ", the model takes [n, " + std::to_string(In) + "]");
-    return x.shape.d[0];
+    return x.shape().d[0];
   }
   index_t check_inputs(const char* what, tensor_view<const float> x, tensor_view<const label_type> y) const {
     const index_t n = check_features(what, x);
-    const bool ok = Head::classifier ? (y.shape.rank == 1 && y.shape.d[0] == n)
-                                     : ((y.shape.rank == 2 && y.shape.d[0] == n && y.shape.d[1] == outputs) ||
-                                        (outputs == 1 && y.shape.rank == 1 && y.shape.d[0] == n));
+    const bool ok = Head::classifier ? (y.shape().rank == 1 && y.shape().d[0] == n)
+                                     : ((y.shape().rank == 2 && y.shape().d[0] == n && y.shape().d[1] == outputs) ||
+                                        (outputs == 1 && y.shape().rank == 1 && y.shape().d[0] == n));
     if (!ok)
-      throw shape_error(std::string("gradus: estimator::") + what + ": labels of shape " + to_string(y.shape) +
+      throw shape_error(std::string("gradus: estimator::") + what + ": labels of shape " + to_string(y.shape()) +
                         " for " + std::to_string(n) + " examples (expected " +
                         (Head::classifier ? "[" + std::to_string(n) + "] class indices"
                                           : "[" + std::to_string(n) + ", " + std::to_string(outputs) + "] targets") +
@@ -397,7 +397,7 @@ class model {
       each_epoch(epoch, [&](tensor_view<const float> xb, tensor_view<const label_type> yb) {
         sum += static_cast<double>(step_.run(x_ = xb, y_ = yb));
         ++steps;
-        r.examples += xb.shape.d[0];
+        r.examples += xb.shape().d[0];
       });
       r.mean_loss = steps ? sum / static_cast<double>(steps) : 0;
     }

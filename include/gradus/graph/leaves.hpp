@@ -10,22 +10,10 @@
 
 #include "gradus/core/error.hpp"
 #include "gradus/core/fixed_string.hpp"
+#include "gradus/core/tensor_view.hpp"
 #include "gradus/graph/node.hpp"
 
 namespace gradus {
-
-// A non-owning view of a contiguous row-major tensor, used for feeds and results.
-template <class T>
-struct tensor_view {
-  T* ptr = nullptr;
-  dims shape;
-  T* data() const { return ptr; }
-  index_t size() const { return shape.numel(); }
-  std::size_t rank() const { return shape.rank; }
-  T& operator[](index_t i) const { return ptr[i]; }
-  T* begin() const { return ptr; }
-  T* end() const { return ptr + size(); }
-};
 
 // Anything with contiguous data() and shape(): xt::xtensor, xt::xarray, xt::adapt(...),
 // std::mdspan-like wrappers. Non-contiguous strides are refused when they can be seen.
@@ -48,7 +36,7 @@ using tensor_elem_t = std::remove_cv_t<std::remove_pointer_t<decltype(std::declv
 template <class X>
 dims dims_of(const X& x, std::string_view what, std::string_view name = {}) {
   if constexpr (is_tensor_view_v<std::remove_cvref_t<X>>) {
-    return x.shape;
+    return x.shape();
   } else {
     const auto who = [&] {
       return std::string(what) + (name.empty() ? std::string() : " '" + std::string(name) + "'");
@@ -73,6 +61,13 @@ dims dims_of(const X& x, std::string_view what, std::string_view name = {}) {
     }
     return d;
   }
+}
+
+// Any tensor_like (an xt::xtensor, a result) as a view of its elements; `what` names it in
+// the error a non-contiguous or too high-ranked tensor gets.
+template <tensor_like X>
+tensor_view<const tensor_elem_t<X>> as_view(const X& x, std::string_view what) {
+  return {x.data(), dims_of(x, what)};
 }
 
 template <class T, std::size_t R>

@@ -10,6 +10,8 @@
 //   accuracy(logits_view, labels_view) / confusion_matrix(...)   on host results
 #include <cstdint>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gradus/core/error.hpp"
@@ -35,12 +37,14 @@ auto binary_cross_entropy_with_logits(const Z& z, const Y& y) {
   return mean(softplus(z) - y * z);
 }
 
-// The predicted class of each row of [N, C] scores (first maximum on ties).
-template <class T>
-std::vector<std::int32_t> predictions(tensor_view<const T> scores) {
-  if (scores.shape.rank != 2)
-    throw shape_error("gradus: predictions: scores must be [N, C], got " + to_string(scores.shape));
-  const index_t n = scores.shape.d[0], c = scores.shape.d[1];
+// The predicted class of each row of [N, C] scores (first maximum on ties). Scores and
+// labels below are any tensor_like: a run's result, an xt::xtensor, a tensor_view.
+template <tensor_like S>
+std::vector<std::int32_t> predictions(const S& scores_in) {
+  const auto scores = as_view(scores_in, "scores of predictions");
+  if (scores.shape().rank != 2)
+    throw shape_error("gradus: predictions: scores must be [N, C], got " + to_string(scores.shape()));
+  const index_t n = scores.shape().d[0], c = scores.shape().d[1];
   std::vector<std::int32_t> r(static_cast<std::size_t>(n));
   for (index_t i = 0; i < n; ++i) {
     index_t best = 0;
@@ -52,41 +56,45 @@ std::vector<std::int32_t> predictions(tensor_view<const T> scores) {
 }
 
 namespace detail {
-inline void check_labels(const char* what, index_t n, tensor_view<const std::int32_t> labels, index_t classes) {
-  if (labels.shape.rank != 1 || labels.shape.d[0] != n)
+template <tensor_like L>
+auto checked_labels(const char* what, index_t n, const L& labels_in, index_t classes) {
+  static_assert(std::is_integral_v<tensor_elem_t<L>>, "gradus: class labels must be integers (e.g. xt::xtensor<std::int32_t, 1>)");
+  const auto labels = as_view(labels_in, std::string("labels of ") + what);
+  if (labels.shape().rank != 1 || labels.shape().d[0] != n)
     throw shape_error(std::string("gradus: ") + what + ": " + std::to_string(n) + " predictions but labels of shape " +
-                      to_string(labels.shape));
+                      to_string(labels.shape()));
   for (index_t i = 0; i < n; ++i)
-    if (labels[i] < 0 || labels[i] >= classes)
+    if (std::cmp_less(labels[i], 0) || std::cmp_greater_equal(labels[i], classes))
       throw index_error(std::string("gradus: ") + what + ": label " + std::to_string(labels[i]) + " at position " +
                         std::to_string(i) + " is outside [0, " + std::to_string(classes) + ")");
+  return labels;
 }
 }  // namespace detail
 
 // Fraction of rows whose highest score is the label (0 for an empty batch).
-template <class T>
-double accuracy(tensor_view<const T> scores, tensor_view<const std::int32_t> labels) {
+template <tensor_like S, tensor_like L>
+double accuracy(const S& scores, const L& labels_in) {
   const auto p = predictions(scores);
   const index_t n = static_cast<index_t>(p.size());
-  detail::check_labels("accuracy", n, labels, scores.shape.d[1]);
+  const auto labels = detail::checked_labels("accuracy", n, labels_in, as_view(scores, "scores of accuracy").shape().d[1]);
   if (n == 0) return 0;
   index_t hits = 0;
-  for (index_t i = 0; i < n; ++i) hits += p[static_cast<std::size_t>(i)] == labels[i];
+  for (index_t i = 0; i < n; ++i) hits += std::cmp_equal(p[static_cast<std::size_t>(i)], labels[i]);
   return static_cast<double>(hits) / static_cast<double>(n);
 }
 
 // counts[true_label * C + predicted], C x C, row-major; accumulates into `counts`.
-template <class T>
-void confusion_matrix(tensor_view<const T> scores, tensor_view<const std::int32_t> labels,
-                      std::vector<std::int64_t>& counts) {
+template <tensor_like S, tensor_like L>
+void confusion_matrix(const S& scores, const L& labels_in, std::vector<std::int64_t>& counts) {
   const auto p = predictions(scores);
-  const index_t n = static_cast<index_t>(p.size()), c = scores.shape.d[1];
-  detail::check_labels("confusion_matrix", n, labels, c);
+  const index_t n = static_cast<index_t>(p.size()), c = as_view(scores, "scores of confusion_matrix").shape().d[1];
+  const auto labels = detail::checked_labels("confusion_matrix", n, labels_in, c);
   if (counts.empty()) counts.assign(static_cast<std::size_t>(c * c), 0);
   if (static_cast<index_t>(counts.size()) != c * c)
     throw shape_error("gradus: confusion_matrix: counts hold " + std::to_string(counts.size()) + " cells, not " +
                       std::to_string(c) + " x " + std::to_string(c));
-  for (index_t i = 0; i < n; ++i) ++counts[static_cast<std::size_t>(labels[i] * c + p[static_cast<std::size_t>(i)])];
+  for (index_t i = 0; i < n; ++i)
+    ++counts[static_cast<std::size_t>(static_cast<index_t>(labels[i]) * c + p[static_cast<std::size_t>(i)])];
 }
 
 }  // namespace gradus::nn

@@ -16,7 +16,7 @@
 //
 //   g::util::progress bar(std::cerr, g::util::is_terminal(std::cerr));
 //   bar.start_epoch(e + 1, epochs, batches);
-//   for (...) bar.step(step.run(x = xb, y = yb), xb.shape.d[0]);
+//   for (...) bar.step(step.run(x = xb, y = yb), xb.shape().d[0]);
 //   bar.stop();                                  // the evaluation is not training time
 //   bar.end_epoch({{"test_accuracy", evaluate()}});
 #include <algorithm>

@@ -36,7 +36,7 @@ int main() {
 
   // x·w + b = {{-3.75, 3}, {-9.25, 2}}; relu keeps the second column.
   const float want[4] = {0, 3, 0, 2};
-  int bad = y.shape.rank == 2 && y.shape.d[0] == 2 && y.shape.d[1] == 2 ? 0 : 1;
+  int bad = y.shape().rank == 2 && y.shape().d[0] == 2 && y.shape().d[1] == 2 ? 0 : 1;
   for (g::index_t i = 0; i < 4 && !bad; ++i)
     if (std::abs(y[i] - want[i]) > 1e-6f) {
       std::fprintf(stderr, "consumer: element %ld is %g, want %g\n", static_cast<long>(i), static_cast<double>(y[i]),

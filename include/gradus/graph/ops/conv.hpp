@@ -92,7 +92,7 @@ struct im2col_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
-    Backend::im2col(in.data(), geometry_of(in.shape, Win), out);
+    Backend::im2col(in.data(), geometry_of(in.shape(), Win), out);
   }
   bool operator==(const im2col_node&) const = default;
 };
@@ -183,7 +183,7 @@ struct conv2d_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> xv, tensor_view<const value_type> wv) const {
-    Backend::conv2d(xv.data(), wv.data(), geometry_of(xv.shape, Win, wv.shape.d[0]), out);
+    Backend::conv2d(xv.data(), wv.data(), geometry_of(xv.shape(), Win, wv.shape().d[0]), out);
   }
   bool operator==(const conv2d_node&) const = default;
 };
@@ -209,7 +209,7 @@ struct conv2d_data_grad_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims& d, tensor_view<const value_type> gv, tensor_view<const value_type> wv,
                tensor_view<const value_type>) const {
-    Backend::conv2d_backward_data(gv.data(), wv.data(), geometry_of(d, Win, wv.shape.d[0]), out);
+    Backend::conv2d_backward_data(gv.data(), wv.data(), geometry_of(d, Win, wv.shape().d[0]), out);
   }
   bool operator==(const conv2d_data_grad_node&) const = default;
 };
@@ -235,7 +235,7 @@ struct conv2d_weight_grad_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims& wd, tensor_view<const value_type> xv, tensor_view<const value_type> gv,
                tensor_view<const value_type>) const {
-    Backend::conv2d_backward_weights(xv.data(), gv.data(), geometry_of(xv.shape, Win, wd.d[0]), out);
+    Backend::conv2d_backward_weights(xv.data(), gv.data(), geometry_of(xv.shape(), Win, wd.d[0]), out);
   }
   bool operator==(const conv2d_weight_grad_node&) const = default;
 };
@@ -306,7 +306,7 @@ struct pool2d_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
-    Backend::pool2d(K == pool_kind::max, in.data(), geometry_of(in.shape, Win), out);
+    Backend::pool2d(K == pool_kind::max, in.data(), geometry_of(in.shape(), Win), out);
   }
   bool operator==(const pool2d_node&) const = default;
 };

@@ -101,8 +101,8 @@ struct gather_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> t,
                tensor_view<const std::int32_t> i) const {
-    const index_t row = t.shape.d[0] ? t.size() / t.shape.d[0] : 0;
-    Backend::gather(t.data(), t.shape.d[0], row, i.data(), i.size(), out);
+    const index_t row = t.shape().d[0] ? t.size() / t.shape().d[0] : 0;
+    Backend::gather(t.data(), t.shape().d[0], row, i.data(), i.size(), out);
   }
   bool operator==(const gather_node&) const = default;
 };

@@ -102,13 +102,13 @@ struct matmul_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims& od, tensor_view<const value_type> pa,
                tensor_view<const value_type> pb) const {
-    const dims da = logical(pa.shape, lhs::trans);
+    const dims da = logical(pa.shape(), lhs::trans);
     const index_t m = od.d[od.rank - 2], n = od.d[od.rank - 1], k = da.d[da.rank - 1];
     const index_t batch = od.rank == 3 ? od.d[0] : 1;
     // Row-major leading dimensions are the stored (not logical) row lengths.
-    const index_t lda = pa.shape.d[pa.shape.rank - 1], ldb = pb.shape.d[pb.shape.rank - 1];
-    const index_t sa = pa.shape.rank == 3 ? pa.shape.d[1] * pa.shape.d[2] : 0;
-    const index_t sb = pb.shape.rank == 3 ? pb.shape.d[1] * pb.shape.d[2] : 0;
+    const index_t lda = pa.shape().d[pa.shape().rank - 1], ldb = pb.shape().d[pb.shape().rank - 1];
+    const index_t sa = pa.shape().rank == 3 ? pa.shape().d[1] * pa.shape().d[2] : 0;
+    const index_t sb = pb.shape().rank == 3 ? pb.shape().d[1] * pb.shape().d[2] : 0;
     Backend::gemm(lhs::trans, rhs::trans, m, n, k, value_type(1), pa.data(), lda, sa, pb.data(), ldb, sb,
                   value_type(0), out, n, m * n, batch);
   }

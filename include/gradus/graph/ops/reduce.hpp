@@ -87,7 +87,7 @@ struct reduce_node : expr_base {
   }
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_t<A>> in) const {
-    const auto g = detail::reduce_split(in.shape, axis);
+    const auto g = detail::reduce_split(in.shape(), axis);
     if constexpr (Arg) Backend::argmax(in.data(), g.outer, g.n, g.inner, out);
     else Backend::reduce(K, in.data(), g.outer, g.n, g.inner, out);
   }

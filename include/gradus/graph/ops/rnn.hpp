@@ -140,7 +140,7 @@ struct rnn_node : expr_base {
   template <class Backend, class... V>
   void compute(value_type* out, const dims&, tensor_view<const value_type> x, tensor_view<const value_type> wx,
                tensor_view<const value_type> wh, const V&... b) const {
-    const detail::rnn_extents e = extents(x.shape, wx.shape, wh.shape, b.shape...);
+    const detail::rnn_extents e = extents(x.shape(), wx.shape(), wh.shape(), b.shape()...);
     Cell::template forward<Backend>(out, e, x.data(), wx.data(), wh.data(), b.data()...);
   }
   bool operator==(const rnn_node&) const = default;
@@ -189,7 +189,7 @@ struct rnn_grad_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> f, tensor_view<const value_type> gd,
                tensor_view<const value_type> x, tensor_view<const value_type> wh) const {
-    cell::template backward<Backend>(out, extents(f.shape, x.shape), x.data(), wh.data(), f.data(), gd.data());
+    cell::template backward<Backend>(out, extents(f.shape(), x.shape()), x.data(), wh.data(), f.data(), gd.data());
   }
   bool operator==(const rnn_grad_node&) const = default;
 };
@@ -233,7 +233,7 @@ struct rnn_input_grad_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> gb, tensor_view<const value_type> x,
                tensor_view<const value_type> wx) const {
-    const index_t rows = x.shape.d[0] * x.shape.d[1], i = x.shape.d[2], gh = wx.shape.d[1], h = gh / cell::gates;
+    const index_t rows = x.shape().d[0] * x.shape().d[1], i = x.shape().d[2], gh = wx.shape().d[1], h = gh / cell::gates;
     const value_type* dG = gb.data() + Grad::dg_offset(i, h);
     const index_t tbh = rows * h;
     for (index_t k = 0; k < cell::gates; ++k)

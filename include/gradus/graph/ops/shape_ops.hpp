@@ -73,7 +73,7 @@ struct permute_node : expr_base {
   void compute(value_type* out, const dims&, tensor_view<const value_type> in) const {
     std::array<std::size_t, max_rank> p{};
     for (std::size_t i = 0; i < perm.size(); ++i) p[i] = perm[i];
-    Backend::permute(in.data(), in.shape, p, out);
+    Backend::permute(in.data(), in.shape(), p, out);
   }
   bool operator==(const permute_node&) const = default;
 };

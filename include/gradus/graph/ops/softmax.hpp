@@ -71,7 +71,7 @@ struct softmax_xent_node : expr_base {
   template <class Backend>
   void compute(value_type* out, const dims&, tensor_view<const value_type> l,
                tensor_view<const std::int32_t> y) const {
-    Backend::softmax_xent(l.data(), y.data(), l.shape.d[0], l.shape.d[1], out);
+    Backend::softmax_xent(l.data(), y.data(), l.shape().d[0], l.shape().d[1], out);
   }
   bool operator==(const softmax_xent_node&) const = default;
 };

@@ -210,7 +210,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
         timed([&] { forward(gr, feeds, m, offsets[um], sizes[um]); });
         if constexpr (!last) {
           const auto out = gr.template output<0>();
-          send_device(detail::pipe_msg::activation, m, out.data(), out.shape, this->next_rank());
+          send_device(detail::pipe_msg::activation, m, out.data(), out.shape(), this->next_rank());
         } else {
           T l{};
           Backend::copy_to_host(&l, gr.template output<0>().data(), sizeof(T));
@@ -241,9 +241,9 @@ class pipeline_stage final : public pipeline_base<Comm> {
             const auto n = static_cast<std::size_t>(din.size());
             T* tmp = scratch(n);
             Backend::for_each(din.size(), detail::scale_rule<T>{w}, tmp, din.data());
-            send_device(detail::pipe_msg::gradient, m, tmp, din.shape, this->prev_rank());
+            send_device(detail::pipe_msg::gradient, m, tmp, din.shape(), this->prev_rank());
           } else {
-            send_device(detail::pipe_msg::gradient, m, din.data(), din.shape, this->prev_rank());
+            send_device(detail::pipe_msg::gradient, m, din.data(), din.shape(), this->prev_rank());
           }
         }
       }
@@ -410,12 +410,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
          if constexpr (graph_t::deferred[I]) {
            const auto x = gr.template output<graph_t::rows_output[I]>();
            const auto g = gr.template output<1 + I>();
-           rows = x.shape.d[0];
+           rows = x.shape().d[0];
            if (rows == 0) return;
            const auto xc = static_cast<std::size_t>(x.size() / rows), gc = static_cast<std::size_t>(g.size() / rows);
-           if (g.shape.d[0] != rows || xc * gc != sizes_[I])
-             throw error(this->where(-1) + "a deferred weight gradient's rows are " + to_string(x.shape) + " and " +
-                         to_string(g.shape) + ", which do not make its variable's " + std::to_string(sizes_[I]) + " values");
+           if (g.shape().d[0] != rows || xc * gc != sizes_[I])
+             throw error(this->where(-1) + "a deferred weight gradient's rows are " + to_string(x.shape()) + " and " +
+                         to_string(g.shape()) + ", which do not make its variable's " + std::to_string(sizes_[I]) + " values");
            cols_[I] = {xc, gc};
            const auto at = static_cast<std::size_t>(stashed_rows_);
            T* xs = static_cast<T*>(stash_x_[I].grow((at + static_cast<std::size_t>(rows)) * xc * sizeof(T)));

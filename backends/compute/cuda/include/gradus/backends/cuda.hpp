@@ -24,6 +24,11 @@
 // -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP against Thrust's OpenMP system (the
 // cuda-omp test label), where every kernel runs on host threads and the executor still
 // treats the memory as a device's.
+// Before any Thrust header: a g++ or clang++ build that includes this file by mistake gets
+// gradus' message, not "thrust/copy.h: No such file".
+#if !defined(__CUDACC__) && !defined(THRUST_DEVICE_SYSTEM)
+#error "gradus: gradus/backends/cuda.hpp: compile this translation unit as CUDA (.cu or LANGUAGE CUDA, linking gradus::cuda); for the cuda-omp build (host threads) add -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP and CUDA's include directory"
+#endif
 #include "gradus/backends/cuda/random.hpp"
 #include "gradus/gradus.hpp"
 

@@ -14,7 +14,7 @@ namespace gradus {
 // A copy of a result as an xt::xarray.
 template <class T>
 xt::xarray<std::remove_const_t<T>> to_xarray(const tensor_view<T>& v) {
-  std::vector<std::size_t> shape(v.shape.d.begin(), v.shape.d.begin() + static_cast<std::ptrdiff_t>(v.shape.rank));
+  const std::vector<std::size_t> shape(v.shape().begin(), v.shape().end());
   xt::xarray<std::remove_const_t<T>> r(shape);
   std::copy(v.begin(), v.end(), r.begin());
   return r;
@@ -23,10 +23,10 @@ xt::xarray<std::remove_const_t<T>> to_xarray(const tensor_view<T>& v) {
 // A copy of a result as an xt::xtensor of rank R (the rank must match).
 template <std::size_t R, class T>
 xt::xtensor<std::remove_const_t<T>, R> to_xtensor(const tensor_view<T>& v) {
-  if (v.shape.rank != R)
-    throw shape_error("gradus: to_xtensor<" + std::to_string(R) + ">: the result has shape " + to_string(v.shape));
+  if (v.shape().rank != R)
+    throw shape_error("gradus: to_xtensor<" + std::to_string(R) + ">: the result has shape " + to_string(v.shape()));
   std::array<std::size_t, R> shape{};
-  for (std::size_t i = 0; i < R; ++i) shape[i] = static_cast<std::size_t>(v.shape.d[i]);
+  for (std::size_t i = 0; i < R; ++i) shape[i] = static_cast<std::size_t>(v.shape().d[i]);
   xt::xtensor<std::remove_const_t<T>, R> r(shape);
   std::copy(v.begin(), v.end(), r.begin());
   return r;
@@ -35,7 +35,7 @@ xt::xtensor<std::remove_const_t<T>, R> to_xtensor(const tensor_view<T>& v) {
 // A zero-copy xtensor view of a result (valid until the buffer's next run).
 template <class T>
 auto adapt(const tensor_view<T>& v) {
-  std::vector<std::size_t> shape(v.shape.d.begin(), v.shape.d.begin() + static_cast<std::ptrdiff_t>(v.shape.rank));
+  const std::vector<std::size_t> shape(v.shape().begin(), v.shape().end());
   return xt::adapt(v.data(), static_cast<std::size_t>(v.size()), xt::no_ownership(), shape);
 }
 
