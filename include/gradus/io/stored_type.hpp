@@ -127,7 +127,8 @@ inline std::string convert_elements(const stored_type& t, const std::byte* src, 
         break;
       case stored_kind::boolean:
         if (u > 1)
-          return "bool byte " + std::to_string(u) + " at index " + std::to_string(i) + " is neither 0 nor 1";
+          return "bool byte " + std::to_string(u) + " at index " + std::to_string(i) +
+                 " is neither 0 nor 1 (numpy and PyTorch write only those)";
         put(static_cast<std::uint8_t>(u));
         break;
     }
