@@ -3,7 +3,7 @@
 // reader) converts on load, value by value: Fortran order, big-endian, float16 (subnormals,
 // infinities, NaN payloads), bool, int8/int16/uint16/uint32/uint64; the descrs it refuses
 // and the errors naming the file. numpy itself writes and reads .npy files for
-// npz_interop.py (io_npy_* tests).
+// io_interop.py (io_npy_* tests).
 #define BOOST_TEST_MODULE io_npy
 #include <boost/test/unit_test.hpp>
 

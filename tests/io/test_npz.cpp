@@ -2,7 +2,7 @@
 // with '/', the bytes written (NPY 1.0 header, 64-byte alignment, stored entries), numpy's
 // own header formatting, the reader's errors on corrupt input (each built here), and the
 // atomic write: a failed write leaves the previous file and no temporary file behind.
-// numpy itself is checked against gradus by npz_interop.py (io_npz_* tests).
+// numpy itself is checked against gradus by io_interop.py (io_npz_* tests).
 #define BOOST_TEST_MODULE io_npz
 #include <boost/test/unit_test.hpp>
 

@@ -2,7 +2,7 @@
 // spec's layout, byte for byte), the atomic write and its refusals; on hand-made files, what
 // read_safetensors converts on load value by value (F16, BF16, BOOL, I8, I16, U16, U32, U64)
 // and every malformed header it refuses, each error naming the file and the tensor. A
-// Python writer and reader of the spec check gradus against both ways (npz_interop.py,
+// Python writer and reader of the spec check gradus against both ways (io_interop.py,
 // io_safetensors_* tests).
 #define BOOST_TEST_MODULE io_safetensors
 #include <boost/test/unit_test.hpp>
