@@ -100,8 +100,9 @@ else()
   set(gradus_NOT_FOUND_MESSAGE "gradus::io needs libzip (pkg-config module libzip; Debian: libzip-dev)")
 endif()
 
-# nlohmann_json, for gradus::cluster (cluster specs: TF_CONFIG, gradus JSON files). Like
-# libzip: required by the build tree, component cluster of the installed package.
+# nlohmann_json, for gradus::cluster (cluster specs: TF_CONFIG, gradus JSON files) and
+# gradus::io (.safetensors headers). Like libzip: required by the build tree, components
+# cluster and io of the installed package.
 if(NOT TARGET nlohmann_json::nlohmann_json)
   if(CMAKE_FIND_PACKAGE_NAME STREQUAL "gradus")
     find_package(nlohmann_json 3 CONFIG QUIET)
@@ -113,10 +114,11 @@ if(TARGET nlohmann_json::nlohmann_json)
   set(gradus_cluster_FOUND TRUE)
 else()
   set(gradus_cluster_FOUND FALSE)
+  set(gradus_io_FOUND FALSE)  # .safetensors headers are JSON (gradus/io/safetensors.hpp)
   if(gradus_NOT_FOUND_MESSAGE)
     string(APPEND gradus_NOT_FOUND_MESSAGE "; ")
   endif()
-  string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::cluster needs nlohmann_json (Debian: nlohmann-json3-dev)")
+  string(APPEND gradus_NOT_FOUND_MESSAGE "gradus::cluster and gradus::io need nlohmann_json (Debian: nlohmann-json3-dev)")
 endif()
 
 # cppzmq (and libzmq through it), for the ZeroMQ communicators (gradus::net, gradus::ring,

@@ -1,23 +1,28 @@
 #pragma once
-// The pieces of an atomic, durable file replacement (what write_npz does, io/npz.hpp):
+// An atomic, durable file replacement (what write_npz, write_npy and write_safetensors do):
 // the file is written to a temporary "<file>.tmp.<pid>.<n>.<host>" beside it, fsynced,
-// renamed over the file, and the directory fsynced. Here: fsync of a file or a directory,
+// renamed over the file, and the directory fsynced (replace_atomically). Here: that
+// sequence, fsync of a file or a directory, the writing of a new file from byte ranges,
 // and the temporaries' names, the registry of those this process is writing, and the
-// clean-up of those a killed writer left behind. Apart from npz.hpp because none of it
-// knows the archive's format.
+// clean-up of those a killed writer left behind. Apart from the writers because none of it
+// knows a file format.
 //
 // POSIX (open, fsync, getpid, kill, gethostname).
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstddef>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 #include <limits>
 #include <mutex>
 #include <set>
 #include <string>
+#include <span>
 #include <string_view>
 #include <system_error>
 #include <utility>
@@ -167,5 +172,60 @@ struct writing_temporary {
     r.names.erase(name);
   }
 };
+
+// Creates `tmp` (which must not exist) holding the given byte ranges one after another.
+// Throws naming `tmp` on failure; `tmp` may then exist and is the caller's to remove.
+inline void write_new_file(const std::filesystem::path& tmp, std::span<const std::span<const std::byte>> parts,
+                           const std::string& ctx) {
+  fd_handle fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+  if (fd.fd < 0) throw error(ctx + "create temporary file " + quoted(tmp) + ": " + errno_text(errno));
+  for (const auto& part : parts) {
+    for (std::size_t at = 0; at < part.size();) {
+      const ssize_t n = ::write(fd.fd, part.data() + at, part.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw error(ctx + "write temporary file " + quoted(tmp) + ": " + errno_text(n < 0 ? errno : EIO));
+      at += static_cast<std::size_t>(n);
+    }
+  }
+  const int r = ::close(fd.fd);
+  fd.fd = -1;
+  if (r != 0) throw error(ctx + "close temporary file " + quoted(tmp) + ": " + errno_text(errno));
+}
+inline void write_new_file(const std::filesystem::path& tmp, std::initializer_list<std::span<const std::byte>> parts,
+                           const std::string& ctx) {
+  write_new_file(tmp, std::span<const std::span<const std::byte>>(parts.begin(), parts.size()), ctx);
+}
+
+// Replaces `file` atomically with what write_tmp(tmp) writes to the new file `tmp`: tmp is
+// "<file>.tmp.<pid>.<n>.<host>" in the same directory; it is fsynced and renamed over
+// `file`, then the directory is fsynced. On any failure the temporary file is removed,
+// `file` is left as it was, and a gradus::error (ctx first) names the failing step.
+// Temporaries of `file` left by writers that were killed mid-save are removed first
+// (remove_stale_temporaries).
+inline void replace_atomically(const std::filesystem::path& file, const std::string& ctx,
+                               const std::function<void(const std::filesystem::path& tmp)>& write_tmp) {
+  static std::atomic<unsigned long> counter{0};
+  const std::string host = host_tag();
+  std::filesystem::path tmp = file;
+  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++) + "." + host;
+  std::filesystem::path dir = file.parent_path();
+  if (dir.empty()) dir = ".";
+  // Clean up before registering: a stale file of this very name (an earlier process with our
+  // pid) must go, and nothing of ours exists on disk before it is registered.
+  remove_stale_temporaries(file, host);
+  const writing_temporary writing(tmp.filename().string());
+  try {
+    write_tmp(tmp);
+    fsync_path(tmp, false, ctx, "fsync temporary file");
+    if (::rename(tmp.c_str(), file.c_str()) != 0)
+      throw error(ctx + "rename " + quoted(tmp) + " over it: " + errno_text(errno));
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+  // The new file is in place; without this the rename itself may not survive a crash.
+  fsync_path(dir, true, ctx, "fsync directory");
+}
 
 }  // namespace gradus::io::detail

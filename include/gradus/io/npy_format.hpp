@@ -1,20 +1,24 @@
 #pragma once
-// The NPY array format, the entries of an .npz file (io/npz.hpp): the five dtypes gradus
-// stores and their NPY descrs, the version 1.0 header numpy writes (magic, version, length,
-// then a dict literal padded so that the data starts on a 64-byte boundary), and a strict
-// parser of that dict whose errors say what is wrong. Apart from npz.hpp because the
-// format is NumPy's and knows nothing of zip archives or files.
+// The NPY array format, of .npy files and the entries of an .npz file (io/npy.hpp,
+// io/npz.hpp): the five dtypes gradus writes and their NPY descrs, the version 1.0 header
+// numpy writes (magic, version, length, then a dict literal padded so that the data starts
+// on a 64-byte boundary), a strict parser of that dict whose errors say what is wrong, the
+// descrs it reads (io/stored_type.hpp: bool, int8-64, uint8-64, float16/32/64, either byte
+// order) and the reordering of a Fortran-order array into C order. Apart from npy.hpp
+// because the format is NumPy's and knows nothing of files or zip archives.
 #include <array>
 #include <cstddef>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <string_view>
 
 #include "gradus/core/shape.hpp"
+#include "gradus/io/stored_type.hpp"
 
 namespace gradus::io::detail {
 
-// dtype name <-> NPY descr, the only five either side accepts.
+// dtype name <-> NPY descr: the five gradus writes (and reads without conversion).
 struct npy_type {
   std::string_view name, descr;
   std::size_t size;
@@ -84,16 +88,90 @@ inline std::string npy_header(std::string_view descr, const dims& shape) {
   return h;
 }
 
-// The parsed NPY header dict.
+// What to do with an array gradus does not read.
+inline constexpr std::string_view npy_refusal_advice =
+    "; gradus reads bool, int8-64, uint8-64 and float16/32/64 in either byte order: convert the array in "
+    "numpy (e.g. np.save(path, a.astype(np.float32))) and load that";
+
+// Parses an NPY type string such as '<f4', '>i8', '|b1': byte order '<', '>' or '|' (one-byte
+// types), '=' (native, little-endian here); kind b, i, u or f; size. Returns an empty string
+// on success, else why the descr is refused, naming the type and what to do.
+inline std::string parse_npy_descr(std::string_view d, stored_type& t) {
+  const auto refuse = [&](std::string_view what) {
+    std::string r = "unsupported descr '";
+    r += d;
+    r += "' (";
+    r += what;
+    r += ")";
+    r += npy_refusal_advice;
+    return r;
+  };
+  if (d.size() < 2) return refuse("not a type string");
+  const char order = d[0], kind = d[1];
+  if (order != '<' && order != '>' && order != '|' && order != '=') return refuse("no byte order");
+  switch (kind) {
+    case 'b': t.kind = stored_kind::boolean; break;
+    case 'i': t.kind = stored_kind::signed_int; break;
+    case 'u': t.kind = stored_kind::unsigned_int; break;
+    case 'f': t.kind = stored_kind::ieee_float; break;
+    case 'c': return refuse("complex");
+    case 'S': case 'a': return refuse("byte strings");
+    case 'U': return refuse("unicode strings");
+    case 'O': return refuse("Python objects");
+    case 'V': return refuse("raw void bytes; ml_dtypes' bfloat16 is saved so: save it as float32");
+    case 'M': return refuse("datetime64");
+    case 'm': return refuse("timedelta64");
+    default: return refuse("an unknown kind");
+  }
+  std::size_t size = 0;
+  for (std::size_t i = 2; i < d.size(); ++i) {
+    if (d[i] < '0' || d[i] > '9' || size > 1000) return refuse("not a plain type");
+    size = size * 10 + static_cast<std::size_t>(d[i] - '0');
+  }
+  if (kind == 'f' && (size == 16 || size == 12)) return refuse("float128 / long double");
+  const bool ok = t.kind == stored_kind::boolean      ? size == 1
+                  : t.kind == stored_kind::ieee_float ? size == 2 || size == 4 || size == 8
+                                                      : size == 1 || size == 2 || size == 4 || size == 8;
+  if (!ok) return refuse("an unknown size");
+  if (order == '|' && size != 1) return refuse("no byte order for a multi-byte type");
+  t.size = size;
+  t.big_endian = order == '>' && size > 1;
+  return {};
+}
+
+// The parsed NPY header dict: the type as stored, the array's order and shape.
 struct npy_header_info {
-  const npy_type* type = nullptr;
+  stored_type stored;
+  bool fortran_order = false;
   dims shape;
 };
 
-// Parses the dict literal of an NPY header: exactly the keys 'descr' (a supported type
-// string), 'fortran_order' (False) and 'shape' (a tuple of non-negative ints, at most
-// max_rank), in any order, an optional trailing comma, then only whitespace. Returns an
-// empty string on success, else what is wrong.
+// Reorders a Fortran-order (column-major) array of `shape` and `itemsize`-byte elements at
+// src into C order at dst (the same number of bytes, not overlapping src).
+inline void fortran_to_c(const std::byte* src, std::byte* dst, const dims& shape, std::size_t itemsize) {
+  std::size_t n = 1;
+  std::array<std::size_t, max_rank> stride{}, idx{};  // stride[i]: element i's step in src
+  for (std::size_t i = 0; i < shape.rank; ++i) {
+    stride[i] = n;
+    n *= static_cast<std::size_t>(shape.d[i]);
+  }
+  if (n == 0) return;
+  std::size_t from = 0;  // src element of the C-order index idx
+  for (std::size_t k = 0; k < n; ++k) {
+    std::memcpy(dst + k * itemsize, src + from * itemsize, itemsize);
+    for (std::size_t i = shape.rank; i-- > 0;) {  // the last axis varies fastest in C order
+      from += stride[i];
+      if (++idx[i] < static_cast<std::size_t>(shape.d[i])) break;
+      from -= stride[i] * idx[i];
+      idx[i] = 0;
+    }
+  }
+}
+
+// Parses the dict literal of an NPY header: exactly the keys 'descr' (a type string
+// parse_npy_descr reads), 'fortran_order' (True or False) and 'shape' (a tuple of
+// non-negative ints, at most max_rank), in any order, an optional trailing comma, then only
+// whitespace. Returns an empty string on success, else what is wrong.
 inline std::string parse_npy_dict(std::string_view s, npy_header_info& out) {
   std::size_t p = 0;
   const auto ws = [&] {
@@ -127,19 +205,20 @@ inline std::string parse_npy_dict(std::string_view s, npy_header_info& out) {
     if (key == "descr") {
       std::string d;
       if (have_descr) return "NPY header repeats 'descr'";
-      if (!str(d)) return "NPY header 'descr' is not a type string (structured dtypes are not supported): " + shown();
-      out.type = npy_type_by_descr(d);
-      if (!out.type)
-        return "unsupported descr '" + d + "'" + (d.starts_with('>') ? " (big-endian)" : "") +
-               "; gradus reads '<f4', '<f8', '<i4', '<i8', '|u1'";
+      if (!str(d))
+        return "NPY header 'descr' is not a type string (structured dtypes are not supported): " + shown() +
+               std::string(npy_refusal_advice);
+      if (auto why = parse_npy_descr(d, out.stored); !why.empty()) return why;
       have_descr = true;
     } else if (key == "fortran_order") {
       if (have_order) return "NPY header repeats 'fortran_order'";
       ws();
       if (s.substr(p).starts_with("False")) {
         p += 5;
+        out.fortran_order = false;
       } else if (s.substr(p).starts_with("True")) {
-        return "fortran_order True (column-major) arrays are not supported";
+        p += 4;
+        out.fortran_order = true;
       } else {
         return "NPY header 'fortran_order' is not True or False: " + shown();
       }

@@ -5,10 +5,12 @@
 //                            atomic: the destination is replaced whole or left as it was
 //   read_npz(file)           the arrays back, in archive order, bit for bit; a strict reader
 //                            whose errors name the file, the entry and what is wrong
+// Entries stored as other types or orders than gradus writes (float16, bool, big-endian,
+// Fortran order, ...) are converted on load as read_npy converts them (io/npy.hpp).
 // Needs libzip (link gradus::io). The NPY header is written and parsed by gradus
-// (io/npy_format.hpp); xtensor's xnpy is not used because it loads into an xarray only (no
-// dtype-erased buffer for a checkpoint of mixed dtypes) and throws messages without the
-// file or entry they concern. The zip container is libzip's: only the empty archive (22
+// (io/npy_format.hpp, io/npy.hpp); xtensor's xnpy is not used because it loads into an
+// xarray only (no dtype-erased buffer for a checkpoint of mixed dtypes) and throws messages
+// without the file or entry they concern. The zip container is libzip's: only the empty archive (22
 // constant bytes, which libzip will not write) is written by hand. The temporaries and
 // fsyncs of the atomic replacement are io/atomic_file.hpp's.
 //
@@ -19,7 +21,6 @@
 #include <unistd.h>
 
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstddef>
@@ -39,37 +40,11 @@
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
 #include "gradus/io/atomic_file.hpp"
+#include "gradus/io/npy.hpp"
 #include "gradus/io/npy_format.hpp"
+#include "gradus/io/npz_array.hpp"
 
 namespace gradus::io {
-
-static_assert(std::endian::native == std::endian::little,
-              "gradus::io writes and reads array bytes as they are in memory: little-endian hosts only");
-
-// One array to write: `data` points at shape.numel() elements of `dtype` in C order, and
-// must stay valid until write_npz returns.
-struct npz_array_ref {
-  std::string name;        // the key numpy.load gives it; may contain '/'
-  std::string_view dtype;  // "float32", "float64", "int32", "int64" or "uint8"
-  dims shape;              // rank 0 is a scalar
-  const void* data = nullptr;
-};
-
-// One array read back: bytes holds shape.numel() elements of dtype, C order, little-endian.
-struct npz_array {
-  std::string name;
-  std::string dtype;  // "float32", "float64", "int32", "int64" or "uint8"
-  dims shape;
-  std::vector<std::byte> bytes;
-};
-
-// Bytes per element of a dtype name, 0 for a name gradus::io does not store.
-inline std::size_t npz_itemsize(std::string_view dtype) {
-  if (dtype == "float32" || dtype == "int32") return 4;
-  if (dtype == "float64" || dtype == "int64") return 8;
-  if (dtype == "uint8") return 1;
-  return 0;
-}
 
 namespace detail {
 
@@ -116,11 +91,8 @@ inline void write_zip(const std::filesystem::path& tmp, std::span<const npz_arra
   if (arrays.empty()) {
     // libzip deletes an archive with no entries instead of writing it; an empty .npz (what
     // numpy.savez writes for no arrays) is just the end-of-central-directory record.
-    static constexpr unsigned char eocd[22] = {'P', 'K', 5, 6};
-    fd_handle fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
-    if (fd.fd < 0) throw error(ctx + "create temporary file " + quoted(tmp) + ": " + errno_text(errno));
-    if (::write(fd.fd, eocd, sizeof eocd) != static_cast<ssize_t>(sizeof eocd))
-      throw error(ctx + "write temporary file " + quoted(tmp) + ": " + errno_text(errno));
+    static constexpr std::array<std::byte, 22> eocd = {std::byte{'P'}, std::byte{'K'}, std::byte{5}, std::byte{6}};
+    write_new_file(tmp, {eocd}, ctx);
     return;
   }
   int code = 0;
@@ -172,40 +144,11 @@ inline void write_npz(const std::filesystem::path& file, std::span<const npz_arr
     if (a.name.empty()) throw error(ctx + "an array has an empty name");
     if (a.name.find('\0') != std::string::npos) throw error(what + "the name contains a NUL byte");
     if (!names.insert(a.name).second) throw error(what + "two arrays have this name");
-    const auto* t = detail::npy_type_by_name(a.dtype);
-    if (!t)
-      throw error(what + "unsupported dtype '" + std::string(a.dtype) +
-                  "' (float32, float64, int32, int64, uint8)");
-    if (a.shape.rank > max_rank) throw error(what + "rank above gradus::max_rank");
-    std::size_t n = 0;
-    if (!detail::byte_size(a.shape, t->size, n))
-      throw error(what + "shape " + to_string(a.shape) + " has a negative extent or is too large");
-    if (n && !a.data) throw error(what + "data is null for shape " + to_string(a.shape));
-    sizes.push_back(n);
+    sizes.push_back(detail::checked_byte_size(a, what));
   }
 
-  static std::atomic<unsigned long> counter{0};
-  const std::string host = detail::host_tag();
-  std::filesystem::path tmp = file;
-  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++) + "." + host;
-  std::filesystem::path dir = file.parent_path();
-  if (dir.empty()) dir = ".";
-  // Clean up before registering: a stale file of this very name (an earlier process with our
-  // pid) must go, and nothing of ours exists on disk before it is registered.
-  detail::remove_stale_temporaries(file, host);
-  const detail::writing_temporary writing(tmp.filename().string());
-  try {
-    detail::write_zip(tmp, arrays, sizes, ctx);
-    detail::fsync_path(tmp, false, ctx, "fsync temporary file");
-    if (::rename(tmp.c_str(), file.c_str()) != 0)
-      throw error(ctx + "rename " + detail::quoted(tmp) + " over it: " + detail::errno_text(errno));
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
-  // The new file is in place; without this the rename itself may not survive a crash.
-  detail::fsync_path(dir, true, ctx, "fsync directory");
+  detail::replace_atomically(file, ctx,
+                             [&](const std::filesystem::path& tmp) { detail::write_zip(tmp, arrays, sizes, ctx); });
 }
 
 inline void write_npz(const std::filesystem::path& file, std::initializer_list<npz_array_ref> arrays) {
@@ -213,10 +156,11 @@ inline void write_npz(const std::filesystem::path& file, std::initializer_list<n
 }
 
 // Reads every array of an .npz file (entries "<name>.npy", stored or deflated), in archive
-// order. Throws gradus::error naming the file, the entry and the problem: not a zip, an
-// entry that is not .npy, a missing or garbled NPY magic, an unsupported version or descr,
-// fortran_order True, a rank above max_rank, data not matching the shape, a truncated or
-// corrupt (CRC) entry, a name given twice.
+// order, each converted on load as read_npy converts (io/npy.hpp). Throws gradus::error
+// naming the file, the entry and the problem: not a zip, an entry that is not .npy, a
+// missing or garbled NPY magic, an unsupported version or descr, a value that does not
+// convert, a rank above max_rank, data not matching the shape, a truncated or corrupt (CRC)
+// entry, a name given twice.
 inline std::vector<npz_array> read_npz(const std::filesystem::path& file) {
   const std::string ctx = "gradus: read_npz " + detail::quoted(file) + ": ";
   int code = 0;
@@ -273,44 +217,8 @@ inline std::vector<npz_array> read_npz(const std::filesystem::path& file) {
       }
     };
 
-    // Magic, version, header length.
-    if (st.size < 10) throw error(at + "truncated: " + std::to_string(st.size) + " bytes, shorter than an NPY preamble");
-    unsigned char pre[12];
-    read(pre, 8, "NPY preamble");
-    if (std::memcmp(pre, detail::npy_magic.data(), detail::npy_magic.size()) != 0)
-      throw error(at + "not an NPY array (the magic \"\\x93NUMPY\" is missing)");
-    const unsigned major = pre[6], minor = pre[7];
-    if (minor != 0 || major < 1 || major > 3)
-      throw error(at + "unsupported NPY version " + std::to_string(major) + "." + std::to_string(minor));
-    const std::size_t len_bytes = major == 1 ? 2 : 4;
-    read(pre + 8, len_bytes, "NPY preamble");
-    std::size_t hlen = pre[8] | std::size_t{pre[9]} << 8;
-    if (len_bytes == 4) hlen |= std::size_t{pre[10]} << 16 | std::size_t{pre[11]} << 24;
-    const std::size_t header_total = 8 + len_bytes + hlen;
-    if (hlen > (1u << 20)) throw error(at + "NPY header of " + std::to_string(hlen) + " bytes is implausibly long");
-    if (header_total > st.size)
-      throw error(at + "truncated: the NPY header claims " + std::to_string(hlen) + " bytes, the entry holds " +
-                  std::to_string(st.size - 8 - len_bytes));
-    std::string header(hlen, '\0');
-    read(header.data(), hlen, "NPY header");
-    if (header.find('\0') != std::string::npos) throw error(at + "the NPY header contains a NUL byte");
-
-    detail::npy_header_info info;
-    if (auto why = detail::parse_npy_dict(header, info); !why.empty()) throw error(at + why);
-    std::size_t want = 0;
-    if (!detail::byte_size(info.shape, info.type->size, want))
-      throw error(at + "shape " + to_string(info.shape) + " is too large");
-    const std::size_t have = static_cast<std::size_t>(st.size) - header_total;
-    if (have != want)
-      throw error(at + "data size mismatch: shape " + to_string(info.shape) + " of " + std::string(info.type->name) +
-                  " needs " + std::to_string(want) + " bytes, the entry holds " + std::to_string(have));
-
-    npz_array a;
+    npz_array a = detail::read_npy_stream(read, st.size, at, "entry");
     a.name = std::move(name);
-    a.dtype = info.type->name;
-    a.shape = info.shape;
-    a.bytes.resize(want);
-    read(a.bytes.data(), want, "array data");
     // Read to the end: libzip checks the CRC there.
     unsigned char extra;
     const zip_int64_t r = zip_fread(zf.f, &extra, 1);
