@@ -34,6 +34,10 @@
 //
 // A save killed mid-write leaves its temporary behind; the next save of the same file
 // removes it (io::write_npz).
+//
+// Inference: io/weights.hpp's load_weights takes the variables alone from a checkpoint
+// (skipping the optimizer's state and the step counter), into a session of the forward
+// graph; save_weights writes the variables alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
