@@ -12,7 +12,8 @@
 #include <cstdint>
 #include <string>
 
-#include "mnist_pipeline.hpp"
+#include "mnist_pipeline.hpp"  // (first: example_backend.hpp)
+#include "mnist_mlp_model.hpp"
 
 namespace g = gradus;
 namespace gx = gradus_examples;
@@ -28,22 +29,17 @@ int main(int argc, char** argv) {
     const gx::mnist_data data = gx::load_mnist(o);
     g::placeholder<"x", float, g::dyn, 784> x;
     g::placeholder<"y", std::int32_t, g::dyn> y;
-    g::nn::dense<"fc1", 784, 256> fc1;
-    g::nn::dense<"fc2", 256, 128> fc2;
-    g::nn::dense<"fc3", 128, 10> fc3;
+    const gx::mnist_mlp_model m;  // examples/mnist_mlp_model.hpp: mnist_infer's model too
     // fc3(relu(fc2(relu(fc1(x))))), cut into --stages balanced stages (1: not cut); what is
     // evaluated is the uncut model for every S (examples/mnist_pipeline.hpp)
-    const auto act = [](const auto& h) { return g::relu(h); };
-    const auto uncut = g::parallel::sequential<1>(x, act, fc1, fc2, fc3);
+    const auto uncut = m.logits<1>(x);
     return gx::with_stages<1, 2, 3>("mnist_mlp", o.stages, [&]<int S>() {
-      const auto logits = g::parallel::sequential<S>(x, act, fc1, fc2, fc3);
+      const auto logits = m.template logits<S>(x);
       const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
       g::session<gx::backend> s;
       s.set_check_numerics(o.check_numerics);
-      fc1.initialize(s, o.seed);
-      fc2.initialize(s, o.seed);
-      fc3.initialize(s, o.seed, g::init::glorot_uniform{});
-      const auto cut = g::parallel::balanced_cut<S, decltype(fc1), decltype(fc2), decltype(fc3)>().describe();
+      m.initialize(s, o.seed);
+      const auto cut = g::parallel::balanced_cut<S, decltype(m.fc1), decltype(m.fc2), decltype(m.fc3)>().describe();
       return gx::train_mnist_staged<S>("mnist_mlp", o, data, s, loss, uncut, x, y, g::sgd{.lr = lr, .momentum = momentum}, cut);
     });
   });

@@ -34,6 +34,10 @@
 //
 // A save killed mid-write leaves its temporary behind; the next save of the same file
 // removes it (io::write_npz).
+//
+// Inference: io/weights.hpp's load_weights takes the variables alone from a checkpoint
+// (skipping the optimizer's state and the step counter), into a session of the forward
+// graph; save_weights writes the variables alone.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -155,29 +159,52 @@ inline std::string multi_index(const dims& shape, std::size_t i) {
   return out + "]";
 }
 
+// "'w' (3, 4) float32: element 5 [1, 1] is nan (2 of 12 elements are not finite)", or ""
+// when every element of the array is finite: one line of a refusal to load NaN or Inf.
+inline std::string nonfinite_report(const io::npz_array& a) {
+  const auto r = scan_nonfinite(a);
+  if (!r.count) return {};
+  return "'" + a.name + "' " + to_string(a.shape) + " " + a.dtype + ": element " + std::to_string(r.first) +
+         (a.shape.rank > 1 ? " " + multi_index(a.shape, r.first) : std::string()) + " is " +
+         (std::isnan(r.value) ? "nan" : r.value > 0 ? "inf" : "-inf") + " (" + std::to_string(r.count) + " of " +
+         std::to_string(a.shape.numel()) + " elements are not finite)";
+}
+
+// Host copies of a session's tensors, as the arrays io::write_npz writes (refs point into
+// bytes). A tensor named like a reserved key, or without a value yet, is an error; `ctx`
+// ("gradus: save_checkpoint 'f': ") names the operation and the file.
+struct host_arrays {
+  std::vector<std::vector<std::byte>> bytes;
+  std::vector<io::npz_array_ref> refs;
+};
+template <class Backend, class Entries>
+host_arrays copy_to_host(const Entries& entries, const std::string& ctx) {
+  host_arrays r;
+  r.bytes.resize(entries.size());
+  r.refs.reserve(entries.size() + 4);  // (save_checkpoint appends its reserved scalars)
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const auto& e = entries[i];
+    if (reserved_key(e.name))
+      throw error(ctx + "a variable is named '" + std::string(e.name) + "', a key the checkpoint keeps for itself");
+    if (!e.initialized)
+      throw error(ctx + "variable '" + std::string(e.name) + "' has no value yet; nothing was written");
+    const std::size_t n = static_cast<std::size_t>(e.shape.numel()) * io::npz_itemsize(e.dtype);
+    r.bytes[i].resize(n);
+    Backend::copy_to_host(r.bytes[i].data(), e.data, n);
+    r.refs.push_back({std::string(e.name), e.dtype, e.shape, r.bytes[i].data()});
+  }
+  return r;
+}
+
 }  // namespace detail
 
 template <class Backend>
 void save_checkpoint(const session<Backend>& s, const std::filesystem::path& file,
                      const checkpoint_options& options = {}) {
   const auto bound = s.bind();  // the copies out of a device go on the session's stream
-  const auto entries = detail::selected(s.entries(), options, "gradus: save_checkpoint '" + file.string() + "': ");
-  std::vector<std::vector<std::byte>> host(entries.size());
-  std::vector<io::npz_array_ref> arrays;
-  arrays.reserve(entries.size() + 1);
-  for (std::size_t i = 0; i < entries.size(); ++i) {
-    const auto& e = entries[i];
-    if (detail::reserved_key(e.name))
-      throw error("gradus: save_checkpoint '" + file.string() + "': a variable is named '" + std::string(e.name) +
-                  "', a key the checkpoint keeps for itself");
-    if (!e.initialized)
-      throw error("gradus: save_checkpoint '" + file.string() + "': variable '" + std::string(e.name) +
-                  "' has no value yet; nothing was written");
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * io::npz_itemsize(e.dtype);
-    host[i].resize(bytes);
-    Backend::copy_to_host(host[i].data(), e.data, bytes);
-    arrays.push_back({std::string(e.name), e.dtype, e.shape, host[i].data()});
-  }
+  const std::string ctx = "gradus: save_checkpoint '" + file.string() + "': ";
+  auto host = detail::copy_to_host<Backend>(detail::selected(s.entries(), options, ctx), ctx);
+  auto& arrays = host.refs;
   if (options.world_size < 0)
     throw error("gradus: save_checkpoint '" + file.string() + "': world_size " + std::to_string(options.world_size) +
                 " is negative (0: not recorded)");
@@ -288,15 +315,8 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
                   std::to_string(options.stage) + " (a renamed file?); nothing was restored");
   }
   std::vector<std::string> bad;
-  for (const auto& e : entries) {
-    const io::npz_array& a = *by_name.find(e.name)->second;
-    const auto r = detail::scan_nonfinite(a);
-    if (r.count)
-      bad.push_back("'" + a.name + "' " + to_string(a.shape) + " " + a.dtype + ": element " + std::to_string(r.first) +
-                    (a.shape.rank > 1 ? " " + detail::multi_index(a.shape, r.first) : std::string()) + " is " +
-                    (std::isnan(r.value) ? "nan" : r.value > 0 ? "inf" : "-inf") + " (" + std::to_string(r.count) +
-                    " of " + std::to_string(a.shape.numel()) + " elements are not finite)");
-  }
+  for (const auto& e : entries)
+    if (auto b = detail::nonfinite_report(*by_name.find(e.name)->second); !b.empty()) bad.push_back(std::move(b));
   if (!bad.empty()) {
     std::string msg = ctx + "the checkpoint holds NaN or Inf (a diverged run?); nothing was restored:";
     for (const auto& b : bad) msg += "\n  " + b;
