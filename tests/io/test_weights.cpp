@@ -181,6 +181,18 @@ BOOST_AUTO_TEST_CASE(save_weights_writes_the_variables_only) {
   BOOST_TEST((snapshot(s).at("dense1/w/adam_m") != snap.at("dense1/w/adam_m")));
   BOOST_TEST(s.global_step() == 2);
 
+  // .safetensors by the extension: the same tensors, read back by the safetensors reader,
+  // and they load into an inference session like the .npz
+  const fs::path st_file = dir.p / "weights.safetensors";
+  g::save_weights(t.s, st_file);
+  const auto tensors = g::io::read_safetensors(st_file);
+  BOOST_TEST(tensors.size() == want.size());
+  for (const auto& a : tensors)
+    BOOST_TEST_CONTEXT(a.name) { BOOST_TEST((a.bytes == snap.at(a.name))); }
+  g::session<g::cpu_simd> from_st;
+  g::load_weights(from_st, st_file, logits());
+  BOOST_TEST(same_bits(forward(from_st), forward(t.s)));
+
   g::session<g::cpu_simd> empty;
   BOOST_TEST(error_of([&] { g::save_weights(empty, dir.p / "none.npz"); }).find("holds no variables") !=
              std::string::npos);

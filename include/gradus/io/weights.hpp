@@ -5,6 +5,7 @@
 // variables, from either kind of file.
 //
 //   g::save_weights(s, "model.npz");                 // the variables: no optimizer state, no step
+//   g::save_weights(s, "model.safetensors");         // the same in safetensors (by the extension)
 //   g::load_weights(s, "run/ckpt.npz");              // every variable the session holds
 //   g::load_weights(s, "run/ckpt.npz", logits);      // an inference session: the variables logits reads
 //   g::load_weights(s, "torch.npz", logits, {.extra = g::extra_arrays::ignore});
@@ -41,6 +42,7 @@
 #include "gradus/exec/session.hpp"
 #include "gradus/io/checkpoint.hpp"
 #include "gradus/io/npz.hpp"
+#include "gradus/io/safetensors.hpp"
 #include "gradus/train/train_step.hpp"  // variables_of_t
 
 namespace gradus {
@@ -192,8 +194,18 @@ void write_weights(session<Backend>& s, const std::vector<weight_target>& target
 
 }  // namespace detail
 
+namespace detail {
+// A weights file's format is its extension's: .safetensors (Hugging Face's, what PyTorch
+// users exchange weights in), else .npz.
+inline bool is_safetensors(const std::filesystem::path& file) { return file.extension() == ".safetensors"; }
+inline std::vector<io::npz_array> read_weight_arrays(const std::filesystem::path& file) {
+  return is_safetensors(file) ? io::read_safetensors(file) : io::read_npz(file);
+}
+}  // namespace detail
+
 // Writes the session's variables (not the optimizer's state, not the step counter) to
-// `file`, a .npz (np.load(file)["fc1/w"]); atomic: a temporary file, then a rename.
+// `file`: a .npz (np.load(file)["fc1/w"]), or safetensors when the name ends in
+// .safetensors (safetensors.numpy.load_file); atomic: a temporary file, then a rename.
 template <class Backend>
 void save_weights(const session<Backend>& s, const std::filesystem::path& file) {
   const auto bound = s.bind();
@@ -205,11 +217,12 @@ void save_weights(const session<Backend>& s, const std::filesystem::path& file) 
   if (vars.empty())
     throw error(ctx + "the session holds no variables (initialise, assign or load them first); nothing was written");
   const auto host = detail::copy_to_host<Backend>(vars, ctx);
-  io::write_npz(file, host.refs);
+  if (detail::is_safetensors(file)) io::write_safetensors(file, host.refs);
+  else io::write_npz(file, host.refs);
 }
 
-// Loads every variable the session holds from `file`: a save_weights file or a training
-// checkpoint (save_checkpoint). All or nothing; the header lists what is refused.
+// Loads every variable the session holds from `file`: a save_weights file (.npz or
+// .safetensors) or a training checkpoint (save_checkpoint). All or nothing; the header lists what is refused.
 template <class Backend>
 void load_weights(session<Backend>& s, const std::filesystem::path& file, const weights_options& options = {}) {
   const auto bound = s.bind();
@@ -218,7 +231,7 @@ void load_weights(session<Backend>& s, const std::filesystem::path& file, const 
   if (targets.empty())
     throw error(ctx + "the session holds no variables yet: pass the model, load_weights(s, file, logits), "
                 "to declare the variables it reads, or declare them (s.declare(v)); nothing was loaded");
-  const auto arrays = io::read_npz(file);
+  const auto arrays = detail::read_weight_arrays(file);
   detail::write_weights(s, targets, detail::match_weights(arrays, targets, options, ctx));
 }
 
@@ -231,7 +244,7 @@ void load_weights(session<Backend>& s, const std::filesystem::path& file, const 
   const std::string ctx = "gradus: load_weights '" + file.string() + "': ";
   const auto targets = detail::targets_of(static_cast<variables_of_t<Model>*>(nullptr));
   if (targets.empty()) throw error(ctx + "the model reads no variables; nothing was loaded");
-  const auto arrays = io::read_npz(file);
+  const auto arrays = detail::read_weight_arrays(file);
   const auto found = detail::match_weights(arrays, targets, options, ctx);
   [&]<class... Vs>(std::tuple<Vs...>*) { (s.declare(Vs{}), ...); }(static_cast<variables_of_t<Model>*>(nullptr));
   detail::write_weights(s, targets, found);
