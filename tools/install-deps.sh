@@ -20,6 +20,7 @@ packages=(
                            # (tools/fetch-heart.sh copies it, or extracts it from the .deb)
   libeigen3-dev
   libzip-dev pkgconf       # gradus::io (.npz checkpoints); CMake finds libzip through pkg-config
+  dpkg-dev file            # cpack -G DEB: the tools' library dependencies (dpkg-shlibdeps, file)
   python3-numpy            # the .npz interop tests check files against numpy.load / numpy.savez
   libzmq3-dev cppzmq-dev   # gradus::ring_allreduce (ZeroMQ through cppzmq)
   iproute2                 # ip netns / veth / tc: the multi-host test in network namespaces
