@@ -28,31 +28,19 @@
 #include <gradus/gradus.hpp>
 #include <gradus/io/checkpoint.hpp>
 
+#include "io_test_model.hpp"
+
 namespace g = gradus;
 namespace fs = std::filesystem;
 
 namespace {
 
-g::placeholder<"x", float, g::dyn, 20> x;
-g::placeholder<"y", std::int32_t, g::dyn> y;
-g::variable<"dense1/w", float, 20, 16> w1;
-g::variable<"dense1/b", float, 16> b1;
-g::variable<"dense2/w", float, 16, 4> w2;
-g::variable<"dense2/b", float, 4> b2;
+using namespace gradus::test;  // the model, init, snapshot, temp_dir, error_of
+
 g::variable<"dense2/w", float, 16, 5> w2_wide;  // same name, other shape
 g::variable<"extra", double, 3> extra;
 
-auto model_loss() {
-  return g::mean(g::softmax_cross_entropy(g::matmul(g::tanh(g::matmul(x, w1) + b1), w2) + b2, y));
-}
 auto optimizer() { return g::adam{.lr = g::cosine_lr(0.05, 40, 5, 0.001), .clip_global_norm = 2.0}; }
-
-void init(g::session<g::cpu_simd>& s) {
-  g::initialize(s, w1, g::init::glorot_uniform{}, 11);
-  g::initialize(s, b1, g::init::zeros{}, 11);
-  g::initialize(s, w2, g::init::glorot_uniform{}, 11);
-  g::initialize(s, b2, g::init::constant{0.1}, 11);
-}
 
 struct batches {
   std::vector<std::vector<float>> xs;
@@ -76,39 +64,15 @@ void train(Step& st, const batches& data, int from, int to) {
            y = g::view(data.ys[static_cast<std::size_t>(b)].data(), {32}));
 }
 
-std::map<std::string, std::vector<std::byte>> snapshot(const g::session<g::cpu_simd>& s) {
-  std::map<std::string, std::vector<std::byte>> r;
-  for (const auto& e : s.entries()) {
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == "float64" ? 8u : 4u);
-    r[std::string(e.name)].assign(static_cast<const std::byte*>(e.data), static_cast<const std::byte*>(e.data) + bytes);
-  }
-  return r;
-}
-
-struct temp_dir {
-  fs::path p = fs::temp_directory_path() / ("gradus_ckpt_" + std::to_string(::getpid()));
-  temp_dir() { fs::create_directories(p); }
-  ~temp_dir() { fs::remove_all(p); }
-};
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const g::error& e) {
-    return e.what();
-  }
-  return "no error";
-}
-
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(resume_is_bit_identical) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const batches data;
   // uninterrupted: 20 steps
   g::session<g::cpu_simd> a;
   init(a);
-  auto sa = g::minimize(a, model_loss(), optimizer(), w1, b1, w2, b2);
+  auto sa = g::minimize(a, loss(), optimizer(), w1, b1, w2, b2);
   train(sa, data, 0, 20);
 
   // interrupted after 8 steps, saved, restored into a new session, 12 more
@@ -116,12 +80,12 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_identical) {
   {
     g::session<g::cpu_simd> b;
     init(b);
-    auto sb = g::minimize(b, model_loss(), optimizer(), w1, b1, w2, b2);
+    auto sb = g::minimize(b, loss(), optimizer(), w1, b1, w2, b2);
     train(sb, data, 0, 8);
     g::save_checkpoint(b, file);
   }
   g::session<g::cpu_simd> c;
-  auto sc = g::minimize(c, model_loss(), optimizer(), w1, b1, w2, b2);  // declares, no values
+  auto sc = g::minimize(c, loss(), optimizer(), w1, b1, w2, b2);  // declares, no values
   g::restore_checkpoint(c, file);
   BOOST_TEST(c.global_step() == 8);
   train(sc, data, 8, 20);
@@ -142,12 +106,12 @@ BOOST_AUTO_TEST_CASE(resume_is_bit_identical) {
 }
 
 BOOST_AUTO_TEST_CASE(mismatches_are_listed_and_nothing_is_restored) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const fs::path file = dir.p / "ckpt.npz";
   {
     g::session<g::cpu_simd> s;
     init(s);
-    auto st = g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2);
+    auto st = g::minimize(s, loss(), optimizer(), w1, b1, w2, b2);
     g::save_checkpoint(s, file);
   }
   // a graph whose dense2/w is wider, without dense2/b, with an extra variable
@@ -169,7 +133,7 @@ BOOST_AUTO_TEST_CASE(mismatches_are_listed_and_nothing_is_restored) {
 }
 
 BOOST_AUTO_TEST_CASE(saving_refuses_unset_variables_and_failures_keep_the_old_file) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const fs::path file = dir.p / "ckpt.npz";
   g::session<g::cpu_simd> s;
   init(s);
@@ -211,7 +175,7 @@ fs::path trained_checkpoint(const fs::path& dir, const g::checkpoint_options& o 
   const batches data;
   g::session<g::cpu_simd> s;
   init(s);
-  auto st = g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2);
+  auto st = g::minimize(s, loss(), optimizer(), w1, b1, w2, b2);
   train(st, data, 0, 3);
   const fs::path file = dir / "ckpt.npz";
   g::save_checkpoint(s, file, o);
@@ -244,8 +208,8 @@ void set_element(g::io::npz_array& a, std::size_t i, T v) {
 // that wrote anything would show.
 struct target {
   g::session<g::cpu_simd> s;
-  decltype(g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2)) st =
-      g::minimize(s, model_loss(), optimizer(), w1, b1, w2, b2);
+  decltype(g::minimize(s, loss(), optimizer(), w1, b1, w2, b2)) st =
+      g::minimize(s, loss(), optimizer(), w1, b1, w2, b2);
   target() {
     g::initialize(s, w1, g::init::constant{7}, 1);
     g::initialize(s, b1, g::init::constant{7}, 1);
@@ -263,7 +227,7 @@ bool has(const std::string& hay, const std::string& needle) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(world_size_is_recorded_and_a_mismatch_refused) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const fs::path file = trained_checkpoint(dir.p, {.world_size = 4});
   // numpy sees an int64 scalar
   auto arrays = g::io::read_npz(file);
@@ -321,7 +285,7 @@ BOOST_AUTO_TEST_CASE(world_size_is_recorded_and_a_mismatch_refused) {
 // A pipeline stage's file (parallel/pipeline/checkpoint.hpp writes one per stage): only the
 // tensors named, and the stage layout; the wrong stage, stage count or kind of file refused.
 BOOST_AUTO_TEST_CASE(a_stage_file_holds_its_tensors_and_its_place) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const std::vector<std::string> mine{"dense1/w", "dense1/b"};
   const fs::path file = trained_checkpoint(dir.p, {.world_size = 2, .stages = 2, .stage = 1, .only = mine});
   std::vector<std::string> names;
@@ -362,7 +326,7 @@ BOOST_AUTO_TEST_CASE(a_stage_file_holds_its_tensors_and_its_place) {
 }
 
 BOOST_AUTO_TEST_CASE(a_negative_global_step_is_refused) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const fs::path file = trained_checkpoint(dir.p);
   edit(file, [](auto& as) { set_element<std::int64_t>(array_named(as, "global_step"), 0, -3); });
   target t;
@@ -380,7 +344,7 @@ BOOST_AUTO_TEST_CASE(a_negative_global_step_is_refused) {
 }
 
 BOOST_AUTO_TEST_CASE(nan_and_inf_are_refused_naming_array_and_element) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const fs::path file = trained_checkpoint(dir.p);
   edit(file, [](auto& as) {
     auto& w = array_named(as, "dense1/w");  // (20, 16)
@@ -449,7 +413,7 @@ void touch(const fs::path& p) { std::ofstream(p) << "partial checkpoint"; }
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(stale_temporaries_of_the_file_are_removed_live_ones_kept) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const std::string host = g::io::detail::host_tag();
   const pid_t dead = dead_pid(), self = ::getpid();
   live_child live;
@@ -492,7 +456,7 @@ BOOST_AUTO_TEST_CASE(stale_temporaries_of_the_file_are_removed_live_ones_kept) {
 }
 
 BOOST_AUTO_TEST_CASE(a_save_killed_midway_leaves_nothing_after_the_next_save) {
-  temp_dir dir;
+  temp_dir dir("ckpt");
   const fs::path file = dir.p / "big.npz";
   const std::string prefix = "big.npz.tmp.";
   const auto temporaries = [&] {

@@ -25,33 +25,14 @@
 #include <gradus/io/checkpoint.hpp>
 #include <gradus/io/weights.hpp>
 
+#include "io_test_model.hpp"
+
 namespace g = gradus;
 namespace fs = std::filesystem;
 
 namespace {
 
-g::placeholder<"x", float, g::dyn, 20> x;
-g::placeholder<"y", std::int32_t, g::dyn> y;
-g::variable<"dense1/w", float, 20, 16> w1;
-g::variable<"dense1/b", float, 16> b1;
-g::variable<"dense2/w", float, 16, 4> w2;
-g::variable<"dense2/b", float, 4> b2;
-
-auto logits() { return g::matmul(g::tanh(g::matmul(x, w1) + b1), w2) + b2; }
-auto loss() { return g::mean(g::softmax_cross_entropy(logits(), y)); }
-
-void init(g::session<g::cpu_simd>& s) {
-  g::initialize(s, w1, g::init::glorot_uniform{}, 11);
-  g::initialize(s, b1, g::init::zeros{}, 11);
-  g::initialize(s, w2, g::init::glorot_uniform{}, 11);
-  g::initialize(s, b2, g::init::constant{0.1}, 11);
-}
-
-struct temp_dir {
-  fs::path p = fs::temp_directory_path() / ("gradus_weights_" + std::to_string(::getpid()));
-  temp_dir() { fs::create_directories(p); }
-  ~temp_dir() { fs::remove_all(p); }
-};
+using namespace gradus::test;  // the model, init, snapshot, temp_dir, error_of
 
 std::vector<float> inputs(int rows, unsigned seed) {
   std::mt19937 r(seed);
@@ -70,24 +51,6 @@ std::vector<float> forward(g::session<g::cpu_simd>& s) {
 
 bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
-std::map<std::string, std::vector<std::byte>> snapshot(const g::session<g::cpu_simd>& s) {
-  std::map<std::string, std::vector<std::byte>> r;
-  for (const auto& e : s.entries()) {
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == "float64" ? 8u : 4u);
-    r[std::string(e.name)].assign(static_cast<const std::byte*>(e.data), static_cast<const std::byte*>(e.data) + bytes);
-  }
-  return r;
-}
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const g::error& e) {
-    return e.what();
-  }
-  return "no error";
 }
 
 // A session trained 5 Adam steps, and its checkpoint (variables, adam_m, adam_v, global_step).
@@ -131,7 +94,7 @@ std::set<std::string> names_in(const fs::path& file) {
 }  // namespace
 
 BOOST_AUTO_TEST_CASE(a_training_checkpoint_loads_into_an_inference_session) {
-  temp_dir dir;
+  temp_dir dir("weights");
   const fs::path file = dir.p / "ckpt.npz";
   trained t(file);
   BOOST_TEST(names_in(file).count("dense1/w/adam_m") == 1u);  // a real training checkpoint
@@ -158,7 +121,7 @@ BOOST_AUTO_TEST_CASE(a_training_checkpoint_loads_into_an_inference_session) {
 }
 
 BOOST_AUTO_TEST_CASE(save_weights_writes_the_variables_only) {
-  temp_dir dir;
+  temp_dir dir("weights");
   trained t(dir.p / "ckpt.npz");
   const fs::path file = dir.p / "weights.npz";
   g::save_weights(t.s, file);
@@ -206,7 +169,7 @@ BOOST_AUTO_TEST_CASE(save_weights_writes_the_variables_only) {
 // Each refusal, by its message, into an initialised session (left bit for bit as it was)
 // and into an empty one through the model (left empty: nothing declared).
 BOOST_AUTO_TEST_CASE(refusals_name_the_tensor_and_load_nothing) {
-  temp_dir dir;
+  temp_dir dir("weights");
   const fs::path ckpt = dir.p / "ckpt.npz";
   trained t(ckpt);
   const fs::path bad = dir.p / "bad.npz";
@@ -309,7 +272,7 @@ BOOST_AUTO_TEST_CASE(refusals_name_the_tensor_and_load_nothing) {
 }
 
 BOOST_AUTO_TEST_CASE(a_pipeline_stage_file_and_an_empty_session_are_refused) {
-  temp_dir dir;
+  temp_dir dir("weights");
   const fs::path stage = g::stage_checkpoint_file(dir.p / "ckpt.npz", 1, 2);
   trained t(stage, {.stages = 2, .stage = 1, .only = {"dense2/w", "dense2/b", "dense2/w/adam_m", "dense2/w/adam_v",
                                                        "dense2/b/adam_m", "dense2/b/adam_v"}});
