@@ -15,13 +15,15 @@
 
 namespace gradus::net {
 
+// The frame of header h and `payload`, in `out` (resized; a buffer the caller reuses keeps
+// its capacity, so a collective's sends allocate nothing once it has grown). Returns out's bytes.
 template <class Header>
-std::vector<std::byte> one_frame(const Header& h, std::span<const std::byte> payload) {
+std::span<const std::byte> one_frame(const Header& h, std::span<const std::byte> payload, std::vector<std::byte>& out) {
   static_assert(std::is_trivially_copyable_v<Header>);
-  std::vector<std::byte> joined(sizeof h + payload.size());
-  std::memcpy(joined.data(), &h, sizeof h);
-  if (!payload.empty()) std::memcpy(joined.data() + sizeof h, payload.data(), payload.size());
-  return joined;
+  out.resize(sizeof h + payload.size());
+  std::memcpy(out.data(), &h, sizeof h);
+  if (!payload.empty()) std::memcpy(out.data() + sizeof h, payload.data(), payload.size());
+  return out;
 }
 
 }  // namespace gradus::net

@@ -340,8 +340,9 @@ class mesh {
   // A leave or an abort, if ZeroMQ takes it at once: one frame (net/one_frame.hpp), as the
   // peer may be closing its connection meanwhile.
   static void post_now(zmq::socket_t& s, const p2p_header& h, std::span<const std::byte> payload) {
-    const auto joined = net::one_frame(h, payload);
-    (void)s.send(zmq::const_buffer(joined.data(), joined.size()), zmq::send_flags::dontwait);
+    std::vector<std::byte> joined;
+    const auto frame = net::one_frame(h, payload, joined);
+    (void)s.send(zmq::const_buffer(frame.data(), frame.size()), zmq::send_flags::dontwait);
   }
 
   link& link_to(int peer, std::string_view doing) {

@@ -472,8 +472,10 @@ class zmq_ring final : public control {
     // The bytes are copied by libzmq itself (zmq_send of a buffer): ThreadSanitizer does not
     // see that copy (tests/sanitizers/tsan.supp), while cppzmq's inline message_t(data, size)
     // made every header a report when ranks are threads.
-    const std::vector<std::byte> joined = one_frame ? net::one_frame(h, payload) : std::vector<std::byte>();
-    const zmq::const_buffer head = one_frame ? zmq::const_buffer(joined.data(), joined.size()) : zmq::const_buffer(&h, sizeof h);
+    // zmq_send copies the frame before it returns, so one buffer per thread serves every send.
+    thread_local std::vector<std::byte> joined;
+    const auto frame = one_frame ? net::one_frame(h, payload, joined) : std::span<const std::byte>();
+    const zmq::const_buffer head = one_frame ? zmq::const_buffer(frame.data(), frame.size()) : zmq::const_buffer(&h, sizeof h);
     const auto flags = one_frame ? zmq::send_flags::dontwait : zmq::send_flags::sndmore | zmq::send_flags::dontwait;
     zmq::message_t body = one_frame ? zmq::message_t() : net::payload_message(payload, flag_out);
     const auto deadline = clock::now() + timeout_;
