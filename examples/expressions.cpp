@@ -29,8 +29,8 @@ int main() {
   for (auto& v : xb) v = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
 
   g::session<g::cpu_simd> s;
-  s.assign(w, wv);
-  s.assign(b, bv);
+  g::assign(s, w, wv);
+  g::assign(s, b, bv);
 
   auto [p, k] = s.run(probs, pred, x = xb);
   std::printf("softmax of a 64x784 batch through a 784x10 layer: shape (%ld, %ld), row 0 sums to %.6f\n",

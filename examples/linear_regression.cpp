@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
 
     // ---- results: the full-data loss and the coefficients against the true ones
     const double final_loss = s.run(loss, x = g::view(xs.data(), {samples, features}), y = g::view(ys.data(), {samples, 1}))[0];
-    const auto wv = s.value(w);
-    const double bv = s.value(bias)[0];
+    const auto wv = g::value(s, w);
+    const double bv = g::value(s, bias)[0];
     double max_err = std::abs(bv - b_true);
     std::vector<double> learned;
     for (std::size_t j = 0; j < features; ++j) {

@@ -274,10 +274,10 @@ int main(int argc, char** argv) {
     } else {
       std::printf("after %lld steps (%.3f s): train loss %.5f, accuracy %.4f; test loss %.5f, accuracy %.4f\n",
                   static_cast<long long>(steps), seconds, train_loss, train_acc, test_loss, test_acc);
-      const auto wv = s.value(w);
+      const auto wv = g::value(s, w);
       std::printf("w =");
       for (g::index_t i = 0; i < features; ++i) std::printf(" %.3f", static_cast<double>(wv[i]));
-      std::printf(", b = %.3f\n", static_cast<double>(s.value(b)[0]));
+      std::printf(", b = %.3f\n", static_cast<double>(g::value(s, b)[0]));
     }
     return 0;
   });

@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
     const double final_loss =
         s.run(loss, x = g::view(X.data(), {samples, features}), yp = g::view(y.data(), {samples, 1}))[0];
 
-    const auto wv = s.value(w);
-    const double b_gd = s.value(b)[0];
+    const auto wv = g::value(s, w);
+    const double b_gd = g::value(s, b)[0];
     double diff = 0, ref = 0;
     std::vector<double> w_gd, w_closed;
     for (std::size_t j = 0; j < d; ++j) {

@@ -28,7 +28,7 @@ template <g::fixed_string N, class T, g::index_t... E>
 void fill(g::session<g::cpu_simd>& s, const g::variable<N, T, E...>& v) {
   std::vector<T> vals(static_cast<std::size_t>((E * ...)), T(0.1));
   for (std::size_t i = 0; i < vals.size(); ++i) vals[i] = T(0.01) * T(static_cast<int>(i % 17) - 8);
-  s.assign(v, g::view(vals.data(), std::array<g::index_t, sizeof...(E)>{E...}));
+  g::assign(s, v, g::view(vals.data(), std::array<g::index_t, sizeof...(E)>{E...}));
 }
 
 struct fixture {

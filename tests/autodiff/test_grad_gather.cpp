@@ -93,7 +93,7 @@ BOOST_AUTO_TEST_CASE(scatter_add_rule) {
 // the rows of w at the positions where idx names r.
 BOOST_AUTO_TEST_CASE(hand_computed_scatter_add) {
   const std::vector<double> w{1, 2, 3,  10, 20, 30,  100, 200, 300,  -1, -2, -4,  0.5, 0.25, 0.125,  7, 8, 9};
-  s.assign(w63, g::view(w.data(), {6, 3}));
+  gradus::assign(s, w63, g::view(w.data(), {6, 3}));
   // idx6 = {2, 0, 2, 4, 2, 0}
   const std::vector<double> want{
       10 + 7,          20 + 8,           30 + 9,            // row 0: positions 1, 5

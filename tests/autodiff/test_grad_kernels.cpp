@@ -55,7 +55,7 @@ BOOST_AUTO_TEST_CASE(max_of_tanh_keeps_the_gradient_of_every_row) {
   session s;
   g::variable<"x", double, 2, 4> x;
   const std::vector<double> xv{0.18, -0.5, -0.6, -0.7, 0.3, 0.1, -0.2, -0.9};
-  s.assign(x, g::view(xv.data(), {2, 4}));
+  gradus::assign(s, x, g::view(xv.data(), {2, 4}));
   auto loss = g::sum(g::max<1>(g::tanh(x)));
   const auto [l, dx] = s.run(loss, g::grad(loss, x));
   BOOST_TEST(l[0] == std::tanh(0.18) + std::tanh(0.3), boost::test_tools::tolerance(1e-15));
@@ -105,8 +105,8 @@ BOOST_AUTO_TEST_CASE(ties_share_the_gradient) {
   const std::vector<double> vv{0.25, -0.5, 1.5, 0.125};
   // column 0: three ties (all negative); column 1: two ties at 0.75; columns 2, 3: one maximum
   const std::vector<double> wv{-0.5, 0.75, 0.3, -1, -0.25, 0.75, 0.9, -2, -0.1, -0.3, -0.4, 0.6};
-  s.assign(v, g::view(vv.data(), {4}));
-  s.assign(w, g::view(wv.data(), {3, 4}));
+  gradus::assign(s, v, g::view(vv.data(), {4}));
+  gradus::assign(s, w, g::view(wv.data(), {3, 4}));
   auto loss = g::sum(g::max<0>(v + g::relu(w)));
   const auto [l, dv, dw] = s.run(loss, g::grad(loss, v), g::grad(loss, w));
   BOOST_TEST(l[0] == 0.25 + (-0.5 + 0.75) + (1.5 + 0.9) + (0.125 + 0.6), boost::test_tools::tolerance(1e-15));
@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(ties_share_the_gradient) {
   for (int j = 0; j < 4; ++j) BOOST_TEST(dvm[j] == -1.0);
   g::variable<"c", double, 2, 3> c;
   const std::vector<double> cv{0.5, 2, 2, -1, 2, 0};
-  s.assign(c, g::view(cv.data(), {2, 3}));
+  gradus::assign(s, c, g::view(cv.data(), {2, 3}));
   const auto dc = s.run(g::grad(g::max(c * 3.0), c));
   for (int i = 0; i < 6; ++i) BOOST_TEST(dc[i] == (cv[static_cast<std::size_t>(i)] == 2 ? 1.0 : 0.0), "dc[" << i << "]");
 }
@@ -130,8 +130,8 @@ BOOST_AUTO_TEST_CASE(elementwise_maximum_splits_ties) {
   g::variable<"p", double, 3> p;
   g::variable<"q", double, 3> q;
   const std::vector<double> pv{1, 2, 3}, qv{1, 5, -3};
-  s.assign(p, g::view(pv.data(), {3}));
-  s.assign(q, g::view(qv.data(), {3}));
+  gradus::assign(s, p, g::view(pv.data(), {3}));
+  gradus::assign(s, q, g::view(qv.data(), {3}));
   const auto [dp, dq] = s.run(g::grad(g::sum(g::maximum(p, q)), p), g::grad(g::sum(g::maximum(p, q)), q));
   const auto [ep, eq] = s.run(g::grad(g::sum(g::minimum(p, q)), p), g::grad(g::sum(g::minimum(p, q)), q));
   const std::vector<double> max_p{0.5, 0, 1}, max_q{0.5, 1, 0}, min_p{0.5, 1, 0}, min_q{0.5, 0, 1};
@@ -225,7 +225,7 @@ BOOST_AUTO_TEST_CASE(grad_of_a_placeholder) {
   g::placeholder<"x", double, g::dyn, 3> x;
   g::variable<"v", double, 3> v;
   const std::vector<double> vv{0.5, -1.0, 2.0}, xv{1, 2, 3, -1, 0.5, 4};
-  s.assign(v, g::view(vv.data(), {3}));
+  gradus::assign(s, v, g::view(vv.data(), {3}));
   auto gx = s.run(g::grad(g::sum(g::square(x) * v), x), x = g::view(xv.data(), {2, 3}));
   BOOST_TEST(gx.shape().rank == 2u);
   for (std::size_t i = 0; i < xv.size(); ++i)

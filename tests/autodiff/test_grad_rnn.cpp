@@ -176,9 +176,9 @@ BOOST_AUTO_TEST_CASE(float_forward_matches_the_loops) {
              vwh = uniform<double>(H * 4 * H, -0.5, 0.5), vb = uniform<double>(4 * H, -0.5, 0.5);
   auto to_f = [](const std::vector<double>& d) { return std::vector<float>(d.begin(), d.end()); };
   const auto fx = to_f(x), fwx = to_f(vwx), fwh = to_f(vwh), fb = to_f(vb);
-  s.assign(wx, g::view(fwx.data(), {I, 4 * H}));
-  s.assign(wh, g::view(fwh.data(), {H, 4 * H}));
-  s.assign(b, g::view(fb.data(), {4 * H}));
+  gradus::assign(s, wx, g::view(fwx.data(), {I, 4 * H}));
+  gradus::assign(s, wh, g::view(fwh.data(), {H, 4 * H}));
+  gradus::assign(s, b, g::view(fb.data(), {4 * H}));
   // the reference from the float values, in double
   const auto want = lstm_reference(std::vector<double>(fx.begin(), fx.end()), std::vector<double>(fwx.begin(), fwx.end()),
                                    std::vector<double>(fwh.begin(), fwh.end()), std::vector<double>(fb.begin(), fb.end()), T);
@@ -235,13 +235,13 @@ BOOST_AUTO_TEST_CASE(bad_shapes_are_a_shape_error_naming_op_and_shapes) {
   g::variable<"bx", float, 3 * H> bx;
   g::variable<"bh", float, 3 * H> bh;
   const std::vector<float> zeros(1000, 0.0f);
-  s.assign(wx, g::view(zeros.data(), {I, 4 * H}));
-  s.assign(wh, g::view(zeros.data(), {H, 4 * H}));
-  s.assign(b, g::view(zeros.data(), {4 * H}));
-  s.assign(gwx, g::view(zeros.data(), {I, 3 * H}));
-  s.assign(gwh, g::view(zeros.data(), {H, 3 * H}));
-  s.assign(bx, g::view(zeros.data(), {3 * H}));
-  s.assign(bh, g::view(zeros.data(), {3 * H}));
+  gradus::assign(s, wx, g::view(zeros.data(), {I, 4 * H}));
+  gradus::assign(s, wh, g::view(zeros.data(), {H, 4 * H}));
+  gradus::assign(s, b, g::view(zeros.data(), {4 * H}));
+  gradus::assign(s, gwx, g::view(zeros.data(), {I, 3 * H}));
+  gradus::assign(s, gwh, g::view(zeros.data(), {H, 3 * H}));
+  gradus::assign(s, bx, g::view(zeros.data(), {3 * H}));
+  gradus::assign(s, bh, g::view(zeros.data(), {3 * H}));
   auto message = [&](auto&& f) -> std::string {
     try {
       f();

@@ -49,7 +49,7 @@ BOOST_AUTO_TEST_CASE(elementwise_gemm_and_loss_against_host_loops) {
   const auto act = g::tanh(prod) * 2.0f + g::exp(-g::abs(prod));
   const auto loss = g::softmax_cross_entropy(prod, y);
   g::session<g::cuda> s;
-  s.assign(b, g::view(bv.data(), {k, n}));
+  g::assign(s, b, g::view(bv.data(), {k, n}));
   const auto [p, q, l] = s.run(prod, act, loss, a = g::view(av.data(), {m, k}), y = g::view(yv.data(), {m}));
   std::vector<double> pw(m * n), qw(m * n), lw(m);
   for (int i = 0; i < m; ++i) {
@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE(convolution_through_cudnn_against_host_loops) {
   g::variable<"w", float, o, c, kk, kk> wt;
   const auto xv = uniform(nb * c * h * w, -1, 1, 3), wv = uniform(o * c * kk * kk, -1, 1, 4);
   g::session<g::cuda> s;
-  s.assign(wt, g::view(wv.data(), {o, c, kk, kk}));
+  g::assign(s, wt, g::view(wv.data(), {o, c, kk, kk}));
   const auto r = s.run(g::conv2d<st, pd>(x, wt), x = g::view(xv.data(), {nb, c, h, w}));
   const int oh = (h + 2 * pd - kk) / st + 1, ow = (w + 2 * pd - kk) / st + 1;
   std::vector<double> want(nb * o * oh * ow, 0.0);
@@ -173,7 +173,7 @@ BOOST_AUTO_TEST_CASE(sessions_on_two_threads_run_side_by_side) {
     fc2.initialize(s, 2);
     auto step = g::minimize(s, loss, g::sgd{.lr = 0.1, .momentum = 0.9});
     for (int i = 0; i < 100; ++i) step.run(x = g::view(xv.data(), {64, 20}), y = g::view(yv.data(), {64}));
-    const auto w = s.value(fc1.w);
+    const auto w = g::value(s, fc1.w);
     out.assign(w.begin(), w.end());
   };
   std::vector<float> alone, t1, t2;

@@ -155,7 +155,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(images_and_their_gradients_against_cpu, T, real_ty
   const auto xv = uniform<T>(2 * 3 * 11 * 9, -1, 1);
   const auto wv = uniform<T>(4 * 3 * 3 * 3, -0.5, 0.5);
   auto run_all = [&](auto& s) {
-    s.assign(w, g::view(wv.data(), {4, 3, 3, 3}));
+    g::assign(s, w, g::view(wv.data(), {4, 3, 3, 3}));
     const auto r = s.run(h, mp, ap, cols, back, loss, dx, dw, x = g::view(xv.data(), {2, 3, 11, 9}));
     std::vector<std::vector<double>> out;
     std::apply([&](const auto&... v) { (out.push_back(host(v)), ...); }, r);
@@ -408,9 +408,9 @@ BOOST_AUTO_TEST_CASE(no_device_allocation_after_the_first_step) {
     BOOST_TEST(after.bytes_in_use == warm.bytes_in_use);
     BOOST_TEST(warm.peak_bytes_reserved >= warm.bytes_reserved);  // the peak: never below what is held
     // value(v) on a device backend is a host copy, equal to the variable read through a run
-    const auto w = host(s.value(fc1.w));
+    const auto w = host(g::value(s, fc1.w));
     BOOST_TEST(agree(s.run(fc1.w * 1.0f), w, 0.0));
-    BOOST_TEST(s.value(fc1.w).data() != nullptr);
+    BOOST_TEST(g::value(s, fc1.w).data() != nullptr);
   }
   const auto end = g::cuda::memory_stats();
   BOOST_TEST(end.bytes_in_use == before.bytes_in_use);  // the session gave every block back

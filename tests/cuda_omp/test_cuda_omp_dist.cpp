@@ -50,7 +50,7 @@ std::vector<std::vector<double>> train_ranks(int world, int steps, const std::ve
           step.run(x = g::view(xs.data() + lo * 12, {part, 12}), y = g::view(ys.data() + lo, {part}));
         }
         auto& o = out[static_cast<std::size_t>(r)];
-        for (const auto& v : {host(s.value(fc1.w)), host(s.value(fc1.b)), host(s.value(fc2.w)), host(s.value(fc2.b))})
+        for (const auto& v : {host(g::value(s, fc1.w)), host(g::value(s, fc1.b)), host(g::value(s, fc2.w)), host(g::value(s, fc2.b))})
           o.insert(o.end(), v.begin(), v.end());
       } catch (const std::exception& e) {
         errors[static_cast<std::size_t>(r)] = e.what();
@@ -113,15 +113,15 @@ BOOST_AUTO_TEST_CASE(communicators_are_handed_host_copies_of_device_tensors) {
   const auto xs = uniform<float>(8 * 12, -1, 1);
   const auto ys = uniform_int(8, 0, 2);
   step.run(x = g::view(xs.data(), {8, 12}), y = g::view(ys.data(), {8}));
-  const auto before = host(s.value(fc1.w));
+  const auto before = host(g::value(s, fc1.w));
   host_memory_only comm;
   g::parallel::broadcast_variables(comm, s);  // 4 variables, 8 Adam slots, the step
   BOOST_TEST(comm.calls == 13);
-  BOOST_TEST(host(s.value(fc1.w)) == before);  // rank 0 sends: its tensors are left as they were
+  BOOST_TEST(host(g::value(s, fc1.w)) == before);  // rank 0 sends: its tensors are left as they were
   comm.r = 1;  // a receiver: each tensor is copied back from what the communicator left in the host copy
   g::parallel::broadcast_variables(comm, s);
   BOOST_TEST(comm.calls == 26);
-  BOOST_TEST(host(s.value(fc1.w)) == before);
+  BOOST_TEST(host(g::value(s, fc1.w)) == before);
   step.compute_gradients(x = g::view(xs.data(), {8, 12}), y = g::view(ys.data(), {8}));
   std::vector<std::vector<double>> grads;
   for (auto& gb : step.gradients()) {
@@ -218,7 +218,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_across_the_cpu_and_a_cuda_device) {
     auto step = g::minimize(r, g::nn::softmax_cross_entropy_loss(fc2(g::relu(fc1(x))), y), opt);
     for (int k = 0; k < 3; ++k)
       ref_losses.push_back(step.run(x = g::view(xs.data() + k * 144, {12, 12}), y = g::view(ys.data() + k * 12, {12})));
-    for (const auto& v : {host(r.value(fc1.w)), host(r.value(fc1.b)), host(r.value(fc2.w)), host(r.value(fc2.b))})
+    for (const auto& v : {host(g::value(r, fc1.w)), host(g::value(r, fc1.b)), host(g::value(r, fc2.w)), host(g::value(r, fc2.b))})
       ref_w.insert(ref_w.end(), v.begin(), v.end());
   }
   for (const auto sched : {g::parallel::schedule_kind::gpipe, g::parallel::schedule_kind::one_f_one_b}) {
@@ -238,10 +238,10 @@ BOOST_AUTO_TEST_CASE(a_pipeline_across_the_cpu_and_a_cuda_device) {
       step.gather_variables();
       std::vector<double> got;
       const std::vector<double>& want = ref_w;
-      for (const auto& v : {host(cpu.value(fc1.w)), host(cpu.value(fc1.b)), host(cpu.value(fc2.w)), host(cpu.value(fc2.b))})
+      for (const auto& v : {host(g::value(cpu, fc1.w)), host(g::value(cpu, fc1.b)), host(g::value(cpu, fc2.w)), host(g::value(cpu, fc2.b))})
         got.insert(got.end(), v.begin(), v.end());
       BOOST_TEST(largest_difference(got, want) <= 1e-5);
-      BOOST_TEST(host(gpu.value(fc2.w)) == host(cpu.value(fc2.w)));  // the device's own copy, gathered bit for bit
+      BOOST_TEST(host(g::value(gpu, fc2.w)) == host(g::value(cpu, fc2.w)));  // the device's own copy, gathered bit for bit
     }
   }
 }

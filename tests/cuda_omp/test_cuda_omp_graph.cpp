@@ -74,8 +74,8 @@ BOOST_AUTO_TEST_CASE(gradients_of_the_other_ops_against_cpu) {
   const auto vv = uniform<double>(4 * 5, -1, 1);
   const std::vector<std::int32_t> yv{4, 0, 2, 4};
   auto run_all = [&](auto& s) {
-    s.assign(w, g::view(wv.data(), {6, 5}));
-    s.assign(v, g::view(vv.data(), {4, 5}));
+    g::assign(s, w, g::view(wv.data(), {6, 5}));
+    g::assign(s, v, g::view(vv.data(), {4, 5}));
     const auto fx = x = g::view(xv.data(), {4, 6});
     const auto fy = y = g::view(yv.data(), {4});
     return all_host(s.run(loss, std::get<0>(grads), std::get<1>(grads), std::get<2>(grads), fx, fy));
@@ -109,7 +109,7 @@ BOOST_AUTO_TEST_CASE(images_one_hot_and_dropout_through_the_graph) {
   const std::vector<std::int32_t> yv{3, 0, 2};
   auto run_all = [&](auto& s) {
     drop.set_draws(0);  // the same mask on both backends (the site counts its draws)
-    s.assign(k, g::view(kv.data(), {3, 2, 3, 3}));
+    g::assign(s, k, g::view(kv.data(), {3, 2, 3, 3}));
     const auto fx = x = g::view(xv.data(), {3, 2, 7, 6});
     return all_host(s.run(loss, std::get<0>(grads), std::get<1>(grads), fx, y = g::view(yv.data(), {3})));
   };
@@ -140,8 +140,8 @@ BOOST_AUTO_TEST_CASE(training_step_embedding_batch_norm_against_cpu) {
       losses.push_back(step.run(ids = g::view(iv.data(), {10}), y = g::view(yv.data(), {10})));
     }
     std::vector<std::vector<double>> out{losses};
-    for (const auto& t : {host(s.value(emb.table)), host(s.value(bn.gamma)), host(s.value(bn.beta)),
-                          host(s.value(bn.moving_mean)), host(s.value(bn.moving_var)), host(s.value(fc.w))})
+    for (const auto& t : {host(g::value(s, emb.table)), host(g::value(s, bn.gamma)), host(g::value(s, bn.beta)),
+                          host(g::value(s, bn.moving_mean)), host(g::value(s, bn.moving_var)), host(g::value(s, fc.w))})
       out.push_back(t);
     return out;
   };

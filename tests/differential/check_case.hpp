@@ -38,7 +38,7 @@ inline std::vector<double> case_values(std::mt19937_64& rng, std::size_t n) {
 template <class T, g::fixed_string N, g::index_t... E>
 void assign_values(g::session<g::cpu_simd>& s, const g::variable<N, T, E...>& v, const std::vector<double>& vals) {
   std::vector<T> t(vals.begin(), vals.end());
-  s.assign(v, g::view(t.data(), std::array<g::index_t, sizeof...(E)>{E...}));
+  g::assign(s, v, g::view(t.data(), std::array<g::index_t, sizeof...(E)>{E...}));
 }
 
 // loss and its gradients for the given variable values, in T; returns them as doubles

@@ -144,8 +144,8 @@ BOOST_AUTO_TEST_CASE(linear_regressor_matches_least_squares) {
   const auto tr = m.train(xv, yv, 15);
   BOOST_TEST(tr.global_step == 15 * 63);  // ceil(2000 / 32) steps an epoch
   BOOST_TEST(tr.examples == 15 * n);
-  const auto w = m.get_session().value(g::variable<"linear/linear_model/w", float, 3, 1>{});
-  const auto b = m.get_session().value(g::variable<"linear/linear_model/b", float, 1>{});
+  const auto w = g::value(m.get_session(), g::variable<"linear/linear_model/w", float, 3, 1>{});
+  const auto b = g::value(m.get_session(), g::variable<"linear/linear_model/b", float, 1>{});
   for (int j = 0; j < 3; ++j) BOOST_TEST(std::abs(w[j] - ls[static_cast<std::size_t>(j)]) < 0.01, "w[" << j << "] " << w[j] << " vs " << ls[j]);
   BOOST_TEST(std::abs(b[0] - ls[3]) < 0.01);
   const auto ev = m.evaluate(xv, yv);

@@ -106,8 +106,8 @@ BOOST_AUTO_TEST_CASE(runs_after_the_first_allocate_nothing) {
   g::variable<"w", float, 64, 32> w;
   g::variable<"b", float, 32> b;
   g::session<g::cpu_simd> s;
-  s.assign(w, filled<float, 2>({64, 32}, 0.1));
-  s.assign(b, filled<float, 1>({32}, 0.1));
+  g::assign(s, w, filled<float, 2>({64, 32}, 0.1));
+  g::assign(s, b, filled<float, 1>({32}, 0.1));
 
   // fused chain (bias add, relu, scaling) around a matmul; reductions; a softmax and a loss
   const auto h = g::relu(g::matmul(x, w) + b) * 0.5f - g::sigmoid(g::mean<1, true>(x));

@@ -77,9 +77,9 @@ BOOST_AUTO_TEST_CASE(variables_unassigned_or_misassigned) {
   const auto a = zeros2(2, 4);
   throws_with<g::feed_error>([&] { s.run(g::matmul(x, w), x = a); }, {"variable 'weights'", "(4, 3)", "assign"});
   const auto wrong = zeros2(3, 4);
-  throws_with<g::feed_error>([&] { s.assign(w, wrong); }, {"'weights'", "(4, 3)", "(3, 4)"});
-  throws_with<g::feed_error>([&] { (void)s.value(w); }, {"'weights'"});
-  s.assign(w, zeros2(4, 3));
+  throws_with<g::feed_error>([&] { g::assign(s, w, wrong); }, {"'weights'", "(4, 3)", "(3, 4)"});
+  throws_with<g::feed_error>([&] { (void)g::value(s, w); }, {"'weights'"});
+  g::assign(s, w, zeros2(4, 3));
   BOOST_TEST(same_shape(s.run(g::matmul(x, w), x = a), {2, 3}));
   // Two different variables under one name in one graph.
   g::variable<"weights", float, 3, 4> w2;
@@ -91,7 +91,7 @@ BOOST_AUTO_TEST_CASE(out_of_range_labels_and_indices) {
   g::placeholder<"y", std::int32_t, g::dyn> y;
   g::variable<"table", float, 6, 2> t;
   g::session<g::cpu_simd> s;
-  s.assign(t, zeros2(6, 2));
+  g::assign(s, t, zeros2(6, 2));
   const auto lv = zeros2(4, 5);
   const xt::xtensor<std::int32_t, 1> bad = {0, 4, 7, 1}, neg = {0, -1, 2, 3}, good = {0, 4, 2, 1};
   throws_with<g::index_error>([&] { s.run(g::softmax_cross_entropy(l, y), l = lv, y = bad); },
@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(check_numerics_names_node_gradient_and_step) {
   g::variable<"w", double, 4> w;
   g::session<g::cpu_simd> s;
   const std::vector<double> wv{1, 0, 4, 9}, xv{1, -1, 2, 3}, bad{1, 2, std::nan(""), 4};
-  s.assign(w, g::view(wv.data(), {4}));
+  g::assign(s, w, g::view(wv.data(), {4}));
   const auto xf = (x = g::view(xv.data(), {4}));
   // off: log(-1) is NaN, silently
   BOOST_TEST(std::isnan(s.run(g::sum(g::log(x) * w), xf)[0]));
@@ -179,13 +179,13 @@ BOOST_AUTO_TEST_CASE(check_numerics_names_node_gradient_and_step) {
       BOOST_TEST(m.find(part) != std::string::npos, part << " not in: " << m);
     BOOST_TEST(m.find("the loss") == std::string::npos, m);  // the loss itself is finite
   }
-  BOOST_TEST(s.value(w)[1] == 0.0);  // nothing was applied
+  BOOST_TEST(g::value(s, w)[1] == 0.0);  // nothing was applied
   BOOST_TEST(s.global_step() == 7);
 
   // an update that overflows: the variable and the step are named
   g::variable<"v", double, 2> v;
   const std::vector<double> vv{-1.7e308, 1}, ones{1, 1};
-  s.assign(v, g::view(vv.data(), {2}));
+  g::assign(s, v, g::view(vv.data(), {2}));
   g::placeholder<"k", double, g::dyn> k;
   auto blow = g::minimize(s, g::sum(v * k), g::sgd{.lr = 1e308});
   throws_with<g::numerics_error>([&] { blow.run(k = g::view(ones.data(), {2})); },

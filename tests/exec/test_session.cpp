@@ -27,7 +27,7 @@ BOOST_AUTO_TEST_CASE(bias_add_exp_matches_loop) {
   g::variable<"b", float, 4> b;
   g::session<g::cpu_simd> s;
   xt::xtensor<float, 1> bv = {1, 2, 3, 4};
-  s.assign(b, bv);
+  g::assign(s, b, bv);
   xt::xtensor<float, 2> xv = {{1, 2, 3, 4}, {5, 6, 7, 8}};
   auto r = s.run(g::exp(x * 0.5f) + b, x = xv);
   BOOST_TEST(r.shape().rank == 2u);
@@ -44,8 +44,8 @@ BOOST_AUTO_TEST_CASE(a_result_reads_by_row_and_column_prints_and_converts) {
   g::variable<"w", float, 3, 2> w;
   g::variable<"b", float, 2> b;
   g::session<g::cpu_simd> s;
-  s.assign(w, xt::xtensor<float, 2>{{1, -1}, {0.5f, 2}, {-2, 1}});
-  s.assign(b, xt::xtensor<float, 1>{0.25f, -3});
+  g::assign(s, w, xt::xtensor<float, 2>{{1, -1}, {0.5f, 2}, {-2, 1}});
+  g::assign(s, b, xt::xtensor<float, 1>{0.25f, -3});
   const auto out = g::relu(g::matmul(x, w) + b);
   auto y = s.run(out, x = xt::xtensor<float, 2>{{1, 2, 3}, {-1, 0, 4}});
   // by hand: row 0 = relu([1 + 1 - 6 + 0.25, -1 + 4 + 3 - 3]) = [0, 3]; row 1 = relu([-1 - 8 + 0.25, 1 + 4 - 3]) = [0, 2]
@@ -217,7 +217,7 @@ BOOST_AUTO_TEST_CASE(results_depend_on_threads_not_on_the_team) {
     }
     for (int it = 0; it < 3; ++it) step.run(x = xv, y = yv);
     BOOST_TEST(omp_get_max_threads() == team);
-    const auto w = s.value(l1.w);
+    const auto w = g::value(s, l1.w);
     return std::vector<float>(w.begin(), w.end());
   };
   const auto w1 = train(1), w2 = train(2);

@@ -187,9 +187,9 @@ BOOST_AUTO_TEST_CASE(conv2d_gradients_through_the_graph) {
   for (const bool dnnl : {true, false}) {
     g::cpu_dnnl::set_enabled(dnnl);
     g::session<g::cpu_simd> s;
-    s.assign(x, g::view(xs.data(), {6, 6, 12, 12}));
-    s.assign(w, g::view(ws.data(), {16, 6, 5, 5}));
-    s.assign(u, g::view(us.data(), {6, 16, 8, 8}));
+    g::assign(s, x, g::view(xs.data(), {6, 6, 12, 12}));
+    g::assign(s, w, g::view(ws.data(), {16, 6, 5, 5}));
+    g::assign(s, u, g::view(us.data(), {6, 16, 8, 8}));
     const auto loss = g::sum(g::conv2d(x, w) * u);
     const auto [gx, gw] = g::grad(loss, x, w);
     const auto [l, rx, rw] = s.run(loss, gx, gw);

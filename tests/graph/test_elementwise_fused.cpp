@@ -52,7 +52,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(variable_leaf_and_several_outputs, T, real_types) 
   g::placeholder<"x", T, g::dyn, 3> x;
   g::session<g::cpu_simd> s;
   const auto wv = uniform<T>(6, -1, 1), xv = uniform<T>(6, -1, 1);
-  s.assign(w, tensor<T, 2>({2, 3}, wv));
+  g::assign(s, w, tensor<T, 2>({2, 3}, wv));
   // x itself is an output: its view is the feed's own data, alive while xt is.
   const auto xt = tensor<T, 2>({2, 3}, xv);
   const auto [r1, r2, r3] = s.run(x + w, g::exp(w), x, x = xt);
@@ -67,7 +67,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(variable_leaf_and_several_outputs, T, real_types) 
   BOOST_TEST(equal(r3, w3));
   BOOST_TEST(same_shape(r2, {2, 3}));
   // A variable read back through the session is the assigned value.
-  BOOST_TEST(equal(s.value(w), std::vector<T>(wv)));
+  BOOST_TEST(equal(g::value(s, w), std::vector<T>(wv)));
 
   // Another graph runs in between: the first run's results stay valid (their buffers
   // belong to that graph) until it runs again; a re-assigned variable is read anew.
@@ -76,7 +76,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(variable_leaf_and_several_outputs, T, real_types) 
   BOOST_TEST(close(r1, w1, rtol<T>(), {}, rtol<T>()));
   BOOST_TEST(close(r2, w2, rtol<T>()));
   const auto wv2 = uniform<T>(6, -1, 1);
-  s.assign(w, tensor<T, 2>({2, 3}, wv2));
+  g::assign(s, w, tensor<T, 2>({2, 3}, wv2));
   const auto [q1, q2, q3] = s.run(x + w, g::exp(w), x, x = xt);
   for (std::size_t i = 0; i < 6; ++i) {
     w1[i] = double(xv[i]) + wv2[i];

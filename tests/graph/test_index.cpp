@@ -83,7 +83,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(gather_rows_of_a_table, T, real_types) {
   g::placeholder<"i2", std::int32_t, g::dyn, g::dyn> i2;
   g::session<g::cpu_simd> s;
   const auto ev = uniform<T>(11 * 7, -1, 1);
-  s.assign(emb, tensor<T, 2>({11, 7}, ev));
+  g::assign(s, emb, tensor<T, 2>({11, 7}, ev));
   BOOST_TEST((std::is_same_v<g::shape_t<decltype(g::gather(emb, i2))>, g::shape<g::dyn, g::dyn, 7>>));
   for (std::size_t n : {std::size_t(1), std::size_t(7), std::size_t(40)}) {
     auto idx = uniform_int(n, 0, 10);

@@ -41,7 +41,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(transposed_computed_operands, T, real_types) {
   g::session<g::cpu_simd> s;
   const std::size_t k = 4, m = 9, n = 6;
   const auto xv = uniform<T>(k * m, -1, 1), wv = uniform<T>(n * k, -1, 1);
-  s.assign(w, tensor<T, 2>({n, k}, wv));
+  gradus::assign(s, w, tensor<T, 2>({n, k}, wv));
   const auto [r1, r2] = s.run(g::matmul(g::transpose(x * 2), g::transpose(g::exp(w))),
                               g::matmul(g::transpose(g::matmul(w, x)), w), x = tensor<T, 2>({k, m}, xv));
   // r1 = (2x)^T exp(w)^T: [M, K] x [K, N]
@@ -69,8 +69,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(equal_subexpressions_are_computed_once_and_right, 
   g::variable<"b", T, 3> b;
   g::session<g::cpu_simd> s;
   const auto xv = uniform<T>(4 * 5, -1, 1), wv = uniform<T>(15, -1, 1), bv = uniform<T>(3, -1, 1);
-  s.assign(w, tensor<T, 2>({5, 3}, wv));
-  s.assign(b, tensor<T, 1>({3}, bv));
+  gradus::assign(s, w, tensor<T, 2>({5, 3}, wv));
+  gradus::assign(s, b, tensor<T, 1>({3}, bv));
   const auto xt = tensor<T, 2>({4, 5}, xv);
   const auto xw = matmul_ref(xv, wv, 1, 4, 5, 3, 0, 0);
   const auto r = s.run(g::matmul(x, w) + g::matmul(x, w), x = xt);

@@ -100,7 +100,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(static_result_shapes, T, real_types) {
   // The same on a variable, computed.
   g::session<g::cpu_simd> s;
   const auto wv = uniform<T>(30, -1, 1);
-  s.assign(w, tensor<T, 3>({3, 5, 2}, wv));
+  gradus::assign(s, w, tensor<T, 3>({3, 5, 2}, wv));
   const auto [m, a] = s.run(g::max<1>(w), g::argmax<-2, true>(w));
   check(m, rk::max, 1, false, wv, {3, 5, 2});
   check(a, rk::argmax, 1, true, wv, {3, 5, 2});

@@ -16,7 +16,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_static_and_inferred, T, real_types) {
   BOOST_TEST((std::is_same_v<g::shape_t<decltype(g::reshape<4, g::dyn, 1>(v))>, g::shape<4, 3, 1>>));
   BOOST_TEST((std::is_same_v<g::shape_t<decltype(g::reshape<g::dyn, 6>(x))>, g::shape<g::dyn, 6>>));
   const auto vv = uniform<T>(12, -1, 1);
-  s.assign(v, tensor<T, 2>({3, 4}, vv));
+  g::assign(s, v, tensor<T, 2>({3, 4}, vv));
   const auto [a, b, c, d] = s.run(g::reshape<2, 6>(v), g::reshape<12>(v), g::reshape<g::dyn, 2>(v) * 2,
                                   g::reshape<1, g::dyn, 1>(v));
   BOOST_TEST(same_shape(a, {2, 6}));
@@ -51,7 +51,7 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reshape_feeds_kernels_and_fused_passes, T, real_ty
   g::session<g::cpu_simd> s;
   const std::size_t n = 7;
   const auto xv = uniform<T>(n * 12, -1, 1), wv = uniform<T>(24, -1, 1);
-  s.assign(w, tensor<T, 2>({12, 2}, wv));
+  g::assign(s, w, tensor<T, 2>({12, 2}, wv));
   const auto flat = g::reshape<g::dyn, 12>(x);
   const auto xt = tensor<T, 3>({n, 3, 4}, xv);
   const auto [mm, rs, bc] = s.run(g::matmul(flat, w), g::sum<1>(flat), flat - g::reshape<1, 12>(g::sum<0>(flat)),

@@ -143,7 +143,7 @@ BOOST_AUTO_TEST_CASE(saving_refuses_unset_variables_and_failures_keep_the_old_fi
   BOOST_TEST(good.size() > 0u);
 
   g::session<g::cpu_simd> u;
-  u.declare(w1);
+  g::declare(u, w1);
   BOOST_TEST(error_of([&] { g::save_checkpoint(u, file); }).find("variable 'dense1/w' has no value yet") !=
              std::string::npos);
   BOOST_TEST(error_of([&] { g::save_checkpoint(s, dir.p / "no" / "such" / "dir" / "c.npz"); }).find("c.npz") !=

@@ -110,7 +110,7 @@ BOOST_AUTO_TEST_CASE(a_training_checkpoint_loads_into_an_inference_session) {
 
   // the session's own variables (declared by hand), without the model
   g::session<g::cpu_simd> decl;
-  decl.declare(w1), decl.declare(b1), decl.declare(w2), decl.declare(b2);
+  g::declare(decl, w1), g::declare(decl, b1), g::declare(decl, w2), g::declare(decl, b2);
   g::load_weights(decl, file);
   BOOST_TEST(same_bits(forward(decl), want));
 
@@ -161,7 +161,7 @@ BOOST_AUTO_TEST_CASE(save_weights_writes_the_variables_only) {
              std::string::npos);
   BOOST_TEST(!fs::exists(dir.p / "none.npz"));
   g::session<g::cpu_simd> unset;
-  unset.declare(w1);
+  g::declare(unset, w1);
   BOOST_TEST(error_of([&] { g::save_weights(unset, dir.p / "unset.npz"); }).find("variable 'dense1/w' has no value yet") !=
              std::string::npos);
 }

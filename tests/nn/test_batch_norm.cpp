@@ -49,8 +49,8 @@ BOOST_AUTO_TEST_CASE(train_eval_and_moving_averages_nchw) {
   g::nn::batch_norm<"bn", 3, double> bn;
   bn.initialize(s);
   const std::vector<double> gamma{1.5, -0.5, 2.0}, beta{0.1, 0.2, -0.3};
-  s.assign(bn.gamma, g::view(gamma.data(), {3}));
-  s.assign(bn.beta, g::view(beta.data(), {3}));
+  gradus::assign(s, bn.gamma, g::view(gamma.data(), {3}));
+  gradus::assign(s, bn.beta, g::view(beta.data(), {3}));
   g::placeholder<"x", double, g::dyn, 3, 4, 5> x;
   const auto yt = bn.train(x);
   const auto ye = bn.eval(x);
@@ -66,14 +66,14 @@ BOOST_AUTO_TEST_CASE(train_eval_and_moving_averages_nchw) {
       mm[k] = 0.9 * mm[k] + 0.1 * st.mean[k];
       mv[k] = 0.9 * mv[k] + 0.1 * st.var[k] * cnt / (cnt - 1);
     }
-    BOOST_TEST(close(s.value(bn.moving_mean), mm, 1e-12), "moving mean after run " << run);
-    BOOST_TEST(close(s.value(bn.moving_var), mv, 1e-12), "moving variance after run " << run);
+    BOOST_TEST(close(gradus::value(s, bn.moving_mean), mm, 1e-12), "moving mean after run " << run);
+    BOOST_TEST(close(gradus::value(s, bn.moving_var), mv, 1e-12), "moving variance after run " << run);
   }
   // evaluation uses the moving averages and changes nothing
   const auto xs = uniform<double>(2 * 60, -1, 1);
   const auto r = s.run(ye, x = g::view(xs.data(), {2, 3, 4, 5}));
   BOOST_TEST(close(r, normalised(xs, 2, 3, 20, mm, mv, gamma, beta, 1e-5), 1e-12, {}, 1e-12));
-  BOOST_TEST(close(s.value(bn.moving_mean), mm, 1e-12));
+  BOOST_TEST(close(gradus::value(s, bn.moving_mean), mm, 1e-12));
 }
 
 BOOST_AUTO_TEST_CASE(train_dense_float) {
@@ -137,10 +137,10 @@ BOOST_AUTO_TEST_CASE(minimize_trains_gamma_and_beta_only) {
   step.run(x = g::view(xs.data(), {6, 3}));
   // one step = one update of the moving averages (not one per gradient)
   for (int k = 0; k < 3; ++k) {
-    BOOST_TEST(std::abs(s.value(bn.moving_mean)[k] - 0.1 * st.mean[k]) < 1e-12);
-    BOOST_TEST(std::abs(s.value(bn.moving_var)[k] - (0.9 + 0.1 * st.var[k] * 6 / 5)) < 1e-12);
+    BOOST_TEST(std::abs(gradus::value(s, bn.moving_mean)[k] - 0.1 * st.mean[k]) < 1e-12);
+    BOOST_TEST(std::abs(gradus::value(s, bn.moving_var)[k] - (0.9 + 0.1 * st.var[k] * 6 / 5)) < 1e-12);
   }
   // dL/dbeta_k = sum over channel k's 6 values of 2 (y - 1) / 18 = 2 (beta - 1) / 3 (the
   // normalised values sum to 0), so beta moves from 0 to 0.1 * 2/3
-  for (int k = 0; k < 3; ++k) BOOST_TEST(std::abs(s.value(bn.beta)[k] - 0.2 / 3) < 1e-12);
+  for (int k = 0; k < 3; ++k) BOOST_TEST(std::abs(gradus::value(s, bn.beta)[k] - 0.2 / 3) < 1e-12);
 }

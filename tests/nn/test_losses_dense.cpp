@@ -24,8 +24,8 @@ BOOST_AUTO_TEST_CASE(dense_names_and_forward) {
   g::session<g::cpu_simd> s;
   fc.initialize(s, 5);
   const std::vector<float> w{1, -1, 0.5f, 2, -2, 1}, b{0.25f, -3}, xs{1, 2, 3, -1, 0, 4};
-  s.assign(fc.w, g::view(w.data(), {3, 2}));
-  s.assign(fc.b, g::view(b.data(), {2}));
+  g::assign(s, fc.w, g::view(w.data(), {3, 2}));
+  g::assign(s, fc.b, g::view(b.data(), {2}));
   const auto y = s.run(fc(x), x = g::view(xs.data(), {2, 3}));
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j) {
@@ -37,9 +37,9 @@ BOOST_AUTO_TEST_CASE(dense_names_and_forward) {
   g::session<g::cpu_simd> t, u;
   fc.initialize(t, 9);
   fc.initialize(u, 9);
-  BOOST_TEST(t.value(fc.w)[0] == u.value(fc.w)[0]);
-  BOOST_TEST(t.value(fc.w)[0] != 0.f);
-  BOOST_TEST(t.value(fc.b)[1] == 0.f);
+  BOOST_TEST(g::value(t, fc.w)[0] == g::value(u, fc.w)[0]);
+  BOOST_TEST(g::value(t, fc.w)[0] != 0.f);
+  BOOST_TEST(g::value(t, fc.b)[1] == 0.f);
 }
 
 BOOST_AUTO_TEST_CASE(loss_values) {

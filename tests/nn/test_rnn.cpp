@@ -41,13 +41,13 @@ BOOST_AUTO_TEST_CASE(lstm_names_shapes_and_init) {
   l.initialize(s, 3);
   l.initialize(t, 3);
   const double k = 1 / std::sqrt(16.0);  // 0.25
-  for (const auto& v : {s.value(l.wx), s.value(l.wh), s.value(l.b)}) {
+  for (const auto& v : {g::value(s, l.wx), g::value(s, l.wh), g::value(s, l.b)}) {
     BOOST_TEST(all_within(v, k));
     BOOST_TEST(spread(v) > 1.5 * k);  // spread over the range, not a constant
   }
-  BOOST_TEST(equal(s.value(l.wx), std::vector<float>(t.value(l.wx).begin(), t.value(l.wx).end())));  // seeded
+  BOOST_TEST(equal(g::value(s, l.wx), std::vector<float>(g::value(t, l.wx).begin(), g::value(t, l.wx).end())));  // seeded
   // wx and wh draw from different streams: wh's 16 x 64 values are not wx's first 16 rows
-  const auto wx = s.value(l.wx), wh = s.value(l.wh);
+  const auto wx = g::value(s, l.wx), wh = g::value(s, l.wh);
   BOOST_TEST(!std::equal(wh.begin(), wh.end(), wx.begin()));
 
   // the layer is the op on its variables: [T, B, 28] -> [T, B, 16]
@@ -70,7 +70,7 @@ BOOST_AUTO_TEST_CASE(gru_names_shapes_and_init) {
   static_assert(std::is_same_v<g::shape_t<decltype(l.bh)>, g::shape<27>>);
   g::session<g::cpu_simd> s;
   l.initialize(s, 11);
-  for (const auto& v : {s.value(l.wx), s.value(l.wh), s.value(l.bx), s.value(l.bh)}) {
+  for (const auto& v : {g::value(s, l.wx), g::value(s, l.wh), g::value(s, l.bx), g::value(s, l.bh)}) {
     BOOST_TEST(all_within(v, 1 / 3.0));
     BOOST_TEST(spread(v) > 0.5);
   }

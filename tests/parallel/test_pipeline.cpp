@@ -92,7 +92,7 @@ struct model {
     l3.initialize(s, 7);
     std::vector<float> t0(16);
     for (std::size_t i = 0; i < t0.size(); ++i) t0[i] = 0.1f * static_cast<float>(i % 5) - 0.2f;
-    s.assign(t, g::view(t0.data(), {16}));
+    g::assign(s, t, g::view(t0.data(), {16}));
   }
 };
 
@@ -113,7 +113,7 @@ static std::vector<batch> make_batches(int steps, long rows, unsigned seed) {
 
 template <class V>
 static std::vector<float> values(g::session<g::cpu_simd>& s, const V& v) {
-  const auto t = s.value(v);
+  const auto t = g::value(s, v);
   return {t.data(), t.data() + t.size()};
 }
 

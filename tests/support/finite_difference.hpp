@@ -35,7 +35,7 @@ std::vector<double> set_random(session& s, const g::variable<N, double, E...>& v
     do x = d(fd_rng());
     while (std::any_of(avoid.begin(), avoid.end(), [&](double a) { return std::abs(x - a) < gap; }));
   }
-  s.assign(v, g::view(vals.data(), std::array<g::index_t, sizeof...(E)>{E...}));
+  g::assign(s, v, g::view(vals.data(), std::array<g::index_t, sizeof...(E)>{E...}));
   return vals;
 }
 
@@ -47,7 +47,7 @@ double fd_error(session& s, const Loss& loss, const Grad& gexpr, const g::variab
   const auto an_view = s.run(gexpr, feeds...);
   BOOST_TEST_REQUIRE(an_view.shape().numel() == (E * ... * 1));
   std::vector<double> analytic(an_view.begin(), an_view.end());
-  const auto cur = s.value(v);
+  const auto cur = g::value(s, v);
   std::vector<double> x(cur.begin(), cur.end());
   const std::array<g::index_t, sizeof...(E)> shape{E...};
   double worst = 0;
@@ -55,16 +55,16 @@ double fd_error(session& s, const Loss& loss, const Grad& gexpr, const g::variab
     const double h = 1e-6 * std::max(1.0, std::abs(x[i]));
     const double keep = x[i];
     x[i] = keep + h;
-    s.assign(v, g::view(x.data(), shape));
+    g::assign(s, v, g::view(x.data(), shape));
     const double up = s.run(loss, feeds...)[0];
     x[i] = keep - h;
-    s.assign(v, g::view(x.data(), shape));
+    g::assign(s, v, g::view(x.data(), shape));
     const double down = s.run(loss, feeds...)[0];
     x[i] = keep;
     const double fd = (up - down) / (2 * h);
     worst = std::max(worst, std::abs(fd - analytic[i]) / std::max({std::abs(fd), std::abs(analytic[i]), 1e-3}));
   }
-  s.assign(v, g::view(x.data(), shape));
+  g::assign(s, v, g::view(x.data(), shape));
   return worst;
 }
 

@@ -48,8 +48,8 @@ struct harness {
   void check(const Opt& opt, const rule& ref, double clip, double grad_scale, double tol) {
     g::session<g::cpu_simd> s;
     auto w0 = random(n_small, 1), u0 = random(n_big, 1);
-    s.assign(w, g::view(w0.data(), {n_small}));
-    s.assign(u, g::view(u0.data(), {n_big}));
+    g::assign(s, w, g::view(w0.data(), {n_small}));
+    g::assign(s, u, g::view(u0.data(), {n_big}));
     auto loss = g::sum(w * c) + g::sum(u * d);
     auto step = g::minimize(s, loss, opt, w, u);
 
@@ -80,11 +80,11 @@ struct harness {
                                     std::max(1.0, std::abs(want[i])));
       BOOST_TEST(worst < tol);
     };
-    cmp(s.value(w), rw.w);
-    cmp(s.value(u), ru.w);
+    cmp(g::value(s, w), rw.w);
+    cmp(g::value(s, u), ru.w);
     // the update moved the values: a no-op optimizer fails here
     double moved = 0;
-    for (std::size_t i = 0; i < w0.size(); ++i) moved = std::max(moved, std::abs(static_cast<double>(s.value(w)[static_cast<g::index_t>(i)]) - w0[i]));
+    for (std::size_t i = 0; i < w0.size(); ++i) moved = std::max(moved, std::abs(static_cast<double>(g::value(s, w)[static_cast<g::index_t>(i)]) - w0[i]));
     BOOST_TEST(moved > 1e-3);
   }
 };
@@ -184,7 +184,7 @@ BOOST_AUTO_TEST_CASE(state_lives_in_the_session_by_name) {
   g::placeholder<"c", float, 3> c;
   g::session<g::cpu_simd> s;
   const std::vector<float> w0{1, 2, 3}, gc{0.5f, -1, 2};
-  s.assign(w, g::view(w0.data(), {3}));
+  g::assign(s, w, g::view(w0.data(), {3}));
   auto step = g::minimize(s, g::sum(w * c), g::adam{.lr = 0.1}, w);
   std::vector<std::string> names;
   for (const auto& e : s.entries()) names.emplace_back(e.name);
@@ -208,13 +208,13 @@ BOOST_AUTO_TEST_CASE(gradient_that_is_another_trained_variable) {
   g::variable<"b", double, 5> b;
   g::session<g::cpu_simd> s;
   const std::vector<double> a0{1, 2, 3, 4, 5}, b0{-1, 0.5, 2, -3, 1};
-  s.assign(a, g::view(a0.data(), {5}));
-  s.assign(b, g::view(b0.data(), {5}));
+  g::assign(s, a, g::view(a0.data(), {5}));
+  g::assign(s, b, g::view(b0.data(), {5}));
   auto step = g::minimize(s, g::sum(a * b), g::sgd{.lr = 0.1}, a, b);
   step.run();
   for (std::size_t i = 0; i < 5; ++i) {
-    BOOST_TEST(s.value(a)[static_cast<g::index_t>(i)] == a0[i] - 0.1 * b0[i]);
-    BOOST_TEST(s.value(b)[static_cast<g::index_t>(i)] == b0[i] - 0.1 * a0[i]);
+    BOOST_TEST(g::value(s, a)[static_cast<g::index_t>(i)] == a0[i] - 0.1 * b0[i]);
+    BOOST_TEST(g::value(s, b)[static_cast<g::index_t>(i)] == b0[i] - 0.1 * a0[i]);
   }
 }
 
@@ -261,9 +261,9 @@ BOOST_AUTO_TEST_CASE(variables_deduced_from_the_loss) {
     // d/dw = 2 x^T (xw + b) + w = 2 [1 3; 2 4] [4; 8] + 1 = [57; 81]; d/db = 2 (4 + 8) = 24
     if (explicit_w_only) g::minimize(s, loss, g::sgd{.lr = 0.01}, w).run(x = g::view(xs.data(), {2, 2}));
     else g::minimize(s, loss, g::sgd{.lr = 0.01}).run(x = g::view(xs.data(), {2, 2}));
-    BOOST_TEST(s.value(w)[0] == 1 - 0.01 * 57, boost::test_tools::tolerance(1e-12));
-    BOOST_TEST(s.value(w)[1] == 1 - 0.01 * 81, boost::test_tools::tolerance(1e-12));
-    BOOST_TEST(s.value(b)[0] == (explicit_w_only ? 1 : 1 - 0.01 * 24), boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(g::value(s, w)[0] == 1 - 0.01 * 57, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(g::value(s, w)[1] == 1 - 0.01 * 81, boost::test_tools::tolerance(1e-12));
+    BOOST_TEST(g::value(s, b)[0] == (explicit_w_only ? 1 : 1 - 0.01 * 24), boost::test_tools::tolerance(1e-12));
   }
 }
 
@@ -287,6 +287,6 @@ BOOST_AUTO_TEST_CASE(compute_then_apply) {
   BOOST_TEST(step.gradients()[1].dtype == "float64");
   static_cast<double*>(step.gradients()[1].data)[0] = 100;  // as an all-reduce would write
   step.apply_gradients();
-  BOOST_TEST(s.value(b)[0] == 1 - 0.01 * 100, boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(g::value(s, b)[0] == 1 - 0.01 * 100, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(s.global_step() == 1);
 }

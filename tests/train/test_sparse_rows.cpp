@@ -70,7 +70,7 @@ BOOST_AUTO_TEST_CASE(gradient_is_marked_sparse_and_fd_equal) {
   // evaluated directly, the sparse gradient is the dense scatter-add
   g::session<g::cpu_simd> s;
   auto t0 = random_vec(vocab * dim, 1);
-  s.assign(m.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(s, m.emb.table, g::view(t0.data(), {vocab, dim}));
   auto cv = random_vec(positions * dim, 2);
   auto gr = s.run(g::grad(m.loss(), m.emb.table), ids = g::view(idx.data(), {positions}),
                     c = g::view(cv.data(), {positions, dim}));
@@ -83,7 +83,7 @@ BOOST_AUTO_TEST_CASE(coalesced_rows_and_indices) {
   model<true> m;
   g::session<g::cpu_simd> s;
   auto t0 = random_vec(vocab * dim, 3);
-  s.assign(m.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(s, m.emb.table, g::view(t0.data(), {vocab, dim}));
   auto step = g::minimize(s, m.loss(), g::sgd{.lr = 0.1});
   auto cv = random_vec(positions * dim, 4);
   step.compute_gradients(ids = g::view(idx.data(), {positions}), c = g::view(cv.data(), {positions, dim}));
@@ -115,8 +115,8 @@ BOOST_AUTO_TEST_CASE(sgd_matches_dense_bitwise) {
   model<false> md;
   g::session<g::cpu_simd> ss, sd;
   auto t0 = random_vec(vocab * dim, 5);
-  ss.assign(ms.emb.table, g::view(t0.data(), {vocab, dim}));
-  sd.assign(md.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(ss, ms.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(sd, md.emb.table, g::view(t0.data(), {vocab, dim}));
   auto step_s = g::minimize(ss, ms.loss(), g::sgd{.lr = 0.05});
   auto step_d = g::minimize(sd, md.loss(), g::sgd{.lr = 0.05});
   for (int k = 0; k < 5; ++k) {
@@ -175,7 +175,7 @@ void check_lazy(const Opt& opt, const char* slot, Ref&& ref_step) {
   model<true> m;
   g::session<g::cpu_simd> s;
   auto t0 = random_vec(vocab * dim, 6);
-  s.assign(m.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(s, m.emb.table, g::view(t0.data(), {vocab, dim}));
   auto step = g::minimize(s, m.loss(), opt);
   lazy_reference ref{t0, std::vector<double>(t0.size()), std::vector<double>(t0.size())};
   for (int k = 0; k < 6; ++k) {
@@ -211,7 +211,7 @@ BOOST_AUTO_TEST_CASE(sparse_as_dense_gives_the_dense_gradient) {
   model<true> m;
   g::session<g::cpu_simd> s;
   auto t0 = random_vec(vocab * dim, 7);
-  s.assign(m.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(s, m.emb.table, g::view(t0.data(), {vocab, dim}));
   auto step = g::minimize(s, m.loss(), g::adam{});
   step.set_sparse_as_dense(true);
   auto cv = random_vec(positions * dim, 8);
@@ -242,7 +242,7 @@ BOOST_AUTO_TEST_CASE(reduce_gradients_refuses_sparse) {
   model<true> m;
   g::session<g::cpu_simd> s;
   auto t0 = random_vec(vocab * dim, 9);
-  s.assign(m.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(s, m.emb.table, g::view(t0.data(), {vocab, dim}));
   auto step = g::minimize(s, m.loss(), g::sgd{.lr = 0.1});
   auto cv = random_vec(positions * dim, 10);
   step.compute_gradients(ids = g::view(idx.data(), {positions}), c = g::view(cv.data(), {positions, dim}));
@@ -261,7 +261,7 @@ BOOST_AUTO_TEST_CASE(bad_index_is_named) {
   model<true> m;
   g::session<g::cpu_simd> s;
   auto t0 = random_vec(vocab * dim, 11);
-  s.assign(m.emb.table, g::view(t0.data(), {vocab, dim}));
+  g::assign(s, m.emb.table, g::view(t0.data(), {vocab, dim}));
   auto step = g::minimize(s, m.loss(), g::sgd{.lr = 0.1});
   std::vector<std::int32_t> bad{1, 50};
   std::vector<double> cv(2 * dim, 1.0);
@@ -295,9 +295,9 @@ struct bow_model {
     const auto t = random_vec(words * 2, 40);
     std::vector<double> small(t.size());
     for (std::size_t i = 0; i < t.size(); ++i) small[i] = 0.01 * t[i];
-    s.assign(emb.table, g::view(small.data(), {words, 2}));
+    g::assign(s, emb.table, g::view(small.data(), {words, 2}));
     const std::vector<double> zero(2, 0.0);
-    s.assign(bias, g::view(zero.data(), {2}));
+    g::assign(s, bias, g::view(zero.data(), {2}));
   }
 };
 
@@ -526,7 +526,7 @@ BOOST_AUTO_TEST_CASE(hogwild_trains_only_the_named_variables) {
   g::session<g::cpu_simd> s;
   m.initialize(s);
   const std::vector<double> b0{0.3, -0.3}, b1{-1.0, 1.0};
-  s.assign(m.bias, g::view(b0.data(), {2}));
+  g::assign(s, m.bias, g::view(b0.data(), {2}));
   auto hw = g::hogwild(s, m.loss(), g::sgd{.lr = 0.5}, 2, m.emb.table);
   hw.run([&](auto& w) {
     for (std::size_t k = w.thread(); k < 8; k += w.threads())
@@ -534,7 +534,7 @@ BOOST_AUTO_TEST_CASE(hogwild_trains_only_the_named_variables) {
   });
   BOOST_TEST(s.run(m.bias)[0] == 0.3);
   BOOST_TEST(s.run(m.bias)[1] == -0.3);
-  s.assign(m.bias, g::view(b1.data(), {2}));
+  g::assign(s, m.bias, g::view(b1.data(), {2}));
   const double expected = evaluate(s, m, bow_data{{data.ids.begin(), data.ids.begin() + batch * doc_len},
                                                   {data.labels.begin(), data.labels.begin() + batch}})
                               .loss;

@@ -36,6 +36,7 @@ template <backend_context B>
 struct context_of<B> {
   using type = typename B::context;
 };
+struct session_access;  // the free functions' way to session's implementation (below)
 struct no_binding {  // a guard that guards nothing (user-provided destructor: no unused-variable warning)
   ~no_binding() {}
 };
@@ -108,47 +109,18 @@ class session final : private variable_source {
   }
 
  public:
-  // assign(v, tensor): set a variable's value (allocated on first assignment).
+  // The spelling of 0.1: the same operations as the free functions gradus::assign, declare
+  // and value (below), which every session operation now uses (initialize, minimize,
+  // checkpoints, weights). Kept for one release; removed in 0.2.
   template <fixed_string Name, class T, index_t... E, tensor_like X>
-  void assign(const variable<Name, T, E...>&, const X& x) {
-    static_assert(std::is_same_v<tensor_elem_t<X>, T>, "gradus: assign: the tensor's dtype differs from the variable's");
-    const dims want = static_dims<shape<E...>>();
-    const dims got = dims_of(x, "assign to variable", Name.view());
-    if (!(want == got))
-      throw feed_error("gradus: assign to variable '" + std::string(Name.view()) + "': expected shape " +
-                       to_string(want) + ", got " + to_string(got));
-    const auto bound = bind();
-    auto& st = storage<T>(Name.view(), want);
-    Backend::copy_to_device(st.data, x.data(), static_cast<std::size_t>(want.numel()) * sizeof(T));
-    st.initialized = true;
-  }
-
-  // declare(v): make v known to the session (its name, dtype and shape) without giving it
-  // a value: checkpoints list it, restore() fills it, and a run that reads it before it is
-  // assigned, initialised or restored is an error naming it.
+  [[deprecated("gradus 0.2 removes session::assign: write gradus::assign(s, v, x)")]]
+  void assign(const variable<Name, T, E...>& v, const X& x) { assign_impl(v, x); }
   template <fixed_string Name, class T, index_t... E>
-  void declare(const variable<Name, T, E...>&) {
-    storage<T>(Name.view(), static_dims<shape<E...>>());
-  }
-
-  // value(v): a host view of a variable's current value: the storage itself where the
-  // backend's memory is the host's, else a copy made now (valid until the next value() of v).
+  [[deprecated("gradus 0.2 removes session::declare: write gradus::declare(s, v)")]]
+  void declare(const variable<Name, T, E...>& v) { declare_impl(v); }
   template <fixed_string Name, class T, index_t... E>
-  tensor_view<const T> value(const variable<Name, T, E...>&) const {
-    auto it = variables_.find(Name.view());
-    if (it == variables_.end())
-      throw feed_error("gradus: variable '" + std::string(Name.view()) + "' has no value in this session");
-    if constexpr (backend_host_memory<Backend>) {
-      return {static_cast<const T*>(it->second.data), it->second.d};
-    } else {
-      const auto bound = bind();
-      auto& host = host_values_[std::string(Name.view())];
-      const std::size_t bytes = static_cast<std::size_t>(it->second.d.numel()) * sizeof(T);
-      host.resize(bytes);
-      Backend::copy_to_host(host.data(), it->second.data, bytes);
-      return {reinterpret_cast<const T*>(host.data()), it->second.d};
-    }
-  }
+  [[deprecated("gradus 0.2 removes session::value: write gradus::value(s, v)")]]
+  tensor_view<const T> value(const variable<Name, T, E...>& v) const { return value_impl(v); }
 
   // The session as a graph's variable source: what a graph run outside run() reads the
   // variables through (a pipeline stage's graphs, parallel/pipeline/).
@@ -227,6 +199,49 @@ class session final : private variable_source {
   }
 
  private:
+  friend struct detail::session_access;
+  // assign(v, tensor): set a variable's value (allocated on first assignment).
+  template <fixed_string Name, class T, index_t... E, tensor_like X>
+  void assign_impl(const variable<Name, T, E...>&, const X& x) {
+    static_assert(std::is_same_v<tensor_elem_t<X>, T>, "gradus: assign: the tensor's dtype differs from the variable's");
+    const dims want = static_dims<shape<E...>>();
+    const dims got = dims_of(x, "assign to variable", Name.view());
+    if (!(want == got))
+      throw feed_error("gradus: assign to variable '" + std::string(Name.view()) + "': expected shape " +
+                       to_string(want) + ", got " + to_string(got));
+    const auto bound = bind();
+    auto& st = storage<T>(Name.view(), want);
+    Backend::copy_to_device(st.data, x.data(), static_cast<std::size_t>(want.numel()) * sizeof(T));
+    st.initialized = true;
+  }
+
+  // declare(v): make v known to the session (its name, dtype and shape) without giving it
+  // a value: checkpoints list it, restore() fills it, and a run that reads it before it is
+  // assigned, initialised or restored is an error naming it.
+  template <fixed_string Name, class T, index_t... E>
+  void declare_impl(const variable<Name, T, E...>&) {
+    storage<T>(Name.view(), static_dims<shape<E...>>());
+  }
+
+  // value(v): a host view of a variable's current value: the storage itself where the
+  // backend's memory is the host's, else a copy made now (valid until the next value() of v).
+  template <fixed_string Name, class T, index_t... E>
+  tensor_view<const T> value_impl(const variable<Name, T, E...>&) const {
+    auto it = variables_.find(Name.view());
+    if (it == variables_.end())
+      throw feed_error("gradus: variable '" + std::string(Name.view()) + "' has no value in this session");
+    if constexpr (backend_host_memory<Backend>) {
+      return {static_cast<const T*>(it->second.data), it->second.d};
+    } else {
+      const auto bound = bind();
+      auto& host = host_values_[std::string(Name.view())];
+      const std::size_t bytes = static_cast<std::size_t>(it->second.d.numel()) * sizeof(T);
+      host.resize(bytes);
+      Backend::copy_to_host(host.data(), it->second.data, bytes);
+      return {reinterpret_cast<const T*>(host.data()), it->second.d};
+    }
+  }
+
   template <class Outs>
   struct graph_of;
   template <class... O>
@@ -285,5 +300,43 @@ class session final : private variable_source {
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
   const graph_base* last_ = nullptr;
 };
+
+namespace detail {
+struct session_access {
+  template <class S, class V, class X>
+  static void assign(S& s, const V& v, const X& x) { s.assign_impl(v, x); }
+  template <class S, class V>
+  static void declare(S& s, const V& v) { s.declare_impl(v); }
+  template <class S, class V>
+  static auto value(const S& s, const V& v) { return s.value_impl(v); }
+};
+}  // namespace detail
+
+// Session operations are free functions taking the session first — assign, declare, value
+// here; initialize (nn/init.hpp), minimize (train/), save_checkpoint / restore (io/) and
+// save_weights / load_weights (io/weights.hpp) — and `s.run(...)` is the one member an
+// ordinary program calls (TensorFlow's sess.run).
+
+// assign(s, v, tensor): set v's value in s (allocated on first assignment). The tensor's
+// dtype must be v's (a compile error otherwise) and its shape v's (a feed_error naming v).
+template <class Backend, fixed_string Name, class T, index_t... E, tensor_like X>
+void assign(session<Backend>& s, const variable<Name, T, E...>& v, const X& x) {
+  detail::session_access::assign(s, v, x);
+}
+
+// declare(s, v): make v known to s (its name, dtype and shape) without giving it a value:
+// checkpoints list it, restore() fills it, and a run that reads it before it is assigned,
+// initialised or restored is an error naming it.
+template <class Backend, fixed_string Name, class T, index_t... E>
+void declare(session<Backend>& s, const variable<Name, T, E...>& v) {
+  detail::session_access::declare(s, v);
+}
+
+// value(s, v): a host view of v's current value in s: the storage itself where the
+// backend's memory is the host's, else a copy made now (valid until the next value() of v).
+template <class Backend, fixed_string Name, class T, index_t... E>
+tensor_view<const T> value(const session<Backend>& s, const variable<Name, T, E...>& v) {
+  return detail::session_access::value(s, v);
+}
 
 }  // namespace gradus

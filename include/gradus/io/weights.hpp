@@ -230,7 +230,7 @@ void load_weights(session<Backend>& s, const std::filesystem::path& file, const 
   const auto targets = detail::session_variables(s.entries());
   if (targets.empty())
     throw error(ctx + "the session holds no variables yet: pass the model, load_weights(s, file, logits), "
-                "to declare the variables it reads, or declare them (s.declare(v)); nothing was loaded");
+                "to declare the variables it reads, or declare them (gradus::declare(s, v)); nothing was loaded");
   const auto arrays = detail::read_weight_arrays(file);
   detail::write_weights(s, targets, detail::match_weights(arrays, targets, options, ctx));
 }
@@ -246,7 +246,7 @@ void load_weights(session<Backend>& s, const std::filesystem::path& file, const 
   if (targets.empty()) throw error(ctx + "the model reads no variables; nothing was loaded");
   const auto arrays = detail::read_weight_arrays(file);
   const auto found = detail::match_weights(arrays, targets, options, ctx);
-  [&]<class... Vs>(std::tuple<Vs...>*) { (s.declare(Vs{}), ...); }(static_cast<variables_of_t<Model>*>(nullptr));
+  [&]<class... Vs>(std::tuple<Vs...>*) { (declare(s, Vs{}), ...); }(static_cast<variables_of_t<Model>*>(nullptr));
   detail::write_weights(s, targets, found);
 }
 

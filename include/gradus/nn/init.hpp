@@ -155,7 +155,7 @@ template <class Backend, fixed_string Name, class T, index_t... E, class I>
 void initialize(session<Backend>& s, const variable<Name, T, E...>& v, const I& how, std::uint64_t seed) {
   const dims d = static_dims<shape<E...>>();
   const std::vector<T> vals = init::values<T>(how, d, seed, Name.view());
-  s.assign(v, tensor_view<const T>{vals.data(), d});
+  assign(s, v, tensor_view<const T>{vals.data(), d});
 }
 
 }  // namespace gradus

@@ -163,7 +163,7 @@ class train_step {
   train_step(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs)
       : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(loss, vs...))), fetches_(make_fetches(grads_)) {
     opt_.validate();
-    (s_.declare(vs), ...);
+    (declare(s_, vs), ...);
     std::size_t i = 0;
     (make_slots(vs, i++), ...);
   }

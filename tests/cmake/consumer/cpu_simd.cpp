@@ -24,8 +24,8 @@ int check_cpu_simd() {
   const xt::xtensor<float, 1> bv = {0.25f, -3};
 
   g::session<g::cpu_simd> s;
-  s.assign(w, wv);
-  s.assign(b, bv);
+  g::assign(s, w, wv);
+  g::assign(s, b, bv);
   auto y = s.run(g::relu(g::matmul(x, w) + b), x = xv);
 
   // x·w + b = {{-3.75, 3}, {-9.25, 2}}; relu keeps the second column.

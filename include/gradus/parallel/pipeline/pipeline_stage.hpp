@@ -117,7 +117,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
                   "session runs the " + std::string(Backend::name) + " backend; give this rank a session whose backend " +
                   "runs that device (" + (std::is_same_v<device_t, device::cpu> ? "cpu_simd" : "gradus::cuda") + ")");
     [&]<class... Vs>(std::tuple<Vs...>*) {
-      (s_.declare(Vs{}), ...);
+      (declare(s_, Vs{}), ...);
       std::size_t i = 0;
       ((slots_[i++] = detail::optimizer_slots<value_t<Vs>>(s_, opt_, Vs::name.view(), static_dims<shape_t<Vs>>())), ...);
     }(static_cast<vars_t*>(nullptr));
