@@ -22,11 +22,11 @@
 
 namespace gradus {
 
-// The adjoint of a node that does not lead to the variable.
+/// The adjoint of a node that does not lead to the variable.
 struct no_grad {};
 
-// A gradient as grad() returns it: a zero-cost view of the gradient expression that
-// also marks it, so grad() of something containing a gradient is refused at compile time.
+/// A gradient as grad() returns it: a zero-cost view of the gradient expression that
+/// also marks it, so grad() of something containing a gradient is refused at compile time.
 template <class E>
 struct gradient_node : expr_base {
   using value_type = value_t<E>;
@@ -74,7 +74,7 @@ constexpr bool contains_gradient() {
 
 namespace ad {
 
-// Sums and products that fold no_grad away.
+/// Sums and products that fold no_grad away.
 template <class A, class B>
 auto add(const A& a, const B& b) {
   if constexpr (std::is_same_v<A, no_grad>) return b;
@@ -87,7 +87,7 @@ auto sum_all(const A& a, const R&... r) {
   return add(a, sum_all(r...));
 }
 
-// matrix_transpose with transpose(transpose(x)) -> x folded.
+/// matrix_transpose with transpose(transpose(x)) -> x folded.
 template <class X>
 auto mt(const X& x) {
   if constexpr (requires { detail::gemm_operand<X>::trans; } && detail::gemm_operand<X>::trans)
@@ -96,7 +96,7 @@ auto mt(const X& x) {
     return matrix_transpose(x);
 }
 
-// permute<P...>(x), with a permutation that undoes x's own folded away.
+/// permute<P...>(x), with a permutation that undoes x's own folded away.
 template <class X>
 struct permute_parts {
   static constexpr bool is_permute = false;
@@ -122,8 +122,8 @@ auto permute_folded(const X& x) {
   else return permute<P...>(x);
 }
 
-// Reduce an adjoint g of the broadcast shape down to a child's static shape S: sum the
-// leading axes the child lacks, and (keepdims) the axes where the child has extent 1.
+/// Reduce an adjoint g of the broadcast shape down to a child's static shape S: sum the
+/// leading axes the child lacks, and (keepdims) the axes where the child has extent 1.
 template <class S, std::size_t I, class G>
 auto reduce_unit_axes(const G& g) {
   if constexpr (I == S::rank) {
@@ -143,19 +143,19 @@ auto unbroadcast(const G& g) {
 
 }  // namespace ad
 
-// vjp<I>(node, g): the adjoint of node's child I, given the node's adjoint g. One
-// overload set per op family, in autodiff/rules/.
+/// vjp<I>(node, g): the adjoint of node's child I, given the node's adjoint g. One
+/// overload set per op family, in autodiff/rules/.
 template <std::size_t I, class E, class G>
 auto vjp(const E&, const G&) {
   static_assert(sizeof(E) == 0, "gradus: grad: this op has no derivative rule (op named in the type above)");
   return no_grad{};
 }
 
-// backprop_within<Cut>: with Cut >= 0, the gradient within pipeline stage Cut only — a node
-// placed on another stage (graph/ops/placement.hpp) is a constant there: that stage takes its
-// part of the gradient from the adjoint of its output (a variable read by two stages, tied
-// weights, gets one part from each). backprop is backprop_within<-1>. (No default template
-// argument: nvcc's front end repeats it on the definition, which g++ then refuses.)
+/// backprop_within<Cut>: with Cut >= 0, the gradient within pipeline stage Cut only — a node
+/// placed on another stage (graph/ops/placement.hpp) is a constant there: that stage takes its
+/// part of the gradient from the adjoint of its output (a variable read by two stages, tied
+/// weights, gets one part from each). backprop is backprop_within<-1>. (No default template
+/// argument: nvcc's front end repeats it on the definition, which g++ then refuses.)
 template <int Cut, class V, class E, class G>
 auto backprop_within(const V& v, const E& e, const G& g);
 
@@ -204,8 +204,8 @@ auto as_gradient(const V& v, const G& g) {
 }
 }  // namespace detail
 
-// grad(loss, vs...): d loss / d v for each v (variables or placeholders), as a tuple of
-// expressions (one expression when one v is given). loss must be a scalar (rank 0).
+/// grad(loss, vs...): d loss / d v for each v (variables or placeholders), as a tuple of
+/// expressions (one expression when one v is given). loss must be a scalar (rank 0).
 template <expression L, expression... Vs>
 auto grad(const L& loss, const Vs&... vs) {
   static_assert(rank_v<L> == 0, "gradus: grad: the loss must be a scalar (rank 0); reduce it with sum or mean");

@@ -6,8 +6,8 @@
 
 namespace gradus {
 
-// The element types gradus computes with: float and double for values, int32 for
-// labels and indices.
+/// The element types gradus computes with: float and double for values, int32 for
+/// labels and indices.
 template <class T>
 concept dtype = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t>;
 
@@ -22,7 +22,7 @@ constexpr std::string_view dtype_name() {
   else return "unknown";
 }
 
-// Bytes per element of a dtype named as dtype_name() names it (0 for an unknown name).
+/// Bytes per element of a dtype named as dtype_name() names it (0 for an unknown name).
 constexpr std::size_t dtype_size(std::string_view name) {
   if (name == "float64") return 8;
   if (name == "float32" || name == "int32") return 4;

@@ -12,42 +12,42 @@ struct error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A shape that is only known at run time (a `dyn` extent) does not fit an op.
+/// A shape that is only known at run time (a `dyn` extent) does not fit an op.
 struct shape_error : error {
   using error::error;
 };
 
-// A feed, variable or placeholder problem: missing, unknown, wrong dtype or shape.
+/// A feed, variable or placeholder problem: missing, unknown, wrong dtype or shape.
 struct feed_error : error {
   using error::error;
 };
 
-// An index input (labels, gather indices) holds a value outside its range.
+/// An index input (labels, gather indices) holds a value outside its range.
 struct index_error : error {
   using error::error;
 };
 
-// A data file (IDX, CSV, a metrics log) is missing, truncated, corrupt or not what was
-// asked for.
+/// A data file (IDX, CSV, a metrics log) is missing, truncated, corrupt or not what was
+/// asked for.
 struct data_error : error {
   using error::error;
 };
 
-// A NaN or an infinity where check_numerics is on (TensorFlow's tf.debugging.check_numerics):
-// the message names the node that made it (op, shape, inputs), the variable, feed or
-// gradient it reached, and the global step. `outputs` lists the run's outputs that the
-// node feeds (by position), so a caller that knows their names can add them.
+/// A NaN or an infinity where check_numerics is on (TensorFlow's tf.debugging.check_numerics):
+/// the message names the node that made it (op, shape, inputs), the variable, feed or
+/// gradient it reached, and the global step. `outputs` lists the run's outputs that the
+/// node feeds (by position), so a caller that knows their names can add them.
 struct numerics_error : error {
   numerics_error(const std::string& what, std::vector<std::size_t> outs) : error(what), outputs(std::move(outs)) {}
   std::vector<std::size_t> outputs;
 };
 
-// A collective could not finish: a peer died, left, timed out or called a different
-// collective. The message names the operation, the peer's rank and its address. Where the
-// error blames a neighbour, `peer` is its rank and `peer_state` says what became of it:
-// "gone" (its connection closed: the process died or closed its communicator) or "silent"
-// (it sent nothing for the timeout: stopped, paused, hung or unreachable); otherwise -1
-// and "".
+/// A collective could not finish: a peer died, left, timed out or called a different
+/// collective. The message names the operation, the peer's rank and its address. Where the
+/// error blames a neighbour, `peer` is its rank and `peer_state` says what became of it:
+/// "gone" (its connection closed: the process died or closed its communicator) or "silent"
+/// (it sent nothing for the timeout: stopped, paused, hung or unreachable); otherwise -1
+/// and "".
 struct comm_error : error {
   using error::error;
   comm_error(const std::string& what, int blamed, std::string state) : error(what), peer(blamed), peer_state(std::move(state)) {}

@@ -24,8 +24,8 @@ struct fixed_string {
     static_assert(N < capacity, "gradus: a name (fixed_string) has at most 63 characters");
     for (std::size_t i = 0; i + 1 < N; ++i) chars[i] = s[i];
   }
-  // The form nvcc's front end writes such a template argument in, in the host code it
-  // hands on: fixed_string{{'f', 'c', '1', ...}, 3}.
+  /// The form nvcc's front end writes such a template argument in, in the host code it
+  /// hands on: fixed_string{{'f', 'c', '1', ...}, 3}.
   constexpr fixed_string(const char (&c)[capacity], std::size_t n) : length(n) {
     for (std::size_t i = 0; i < capacity; ++i) chars[i] = c[i];
   }
@@ -34,8 +34,8 @@ struct fixed_string {
   constexpr bool operator==(const fixed_string&) const = default;
 };
 
-// a + b; a result over 63 characters is not a constant expression (a compile error where
-// it names a leaf)
+/// a + b; a result over 63 characters is not a constant expression (a compile error where
+/// it names a leaf)
 constexpr fixed_string operator+(const fixed_string& a, const fixed_string& b) {
   if (a.length + b.length >= fixed_string::capacity) throw "gradus: a name (fixed_string) has at most 63 characters";
   fixed_string r = a;

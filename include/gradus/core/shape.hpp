@@ -13,10 +13,10 @@
 namespace gradus {
 
 using index_t = std::int64_t;
-inline constexpr index_t dyn = -1;     // an extent known only at run time
+inline constexpr index_t dyn = -1;     ///< an extent known only at run time
 inline constexpr std::size_t max_rank = 6;
 
-// The static shape of an expression; `dyn` marks an extent bound at run time.
+/// The static shape of an expression; `dyn` marks an extent bound at run time.
 template <index_t... E>
 struct shape {
   static constexpr std::size_t rank = sizeof...(E);
@@ -29,7 +29,7 @@ template <class Holder, std::size_t... I>
 auto shape_from_array(std::index_sequence<I...>) -> shape<Holder::value[I]...>;
 }  // namespace detail
 
-// shape_of_array<H>: the shape whose extents are the constexpr array H::value.
+/// shape_of_array<H>: the shape whose extents are the constexpr array H::value.
 template <class Holder>
 using shape_of_array = decltype(detail::shape_from_array<Holder>(
     std::make_index_sequence<Holder::value.size()>{}));
@@ -45,11 +45,11 @@ struct all_dyn {
 };
 }  // namespace detail
 
-// A shape of rank R whose extents are all bound at run time.
+/// A shape of rank R whose extents are all bound at run time.
 template <std::size_t R>
 using dyn_shape_t = shape_of_array<detail::all_dyn<R>>;
 
-// Run-time dims of one tensor (rank erased so buffers can be planned uniformly).
+/// Run-time dims of one tensor (rank erased so buffers can be planned uniformly).
 struct dims {
   std::size_t rank = 0;
   std::array<index_t, max_rank> d{};
@@ -66,7 +66,7 @@ struct dims {
   }
   constexpr index_t operator[](std::size_t i) const { return d[i]; }
   constexpr index_t& operator[](std::size_t i) { return d[i]; }
-  // The extents as a range, like xtensor's shape(): size() is the rank.
+  /// The extents as a range, like xtensor's shape(): size() is the rank.
   constexpr std::size_t size() const { return rank; }
   constexpr const index_t* begin() const { return d.data(); }
   constexpr const index_t* end() const { return d.data() + rank; }
@@ -98,7 +98,7 @@ constexpr dims static_dims() {
   return dims(S::extents);
 }
 
-// Does a run-time dims fit a static shape (same rank, equal wherever static)?
+/// Does a run-time dims fit a static shape (same rank, equal wherever static)?
 template <class S>
 constexpr bool fits(const dims& s) {
   if (s.rank != S::rank) return false;
@@ -109,7 +109,7 @@ constexpr bool fits(const dims& s) {
 
 // ---- NumPy broadcasting on trailing dimensions --------------------------------------
 
-// Static: combine extents, returning -2 on a certain mismatch.
+/// Static: combine extents, returning -2 on a certain mismatch.
 constexpr index_t broadcast_extent(index_t a, index_t b) {
   if (a == b) return a;
   if (a == 1) return b;
@@ -153,7 +153,7 @@ struct broadcast_result {
 template <class SA, class SB>
 using broadcast_shape_t = shape_of_array<broadcast_result<SA, SB>>;
 
-// Run time: the broadcast of two dims, or a shape_error naming the op and both shapes.
+/// Run time: the broadcast of two dims, or a shape_error naming the op and both shapes.
 inline dims broadcast_dims(const char* op, const dims& a, const dims& b) {
   dims r;
   r.rank = a.rank > b.rank ? a.rank : b.rank;
@@ -171,8 +171,8 @@ inline dims broadcast_dims(const char* op, const dims& a, const dims& b) {
   return r;
 }
 
-// Row-major strides of `s` seen from an output of dims `out` (rank right-aligned):
-// a broadcast axis gets stride 0.
+/// Row-major strides of `s` seen from an output of dims `out` (rank right-aligned):
+/// a broadcast axis gets stride 0.
 inline std::array<index_t, max_rank> broadcast_strides(const dims& s, const dims& out) {
   std::array<index_t, max_rank> st{};
   index_t stride = 1;
@@ -184,7 +184,7 @@ inline std::array<index_t, max_rank> broadcast_strides(const dims& s, const dims
   return st;
 }
 
-// Normalise a possibly negative axis against a rank, at compile time.
+/// Normalise a possibly negative axis against a rank, at compile time.
 template <int Axis, std::size_t Rank>
 constexpr std::size_t normalize_axis() {
   constexpr int r = static_cast<int>(Rank);

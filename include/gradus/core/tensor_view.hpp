@@ -35,20 +35,20 @@ class tensor_view {
 
   tensor_view() = default;
   tensor_view(T* data, const dims& shape) : ptr_(data), shape_(shape) {}
-  // A view of T is a view of const T.
+  /// A view of T is a view of const T.
   template <class U>
     requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  tensor_view(const tensor_view<U>& v) : ptr_(v.data()), shape_(v.shape()) {}  // NOLINT(google-explicit-constructor)
+  tensor_view(const tensor_view<U>& v) : ptr_(v.data()), shape_(v.shape()) {}  ///< NOLINT(google-explicit-constructor)
 
   T* data() const { return ptr_; }
   const dims& shape() const { return shape_; }
   std::size_t rank() const { return shape_.rank; }
   index_t size() const { return shape_.numel(); }
 
-  // Element k in row-major order (flat), unchecked.
+  /// Element k in row-major order (flat), unchecked.
   T& operator[](index_t k) const { return ptr_[k]; }
 
-  // Element (i, j, ...): one index per dimension, each checked against its extent.
+  /// Element (i, j, ...): one index per dimension, each checked against its extent.
   template <std::integral... I>
   T& operator()(I... index) const {
     const std::array<index_t, sizeof...(I)> ix{static_cast<index_t>(index)...};
@@ -83,8 +83,8 @@ class tensor_view {
 
 namespace detail {
 
-// One element as numpy prints it: integers in decimal (bytes too, not as characters),
-// floating point in the shortest general form at the stream's precision.
+/// One element as numpy prints it: integers in decimal (bytes too, not as characters),
+/// floating point in the shortest general form at the stream's precision.
 template <class T>
 std::string format_element(T v, std::streamsize precision) {
   std::array<char, 64> buf{};
@@ -98,8 +98,8 @@ std::string format_element(T v, std::streamsize precision) {
   return std::string(buf.data(), r.ptr);
 }
 
-// numpy's rules: past 1000 elements, each dimension longer than 6 shows its first and last
-// 3 entries around "..."; rows of a matrix on their own lines, matrices apart by a blank line.
+/// numpy's rules: past 1000 elements, each dimension longer than 6 shows its first and last
+/// 3 entries around "..."; rows of a matrix on their own lines, matrices apart by a blank line.
 template <class T>
 class tensor_printer {
  public:
@@ -128,7 +128,7 @@ class tensor_printer {
   }
 
  private:
-  // The indices of dimension k shown, with -1 where "..." stands.
+  /// The indices of dimension k shown, with -1 where "..." stands.
   std::vector<index_t> shown(std::size_t k) const {
     std::vector<index_t> r;
     const index_t n = s_.d[k];
@@ -179,8 +179,8 @@ class tensor_printer {
 
 }  // namespace detail
 
-// numpy-like printing (numpy's str()): `[[1 2 3]\n [4 5 6]]`, floating point at the stream's
-// precision (std::setprecision), elided with "..." past 1000 elements.
+/// numpy-like printing (numpy's str()): `[[1 2 3]\n [4 5 6]]`, floating point at the stream's
+/// precision (std::setprecision), elided with "..." past 1000 elements.
 template <class T>
 std::ostream& operator<<(std::ostream& os, const tensor_view<T>& v) {
   detail::tensor_printer<std::remove_cv_t<T>>(v.data(), v.shape(), os.precision()).print(os);

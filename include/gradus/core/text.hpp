@@ -8,8 +8,8 @@
 
 namespace gradus {
 
-// The shortest text that reads back as the same value (0.05 -> "0.05"; a float loss
-// 2.4277287 reads "2.4277287", not its double's digits); "nan", "inf", "-inf" otherwise.
+/// The shortest text that reads back as the same value (0.05 -> "0.05"; a float loss
+/// 2.4277287 reads "2.4277287", not its double's digits); "nan", "inf", "-inf" otherwise.
 template <std::floating_point T>
 std::string shortest_text(T v) {
   if (std::isnan(v)) return "nan";

@@ -37,33 +37,33 @@
 namespace gradus::data {
 
 enum class csv_label {
-  class_index,   // int32 labels >= 0 (below num_classes when that is set) in csv_table::labels
-  float_target,  // float labels in csv_table::targets (regression)
+  class_index,   ///< int32 labels >= 0 (below num_classes when that is set) in csv_table::labels
+  float_target,  ///< float labels in csv_table::targets (regression)
 };
 
 struct csv_options {
-  std::string label{};                  // the label column's name; empty: no label column
+  std::string label{};                  ///< the label column's name; empty: no label column
   csv_label label_as = csv_label::class_index;
-  std::int32_t num_classes = 0;         // > 0: class labels must be below it
+  std::int32_t num_classes = 0;         ///< > 0: class labels must be below it
   char delimiter = ',';
-  std::vector<std::string> use{};       // feature columns, in this order; empty: every other column
-  std::vector<std::string> skip{};      // columns to leave out (never parsed)
-  bool allow_nonfinite = false;         // accept nan / inf / infinity in features and float targets
+  std::vector<std::string> use{};       ///< feature columns, in this order; empty: every other column
+  std::vector<std::string> skip{};      ///< columns to leave out (never parsed)
+  bool allow_nonfinite = false;         ///< accept nan / inf / infinity in features and float targets
 };
 
 struct csv_table {
   std::string path;
-  std::vector<std::string> columns;     // the feature columns, in the order of x's columns
-  std::string label_name;               // empty when there is no label column
+  std::vector<std::string> columns;     ///< the feature columns, in the order of x's columns
+  std::string label_name;               ///< empty when there is no label column
   index_t rows = 0;
-  std::vector<float> x;                 // [rows, cols()], row-major
-  std::vector<std::int32_t> labels;     // [rows] with csv_label::class_index
-  std::vector<float> targets;           // [rows] with csv_label::float_target
+  std::vector<float> x;                 ///< [rows, cols()], row-major
+  std::vector<std::int32_t> labels;     ///< [rows] with csv_label::class_index
+  std::vector<float> targets;           ///< [rows] with csv_label::float_target
 
   index_t cols() const { return static_cast<index_t>(columns.size()); }
   dims shape() const { return dims{rows, cols()}; }
   tensor_view<const float> features() const { return {x.data(), shape()}; }
-  // The features and class labels as a dataset of examples of shape {cols}.
+  /// The features and class labels as a dataset of examples of shape {cols}.
   dataset to_dataset() && {
     if (label_name.empty() || labels.size() != static_cast<std::size_t>(rows))
       throw data_error("gradus: CSV file '" + path + "': to_dataset needs int32 class labels (csv_options::label " +
@@ -74,7 +74,7 @@ struct csv_table {
 
 namespace csv_detail {
 
-// a space, or a tab where the tab is not the delimiter
+/// a space, or a tab where the tab is not the delimiter
 inline bool blank(char c, char delim) { return (c == ' ' || c == '\t') && c != delim; }
 
 inline std::string_view trim(std::string_view s, char delim) {
@@ -95,10 +95,10 @@ inline std::string quoted(std::string_view s) {
   return q;
 }
 
-// Splits one line into fields. Returns an error text (empty when fine). `field` views
-// point into `line`, or into `scratch` for quoted fields with "" inside: a deque, whose
-// strings stay where they are as it grows (a vector's would move, and the views of a
-// line's earlier fields would dangle).
+/// Splits one line into fields. Returns an error text (empty when fine). `field` views
+/// point into `line`, or into `scratch` for quoted fields with "" inside: a deque, whose
+/// strings stay where they are as it grows (a vector's would move, and the views of a
+/// line's earlier fields would dangle).
 inline std::string split(std::string_view line, char delim, std::vector<std::string_view>& fields,
                          std::deque<std::string>& scratch) {
   fields.clear();
@@ -153,7 +153,7 @@ inline std::string split(std::string_view line, char delim, std::vector<std::str
   }
 }
 
-// from_chars, plus a leading '+' (which from_chars refuses).
+/// from_chars, plus a leading '+' (which from_chars refuses).
 template <class T>
 inline bool parse_number(std::string_view s, T& v, std::errc& ec) {
   if (s.size() > 1 && s.front() == '+' && s[1] != '-' && s[1] != '+') s.remove_prefix(1);
@@ -164,7 +164,7 @@ inline bool parse_number(std::string_view s, T& v, std::errc& ec) {
 
 }  // namespace csv_detail
 
-// Parses CSV text; `name` stands for the file in error messages.
+/// Parses CSV text; `name` stands for the file in error messages.
 inline csv_table parse_csv(std::string_view text, const std::string& name, const csv_options& opt = {}) {
   using namespace csv_detail;
   if (opt.delimiter == '"' || opt.delimiter == '\n' || opt.delimiter == '\r' || opt.delimiter == ' ')

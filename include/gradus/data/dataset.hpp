@@ -36,8 +36,8 @@
 namespace gradus::data {
 
 struct minibatch {
-  tensor_view<const float> x;         // [n, example...]
-  tensor_view<const std::int32_t> y;  // [n]
+  tensor_view<const float> x;         ///< [n, example...]
+  tensor_view<const std::int32_t> y;  ///< [n]
 };
 
 class dataset {
@@ -50,8 +50,8 @@ class dataset {
     store_->x = std::move(x);
   }
 
-  // Examples stored as bytes (images: a quarter of the memory of float32), each batch's
-  // features computed as byte * scale while they are copied (MNIST: scale 1/255).
+  /// Examples stored as bytes (images: a quarter of the memory of float32), each batch's
+  /// features computed as byte * scale while they are copied (MNIST: scale 1/255).
   dataset(std::vector<std::uint8_t> x, const dims& example, std::vector<std::int32_t> y, float scale)
       : store_(std::make_shared<storage>()) {
     adopt(x.size(), "feature bytes", example, std::move(y));
@@ -61,7 +61,7 @@ class dataset {
 
   index_t size() const { return static_cast<index_t>(order_.size()); }
   const dims& example_shape() const { return store_->example; }
-  // the position of each example of this view in the original data
+  /// the position of each example of this view in the original data
   const std::vector<std::int64_t>& order() const { return order_; }
 
   dataset shuffle(std::uint64_t seed, std::uint64_t epoch = 0) const {
@@ -80,7 +80,7 @@ class dataset {
       d.order_.push_back(order_[i]);
     return d;
   }
-  // f(x, examples, example_size) runs on each batch's features after they are copied.
+  /// f(x, examples, example_size) runs on each batch's features after they are copied.
   dataset map(transform f) const {
     dataset d = *this;
     d.maps_.push_back(std::move(f));
@@ -96,7 +96,7 @@ class dataset {
   class batches;
   batches batch(index_t size, bool drop_remainder = false) const;
 
-  // Copies examples [first, first + n) of this view into xb / yb and applies the maps.
+  /// Copies examples [first, first + n) of this view into xb / yb and applies the maps.
   void fill(index_t first, index_t n, float* xb, std::int32_t* yb) const {
     const index_t per = store_->example.numel();
     for (index_t r = 0; r < n; ++r) {
@@ -114,8 +114,8 @@ class dataset {
   }
 
  private:
-  // Checks that `values` features make y.size() examples of shape `example`, then takes
-  // the labels and the identity order (the features are the caller's to store).
+  /// Checks that `values` features make y.size() examples of shape `example`, then takes
+  /// the labels and the identity order (the features are the caller's to store).
   void adopt(std::size_t values, const char* what, const dims& example, std::vector<std::int32_t> y) {
     const index_t per = example.numel();
     if (example.rank + 1 > max_rank) throw error("gradus: dataset: example rank too large: " + to_string(example));
@@ -129,7 +129,7 @@ class dataset {
   }
   struct storage {
     std::vector<float> x;
-    std::vector<std::uint8_t> bytes;  // or the features as bytes, times scale
+    std::vector<std::uint8_t> bytes;  ///< or the features as bytes, times scale
     float scale = 1;
     std::vector<std::int32_t> y;
     dims example;
@@ -139,7 +139,7 @@ class dataset {
   std::vector<transform> maps_;
 };
 
-// The minibatches of a dataset view, in order; iterate with a range-for.
+/// The minibatches of a dataset view, in order; iterate with a range-for.
 class dataset::batches {
  public:
   batches(dataset d, index_t size, bool drop) : d_(std::move(d)), size_(size), drop_(drop) {
@@ -147,7 +147,7 @@ class dataset::batches {
   }
   index_t count() const { return drop_ ? d_.size() / size_ : (d_.size() + size_ - 1) / size_; }
   index_t batch_size() const { return size_; }
-  // Prepare up to n batches ahead on a background thread.
+  /// Prepare up to n batches ahead on a background thread.
   batches prefetch(int n) const {
     if (n < 1) throw error("gradus: dataset::prefetch: n must be >= 1, got " + std::to_string(n));
     batches b = *this;
@@ -159,7 +159,7 @@ class dataset::batches {
   iterator begin() const;
   std::default_sentinel_t end() const { return {}; }
 
-  // Batch k into the buffers (k < count()); returns its size.
+  /// Batch k into the buffers (k < count()); returns its size.
   index_t fill(index_t k, std::vector<float>& xb, std::vector<std::int32_t>& yb) const {
     const index_t per = d_.example_shape().numel();
     const index_t n = std::min(size_, d_.size() - k * size_);
@@ -188,10 +188,10 @@ inline dataset::batches dataset::batch(index_t size, bool drop_remainder) const 
   return batches(*this, size, drop_remainder);
 }
 
-// Without prefetch: fills one pair of buffers in place. With prefetch: a producer thread
-// fills a ring of depth + 1 buffer pairs, at most `depth` ahead of the consumer; the
-// consumer's current batch is never overwritten. The destructor stops the producer (also
-// mid-epoch); an exception in the producer is rethrown by the consumer's next step.
+/// Without prefetch: fills one pair of buffers in place. With prefetch: a producer thread
+/// fills a ring of depth + 1 buffer pairs, at most `depth` ahead of the consumer; the
+/// consumer's current batch is never overwritten. The destructor stops the producer (also
+/// mid-epoch); an exception in the producer is rethrown by the consumer's next step.
 class dataset::batches::iterator {
  public:
   using value_type = minibatch;
@@ -236,14 +236,14 @@ class dataset::batches::iterator {
     std::vector<slot> slots;
     std::mutex m;
     std::condition_variable cv;
-    index_t produced = 0, consumed = 0;  // batches
+    index_t produced = 0, consumed = 0;  ///< batches
     bool stopping = false;
     std::exception_ptr err;
     std::thread producer;
   };
 
-  // Runs on the producer thread; touches only the state and the batches (never the
-  // iterator object, which may move).
+  /// Runs on the producer thread; touches only the state and the batches (never the
+  /// iterator object, which may move).
   static void produce(state& s, const batches& b) {
     const index_t total = b.count();
     const auto depth = static_cast<index_t>(s.slots.size()) - 1;

@@ -23,7 +23,7 @@ namespace gradus::data {
 struct idx_file {
   std::string path;
   dims shape;
-  std::vector<std::uint8_t> bytes;  // shape.numel() values, C order
+  std::vector<std::uint8_t> bytes;  ///< shape.numel() values, C order
 };
 
 inline idx_file read_idx(const std::string& path) {
@@ -83,7 +83,7 @@ inline idx_file read_idx(const std::string& path) {
   return f;
 }
 
-// Images [N, H, W] as float32 [N, H*W], scaled to [0, 1].
+/// Images [N, H, W] as float32 [N, H*W], scaled to [0, 1].
 inline std::vector<float> load_mnist_images(const std::string& path, dims* shape = nullptr) {
   const idx_file f = read_idx(path);
   if (f.shape.rank != 3)
@@ -95,8 +95,8 @@ inline std::vector<float> load_mnist_images(const std::string& path, dims* shape
   return x;
 }
 
-// Images [N, H, W] as their raw bytes [N, H*W] (a quarter of the float32 memory; a
-// data::dataset made from bytes scales each batch as it copies it).
+/// Images [N, H, W] as their raw bytes [N, H*W] (a quarter of the float32 memory; a
+/// data::dataset made from bytes scales each batch as it copies it).
 inline std::vector<std::uint8_t> load_mnist_image_bytes(const std::string& path, dims* shape = nullptr) {
   idx_file f = read_idx(path);
   if (f.shape.rank != 3)
@@ -106,7 +106,7 @@ inline std::vector<std::uint8_t> load_mnist_image_bytes(const std::string& path,
   return std::move(f.bytes);
 }
 
-// Labels [N] as int32.
+/// Labels [N] as int32.
 inline std::vector<std::int32_t> load_mnist_labels(const std::string& path, index_t classes = 10) {
   const idx_file f = read_idx(path);
   if (f.shape.rank != 1)

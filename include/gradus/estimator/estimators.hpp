@@ -52,32 +52,32 @@
 
 namespace gradus {
 
-struct cpu_simd;  // the default backend (complete in <gradus/backends/cpu_simd.hpp>)
+struct cpu_simd;  ///< the default backend (complete in <gradus/backends/cpu_simd.hpp>)
 
-// The widths of a DNN's hidden layers, as a type: hidden<256, 128>.
+/// The widths of a DNN's hidden layers, as a type: hidden<256, 128>.
 template <index_t... Units>
 struct hidden {};
 
 namespace estimator {
 
 struct run_config {
-  std::uint64_t seed = 1;           // initial variables and the shuffling of each epoch
-  index_t batch_size = 64;          // per rank
-  std::filesystem::path model_dir = {};  // empty: no checkpoints
-  parallel::data_parallel_options data_parallel = {};  // buckets, overlap, replica checks
+  std::uint64_t seed = 1;           ///< initial variables and the shuffling of each epoch
+  index_t batch_size = 64;          ///< per rank
+  std::filesystem::path model_dir = {};  ///< empty: no checkpoints
+  parallel::data_parallel_options data_parallel = {};  ///< buckets, overlap, replica checks
 };
 
 struct train_result {
-  std::int64_t global_step = 0;  // after training
-  double mean_loss = 0;          // over the last epoch's batches (this rank's)
-  index_t examples = 0;          // trained on by this rank, all epochs
+  std::int64_t global_step = 0;  ///< after training
+  double mean_loss = 0;          ///< over the last epoch's batches (this rank's)
+  index_t examples = 0;          ///< trained on by this rank, all epochs
   double seconds = 0;
 };
 
 struct eval_result {
-  double loss = 0;      // the training loss over the examples (mean)
-  double accuracy = 0;  // classifiers: fraction of argmax == label
-  double mse = 0;       // regressors: mean squared error (= loss) and mean absolute error
+  double loss = 0;      ///< the training loss over the examples (mean)
+  double accuracy = 0;  ///< classifiers: fraction of argmax == label
+  double mse = 0;       ///< regressors: mean squared error (= loss) and mean absolute error
   double mae = 0;
   index_t examples = 0;
   std::int64_t global_step = 0;
@@ -99,7 +99,7 @@ constexpr auto dnn_layer_name() {
   else return fixed_string("dnn/logits");
 }
 
-// Bodies: features [N, In] -> outputs [N, Out].
+/// Bodies: features [N, In] -> outputs [N, Out].
 template <index_t In, class Hidden, index_t Out, class T>
 struct dnn_body;
 template <index_t In, index_t... H, index_t Out, class T>
@@ -142,7 +142,7 @@ struct linear_body {
   }
 };
 
-// Heads: the labels, the loss, the metrics.
+/// Heads: the labels, the loss, the metrics.
 template <index_t Classes>
 struct classification_head {
   static_assert(Classes >= 2, "gradus: a classifier needs at least 2 classes");
@@ -203,8 +203,8 @@ class model {
     step_.broadcast_variables();  // evaluate() and predict() before training see rank 0's
   }
 
-  // ---- training --------------------------------------------------------------------
-  // x [n, In], y [n] int32 classes (classifiers) or [n, Out] / [n] (Out == 1) targets.
+  /// ---- training --------------------------------------------------------------------
+  /// x [n, In], y [n] int32 classes (classifiers) or [n, Out] / [n] (Out == 1) targets.
   train_result train(tensor_view<const float> x, tensor_view<const label_type> y, int epochs = 1) {
     const index_t n = check_inputs("train", x, y);
     const index_t ly = label_width();
@@ -225,7 +225,7 @@ class model {
       }
     });
   }
-  // Classifiers: a data::dataset of [In]-shaped examples with int32 labels.
+  /// Classifiers: a data::dataset of [In]-shaped examples with int32 labels.
   train_result train(const data::dataset& ds, int epochs = 1)
     requires Head::classifier
   {
@@ -241,7 +241,7 @@ class model {
     });
   }
 
-  // ---- evaluation and prediction ----------------------------------------------------
+  /// ---- evaluation and prediction ----------------------------------------------------
   eval_result evaluate(tensor_view<const float> x, tensor_view<const label_type> y) {
     const index_t n = check_inputs("evaluate", x, y);
     eval_result r;
@@ -283,7 +283,7 @@ class model {
     return r;
   }
 
-  // Classifiers: the class of each row; regressors: the [n, Out] outputs, row-major.
+  /// Classifiers: the class of each row; regressors: the [n, Out] outputs, row-major.
   auto predict(tensor_view<const float> x) {
     const index_t n = check_features("predict", x);
     std::conditional_t<Head::classifier, std::vector<std::int32_t>, std::vector<float>> r;
@@ -299,7 +299,7 @@ class model {
     }
     return r;
   }
-  // Classifiers: softmax probabilities, [n, Classes] row-major.
+  /// Classifiers: softmax probabilities, [n, Classes] row-major.
   std::vector<float> predict_proba(tensor_view<const float> x)
     requires Head::classifier
   {
@@ -314,7 +314,7 @@ class model {
     return r;
   }
 
-  // ---- state ---------------------------------------------------------------------------
+  /// ---- state ---------------------------------------------------------------------------
   void save(const std::filesystem::path& file) const { save_checkpoint(s_, file); }
   void restore(const std::filesystem::path& file) { restore_checkpoint(s_, file); }
   std::filesystem::path checkpoint_file() const { return cfg_.model_dir / "model.npz"; }
@@ -337,7 +337,7 @@ class model {
   session<Backend> s_;
   step_t step_;
 
-  // a run's result: host memory on every backend (a device backend's run copies it out)
+  /// a run's result: host memory on every backend (a device backend's run copies it out)
   template <class T>
   static T host_scalar(tensor_view<const T> v) {
     return v.data()[0];
@@ -371,7 +371,7 @@ class model {
                       " of example " + std::to_string(i) + " is not a class in [0, " + std::to_string(outputs) + ")");
     return n;
   }
-  // This rank's examples of epoch `epoch`, in order: the dataset's shuffle and shard.
+  /// This rank's examples of epoch `epoch`, in order: the dataset's shuffle and shard.
   std::vector<index_t> epoch_order(index_t n, std::uint64_t epoch) const {
     std::vector<index_t> all(static_cast<std::size_t>(n));
     for (index_t i = 0; i < n; ++i) all[static_cast<std::size_t>(i)] = i;
@@ -382,9 +382,9 @@ class model {
       mine.push_back(all[i]);
     return mine;
   }
-  // Runs `epochs` epochs of `epoch_steps` steps; each_epoch(epoch, on_batch) calls
-  // on_batch(x, y) per batch. The epoch's number (its shuffle) comes from the global step,
-  // so a model restored from a checkpoint goes on where the checkpoint stopped.
+  /// Runs `epochs` epochs of `epoch_steps` steps; each_epoch(epoch, on_batch) calls
+  /// on_batch(x, y) per batch. The epoch's number (its shuffle) comes from the global step,
+  /// so a model restored from a checkpoint goes on where the checkpoint stopped.
   template <class EachEpoch>
   train_result run_epochs(int epochs, index_t epoch_steps, EachEpoch&& each_epoch) {
     if (epochs < 0) throw error("gradus: estimator::train: epochs must be >= 0, got " + std::to_string(epochs));
@@ -414,7 +414,7 @@ class model {
 
 }  // namespace estimator
 
-// The premade models. Trailing parameters: backend, communicator, optimizer.
+/// The premade models. Trailing parameters: backend, communicator, optimizer.
 template <index_t In, class Hidden, index_t Classes, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using dnn_classifier = estimator::model<estimator::detail::dnn_body<In, Hidden, Classes, float>,
                                         estimator::detail::classification_head<Classes>, In, Backend, Comm, Opt>;

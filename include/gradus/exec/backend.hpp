@@ -42,7 +42,7 @@
 namespace gradus {
 
 namespace backend_probe {
-// A rule of the shape for_each takes (an optimizer's update of w from g).
+/// A rule of the shape for_each takes (an optimizer's update of w from g).
 template <class T>
 struct rule {
   template <class V>
@@ -50,9 +50,9 @@ struct rule {
 };
 }  // namespace backend_probe
 
-// Whether a backend's buffers are host memory (a pointer the CPU may read): cpu_simd's are;
-// a GPU backend declares host_memory = false, and the executor then copies feeds to the
-// device and results back (exec/graph.hpp). A backend that does not say is host memory.
+/// Whether a backend's buffers are host memory (a pointer the CPU may read): cpu_simd's are;
+/// a GPU backend declares host_memory = false, and the executor then copies feeds to the
+/// device and results back (exec/graph.hpp). A backend that does not say is host memory.
 template <class B>
 inline constexpr bool backend_host_memory = [] {
   if constexpr (requires { B::host_memory; }) return static_cast<bool>(B::host_memory);
@@ -124,7 +124,7 @@ concept backend_random = requires(T* o, index_t n, double keep, std::uint64_t se
   B::dropout_mask(o, n, keep, seed, seed);
 };
 
-// Every section, for one dtype.
+/// Every section, for one dtype.
 template <class B, class T>
 concept backend_for = backend_fused<B, T> && backend_reduce<B, T> && backend_gemm<B, T> && backend_rows<B, T> &&
                       backend_index<B, T> && backend_layout<B, T> && backend_images<B, T> && backend_random<B, T>;
@@ -132,18 +132,18 @@ concept backend_for = backend_fused<B, T> && backend_reduce<B, T> && backend_gem
 template <class B>
 concept backend = backend_memory<B> && backend_for<B, float> && backend_for<B, double>;
 
-// Optional: per-session state (a GPU's stream). B::context is owned by the session, and
-// B::bind(context&) returns a guard that makes it the calling thread's current context
-// until the guard is destroyed; the backend queues the work it is given meanwhile there.
-// session::bind() does it for the session's own operations and for code that works on the
-// session's buffers from outside (a training step, data_parallel, checkpoints).
+/// Optional: per-session state (a GPU's stream). B::context is owned by the session, and
+/// B::bind(context&) returns a guard that makes it the calling thread's current context
+/// until the guard is destroyed; the backend queues the work it is given meanwhile there.
+/// session::bind() does it for the session's own operations and for code that works on the
+/// session's buffers from outside (a training step, data_parallel, checkpoints).
 template <class B>
 concept backend_context = requires(typename B::context& c) { B::bind(c); };
 
-// Optional: copies that are queued rather than waited for, between device memory and host
-// memory from allocate_host (pinned on a GPU), with events to wait for them from any
-// thread. data_parallel's gradient buckets use them to overlap the device-to-host copies
-// with the rest of the backward pass.
+/// Optional: copies that are queued rather than waited for, between device memory and host
+/// memory from allocate_host (pinned on a GPU), with events to wait for them from any
+/// thread. data_parallel's gradient buckets use them to overlap the device-to-host copies
+/// with the rest of the backward pass.
 template <class B>
 concept backend_async_copies = requires(void* p, const void* q, std::size_t bytes, typename B::event& e) {
   { B::allocate_host(bytes) } -> std::same_as<void*>;
@@ -169,13 +169,13 @@ struct event_of<B> {
 };
 }  // namespace detail
 
-// B::event where the backend queues copies, else an event that is always passed.
+/// B::event where the backend queues copies, else an event that is always passed.
 template <class B>
 using backend_event = typename detail::event_of<B>::type;
 
-// A copy between device memory and a host_buffer<B>: queued where the backend can (the
-// host buffer must then stay untouched until an event recorded after it has passed),
-// done at once elsewhere.
+/// A copy between device memory and a host_buffer<B>: queued where the backend can (the
+/// host buffer must then stay untouched until an event recorded after it has passed),
+/// done at once elsewhere.
 template <class B>
 void queue_copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
   if constexpr (backend_async_copies<B>) B::copy_to_host_async(host_dst, src, bytes);
@@ -187,12 +187,12 @@ void queue_copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
   else B::copy_to_device(dst, host_src, bytes);
 }
 
-// Bytes of a backend's device memory, grown on demand (never shrunk), freed with the owner
-// (also when the owner's constructor throws). Allocate and free with the session bound.
+/// Bytes of a backend's device memory, grown on demand (never shrunk), freed with the owner
+/// (also when the owner's constructor throws). Allocate and free with the session bound.
 template <class B>
 struct device_buffer {
   void* data = nullptr;
-  std::size_t capacity = 0;  // bytes
+  std::size_t capacity = 0;  ///< bytes
   device_buffer() = default;
   device_buffer(const device_buffer&) = delete;
   device_buffer& operator=(const device_buffer&) = delete;
@@ -220,8 +220,8 @@ struct device_buffer {
   }
 };
 
-// A host buffer for a backend's copies: allocate_host's where the backend queues copies,
-// else plain host memory. Owns its bytes; sized once.
+/// A host buffer for a backend's copies: allocate_host's where the backend queues copies,
+/// else plain host memory. Owns its bytes; sized once.
 template <class B>
 class host_buffer {
  public:

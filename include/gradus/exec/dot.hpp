@@ -29,8 +29,8 @@ std::string static_shape_label() {
 
 class dot_writer {
  public:
-  // Where a node is drawn: the stage of the nearest placed node above it, else (above every
-  // placement) the latest stage among its inputs; -1 in an unplaced graph.
+  /// Where a node is drawn: the stage of the nearest placed node above it, else (above every
+  /// placement) the latest stage among its inputs; -1 in an unplaced graph.
   template <class N>
   int root(const N& n) {
     if (int id = seen_.find(n); id >= 0) return id;
@@ -122,9 +122,9 @@ class dot_writer {
   std::vector<std::pair<int, int>> edges_;
   node_registry seen_;
   int clusters_ = 0;
-  int stage_ = -1;       // the stage of the node being drawn (-1: none)
-  bool placed_ = false;  // a placement was seen
-  std::map<int, std::string> devices_;  // a stage's device, where its placement names one
+  int stage_ = -1;       ///< the stage of the node being drawn (-1: none)
+  bool placed_ = false;  ///< a placement was seen
+  std::map<int, std::string> devices_;  ///< a stage's device, where its placement names one
 
   template <class N>
   int add(const N& n, int cluster, bool stored) {
@@ -145,7 +145,7 @@ class dot_writer {
   }
   void edge(int from, int to) { edges_.emplace_back(from, to); }
 
-  // An elementwise subtree: its nodes join `cluster`; stored nodes under it are roots.
+  /// An elementwise subtree: its nodes join `cluster`; stored nodes under it are roots.
   template <class N>
   int fused(const N& n, int cluster) {
     std::vector<int> ins;
@@ -170,7 +170,7 @@ class dot_writer {
 
 }  // namespace detail
 
-// Graphviz DOT of the forward (and, with gradients among the outputs, backward) graph.
+/// Graphviz DOT of the forward (and, with gradients among the outputs, backward) graph.
 template <expression... Outs>
 std::string to_dot(const Outs&... outs) {
   detail::dot_writer w;

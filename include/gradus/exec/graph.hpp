@@ -35,8 +35,8 @@ class compiled_graph final : public graph_engine<Backend> {
   using engine = graph_engine<Backend>;
 
  public:
-  // cut_stage >= 0: the graph of that pipeline stage (graph/ops/placement.hpp): a node placed
-  // on another stage is a leaf, fed with stage_input(node, data, dims) on each run.
+  /// cut_stage >= 0: the graph of that pipeline stage (graph/ops/placement.hpp): a node placed
+  /// on another stage is a leaf, fed with stage_input(node, data, dims) on each run.
   explicit compiled_graph(const std::tuple<Outs...>& outs, int cut_stage = -1) : engine(cut_stage), outs_(outs) {
     this->out_slots_.resize(sizeof...(Outs));
     std::apply(
@@ -57,11 +57,11 @@ class compiled_graph final : public graph_engine<Backend> {
     return run_hooked(vars, no_output_hook{}, feeds...);
   }
 
-  // run, calling on_ready(i, data) as soon as output i's value is final — while later
-  // steps are still to run (a data-parallel trainer starts reducing a gradient there).
-  // The views returned are host memory (copied out of a device backend's), or with
-  // ToHost = false the backend's own buffers (device memory on a GPU: what a training step
-  // hands to the optimizer without a round trip through the host).
+  /// run, calling on_ready(i, data) as soon as output i's value is final — while later
+  /// steps are still to run (a data-parallel trainer starts reducing a gradient there).
+  /// The views returned are host memory (copied out of a device backend's), or with
+  /// ToHost = false the backend's own buffers (device memory on a GPU: what a training step
+  /// hands to the optimizer without a round trip through the host).
   template <bool ToHost = true, class Hook, class... Feeds>
   auto run_hooked(const variable_source& vars, Hook&& on_ready, const Feeds&... feeds) {
     this->unbind_feeds();
@@ -86,13 +86,13 @@ class compiled_graph final : public graph_engine<Backend> {
     return results<ToHost>(std::index_sequence_for<Outs...>{});
   }
 
-  // A run in two parts, the buffers kept between them: part 0 runs the steps the first output
-  // needs (planned first), part 1 the rest. A pipeline stage runs a micro-batch's forward
-  // pass (its output) as part 0, and its backward pass (the gradients, which read the
-  // forward's buffers) as part 1 once the next stage has sent the output's adjoint; a graph
-  // per micro-batch in flight keeps each one's activations. Part 0 unbinds every feed and
-  // needs those its steps read; part 1 binds its own feeds beside them. The results are the
-  // backend's buffers (device memory on a GPU), valid until the graph runs again.
+  /// A run in two parts, the buffers kept between them: part 0 runs the steps the first output
+  /// needs (planned first), part 1 the rest. A pipeline stage runs a micro-batch's forward
+  /// pass (its output) as part 0, and its backward pass (the gradients, which read the
+  /// forward's buffers) as part 1 once the next stage has sent the output's adjoint; a graph
+  /// per micro-batch in flight keeps each one's activations. Part 0 unbinds every feed and
+  /// needs those its steps read; part 1 binds its own feeds beside them. The results are the
+  /// backend's buffers (device memory on a GPU), valid until the graph runs again.
   template <class... Feeds>
   void run_part(const variable_source& vars, int part, const Feeds&... feeds) {
     if (part == 0) this->unbind_part();
@@ -100,7 +100,7 @@ class compiled_graph final : public graph_engine<Backend> {
     this->run_bound_part(vars, part);
   }
 
-  // Output I's buffer after run_part (the backend's memory).
+  /// Output I's buffer after run_part (the backend's memory).
   template <std::size_t I>
   tensor_view<const value_t<std::tuple_element_t<I, std::tuple<Outs...>>>> output() const {
     return this->template view_of<value_t<std::tuple_element_t<I, std::tuple<Outs...>>>>(this->out_slots_[I]);

@@ -38,9 +38,9 @@
 namespace gradus {
 
 namespace detail {
-// Whether view node N (K operands) has an offset into its first input. Decided outside the
-// generic lambda that uses it: nvcc's front end compiles a discarded `if constexpr` branch
-// there when the condition depends on the lambda's own parameters.
+/// Whether view node N (K operands) has an offset into its first input. Decided outside the
+/// generic lambda that uses it: nvcc's front end compiles a discarded `if constexpr` branch
+/// there when the condition depends on the lambda's own parameters.
 template <class N, std::size_t K>
 inline constexpr bool has_offset = []<std::size_t... I>(std::index_sequence<I...>) {
   return requires(const N& n, const dims& d) { n.offset((static_cast<void>(I), d)...); };
@@ -55,9 +55,9 @@ class graph_engine : public graph_base {
 
   const graph_stats& stats() const override { return stats_; }
 
-  // Each step's label (what it computes: "'matmul'", "the fused pass tanh(add(...))"), the
-  // dims of its last result, and its part (0: run_part 0's steps, the forward; 1: the rest):
-  // f(label, dims, part) in order. A placement log's list of what ran where.
+  /// Each step's label (what it computes: "'matmul'", "the fused pass tanh(add(...))"), the
+  /// dims of its last result, and its part (0: run_part 0's steps, the forward; 1: the rest):
+  /// f(label, dims, part) in order. A placement log's list of what ran where.
   template <class F>
   void for_each_step(F&& f) const {
     for (std::size_t k = 0; k < steps_.size(); ++k) {
@@ -65,9 +65,9 @@ class graph_engine : public graph_base {
       f(std::string_view(slot_labels_[s]), slots_[s].d, k < first_part_steps_ ? 0 : 1);
     }
   }
-  // Bytes of the buffers this graph owns: all of them, or (first_part) those run_part 0
-  // writes — a micro-batch's activations, what a pipeline keeps from its forward pass to its
-  // backward.
+  /// Bytes of the buffers this graph owns: all of them, or (first_part) those run_part 0
+  /// writes — a micro-batch's activations, what a pipeline keeps from its forward pass to its
+  /// backward.
   std::size_t owned_bytes(bool first_part = false) const {
     std::size_t n = 0;
     if (!first_part) {
@@ -82,8 +82,8 @@ class graph_engine : public graph_base {
   }
 
  protected:
-  // cut_stage >= 0: the graph of that pipeline stage (graph/ops/placement.hpp): a node placed
-  // on another stage is a leaf, fed with stage_input(node, data, dims) on each run.
+  /// cut_stage >= 0: the graph of that pipeline stage (graph/ops/placement.hpp): a node placed
+  /// on another stage is a leaf, fed with stage_input(node, data, dims) on each run.
   explicit graph_engine(int cut_stage) : cut_stage_(cut_stage) {}
   ~graph_engine() override {
     for (auto& s : slots_)
@@ -92,24 +92,24 @@ class graph_engine : public graph_base {
 
   struct slot {
     void* data = nullptr;
-    std::size_t capacity = 0;  // bytes owned (0: external or alias)
+    std::size_t capacity = 0;  ///< bytes owned (0: external or alias)
     bool owned = false;
     dims d;
   };
-  // index of the first NaN or infinity among n elements at p, or -1
+  /// index of the first NaN or infinity among n elements at p, or -1
   using scan_fn = index_t (*)(const void* p, index_t n);
   struct step {
     void (*fn)(graph_engine&, const step&);
     const void* node;
     int slot;
-    std::size_t first;  // first entry of `inputs_` this step reads
-    scan_fn scan;       // null for views (their values were checked where they were made)
+    std::size_t first;  ///< first entry of `inputs_` this step reads
+    scan_fn scan;       ///< null for views (their values were checked where they were made)
     std::string_view dtype;
   };
   struct named_leaf {
     std::string_view name;
     std::string_view dtype;
-    dims expected;  // static dims, `dyn` where bound by the feed
+    dims expected;  ///< static dims, `dyn` where bound by the feed
     int slot;
     std::type_index type;
     scan_fn scan;
@@ -121,34 +121,34 @@ class graph_engine : public graph_base {
   }
 
 
-  // Where the backend's buffers are not host memory (backend_host_memory), feeds are copied
-  // into a device buffer per placeholder and outputs out into a host buffer per output.
+  /// Where the backend's buffers are not host memory (backend_host_memory), feeds are copied
+  /// into a device buffer per placeholder and outputs out into a host buffer per output.
   static constexpr bool host_memory = backend_host_memory<Backend>;
-  std::map<int, device_buffer<Backend>> feed_buffers_;  // by placeholder slot
-  std::vector<std::vector<unsigned char>> host_results_;  // by output
+  std::map<int, device_buffer<Backend>> feed_buffers_;  ///< by placeholder slot
+  std::vector<std::vector<unsigned char>> host_results_;  ///< by output
 
-  int cut_stage_ = -1;                 // the pipeline stage this graph runs, or -1 (all of it)
-  std::size_t first_part_steps_ = 0;   // run_part 0: the steps of the first output
-  std::vector<char> first_part_reads_;  // per placeholder: whether those steps read it
+  int cut_stage_ = -1;                 ///< the pipeline stage this graph runs, or -1 (all of it)
+  std::size_t first_part_steps_ = 0;   ///< run_part 0: the steps of the first output
+  std::vector<char> first_part_reads_;  ///< per placeholder: whether those steps read it
   struct boundary {                    // a node of another stage, fed by stage_input
     int slot;
     dims expected;
     std::string_view dtype;
   };
   std::vector<boundary> boundaries_;
-  std::vector<int> out_slots_;                         // per output
-  std::vector<std::vector<std::size_t>> ready_after_;  // per step: the outputs it finishes
-  std::vector<std::size_t> ready_first_;               // outputs no step writes (leaves)
+  std::vector<int> out_slots_;                         ///< per output
+  std::vector<std::vector<std::size_t>> ready_after_;  ///< per step: the outputs it finishes
+  std::vector<std::size_t> ready_first_;               ///< outputs no step writes (leaves)
   std::vector<slot> slots_;
   std::vector<step> steps_;
   std::vector<int> inputs_;
   detail::node_registry registry_;
   std::vector<named_leaf> placeholders_, variables_;
-  std::vector<std::string> slot_labels_;  // what each slot holds, for errors
+  std::vector<std::string> slot_labels_;  ///< what each slot holds, for errors
   graph_stats stats_;
 
-  // After the outputs are planned (out_slots_ and first_part_steps_ set): the tables derived
-  // from the plan.
+  /// After the outputs are planned (out_slots_ and first_part_steps_ set): the tables derived
+  /// from the plan.
   void finish_plan() {
     stats_.slots = slots_.size();
     host_results_.resize(out_slots_.size());
@@ -169,11 +169,11 @@ class graph_engine : public graph_base {
 
   // ---- one run ------------------------------------------------------------------------
 
-  // Before a whole run's feeds are bound: every placeholder unbound.
+  /// Before a whole run's feeds are bound: every placeholder unbound.
   void unbind_feeds() {
     for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
   }
-  // After they are: every placeholder fed, every variable bound to the session's storage.
+  /// After they are: every placeholder fed, every variable bound to the session's storage.
   void check_fed(const variable_source& vars) {
     for (auto& p : placeholders_)
       if (!slots_[p.slot].data) throw not_fed(p);
@@ -183,7 +183,7 @@ class graph_engine : public graph_base {
     return feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) + " " +
                       std::string(p.dtype) + " was not fed");
   }
-  // Every step, each result scanned where vars asks for check_numerics.
+  /// Every step, each result scanned where vars asks for check_numerics.
   void run_steps(const variable_source& vars) {
     if (vars.check_numerics()) {
       check_leaves(vars.global_step());
@@ -195,8 +195,8 @@ class graph_engine : public graph_base {
       for (const auto& s : steps_) s.fn(*this, s);
     }
   }
-  // run_part's halves (compiled_graph::run_part): before part 0's feeds are bound, and the
-  // part's steps once they are.
+  /// run_part's halves (compiled_graph::run_part): before part 0's feeds are bound, and the
+  /// part's steps once they are.
   void unbind_part() {
     for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
     for (auto& b : boundaries_) slots_[b.slot].data = nullptr;
@@ -250,7 +250,7 @@ class graph_engine : public graph_base {
     return s;
   }
 
-  // A node whose value must be in a buffer: give it a slot (or find its twin's).
+  /// A node whose value must be in a buffer: give it a slot (or find its twin's).
   template <class N>
   int plan_root(const N& n) {
     constexpr node_kind k = N::kind;
@@ -287,7 +287,7 @@ class graph_engine : public graph_base {
       }
     }
   }
-  // Another stage's output in a stage's graph: a leaf fed from outside (what that stage sent).
+  /// Another stage's output in a stage's graph: a leaf fed from outside (what that stage sent).
   template <class N>
   int plan_boundary(const N& n) {
     if (int s = registry_.find(n); s >= 0) return s;
@@ -307,7 +307,7 @@ class graph_engine : public graph_base {
     inputs_.insert(inputs_.end(), reads.begin(), reads.end());
     return s;
   }
-  // A fused subtree as text for errors: "mul(log(x), w)", leaves by name, kernels by op.
+  /// A fused subtree as text for errors: "mul(log(x), w)", leaves by name, kernels by op.
   template <class N>
   static std::string fused_label(const N& n) {
     if constexpr (N::kind == node_kind::scalar) {
@@ -328,7 +328,7 @@ class graph_engine : public graph_base {
     }
   }
 
-  // Walk a fused subtree; every node with storage under it is read through a slot.
+  /// Walk a fused subtree; every node with storage under it is read through a slot.
   template <class N>
   void plan_fused(const N& n, std::vector<int>& reads) {
     if constexpr (N::kind == node_kind::scalar) {
@@ -366,8 +366,8 @@ class graph_engine : public graph_base {
                              {});
       }
   }
-  // The first NaN or infinity in step k's result: the op, its shape, its inputs, the
-  // outputs it reaches, the global step.
+  /// The first NaN or infinity in step k's result: the op, its shape, its inputs, the
+  /// outputs it reaches, the global step.
   void check_step(std::size_t k, std::int64_t global_step) const {
     const step& st = steps_[k];
     if (!st.scan) return;
@@ -401,7 +401,7 @@ class graph_engine : public graph_base {
 
   // ---- running ------------------------------------------------------------------------
 
-  // Each variable's slot pointed at the session's storage (checked: initialised, same shape).
+  /// Each variable's slot pointed at the session's storage (checked: initialised, same shape).
   void bind_variables(const variable_source& vars) {
     for (auto& v : variables_) {
       if (slots_[v.slot].data) continue;
@@ -451,7 +451,7 @@ class graph_engine : public graph_base {
   }
   template <class T>
   static inline T zero_size_sentinel{};
-  // A cut stage's input: the value of another stage's placed node for this run.
+  /// A cut stage's input: the value of another stage's placed node for this run.
   template <class N, class T>
   void bind(const stage_input<N, T>& f) {
     const int s = registry_.find(f.node);
@@ -510,9 +510,9 @@ class graph_engine : public graph_base {
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }
 
-  // A view's data is its first operand's, from element offset(dims...) on where the view
-  // defines one (a part of a buffer that packs several results); the dims come from
-  // infer. Both see the dims of every operand.
+  /// A view's data is its first operand's, from element offset(dims...) on where the view
+  /// defines one (a part of a buffer that packs several results); the dims come from
+  /// infer. Both see the dims of every operand.
   template <class N>
   static void run_view(graph_engine& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);
@@ -595,9 +595,9 @@ class graph_engine : public graph_base {
     Backend::assign(out, ls, plan);
   }
 
-  // Output i as a host view: the slot itself where the backend's memory is the host's,
-  // else a copy into the graph's host buffer for that output (grown, never shrunk). With
-  // ToHost = false, the slot itself on every backend.
+  /// Output i as a host view: the slot itself where the backend's memory is the host's,
+  /// else a copy into the graph's host buffer for that output (grown, never shrunk). With
+  /// ToHost = false, the slot itself on every backend.
   template <class T, bool ToHost>
   tensor_view<const T> fetch(std::size_t i) {
     if constexpr (host_memory || !ToHost) {

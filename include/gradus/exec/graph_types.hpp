@@ -15,17 +15,17 @@
 
 namespace gradus {
 
-// Storage the session owns for one variable.
+/// Storage the session owns for one variable.
 struct variable_storage {
   void* data = nullptr;
   dims d;
   std::string_view dtype;
-  bool initialized = false;  // declared storage has no value until assigned or restored
+  bool initialized = false;  ///< declared storage has no value until assigned or restored
 };
 
 namespace detail {
-// prefix + 'name' (appended piecewise: g++ 12 warns falsely, -Wrestrict, on the same
-// concatenation written with operator+ once inlined)
+/// prefix + 'name' (appended piecewise: g++ 12 warns falsely, -Wrestrict, on the same
+/// concatenation written with operator+ once inlined)
 inline std::string quoted(std::string_view prefix, std::string_view name) {
   std::string r;
   r.reserve(prefix.size() + name.size() + 2);
@@ -34,12 +34,12 @@ inline std::string quoted(std::string_view prefix, std::string_view name) {
 }
 }  // namespace detail
 
-// What a graph asks of its session: variables by name, and how to run.
+/// What a graph asks of its session: variables by name, and how to run.
 struct variable_source {
   virtual const variable_storage* find_variable(std::string_view name) const = 0;
-  // check_numerics: after every step, the step's result is scanned for NaN and infinity
-  // (and every feed and variable before the first step); the first one found stops the
-  // run with a numerics_error. global_step: named in that error.
+  /// check_numerics: after every step, the step's result is scanned for NaN and infinity
+  /// (and every feed and variable before the first step); the first one found stops the
+  /// run with a numerics_error. global_step: named in that error.
   virtual bool check_numerics() const { return false; }
   virtual std::int64_t global_step() const { return 0; }
 
@@ -47,21 +47,21 @@ struct variable_source {
   ~variable_source() = default;
 };
 
-// What one run of a compiled graph executes: its steps in order, counted by kind, and
-// the op of each (a kernel trace, e.g. for counting GEMMs).
+/// What one run of a compiled graph executes: its steps in order, counted by kind, and
+/// the op of each (a kernel trace, e.g. for counting GEMMs).
 struct graph_stats {
-  std::size_t slots = 0;         // buffers and bound leaves
-  std::size_t fused_passes = 0;  // elementwise roots: one pass each
-  std::size_t kernels = 0;       // materialised ops (matmul, reductions, softmax, ...)
-  std::size_t views = 0;         // reshapes and other no-copy steps
-  std::vector<const char*> trace;  // op name of every step, in execution order
+  std::size_t slots = 0;         ///< buffers and bound leaves
+  std::size_t fused_passes = 0;  ///< elementwise roots: one pass each
+  std::size_t kernels = 0;       ///< materialised ops (matmul, reductions, softmax, ...)
+  std::size_t views = 0;         ///< reshapes and other no-copy steps
+  std::vector<const char*> trace;  ///< op name of every step, in execution order
 
   std::size_t count(std::string_view op) const {
     return static_cast<std::size_t>(std::count_if(trace.begin(), trace.end(), [&](const char* o) { return op == o; }));
   }
 };
 
-// run()'s hook type when no one listens for outputs.
+/// run()'s hook type when no one listens for outputs.
 struct no_output_hook {
   void operator()(std::size_t, void*) const {}
 };
@@ -71,11 +71,11 @@ struct graph_base {
   virtual const graph_stats& stats() const = 0;
 };
 
-// The binding of a node placed on another stage, for one run of a stage's graph (a cut
-// graph's leaf): the node (found by structure), its data (host memory) and dims.
+/// The binding of a node placed on another stage, for one run of a stage's graph (a cut
+/// graph's leaf): the node (found by structure), its data (host memory) and dims.
 template <class N, class T>
 struct stage_input {
-  using feed_tag = void;  // is_feed_v (exec/session.hpp)
+  using feed_tag = void;  ///< is_feed_v (exec/session.hpp)
   const N& node;
   const T* data;
   dims d;

@@ -8,14 +8,14 @@ namespace gradus::detail {
 
 class node_registry {
  public:
-  // The id remembered for a node equal to n, or -1.
+  /// The id remembered for a node equal to n, or -1.
   template <class N>
   int find(const N& n) const {
     for (const auto& e : entries_)
       if (e.type == typeid(N) && e.equal(e.node, &n)) return e.id;
     return -1;
   }
-  // Remember n (which must outlive the registry) under id.
+  /// Remember n (which must outlive the registry) under id.
   template <class N>
   void add(const N& n, int id) {
     entries_.push_back({typeid(N), &n, [](const void* a, const void* b) {

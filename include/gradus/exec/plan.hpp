@@ -24,9 +24,9 @@
 
 namespace gradus {
 
-// Iteration space of a fused pass after merging dims: rows of the last extent.
+/// Iteration space of a fused pass after merging dims: rows of the last extent.
 struct loop_shape {
-  std::size_t rank = 1;  // >= 1
+  std::size_t rank = 1;  ///< >= 1
   std::array<index_t, max_rank> d{};
   GRADUS_HD index_t inner() const {  // d[rank - 1], by constant indices (row_index says why)
     index_t n = d[0];
@@ -40,13 +40,13 @@ struct loop_shape {
     for (std::size_t i = 0; i + 1 < rank; ++i) r *= d[i];
     return r;
   }
-  // Unravel a row number into the leading indices. The loop runs max_rank - 1 times with
-  // the rank as a condition, not as its bound: a constant trip count is unrolled, so every
-  // index into d and idx is a constant and a GPU thread keeps them in registers (a bound
-  // known only at run time puts the arrays, and the plan beside them, in local memory:
-  // the fused pass ran at 0.12x of a device copy's bandwidth on an H200 that way).
-  // The outermost index is what is left (row < rows()): no division for it, so a pass of
-  // rank 2 divides nothing here (a 64-bit division is a long software sequence on a GPU).
+  /// Unravel a row number into the leading indices. The loop runs max_rank - 1 times with
+  /// the rank as a condition, not as its bound: a constant trip count is unrolled, so every
+  /// index into d and idx is a constant and a GPU thread keeps them in registers (a bound
+  /// known only at run time puts the arrays, and the plan beside them, in local memory:
+  /// the fused pass ran at 0.12x of a device copy's bandwidth on an H200 that way).
+  /// The outermost index is what is left (row < rows()): no division for it, so a pass of
+  /// rank 2 divides nothing here (a 64-bit division is a long software sequence on a GPU).
   GRADUS_HD void row_index(index_t row, index_t* idx) const {
     GRADUS_UNROLL
     for (std::size_t k = max_rank - 1; k-- > 1;) {
@@ -60,7 +60,7 @@ struct loop_shape {
   }
 };
 
-// V consecutive elements of a row, evaluated by one thread.
+/// V consecutive elements of a row, evaluated by one thread.
 template <class T, int V>
 struct lanes {
   T v[V];
@@ -69,10 +69,10 @@ struct lanes {
 template <class T>
 struct leaf_plan {
   const T* base;
-  std::array<index_t, max_rank> strides;  // in elements, 0 on broadcast axes
+  std::array<index_t, max_rank> strides;  ///< in elements, 0 on broadcast axes
   const T* cur;
-  index_t inner;  // stride of the last loop axis: 1, or 0 when broadcast
-  // (A constant trip count, as loop_shape::row_index's: strides stays in registers.)
+  index_t inner;  ///< stride of the last loop axis: 1, or 0 when broadcast
+  /// (A constant trip count, as loop_shape::row_index's: strides stays in registers.)
   GRADUS_HD void set_row(const index_t* idx, std::size_t nlead) {
     cur = base;
     inner = strides[0];
@@ -101,7 +101,7 @@ struct leaf_plan {
     }
     return r;
   }
-  // Rows contiguous (or broadcast) and every row's start aligned to V elements.
+  /// Rows contiguous (or broadcast) and every row's start aligned to V elements.
   bool lanes_ok(std::size_t rank, index_t V) const {
     const index_t last = strides[rank - 1];
     if (last == 0) return true;
@@ -114,8 +114,8 @@ struct leaf_plan {
   B load(index_t j) const {
     return inner ? B::load_unaligned(cur + j) : B(*cur);
   }
-  // Reads only [j, j + n); the padding lanes repeat the last element, so they hold no
-  // value (inf, NaN, a denormal) that the row itself does not.
+  /// Reads only [j, j + n); the padding lanes repeat the last element, so they hold no
+  /// value (inf, NaN, a denormal) that the row itself does not.
   template <class B>
   B load_tail(index_t j, index_t n) const {
     if (!inner) return B(*cur);
@@ -255,9 +255,9 @@ struct ternary_plan {
   }
 };
 
-// Merge adjacent loop axes wherever every leaf walks them as one (stride[k-1] ==
-// stride[k] * d[k]); a pass over same-shaped operands becomes one flat loop, a bias add
-// becomes rows of the last axis.
+/// Merge adjacent loop axes wherever every leaf walks them as one (stride[k-1] ==
+/// stride[k] * d[k]); a pass over same-shaped operands becomes one flat loop, a bias add
+/// becomes rows of the last axis.
 template <class Plan>
 loop_shape collapse_loop(Plan& plan, const dims& out) {
   loop_shape ls;

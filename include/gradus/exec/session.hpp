@@ -17,16 +17,16 @@ namespace gradus {
 
 template <class X>
 inline constexpr bool is_feed_v = false;
-// A named concept, not `if constexpr (requires {...})`: inside a generic lambda nvcc's front
-// end compiles such a branch even where the requirement fails.
+/// A named concept, not `if constexpr (requires {...})`: inside a generic lambda nvcc's front
+/// end compiles such a branch even where the requirement fails.
 template <class B>
 concept has_before_run = requires { B::before_run(); };
 template <class X>
   requires requires { typename X::feed_tag; }
-inline constexpr bool is_feed_v<X> = true;  // by the tag: see is_variable_v
+inline constexpr bool is_feed_v<X> = true;  ///< by the tag: see is_variable_v
 
 namespace detail {
-// A session's backend context (exec/backend.hpp's backend_context), or nothing.
+/// A session's backend context (exec/backend.hpp's backend_context), or nothing.
 template <class B>
 struct context_of {
   struct none {};
@@ -36,7 +36,7 @@ template <backend_context B>
 struct context_of<B> {
   using type = typename B::context;
 };
-struct session_access;  // the free functions' way to session's implementation (below)
+struct session_access;  ///< the free functions' way to session's implementation (below)
 struct no_binding {  // a guard that guards nothing (user-provided destructor: no unused-variable warning)
   ~no_binding() {}
 };
@@ -55,33 +55,33 @@ class session final : private variable_source {
     for (auto& [name, v] : variables_) Backend::deallocate(v.data);
   }
 
-  // Makes this session's backend context (a GPU backend's stream) current on the calling
-  // thread until the returned guard goes away: the backend calls made meanwhile are queued
-  // with the session's own work. Every session operation binds itself; code that calls the
-  // backend on the session's buffers from outside (a training step, data_parallel,
-  // checkpoints) binds too. Nothing for a backend without a context.
+  /// Makes this session's backend context (a GPU backend's stream) current on the calling
+  /// thread until the returned guard goes away: the backend calls made meanwhile are queued
+  /// with the session's own work. Every session operation binds itself; code that calls the
+  /// backend on the session's buffers from outside (a training step, data_parallel,
+  /// checkpoints) binds too. Nothing for a backend without a context.
   [[nodiscard]] auto bind() const {
     if constexpr (backend_context<Backend>) return Backend::bind(context_);
     else return detail::no_binding{};
   }
 
-  // run(outputs..., feeds...): evaluates the outputs; returns a tensor_view of each
-  // (one view, or a tuple of views), valid until the next run of the same outputs.
+  /// run(outputs..., feeds...): evaluates the outputs; returns a tensor_view of each
+  /// (one view, or a tuple of views), valid until the next run of the same outputs.
   template <class... Args>
   auto run(const Args&... args) {
     return run_hooked(no_output_hook{}, args...);
   }
 
-  // run_hooked(on_ready, outputs..., feeds...): run, calling on_ready(i, data) as soon as
-  // output i is final, while the rest of the graph still runs (its buffer: device memory on a
-  // GPU backend, as run_hooked_on_device returns it). The hook must not run this session.
+  /// run_hooked(on_ready, outputs..., feeds...): run, calling on_ready(i, data) as soon as
+  /// output i is final, while the rest of the graph still runs (its buffer: device memory on a
+  /// GPU backend, as run_hooked_on_device returns it). The hook must not run this session.
   template <class Hook, class... Args>
   auto run_hooked(Hook&& on_ready, const Args&... args) {
     return run_impl<true>(on_ready, args...);
   }
-  // run_hooked, with results left where the backend computed them: views of the session's
-  // buffers (device memory on a GPU backend, to be read with Backend::copy_to_host), valid
-  // until the next run of the same outputs. What a training step uses for its gradients.
+  /// run_hooked, with results left where the backend computed them: views of the session's
+  /// buffers (device memory on a GPU backend, to be read with Backend::copy_to_host), valid
+  /// until the next run of the same outputs. What a training step uses for its gradients.
   template <class Hook, class... Args>
   auto run_hooked_on_device(Hook&& on_ready, const Args&... args) {
     return run_impl<false>(on_ready, args...);
@@ -109,9 +109,9 @@ class session final : private variable_source {
   }
 
  public:
-  // The spelling of 0.1: the same operations as the free functions gradus::assign, declare
-  // and value (below), which every session operation now uses (initialize, minimize,
-  // checkpoints, weights). Kept for one release; removed in 0.2.
+  /// The spelling of 0.1: the same operations as the free functions gradus::assign, declare
+  /// and value (below), which every session operation now uses (initialize, minimize,
+  /// checkpoints, weights). Kept for one release; removed in 0.2.
   template <fixed_string Name, class T, index_t... E, tensor_like X>
   [[deprecated("gradus 0.2 removes session::assign: write gradus::assign(s, v, x)")]]
   void assign(const variable<Name, T, E...>& v, const X& x) { assign_impl(v, x); }
@@ -122,32 +122,32 @@ class session final : private variable_source {
   [[deprecated("gradus 0.2 removes session::value: write gradus::value(s, v)")]]
   tensor_view<const T> value(const variable<Name, T, E...>& v) const { return value_impl(v); }
 
-  // The session as a graph's variable source: what a graph run outside run() reads the
-  // variables through (a pipeline stage's graphs, parallel/pipeline/).
+  /// The session as a graph's variable source: what a graph run outside run() reads the
+  /// variables through (a pipeline stage's graphs, parallel/pipeline/).
   const variable_source& variables() const { return *this; }
 
-  // What the last run executed (steps by kind, and the kernel trace).
+  /// What the last run executed (steps by kind, and the kernel trace).
   const graph_stats& stats() const {
     if (!last_) throw error("gradus: session::stats: nothing has run yet");
     return last_->stats();
   }
 
-  // The training step counter: optimizers read it (Adam's bias correction, learning-rate
-  // schedules) and advance it; checkpoints save and restore it.
+  /// The training step counter: optimizers read it (Adam's bias correction, learning-rate
+  /// schedules) and advance it; checkpoints save and restore it.
   std::int64_t global_step() const override { return global_step_; }
   void set_global_step(std::int64_t s) { global_step_ = s; }
 
-  // check_numerics (tf.debugging.check_numerics for every node): every run scans its feeds,
-  // variables and each step's result for NaN and infinity, and the first one found throws
-  // a numerics_error naming the node, its inputs, the outputs it reaches and the global
-  // step; a training step also scans the variables it updated. Off by default: it costs a
-  // pass over every buffer.
+  /// check_numerics (tf.debugging.check_numerics for every node): every run scans its feeds,
+  /// variables and each step's result for NaN and infinity, and the first one found throws
+  /// a numerics_error naming the node, its inputs, the outputs it reaches and the global
+  /// step; a training step also scans the variables it updated. Off by default: it costs a
+  /// pass over every buffer.
   void set_check_numerics(bool on) { check_numerics_ = on; }
   bool check_numerics() const override { return check_numerics_; }
 
-  // Storage by name, for optimizers (their per-variable state) and checkpoints. A state
-  // tensor is created zero-filled and initialised; asking again with another dtype or
-  // shape is an error naming both.
+  /// Storage by name, for optimizers (their per-variable state) and checkpoints. A state
+  /// tensor is created zero-filled and initialised; asking again with another dtype or
+  /// shape is an error naming both.
   template <class T>
   T* state(std::string_view name, const dims& d) {
     const auto bound = bind();
@@ -159,7 +159,7 @@ class session final : private variable_source {
     }
     return static_cast<T*>(st.data);
   }
-  // The device storage of an initialised tensor, by name and dtype.
+  /// The device storage of an initialised tensor, by name and dtype.
   template <class T>
   T* data(std::string_view name) {
     auto it = variables_.find(name);
@@ -172,12 +172,12 @@ class session final : private variable_source {
     return static_cast<T*>(it->second.data);
   }
 
-  // Every tensor the session holds (variables and optimizer state), by name.
+  /// Every tensor the session holds (variables and optimizer state), by name.
   struct entry {
     std::string_view name;
     std::string_view dtype;
     dims shape;
-    void* data;  // device memory
+    void* data;  ///< device memory
     bool initialized;
   };
   std::vector<entry> entries() const {
@@ -185,7 +185,7 @@ class session final : private variable_source {
     for (const auto& [name, v] : variables_) r.push_back({name, v.dtype, v.d, v.data, v.initialized});
     return r;
   }
-  // Marks a tensor as holding a value (after a restore wrote it through entries()).
+  /// Marks a tensor as holding a value (after a restore wrote it through entries()).
   void mark_initialized(std::string_view name) {
     auto it = variables_.find(name);
     if (it == variables_.end()) throw feed_error("gradus: session holds no tensor named '" + std::string(name) + "'");
@@ -200,7 +200,7 @@ class session final : private variable_source {
 
  private:
   friend struct detail::session_access;
-  // assign(v, tensor): set a variable's value (allocated on first assignment).
+  /// assign(v, tensor): set a variable's value (allocated on first assignment).
   template <fixed_string Name, class T, index_t... E, tensor_like X>
   void assign_impl(const variable<Name, T, E...>&, const X& x) {
     static_assert(std::is_same_v<tensor_elem_t<X>, T>, "gradus: assign: the tensor's dtype differs from the variable's");
@@ -215,16 +215,16 @@ class session final : private variable_source {
     st.initialized = true;
   }
 
-  // declare(v): make v known to the session (its name, dtype and shape) without giving it
-  // a value: checkpoints list it, restore() fills it, and a run that reads it before it is
-  // assigned, initialised or restored is an error naming it.
+  /// declare(v): make v known to the session (its name, dtype and shape) without giving it
+  /// a value: checkpoints list it, restore() fills it, and a run that reads it before it is
+  /// assigned, initialised or restored is an error naming it.
   template <fixed_string Name, class T, index_t... E>
   void declare_impl(const variable<Name, T, E...>&) {
     storage<T>(Name.view(), static_dims<shape<E...>>());
   }
 
-  // value(v): a host view of a variable's current value: the storage itself where the
-  // backend's memory is the host's, else a copy made now (valid until the next value() of v).
+  /// value(v): a host view of a variable's current value: the storage itself where the
+  /// backend's memory is the host's, else a copy made now (valid until the next value() of v).
   template <fixed_string Name, class T, index_t... E>
   tensor_view<const T> value_impl(const variable<Name, T, E...>&) const {
     auto it = variables_.find(Name.view());
@@ -291,10 +291,10 @@ class session final : private variable_source {
     return it == variables_.end() ? nullptr : &it->second;
   }
 
-  // first: destroyed last, after every buffer queued on its stream has been given back
+  /// first: destroyed last, after every buffer queued on its stream has been given back
   mutable typename detail::context_of<Backend>::type context_;
   std::map<std::string, variable_storage, std::less<>> variables_;
-  mutable std::map<std::string, std::vector<unsigned char>> host_values_;  // value()'s copies (device backends)
+  mutable std::map<std::string, std::vector<unsigned char>> host_values_;  ///< value()'s copies (device backends)
   std::int64_t global_step_ = 0;
   bool check_numerics_ = false;
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
@@ -317,23 +317,23 @@ struct session_access {
 // save_weights / load_weights (io/weights.hpp) — and `s.run(...)` is the one member an
 // ordinary program calls (TensorFlow's sess.run).
 
-// assign(s, v, tensor): set v's value in s (allocated on first assignment). The tensor's
-// dtype must be v's (a compile error otherwise) and its shape v's (a feed_error naming v).
+/// assign(s, v, tensor): set v's value in s (allocated on first assignment). The tensor's
+/// dtype must be v's (a compile error otherwise) and its shape v's (a feed_error naming v).
 template <class Backend, fixed_string Name, class T, index_t... E, tensor_like X>
 void assign(session<Backend>& s, const variable<Name, T, E...>& v, const X& x) {
   detail::session_access::assign(s, v, x);
 }
 
-// declare(s, v): make v known to s (its name, dtype and shape) without giving it a value:
-// checkpoints list it, restore() fills it, and a run that reads it before it is assigned,
-// initialised or restored is an error naming it.
+/// declare(s, v): make v known to s (its name, dtype and shape) without giving it a value:
+/// checkpoints list it, restore() fills it, and a run that reads it before it is assigned,
+/// initialised or restored is an error naming it.
 template <class Backend, fixed_string Name, class T, index_t... E>
 void declare(session<Backend>& s, const variable<Name, T, E...>& v) {
   detail::session_access::declare(s, v);
 }
 
-// value(s, v): a host view of v's current value in s: the storage itself where the
-// backend's memory is the host's, else a copy made now (valid until the next value() of v).
+/// value(s, v): a host view of v's current value in s: the storage itself where the
+/// backend's memory is the host's, else a copy made now (valid until the next value() of v).
 template <class Backend, fixed_string Name, class T, index_t... E>
 tensor_view<const T> value(const session<Backend>& s, const variable<Name, T, E...>& v) {
   return detail::session_access::value(s, v);

@@ -15,8 +15,8 @@
 
 namespace gradus {
 
-// Anything with contiguous data() and shape(): xt::xtensor, xt::xarray, xt::adapt(...),
-// std::mdspan-like wrappers. Non-contiguous strides are refused when they can be seen.
+/// Anything with contiguous data() and shape(): xt::xtensor, xt::xarray, xt::adapt(...),
+/// std::mdspan-like wrappers. Non-contiguous strides are refused when they can be seen.
 template <class X>
 inline constexpr bool is_tensor_view_v = false;
 template <class T>
@@ -31,8 +31,8 @@ concept tensor_like = is_tensor_view_v<std::remove_cvref_t<X>> || requires(const
 template <class X>
 using tensor_elem_t = std::remove_cv_t<std::remove_pointer_t<decltype(std::declval<const X&>().data())>>;
 
-// `what` and `name` describe the tensor in an error ("feed of placeholder 'x'"); the
-// message is only built when thrown, so binding a feed allocates nothing.
+/// `what` and `name` describe the tensor in an error ("feed of placeholder 'x'"); the
+/// message is only built when thrown, so binding a feed allocates nothing.
 template <class X>
 dims dims_of(const X& x, std::string_view what, std::string_view name = {}) {
   if constexpr (is_tensor_view_v<std::remove_cvref_t<X>>) {
@@ -63,8 +63,8 @@ dims dims_of(const X& x, std::string_view what, std::string_view name = {}) {
   }
 }
 
-// Any tensor_like (an xt::xtensor, a result) as a view of its elements; `what` names it in
-// the error a non-contiguous or too high-ranked tensor gets.
+/// Any tensor_like (an xt::xtensor, a result) as a view of its elements; `what` names it in
+/// the error a non-contiguous or too high-ranked tensor gets.
 template <tensor_like X>
 tensor_view<const tensor_elem_t<X>> as_view(const X& x, std::string_view what) {
   return {x.data(), dims_of(x, what)};
@@ -79,10 +79,10 @@ tensor_view<const T> view(const T* data, std::initializer_list<index_t> shape) {
   return {data, dims(shape)};
 }
 
-// The binding of one placeholder for one run: a pointer and the fed dims.
+/// The binding of one placeholder for one run: a pointer and the fed dims.
 template <fixed_string Name, class T, class S>
 struct feed {
-  using feed_tag = void;  // is_feed_v (exec/session.hpp)
+  using feed_tag = void;  ///< is_feed_v (exec/session.hpp)
   static constexpr auto name = Name;
   using value_type = T;
   using shape_type = S;
@@ -101,7 +101,7 @@ struct placeholder : expr_base {
   static constexpr auto name = Name;
   static constexpr const char* op_name = "placeholder";
 
-  // `x = tensor` binds a feed for one run. Dtype is checked here, extents when bound.
+  /// `x = tensor` binds a feed for one run. Dtype is checked here, extents when bound.
   template <tensor_like X>
   feed<Name, T, shape_type> operator=(const X& x) const {
     static_assert(std::is_same_v<tensor_elem_t<X>, T>,
@@ -120,11 +120,11 @@ struct variable : expr_base {
   static constexpr node_kind kind = node_kind::variable;
   static constexpr auto name = Name;
   static constexpr const char* op_name = "variable";
-  using variable_tag = void;  // is_variable_v (train/train_step.hpp)
+  using variable_tag = void;  ///< is_variable_v (train/train_step.hpp)
   bool operator==(const variable&) const = default;
 };
 
-// A tensor held by the expression (shared, immutable: copies of the expression share it).
+/// A tensor held by the expression (shared, immutable: copies of the expression share it).
 template <class T, std::size_t R>
 struct constant_tensor : expr_base {
   using value_type = T;
@@ -146,7 +146,7 @@ struct scalar : expr_base {
   bool operator==(const scalar&) const = default;
 };
 
-// constant(x): a copy of a tensor-like x (rank fixed at compile time, e.g. xt::xtensor).
+/// constant(x): a copy of a tensor-like x (rank fixed at compile time, e.g. xt::xtensor).
 template <tensor_like X>
   requires requires { std::tuple_size<std::remove_cvref_t<decltype(std::declval<const X&>().shape())>>::value; }
 auto constant(const X& x) {
@@ -158,7 +158,7 @@ auto constant(const X& x) {
   return c;
 }
 
-// constant(v): a scalar.
+/// constant(v): a scalar.
 template <dtype T>
 scalar<T> constant(T v) {
   return {{}, v};

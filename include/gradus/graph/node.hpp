@@ -19,7 +19,7 @@ namespace gradus {
 
 enum class node_kind { placeholder, variable, constant, scalar, elementwise, kernel, view, shape_scalar };
 
-// Tag: every node derives from it, so operators find expressions only.
+/// Tag: every node derives from it, so operators find expressions only.
 struct expr_base {
   constexpr bool operator==(const expr_base&) const { return true; }
 };
@@ -39,14 +39,14 @@ inline constexpr std::size_t rank_v = shape_t<E>::rank;
 template <class E>
 inline constexpr node_kind kind_v = std::remove_cvref_t<E>::kind;
 
-// Nodes whose value lives in a buffer the planner gives them (or that they bring).
+/// Nodes whose value lives in a buffer the planner gives them (or that they bring).
 template <class E>
 inline constexpr bool has_storage_v =
     kind_v<E> != node_kind::scalar && kind_v<E> != node_kind::elementwise && kind_v<E> != node_kind::shape_scalar;
 
-// Static shape checks. `check_shapes<Op, SA, SB>` fails with Op and both shapes in the
-// first line of the compiler's diagnostic (g++: "In instantiation of ..."; clang++:
-// "static_assert failed due to requirement 'op::fits<shape<..>, shape<..>>'").
+/// Static shape checks. `check_shapes<Op, SA, SB>` fails with Op and both shapes in the
+/// first line of the compiler's diagnostic (g++: "In instantiation of ..."; clang++:
+/// "static_assert failed due to requirement 'op::fits<shape<..>, shape<..>>'").
 template <class Op, class SA, class SB>
 struct check_shapes {
   static_assert(Op::template fits<SA, SB>,

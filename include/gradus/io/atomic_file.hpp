@@ -32,7 +32,7 @@
 
 namespace gradus::io::detail {
 
-// (appended, not "'" + s: g++ 12's -Wrestrict misfires on operator+(const char*, string&&))
+/// (appended, not "'" + s: g++ 12's -Wrestrict misfires on operator+(const char*, string&&))
 inline std::string quoted(const std::filesystem::path& p) {
   std::string r(1, '\'');
   r += p.string();
@@ -53,7 +53,7 @@ struct fd_handle {
 
 inline std::string errno_text(int e) { return std::generic_category().message(e); }
 
-// fsync the file or directory at `p`.
+/// fsync the file or directory at `p`.
 inline void fsync_path(const std::filesystem::path& p, bool directory, const std::string& ctx, const char* step) {
   fd_handle fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC | (directory ? O_DIRECTORY : 0)));
   if (fd.fd < 0) throw error(ctx + step + ": open " + quoted(p) + ": " + errno_text(errno));
@@ -76,7 +76,7 @@ inline void fsync_path(const std::filesystem::path& p, bool directory, const std
 //     registry below). A container's trainer is often pid 1 at every start, so a stale
 //     temporary with our own pid is the common case there, not a curiosity.
 
-// This host in a temporary's name: the hostname, every byte outside [A-Za-z0-9-] as '_'.
+/// This host in a temporary's name: the hostname, every byte outside [A-Za-z0-9-] as '_'.
 inline std::string host_tag() {
   char name[256] = {};
   if (::gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
@@ -86,7 +86,7 @@ inline std::string host_tag() {
   return s;
 }
 
-// The temporaries (file names) this process is writing now, from any thread.
+/// The temporaries (file names) this process is writing now, from any thread.
 struct writing_registry {
   std::mutex m;
   std::set<std::string, std::less<>> names;
@@ -96,8 +96,8 @@ inline writing_registry& writing_now() {
   return r;
 }
 
-// Is `name` a temporary of the file named `target` written on `host`? Then `pid` is its
-// writer and `base` the name without libzip's suffix.
+/// Is `name` a temporary of the file named `target` written on `host`? Then `pid` is its
+/// writer and `base` the name without libzip's suffix.
 inline bool parse_temporary(std::string_view name, std::string_view target, std::string_view host, pid_t& pid,
                             std::string_view& base) {
   const auto number = [&](std::string_view& s, long long& v) {
@@ -129,8 +129,8 @@ inline bool parse_temporary(std::string_view name, std::string_view target, std:
   return true;
 }
 
-// Removes the stale temporaries of `file` (above). Best effort: a directory that cannot be
-// listed or a file that cannot be removed is left as it is, and the save goes on.
+/// Removes the stale temporaries of `file` (above). Best effort: a directory that cannot be
+/// listed or a file that cannot be removed is left as it is, and the save goes on.
 inline void remove_stale_temporaries(const std::filesystem::path& file, std::string_view host) {
   std::filesystem::path dir = file.parent_path();
   if (dir.empty()) dir = ".";
@@ -156,7 +156,7 @@ inline void remove_stale_temporaries(const std::filesystem::path& file, std::str
   for (const auto& p : stale) std::filesystem::remove(p, ec);
 }
 
-// Registers a temporary as being written by this process for its lifetime.
+/// Registers a temporary as being written by this process for its lifetime.
 struct writing_temporary {
   std::string name;
   explicit writing_temporary(std::string n) : name(std::move(n)) {
@@ -173,8 +173,8 @@ struct writing_temporary {
   }
 };
 
-// Creates `tmp` (which must not exist) holding the given byte ranges one after another.
-// Throws naming `tmp` on failure; `tmp` may then exist and is the caller's to remove.
+/// Creates `tmp` (which must not exist) holding the given byte ranges one after another.
+/// Throws naming `tmp` on failure; `tmp` may then exist and is the caller's to remove.
 inline void write_new_file(const std::filesystem::path& tmp, std::span<const std::span<const std::byte>> parts,
                            const std::string& ctx) {
   fd_handle fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
@@ -196,12 +196,12 @@ inline void write_new_file(const std::filesystem::path& tmp, std::initializer_li
   write_new_file(tmp, std::span<const std::span<const std::byte>>(parts.begin(), parts.size()), ctx);
 }
 
-// Replaces `file` atomically with what write_tmp(tmp) writes to the new file `tmp`: tmp is
-// "<file>.tmp.<pid>.<n>.<host>" in the same directory; it is fsynced and renamed over
-// `file`, then the directory is fsynced. On any failure the temporary file is removed,
-// `file` is left as it was, and a gradus::error (ctx first) names the failing step.
-// Temporaries of `file` left by writers that were killed mid-save are removed first
-// (remove_stale_temporaries).
+/// Replaces `file` atomically with what write_tmp(tmp) writes to the new file `tmp`: tmp is
+/// "<file>.tmp.<pid>.<n>.<host>" in the same directory; it is fsynced and renamed over
+/// `file`, then the directory is fsynced. On any failure the temporary file is removed,
+/// `file` is left as it was, and a gradus::error (ctx first) names the failing step.
+/// Temporaries of `file` left by writers that were killed mid-save are removed first
+/// (remove_stale_temporaries).
 inline void replace_atomically(const std::filesystem::path& file, const std::string& ctx,
                                const std::function<void(const std::filesystem::path& tmp)>& write_tmp) {
   static std::atomic<unsigned long> counter{0};

@@ -59,20 +59,20 @@ inline constexpr std::string_view world_size_key = "gradus/world_size";
 inline constexpr std::string_view stages_key = "gradus/stages";
 inline constexpr std::string_view stage_key = "gradus/stage";
 
-// What a checkpoint records about the job besides the session, and what restore expects.
+/// What a checkpoint records about the job besides the session, and what restore expects.
 struct checkpoint_options {
-  // The number of data-parallel ranks of the job (cluster_spec::world_size). save: recorded
-  // when > 0. restore: when > 0, a file recorded with another world size is refused.
+  /// The number of data-parallel ranks of the job (cluster_spec::world_size). save: recorded
+  /// when > 0. restore: when > 0, a file recorded with another world size is refused.
   int world_size = 0;
-  // A pipeline's stage (stages > 0): save records both; restore refuses a file of another
-  // stage count or stage, and a file without them (a whole model's).
+  /// A pipeline's stage (stages > 0): save records both; restore refuses a file of another
+  /// stage count or stage, and a file without them (a whole model's).
   int stages = 0, stage = 0;
-  // The session's tensors the file holds (save) or must hold (restore), by name; empty: all.
+  /// The session's tensors the file holds (save) or must hold (restore), by name; empty: all.
   std::vector<std::string> only = {};
 };
 
-// The file of stage `stage` of an S-stage pipeline's checkpoint `file`:
-// "run/ckpt.npz" -> "run/ckpt.stage-1-of-2.npz".
+/// The file of stage `stage` of an S-stage pipeline's checkpoint `file`:
+/// "run/ckpt.npz" -> "run/ckpt.stage-1-of-2.npz".
 inline std::filesystem::path stage_checkpoint_file(const std::filesystem::path& file, int stage, int stages) {
   auto r = file;
   r.replace_filename(file.stem().string() + ".stage-" + std::to_string(stage) + "-of-" + std::to_string(stages) +
@@ -80,8 +80,8 @@ inline std::filesystem::path stage_checkpoint_file(const std::filesystem::path& 
   return r;
 }
 
-// The stage counts S whose stage-0 file of `file` exists (stage_checkpoint_file(file, 0, S)),
-// ascending: what a run given `file` finds of pipelined checkpoints.
+/// The stage counts S whose stage-0 file of `file` exists (stage_checkpoint_file(file, 0, S)),
+/// ascending: what a run given `file` finds of pipelined checkpoints.
 inline std::vector<int> stage_checkpoints_present(const std::filesystem::path& file) {
   std::vector<int> r;
   const auto dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
@@ -102,8 +102,8 @@ inline std::vector<int> stage_checkpoints_present(const std::filesystem::path& f
 
 namespace detail {
 
-// The first non-finite element of a float32/float64 array held as bytes, and how many there
-// are; count 0 when every element is finite (or the dtype is not floating point).
+/// The first non-finite element of a float32/float64 array held as bytes, and how many there
+/// are; count 0 when every element is finite (or the dtype is not floating point).
 struct nonfinite_scan {
   std::size_t first = 0, count = 0;
   double value = 0;
@@ -128,9 +128,9 @@ inline nonfinite_scan scan_nonfinite(const io::npz_array& a) {
   return r;
 }
 
-// "[2, 5]": the C-order index of flat element i of shape.
-// The session's tensors options.only names (all of them when it is empty); a name it lists
-// that the session lacks is an error of `what`.
+/// "[2, 5]": the C-order index of flat element i of shape.
+/// The session's tensors options.only names (all of them when it is empty); a name it lists
+/// that the session lacks is an error of `what`.
 template <class Entries>
 Entries selected(Entries all, const checkpoint_options& options, const std::string& what) {
   if (options.only.empty()) return all;
@@ -159,8 +159,8 @@ inline std::string multi_index(const dims& shape, std::size_t i) {
   return out + "]";
 }
 
-// "'w' (3, 4) float32: element 5 [1, 1] is nan (2 of 12 elements are not finite)", or ""
-// when every element of the array is finite: one line of a refusal to load NaN or Inf.
+/// "'w' (3, 4) float32: element 5 [1, 1] is nan (2 of 12 elements are not finite)", or ""
+/// when every element of the array is finite: one line of a refusal to load NaN or Inf.
 inline std::string nonfinite_report(const io::npz_array& a) {
   const auto r = scan_nonfinite(a);
   if (!r.count) return {};
@@ -170,9 +170,9 @@ inline std::string nonfinite_report(const io::npz_array& a) {
          std::to_string(a.shape.numel()) + " elements are not finite)";
 }
 
-// Host copies of a session's tensors, as the arrays io::write_npz writes (refs point into
-// bytes). A tensor named like a reserved key, or without a value yet, is an error; `ctx`
-// ("gradus: save_checkpoint 'f': ") names the operation and the file.
+/// Host copies of a session's tensors, as the arrays io::write_npz writes (refs point into
+/// bytes). A tensor named like a reserved key, or without a value yet, is an error; `ctx`
+/// ("gradus: save_checkpoint 'f': ") names the operation and the file.
 struct host_arrays {
   std::vector<std::vector<std::byte>> bytes;
   std::vector<io::npz_array_ref> refs;

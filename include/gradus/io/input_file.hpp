@@ -19,7 +19,7 @@ namespace gradus::io::detail {
 
 class input_file {
  public:
-  // ctx: the start of every error, e.g. "gradus: read_npy '<file>': ".
+  /// ctx: the start of every error, e.g. "gradus: read_npy '<file>': ".
   input_file(const std::filesystem::path& file, std::string ctx) : ctx_(std::move(ctx)) {
     fd_.fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd_.fd < 0) throw error(ctx_ + "open: " + errno_text(errno));
@@ -32,8 +32,8 @@ class input_file {
   std::uint64_t size() const { return size_; }
   std::uint64_t position() const { return at_; }
 
-  // Reads exactly n bytes at the current position, or throws "truncated: the <what> ends
-  // after k of n bytes".
+  /// Reads exactly n bytes at the current position, or throws "truncated: the <what> ends
+  /// after k of n bytes".
   void read(void* dst, std::size_t n, const char* what) {
     auto* d = static_cast<unsigned char*>(dst);
     std::size_t got = 0;

@@ -35,10 +35,10 @@ static_assert(std::endian::native == std::endian::little,
 
 namespace detail {
 
-// Reads one NPY array of `size` bytes (preamble, header, data, nothing after) through
-// read(void* dst, std::size_t n, const char* what), which reads exactly n bytes or throws.
-// Every error starts with `at` (the reader, the file, the entry); `holder` is what holds the
-// bytes ("file", "entry"). The name is left empty.
+/// Reads one NPY array of `size` bytes (preamble, header, data, nothing after) through
+/// read(void* dst, std::size_t n, const char* what), which reads exactly n bytes or throws.
+/// Every error starts with `at` (the reader, the file, the entry); `holder` is what holds the
+/// bytes ("file", "entry"). The name is left empty.
 template <class Read>
 npz_array read_npy_stream(Read&& read, std::uint64_t size, const std::string& at, const char* holder) {
   // Magic, version, header length.
@@ -101,10 +101,10 @@ npz_array read_npy_stream(Read&& read, std::uint64_t size, const std::string& at
 
 }  // namespace detail
 
-// Writes one array to `file` as NPY 1.0 (numpy.load(file) is the array) atomically: through
-// a temporary in the same directory, fsynced and renamed over `file` (io/atomic_file.hpp).
-// array.name is not stored. Throws gradus::error naming the file and what is wrong; on any
-// failure `file` is left as it was.
+/// Writes one array to `file` as NPY 1.0 (numpy.load(file) is the array) atomically: through
+/// a temporary in the same directory, fsynced and renamed over `file` (io/atomic_file.hpp).
+/// array.name is not stored. Throws gradus::error naming the file and what is wrong; on any
+/// failure `file` is left as it was.
 inline void write_npy(const std::filesystem::path& file, const npz_array_ref& array) {
   const std::string ctx = "gradus: write_npy " + detail::quoted(file) + ": ";
   const std::size_t n = detail::checked_byte_size(array, ctx);
@@ -115,13 +115,13 @@ inline void write_npy(const std::filesystem::path& file, const npz_array_ref& ar
   });
 }
 
-// Reads the array of an .npy file (NPY versions 1.0 to 3.0), converted on load where numpy
-// stored another type or order (io/stored_type.hpp). name is the file's stem ("w" for
-// "dir/w.npy"). Throws gradus::error naming the file and the problem: a missing or garbled
-// magic, an unsupported version, a descr gradus does not read (complex, strings, objects,
-// structured, float128: named, with what to do), a uint64 value above 2^63 - 1 or a bool
-// byte other than 0 and 1 (its index named), a rank above max_rank, a file whose size is
-// not the header's plus the shape's data.
+/// Reads the array of an .npy file (NPY versions 1.0 to 3.0), converted on load where numpy
+/// stored another type or order (io/stored_type.hpp). name is the file's stem ("w" for
+/// "dir/w.npy"). Throws gradus::error naming the file and the problem: a missing or garbled
+/// magic, an unsupported version, a descr gradus does not read (complex, strings, objects,
+/// structured, float128: named, with what to do), a uint64 value above 2^63 - 1 or a bool
+/// byte other than 0 and 1 (its index named), a rank above max_rank, a file whose size is
+/// not the header's plus the shape's data.
 inline npz_array read_npy(const std::filesystem::path& file) {
   const std::string ctx = "gradus: read_npy " + detail::quoted(file) + ": ";
   detail::input_file in(file, ctx);

@@ -18,7 +18,7 @@
 
 namespace gradus::io::detail {
 
-// dtype name <-> NPY descr: the five gradus writes (and reads without conversion).
+/// dtype name <-> NPY descr: the five gradus writes (and reads without conversion).
 struct npy_type {
   std::string_view name, descr;
   std::size_t size;
@@ -42,9 +42,9 @@ inline const npy_type* npy_type_by_descr(std::string_view descr) {
   return nullptr;
 }
 
-// numel * itemsize, or false when a dim is negative or the product of itemsize and the
-// dims other than 0 overflows size_t (numpy's rule: a 0 does not make (2^40, 2^40, 2^40, 0)
-// a shape, and the answer does not depend on where the 0 is).
+/// numel * itemsize, or false when a dim is negative or the product of itemsize and the
+/// dims other than 0 overflows size_t (numpy's rule: a 0 does not make (2^40, 2^40, 2^40, 0)
+/// a shape, and the answer does not depend on where the 0 is).
 inline bool byte_size(const dims& shape, std::size_t itemsize, std::size_t& out) {
   std::size_t n = itemsize;
   bool empty = false;
@@ -62,8 +62,8 @@ inline bool byte_size(const dims& shape, std::size_t itemsize, std::size_t& out)
   return true;
 }
 
-// The NPY 1.0 header as numpy writes it: magic, version 1.0, uint16 length, then the dict
-// literal padded with spaces and one '\n' so that the data starts on a 64-byte boundary.
+/// The NPY 1.0 header as numpy writes it: magic, version 1.0, uint16 length, then the dict
+/// literal padded with spaces and one '\n' so that the data starts on a 64-byte boundary.
 inline std::string npy_header(std::string_view descr, const dims& shape) {
   std::string dict = "{'descr': '";
   dict += descr;
@@ -88,14 +88,14 @@ inline std::string npy_header(std::string_view descr, const dims& shape) {
   return h;
 }
 
-// What to do with an array gradus does not read.
+/// What to do with an array gradus does not read.
 inline constexpr std::string_view npy_refusal_advice =
     "; gradus reads bool, int8-64, uint8-64 and float16/32/64 in either byte order: convert the array in "
     "numpy (e.g. np.save(path, a.astype(np.float32))) and load that";
 
-// Parses an NPY type string such as '<f4', '>i8', '|b1': byte order '<', '>' or '|' (one-byte
-// types), '=' (native, little-endian here); kind b, i, u or f; size. Returns an empty string
-// on success, else why the descr is refused, naming the type and what to do.
+/// Parses an NPY type string such as '<f4', '>i8', '|b1': byte order '<', '>' or '|' (one-byte
+/// types), '=' (native, little-endian here); kind b, i, u or f; size. Returns an empty string
+/// on success, else why the descr is refused, naming the type and what to do.
 inline std::string parse_npy_descr(std::string_view d, stored_type& t) {
   const auto refuse = [&](std::string_view what) {
     std::string r = "unsupported descr '";
@@ -139,15 +139,15 @@ inline std::string parse_npy_descr(std::string_view d, stored_type& t) {
   return {};
 }
 
-// The parsed NPY header dict: the type as stored, the array's order and shape.
+/// The parsed NPY header dict: the type as stored, the array's order and shape.
 struct npy_header_info {
   stored_type stored;
   bool fortran_order = false;
   dims shape;
 };
 
-// Reorders a Fortran-order (column-major) array of `shape` and `itemsize`-byte elements at
-// src into C order at dst (the same number of bytes, not overlapping src).
+/// Reorders a Fortran-order (column-major) array of `shape` and `itemsize`-byte elements at
+/// src into C order at dst (the same number of bytes, not overlapping src).
 inline void fortran_to_c(const std::byte* src, std::byte* dst, const dims& shape, std::size_t itemsize) {
   std::size_t n = 1;
   std::array<std::size_t, max_rank> stride{}, idx{};  // stride[i]: element i's step in src
@@ -168,10 +168,10 @@ inline void fortran_to_c(const std::byte* src, std::byte* dst, const dims& shape
   }
 }
 
-// Parses the dict literal of an NPY header: exactly the keys 'descr' (a type string
-// parse_npy_descr reads), 'fortran_order' (True or False) and 'shape' (a tuple of
-// non-negative ints, at most max_rank), in any order, an optional trailing comma, then only
-// whitespace. Returns an empty string on success, else what is wrong.
+/// Parses the dict literal of an NPY header: exactly the keys 'descr' (a type string
+/// parse_npy_descr reads), 'fortran_order' (True or False) and 'shape' (a tuple of
+/// non-negative ints, at most max_rank), in any order, an optional trailing comma, then only
+/// whitespace. Returns an empty string on success, else what is wrong.
 inline std::string parse_npy_dict(std::string_view s, npy_header_info& out) {
   std::size_t p = 0;
   const auto ws = [&] {

@@ -56,7 +56,7 @@ inline std::string zip_error_text(int code) {
   return s;
 }
 
-// Owns a zip_t*: discarded (nothing written) unless closed.
+/// Owns a zip_t*: discarded (nothing written) unless closed.
 struct zip_handle {
   zip_t* z = nullptr;
   zip_handle() = default;
@@ -77,15 +77,15 @@ struct zip_file_handle {
   }
 };
 
-// Does the file start with a zip local file header ("PK\3\4")?
+/// Does the file start with a zip local file header ("PK\3\4")?
 inline bool starts_like_zip(const std::filesystem::path& p) {
   fd_handle fd(::open(p.c_str(), O_RDONLY | O_CLOEXEC));
   char head[4] = {};
   return fd.fd >= 0 && ::read(fd.fd, head, 4) == 4 && std::memcmp(head, "PK\x03\x04", 4) == 0;
 }
 
-// Writes the archive to `tmp` (which must not exist). Throws on failure; `tmp` may then
-// exist and is the caller's to remove.
+/// Writes the archive to `tmp` (which must not exist). Throws on failure; `tmp` may then
+/// exist and is the caller's to remove.
 inline void write_zip(const std::filesystem::path& tmp, std::span<const npz_array_ref> arrays,
                       const std::vector<std::size_t>& sizes, const std::string& ctx) {
   if (arrays.empty()) {
@@ -128,11 +128,11 @@ inline void write_zip(const std::filesystem::path& tmp, std::span<const npz_arra
 
 }  // namespace detail
 
-// Writes `arrays` to `file` atomically: the archive goes to "<file>.tmp.<pid>.<n>.<host>" in
-// the same directory, which is fsynced and renamed over `file`, then the directory is
-// fsynced. On any failure the temporary file is removed, `file` is left as it was, and a
-// gradus::error names the file and the failing step. Temporaries of `file` left by writers
-// that were killed mid-save are removed first (detail::remove_stale_temporaries).
+/// Writes `arrays` to `file` atomically: the archive goes to "<file>.tmp.<pid>.<n>.<host>" in
+/// the same directory, which is fsynced and renamed over `file`, then the directory is
+/// fsynced. On any failure the temporary file is removed, `file` is left as it was, and a
+/// gradus::error names the file and the failing step. Temporaries of `file` left by writers
+/// that were killed mid-save are removed first (detail::remove_stale_temporaries).
 inline void write_npz(const std::filesystem::path& file, std::span<const npz_array_ref> arrays) {
   const std::string ctx = "gradus: write_npz " + detail::quoted(file) + ": ";
   // Validate everything before touching the disk.
@@ -155,12 +155,12 @@ inline void write_npz(const std::filesystem::path& file, std::initializer_list<n
   write_npz(file, std::span<const npz_array_ref>(arrays.begin(), arrays.size()));
 }
 
-// Reads every array of an .npz file (entries "<name>.npy", stored or deflated), in archive
-// order, each converted on load as read_npy converts (io/npy.hpp). Throws gradus::error
-// naming the file, the entry and the problem: not a zip, an entry that is not .npy, a
-// missing or garbled NPY magic, an unsupported version or descr, a value that does not
-// convert, a rank above max_rank, data not matching the shape, a truncated or corrupt (CRC)
-// entry, a name given twice.
+/// Reads every array of an .npz file (entries "<name>.npy", stored or deflated), in archive
+/// order, each converted on load as read_npy converts (io/npy.hpp). Throws gradus::error
+/// naming the file, the entry and the problem: not a zip, an entry that is not .npy, a
+/// missing or garbled NPY magic, an unsupported version or descr, a value that does not
+/// convert, a rank above max_rank, data not matching the shape, a truncated or corrupt (CRC)
+/// entry, a name given twice.
 inline std::vector<npz_array> read_npz(const std::filesystem::path& file) {
   const std::string ctx = "gradus: read_npz " + detail::quoted(file) + ": ";
   int code = 0;

@@ -14,26 +14,26 @@
 
 namespace gradus::io {
 
-// One array to write: `data` points at shape.numel() elements of `dtype` in C order, and
-// must stay valid until the write returns.
+/// One array to write: `data` points at shape.numel() elements of `dtype` in C order, and
+/// must stay valid until the write returns.
 struct npz_array_ref {
-  std::string name;        // the key numpy.load gives it; may contain '/'
-  std::string_view dtype;  // "float32", "float64", "int32", "int64" or "uint8"
-  dims shape;              // rank 0 is a scalar
+  std::string name;        ///< the key numpy.load gives it; may contain '/'
+  std::string_view dtype;  ///< "float32", "float64", "int32", "int64" or "uint8"
+  dims shape;              ///< rank 0 is a scalar
   const void* data = nullptr;
 };
 
-// One array read back: bytes holds shape.numel() elements of dtype, C order, little-endian.
-// Arrays stored as other types (float16, bool, big-endian, Fortran order, ...) are converted
-// on load into these (io/stored_type.hpp): dtype is what bytes holds, never the file's type.
+/// One array read back: bytes holds shape.numel() elements of dtype, C order, little-endian.
+/// Arrays stored as other types (float16, bool, big-endian, Fortran order, ...) are converted
+/// on load into these (io/stored_type.hpp): dtype is what bytes holds, never the file's type.
 struct npz_array {
   std::string name;
-  std::string dtype;  // "float32", "float64", "int32", "int64" or "uint8"
+  std::string dtype;  ///< "float32", "float64", "int32", "int64" or "uint8"
   dims shape;
   std::vector<std::byte> bytes;
 };
 
-// Bytes per element of a dtype name, 0 for a name gradus::io does not store.
+/// Bytes per element of a dtype name, 0 for a name gradus::io does not store.
 inline std::size_t npz_itemsize(std::string_view dtype) {
   if (dtype == "float32" || dtype == "int32") return 4;
   if (dtype == "float64" || dtype == "int64") return 8;
@@ -43,8 +43,8 @@ inline std::size_t npz_itemsize(std::string_view dtype) {
 
 namespace detail {
 
-// The byte size of an array to write, after checking its dtype, rank, shape and data
-// pointer; `what` (the writer, the file, the array) starts every error.
+/// The byte size of an array to write, after checking its dtype, rank, shape and data
+/// pointer; `what` (the writer, the file, the array) starts every error.
 inline std::size_t checked_byte_size(const npz_array_ref& a, const std::string& what) {
   const auto* t = npy_type_by_name(a.dtype);
   if (!t)

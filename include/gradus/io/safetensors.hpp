@@ -47,12 +47,12 @@
 
 namespace gradus::io {
 
-// The "__metadata__" of a safetensors file: string keys to string values.
+/// The "__metadata__" of a safetensors file: string keys to string values.
 using safetensors_metadata = std::map<std::string, std::string>;
 
 namespace detail {
 
-// Header lengths above this are refused (the reference implementation's limit).
+/// Header lengths above this are refused (the reference implementation's limit).
 inline constexpr std::uint64_t safetensors_max_header = 100'000'000;
 
 struct safetensors_dtype {
@@ -75,7 +75,7 @@ inline constexpr std::array<safetensors_dtype, 13> safetensors_dtypes{{
     {"BOOL", {stored_kind::boolean, 1, false}},
 }};
 
-// The safetensors dtype a gradus dtype is written as.
+/// The safetensors dtype a gradus dtype is written as.
 inline std::string_view safetensors_dtype_of(std::string_view gradus_dtype) {
   if (gradus_dtype == "float32") return "F32";
   if (gradus_dtype == "float64") return "F64";
@@ -85,7 +85,7 @@ inline std::string_view safetensors_dtype_of(std::string_view gradus_dtype) {
   return {};
 }
 
-// One tensor of the header, checked.
+/// One tensor of the header, checked.
 struct safetensors_entry {
   std::string name;
   stored_type type;
@@ -93,7 +93,7 @@ struct safetensors_entry {
   std::uint64_t begin = 0, end = 0;
 };
 
-// Checks one tensor's header object; `at` names the file and the tensor.
+/// Checks one tensor's header object; `at` names the file and the tensor.
 inline safetensors_entry safetensors_parse_entry(const std::string& name, const nlohmann::json& j,
                                                  const std::string& at) {
   if (!j.is_object()) throw error(at + "not an object with dtype, shape and data_offsets");
@@ -145,11 +145,11 @@ inline safetensors_entry safetensors_parse_entry(const std::string& name, const 
 
 }  // namespace detail
 
-// Writes `arrays` to `file` as safetensors, in the order given, with `metadata` as its
-// "__metadata__" (left out when empty), atomically (io/atomic_file.hpp). Throws gradus::error
-// naming the file, the array and what is wrong (an empty, repeated or "__metadata__" name, a
-// name that is not UTF-8, a dtype gradus does not store, a bad shape); on any failure `file`
-// is left as it was.
+/// Writes `arrays` to `file` as safetensors, in the order given, with `metadata` as its
+/// "__metadata__" (left out when empty), atomically (io/atomic_file.hpp). Throws gradus::error
+/// naming the file, the array and what is wrong (an empty, repeated or "__metadata__" name, a
+/// name that is not UTF-8, a dtype gradus does not store, a bad shape); on any failure `file`
+/// is left as it was.
 inline void write_safetensors(const std::filesystem::path& file, std::span<const npz_array_ref> arrays,
                               const safetensors_metadata& metadata = {}) {
   const std::string ctx = "gradus: write_safetensors " + detail::quoted(file) + ": ";
@@ -192,14 +192,14 @@ inline void write_safetensors(const std::filesystem::path& file, std::initialize
   write_safetensors(file, std::span<const npz_array_ref>(arrays.begin(), arrays.size()), metadata);
 }
 
-// Reads every tensor of a .safetensors file, in the order of their data, converted on load
-// (io/stored_type.hpp); its "__metadata__" goes to *metadata where given (cleared first).
-// Throws gradus::error naming the file, the tensor and the problem: a header length beyond
-// the file or above 100 MB, a header that is not a JSON object, a missing or unexpected
-// field, an unsupported dtype (F8, complex: named, with what to do), a rank above max_rank,
-// offsets that do not match the shape or do not tile the data exactly, a name given twice,
-// metadata values that are not strings, a value that does not convert (a U64 above 2^63 - 1,
-// a BOOL byte other than 0 and 1).
+/// Reads every tensor of a .safetensors file, in the order of their data, converted on load
+/// (io/stored_type.hpp); its "__metadata__" goes to *metadata where given (cleared first).
+/// Throws gradus::error naming the file, the tensor and the problem: a header length beyond
+/// the file or above 100 MB, a header that is not a JSON object, a missing or unexpected
+/// field, an unsupported dtype (F8, complex: named, with what to do), a rank above max_rank,
+/// offsets that do not match the shape or do not tile the data exactly, a name given twice,
+/// metadata values that are not strings, a value that does not convert (a U64 above 2^63 - 1,
+/// a BOOL byte other than 0 and 1).
 inline std::vector<npz_array> read_safetensors(const std::filesystem::path& file,
                                                safetensors_metadata* metadata = nullptr) {
   const std::string ctx = "gradus: read_safetensors " + detail::quoted(file) + ": ";

@@ -20,15 +20,15 @@ namespace gradus::io::detail {
 
 enum class stored_kind { ieee_float, bfloat, signed_int, unsigned_int, boolean };
 
-// One element type as a file stores it. size: 1, 2, 4 or 8 bytes (float: 2, 4 or 8; bfloat: 2;
-// bool: 1).
+/// One element type as a file stores it. size: 1, 2, 4 or 8 bytes (float: 2, 4 or 8; bfloat: 2;
+/// bool: 1).
 struct stored_type {
   stored_kind kind = stored_kind::ieee_float;
   std::size_t size = 4;
   bool big_endian = false;
 };
 
-// "float16", "bfloat16", "int8", ..., "uint64", "bool": numpy's names.
+/// "float16", "bfloat16", "int8", ..., "uint64", "bool": numpy's names.
 inline std::string stored_type_name(const stored_type& t) {
   switch (t.kind) {
     case stored_kind::ieee_float: return "float" + std::to_string(8 * t.size);
@@ -40,7 +40,7 @@ inline std::string stored_type_name(const stored_type& t) {
   return "?";
 }
 
-// The gradus dtype an element type loads as (the table above).
+/// The gradus dtype an element type loads as (the table above).
 inline std::string_view loads_as(const stored_type& t) {
   switch (t.kind) {
     case stored_kind::ieee_float: return t.size == 8 ? "float64" : "float32";
@@ -52,21 +52,21 @@ inline std::string_view loads_as(const stored_type& t) {
   return {};
 }
 
-// Bytes per element of loads_as(t).
+/// Bytes per element of loads_as(t).
 inline std::size_t loaded_size(const stored_type& t) {
   const std::string_view d = loads_as(t);
   return d == "uint8" ? 1 : d == "float32" || d == "int32" ? 4 : 8;
 }
 
-// Are the stored bytes already those of loads_as(t) (no conversion, no byte swap)?
+/// Are the stored bytes already those of loads_as(t) (no conversion, no byte swap)?
 inline bool loads_unchanged(const stored_type& t) {
   if (t.kind == stored_kind::bfloat || t.kind == stored_kind::boolean) return false;
   return (t.size == 1 || !t.big_endian) && t.size == loaded_size(t) &&
          !(t.kind == stored_kind::unsigned_int && t.size > 1);
 }
 
-// IEEE binary16 bits -> the float of the same value (exact: every half is a float); a NaN
-// keeps its sign and payload, as numpy's conversion does.
+/// IEEE binary16 bits -> the float of the same value (exact: every half is a float); a NaN
+/// keeps its sign and payload, as numpy's conversion does.
 inline float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
   const std::uint32_t exp = (h >> 10) & 0x1fu;
@@ -89,9 +89,9 @@ inline float half_to_float(std::uint16_t h) {
   return std::bit_cast<float>(bits);
 }
 
-// Converts n elements of `t` at src into loads_as(t) at dst (n * loaded_size(t) bytes).
-// Returns an empty string, or what stops the conversion: the first value that does not fit
-// (a uint64 above 2^63 - 1, a bool byte other than 0 and 1) and its index in src.
+/// Converts n elements of `t` at src into loads_as(t) at dst (n * loaded_size(t) bytes).
+/// Returns an empty string, or what stops the conversion: the first value that does not fit
+/// (a uint64 above 2^63 - 1, a bool byte other than 0 and 1) and its index in src.
 inline std::string convert_elements(const stored_type& t, const std::byte* src, std::size_t n, std::byte* dst) {
   const std::size_t out = loaded_size(t);
   if (loads_unchanged(t)) {

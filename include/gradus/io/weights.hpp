@@ -47,8 +47,8 @@
 
 namespace gradus {
 
-// What load_weights does with an array of the file that is neither a variable of the
-// session, nor optimizer state, nor checkpoint bookkeeping.
+/// What load_weights does with an array of the file that is neither a variable of the
+/// session, nor optimizer state, nor checkpoint bookkeeping.
 enum class extra_arrays { refuse, ignore };
 
 struct weights_options {
@@ -57,16 +57,16 @@ struct weights_options {
 
 namespace detail {
 
-// A variable to be loaded: its name, dtype and shape.
+/// A variable to be loaded: its name, dtype and shape.
 struct weight_target {
   std::string name;
   std::string_view dtype;
   dims shape;
 };
 
-// Whether `name` ("fc1/w/adam_m") is optimizer state of a tensor that `find` (name ->
-// pointer to something with dtype and shape, or nullptr) knows: "<v>/<slot>", slot without
-// a '/', of v's dtype and shape.
+/// Whether `name` ("fc1/w/adam_m") is optimizer state of a tensor that `find` (name ->
+/// pointer to something with dtype and shape, or nullptr) knows: "<v>/<slot>", slot without
+/// a '/', of v's dtype and shape.
 template <class Find>
 bool is_optimizer_state(std::string_view name, std::string_view dtype, const dims& shape, const Find& find) {
   const auto slash = name.rfind('/');
@@ -75,7 +75,7 @@ bool is_optimizer_state(std::string_view name, std::string_view dtype, const dim
   return v && v->dtype == dtype && v->shape == shape;
 }
 
-// The session's variables: its tensors less optimizer state.
+/// The session's variables: its tensors less optimizer state.
 template <class Entries>
 std::vector<weight_target> session_variables(const Entries& entries) {
   const auto find = [&](std::string_view n) {
@@ -88,15 +88,15 @@ std::vector<weight_target> session_variables(const Entries& entries) {
   return r;
 }
 
-// The variables an expression reads, as targets.
+/// The variables an expression reads, as targets.
 template <class... Vs>
 std::vector<weight_target> targets_of(std::tuple<Vs...>*) {
   return {weight_target{std::string(Vs::name.view()), dtype_name<typename Vs::value_type>(),
                         static_dims<typename Vs::shape_type>()}...};
 }
 
-// The file's array for each target (same order), once every check has passed; else an
-// error naming the file and every difference. `ctx`: "gradus: load_weights 'f': ".
+/// The file's array for each target (same order), once every check has passed; else an
+/// error naming the file and every difference. `ctx`: "gradus: load_weights 'f': ".
 inline std::vector<const io::npz_array*> match_weights(const std::vector<io::npz_array>& arrays,
                                                        const std::vector<weight_target>& targets,
                                                        const weights_options& options, const std::string& ctx) {
@@ -180,7 +180,7 @@ inline std::vector<const io::npz_array*> match_weights(const std::vector<io::npz
   return found;
 }
 
-// Copies the checked arrays into the session's storage of each target (declared).
+/// Copies the checked arrays into the session's storage of each target (declared).
 template <class Backend>
 void write_weights(session<Backend>& s, const std::vector<weight_target>& targets,
                    const std::vector<const io::npz_array*>& arrays) {
@@ -195,17 +195,17 @@ void write_weights(session<Backend>& s, const std::vector<weight_target>& target
 }  // namespace detail
 
 namespace detail {
-// A weights file's format is its extension's: .safetensors (Hugging Face's, what PyTorch
-// users exchange weights in), else .npz.
+/// A weights file's format is its extension's: .safetensors (Hugging Face's, what PyTorch
+/// users exchange weights in), else .npz.
 inline bool is_safetensors(const std::filesystem::path& file) { return file.extension() == ".safetensors"; }
 inline std::vector<io::npz_array> read_weight_arrays(const std::filesystem::path& file) {
   return is_safetensors(file) ? io::read_safetensors(file) : io::read_npz(file);
 }
 }  // namespace detail
 
-// Writes the session's variables (not the optimizer's state, not the step counter) to
-// `file`: a .npz (np.load(file)["fc1/w"]), or safetensors when the name ends in
-// .safetensors (safetensors.numpy.load_file); atomic: a temporary file, then a rename.
+/// Writes the session's variables (not the optimizer's state, not the step counter) to
+/// `file`: a .npz (np.load(file)["fc1/w"]), or safetensors when the name ends in
+/// .safetensors (safetensors.numpy.load_file); atomic: a temporary file, then a rename.
 template <class Backend>
 void save_weights(const session<Backend>& s, const std::filesystem::path& file) {
   const auto bound = s.bind();
@@ -221,8 +221,8 @@ void save_weights(const session<Backend>& s, const std::filesystem::path& file) 
   else io::write_npz(file, host.refs);
 }
 
-// Loads every variable the session holds from `file`: a save_weights file (.npz or
-// .safetensors) or a training checkpoint (save_checkpoint). All or nothing; the header lists what is refused.
+/// Loads every variable the session holds from `file`: a save_weights file (.npz or
+/// .safetensors) or a training checkpoint (save_checkpoint). All or nothing; the header lists what is refused.
 template <class Backend>
 void load_weights(session<Backend>& s, const std::filesystem::path& file, const weights_options& options = {}) {
   const auto bound = s.bind();
@@ -235,8 +235,8 @@ void load_weights(session<Backend>& s, const std::filesystem::path& file, const 
   detail::write_weights(s, targets, detail::match_weights(arrays, targets, options, ctx));
 }
 
-// Loads the variables `model` reads from `file`, declaring them in the session first (an
-// inference session of the forward graph alone); the checks are the other overload's.
+/// Loads the variables `model` reads from `file`, declaring them in the session first (an
+/// inference session of the forward graph alone); the checks are the other overload's.
 template <class Backend, expression Model>
 void load_weights(session<Backend>& s, const std::filesystem::path& file, const Model&,
                   const weights_options& options = {}) {

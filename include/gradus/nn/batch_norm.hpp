@@ -33,7 +33,7 @@ namespace gradus {
 namespace detail {
 template <class T>
 struct ema_rule {
-  T decay, gain;  // moving = decay * moving + gain * stat
+  T decay, gain;  ///< moving = decay * moving + gain * stat
   template <class V>
   GRADUS_HD void operator()(V& moving, const V& stat) const {
     moving = V(decay) * moving + V(gain) * stat;
@@ -41,8 +41,8 @@ struct ema_rule {
 };
 }  // namespace detail
 
-// moving <- decay * moving + (1 - decay) * stat (* n / (n - 1) if unbiased), where n is the
-// number of values per channel of `like`; the value is a scalar 0.
+/// moving <- decay * moving + (1 - decay) * stat (* n / (n - 1) if unbiased), where n is the
+/// number of values per channel of `like`; the value is a scalar 0.
 template <class Stat, class Moving, class Like>
 struct moving_average_node : expr_base {
   using value_type = value_t<Moving>;
@@ -85,10 +85,10 @@ struct batch_norm {
   variable<Name + "/beta", T, C> beta;
   variable<Name + "/moving_mean", T, C> moving_mean;
   variable<Name + "/moving_var", T, C> moving_var;
-  double decay = 0.9;  // TensorFlow's momentum; PyTorch's momentum 0.1 is 1 - decay
+  double decay = 0.9;  ///< TensorFlow's momentum; PyTorch's momentum 0.1 is 1 - decay
   double eps = 1e-5;
 
-  // Normalised by the batch's statistics; updates the moving averages when run.
+  /// Normalised by the batch's statistics; updates the moving averages when run.
   template <expression X>
   auto train(const X& x) const {
     check<X>();
@@ -98,7 +98,7 @@ struct batch_norm {
                      moving_average_node<decltype(var), decltype(moving_var), X>{{}, var, moving_var, x, decay, true};
     return (x - mu) * rsqrt(var + T(eps)) * per_channel<X>(gamma) + per_channel<X>(beta) + upd;
   }
-  // Normalised by the moving averages (evaluation, inference).
+  /// Normalised by the moving averages (evaluation, inference).
   template <expression X>
   auto eval(const X& x) const {
     check<X>();
@@ -122,7 +122,7 @@ struct batch_norm {
                   "gradus: nn::batch_norm: the input's axis 1 is not the layer's channel count");
     static_assert(std::is_same_v<value_t<X>, T>, "gradus: nn::batch_norm: the input's dtype is not the layer's");
   }
-  // The mean over every axis but 1, kept as [1, C] or [1, C, 1, 1].
+  /// The mean over every axis but 1, kept as [1, C] or [1, C, 1, 1].
   template <class X>
   static auto batch_mean(const X& x) {
     if constexpr (rank_v<X> == 2) return mean<0, true>(x);

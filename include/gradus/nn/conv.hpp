@@ -23,7 +23,7 @@ struct conv2d {
   variable<Name + "/w", T, Out, In, K, K> w;
   variable<Name + "/b", T, Out> b;
 
-  // x: [N, In, H, W] -> [N, Out, OH, OW]
+  /// x: [N, In, H, W] -> [N, Out, OH, OW]
   template <expression X>
   auto operator()(const X& x) const {
     return gradus::conv2d<Stride, Pad>(x, w) + reshape<1, Out, 1, 1>(b);

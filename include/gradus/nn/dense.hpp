@@ -23,11 +23,11 @@ struct dense {
   static_assert(In > 0 && Out > 0, "gradus: nn::dense: extents must be positive");
   variable<Name + "/w", T, In, Out> w;
   variable<Name + "/b", T, Out> b;
-  // its cost, for a pipeline's stage cut (parallel/pipeline/partition.hpp)
+  /// its cost, for a pipeline's stage cut (parallel/pipeline/partition.hpp)
   static constexpr index_t parameters = In * Out + Out;
   static constexpr index_t flops_per_row = 2 * In * Out;
 
-  // x: [..., In] -> [..., Out]
+  /// x: [..., In] -> [..., Out]
   template <expression X>
   auto operator()(const X& x) const {
     return matmul(x, w) + b;

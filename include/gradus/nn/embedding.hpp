@@ -27,7 +27,7 @@ struct embedding {
     if constexpr (Sparse) return embedding_lookup(table, idx);
     else return gather(table, idx);
   }
-  // N(0, 1), as PyTorch's nn.Embedding
+  /// N(0, 1), as PyTorch's nn.Embedding
   template <class Backend, class Init = init::normal>
   void initialize(session<Backend>& s, std::uint64_t seed, const Init& how = init::normal{0, 1}) const {
     gradus::initialize(s, table, how, seed);

@@ -64,7 +64,7 @@ inline fans fans_of(const dims& d) {
   return {static_cast<double>(d.d[1]) * rf, static_cast<double>(d.d[0]) * rf};
 }
 
-// A variable's own stream: splitmix64 of the seed mixed with the name's FNV-1a hash.
+/// A variable's own stream: splitmix64 of the seed mixed with the name's FNV-1a hash.
 inline std::uint64_t stream_seed(std::uint64_t seed, std::string_view name) {
   std::uint64_t h = 1469598103934665603ull;
   for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
@@ -77,10 +77,10 @@ inline std::uint64_t stream_seed(std::uint64_t seed, std::string_view name) {
 class generator {
  public:
   explicit generator(std::uint64_t seed) : e_(seed) {}
-  // uniform in [0, 1), 53 random bits
+  /// uniform in [0, 1), 53 random bits
   double unit() { return static_cast<double>(e_() >> 11) * 0x1.0p-53; }
   double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
-  // standard normal, Box-Muller (both values of a pair are used)
+  /// standard normal, Box-Muller (both values of a pair are used)
   double normal() {
     if (has_spare_) {
       has_spare_ = false;
@@ -150,7 +150,7 @@ std::vector<T> values(const I& how, const dims& d, std::uint64_t seed, std::stri
 }
 }  // namespace init
 
-// initialize(session, v, initializer, seed): give v its initial value.
+/// initialize(session, v, initializer, seed): give v its initial value.
 template <class Backend, fixed_string Name, class T, index_t... E, class I>
 void initialize(session<Backend>& s, const variable<Name, T, E...>& v, const I& how, std::uint64_t seed) {
   const dims d = static_dims<shape<E...>>();

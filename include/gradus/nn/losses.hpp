@@ -37,8 +37,8 @@ auto binary_cross_entropy_with_logits(const Z& z, const Y& y) {
   return mean(softplus(z) - y * z);
 }
 
-// The predicted class of each row of [N, C] scores (first maximum on ties). Scores and
-// labels below are any tensor_like: a run's result, an xt::xtensor, a tensor_view.
+/// The predicted class of each row of [N, C] scores (first maximum on ties). Scores and
+/// labels below are any tensor_like: a run's result, an xt::xtensor, a tensor_view.
 template <tensor_like S>
 std::vector<std::int32_t> predictions(const S& scores_in) {
   const auto scores = as_view(scores_in, "scores of predictions");
@@ -71,7 +71,7 @@ auto checked_labels(const char* what, index_t n, const L& labels_in, index_t cla
 }
 }  // namespace detail
 
-// Fraction of rows whose highest score is the label (0 for an empty batch).
+/// Fraction of rows whose highest score is the label (0 for an empty batch).
 template <tensor_like S, tensor_like L>
 double accuracy(const S& scores, const L& labels_in) {
   const auto p = predictions(scores);
@@ -83,7 +83,7 @@ double accuracy(const S& scores, const L& labels_in) {
   return static_cast<double>(hits) / static_cast<double>(n);
 }
 
-// counts[true_label * C + predicted], C x C, row-major; accumulates into `counts`.
+/// counts[true_label * C + predicted], C x C, row-major; accumulates into `counts`.
 template <tensor_like S, tensor_like L>
 void confusion_matrix(const S& scores, const L& labels_in, std::vector<std::int64_t>& counts) {
   const auto p = predictions(scores);

@@ -26,7 +26,7 @@ struct lstm {
   variable<Name + "/wh", T, Hidden, 4 * Hidden> wh;
   variable<Name + "/b", T, 4 * Hidden> b;
 
-  // xs: [T, B, In] -> hs [T, B, Hidden]
+  /// xs: [T, B, In] -> hs [T, B, Hidden]
   template <expression X>
   auto operator()(const X& xs) const {
     return gradus::lstm(xs, wx, wh, b);

@@ -37,12 +37,12 @@
 
 namespace gradus {
 
-// Ranks that disagree on their run (fingerprint) or on their replicas' contents.
+/// Ranks that disagree on their run (fingerprint) or on their replicas' contents.
 struct run_mismatch_error : error {
   using error::error;
-  std::string field;           // the first field that differs
-  int rank = -1;               // the lowest rank that differs from rank 0
-  std::string value, value0;   // its value there and on rank 0
+  std::string field;           ///< the first field that differs
+  int rank = -1;               ///< the lowest rank that differs from rank 0
+  std::string value, value0;   ///< its value there and on rank 0
 };
 
 }  // namespace gradus
@@ -57,7 +57,7 @@ struct run_field {
 
 namespace agree_detail {
 
-// name '\0' value '\0' ... (names and values hold no NUL: they are printable text)
+/// name '\0' value '\0' ... (names and values hold no NUL: they are printable text)
 inline std::vector<std::byte> pack(const std::vector<run_field>& fields) {
   std::vector<std::byte> out;
   const auto put = [&](std::string_view s) {
@@ -83,8 +83,8 @@ inline std::vector<run_field> unpack(std::span<const std::byte> bytes) {
   return out;
 }
 
-// Root's list to every rank: its length (a double holds every size below 2^53 exactly),
-// then its bytes.
+/// Root's list to every rank: its length (a double holds every size below 2^53 exactly),
+/// then its bytes.
 template <communicator Comm>
 std::vector<run_field> broadcast_fields(Comm& comm, const std::vector<run_field>& mine, int root) {
   std::vector<std::byte> bytes = comm.rank() == root ? pack(mine) : std::vector<std::byte>{};
@@ -95,8 +95,8 @@ std::vector<run_field> broadcast_fields(Comm& comm, const std::vector<run_field>
   return comm.rank() == root ? mine : unpack(bytes);
 }
 
-// 1 + the index of the first field where `a` and `b` differ (a missing field counts as
-// differing); 0 when they are equal.
+/// 1 + the index of the first field where `a` and `b` differ (a missing field counts as
+/// differing); 0 when they are equal.
 inline std::size_t first_difference(const std::vector<run_field>& a, const std::vector<run_field>& b) {
   const std::size_t n = std::min(a.size(), b.size());
   for (std::size_t i = 0; i < n; ++i)
@@ -106,9 +106,9 @@ inline std::size_t first_difference(const std::vector<run_field>& a, const std::
 
 }  // namespace agree_detail
 
-// Every rank must hold the same fields as rank 0; otherwise every rank throws
-// run_mismatch_error ("gradus: run fingerprint differs between ranks: rank 1 has
-// optimizer.lr = 0.1, rank 0 has optimizer.lr = 0.05 ..."). `what` names the check.
+/// Every rank must hold the same fields as rank 0; otherwise every rank throws
+/// run_mismatch_error ("gradus: run fingerprint differs between ranks: rank 1 has
+/// optimizer.lr = 0.1, rank 0 has optimizer.lr = 0.05 ..."). `what` names the check.
 template <communicator Comm>
 void agree(Comm& comm, std::string_view what, const std::vector<run_field>& fields) {
   const int world = comm.world_size(), me = comm.rank();
@@ -148,8 +148,8 @@ void agree(Comm& comm, std::string_view what, const std::vector<run_field>& fiel
   throw out;
 }
 
-// The session's tensors (variables and optimizer state) by name: "tensor w1" =
-// "float32 (784, 256)".
+/// The session's tensors (variables and optimizer state) by name: "tensor w1" =
+/// "float32 (784, 256)".
 template <class Session>
 std::vector<run_field> session_fields(const Session& s) {
   auto entries = s.entries();
@@ -160,7 +160,7 @@ std::vector<run_field> session_fields(const Session& s) {
   return out;
 }
 
-// The optimizer's name and hyper-parameters: "optimizer" = "adam", "optimizer.lr" = "0.001"...
+/// The optimizer's name and hyper-parameters: "optimizer" = "adam", "optimizer.lr" = "0.001"...
 template <class Opt>
 std::vector<run_field> optimizer_fields(const Opt& opt) {
   std::vector<run_field> out{{"optimizer", std::string(Opt::name)}};
@@ -169,7 +169,7 @@ std::vector<run_field> optimizer_fields(const Opt& opt) {
   return out;
 }
 
-// FNV-1a (64-bit) of each tensor's bytes, in hex, by name, and the global step.
+/// FNV-1a (64-bit) of each tensor's bytes, in hex, by name, and the global step.
 template <class Session>
 std::vector<run_field> replica_fields(Session& s) {
   auto entries = s.entries();

@@ -28,8 +28,8 @@ namespace gradus::parallel {
 
 class any_communicator {
   any_collectives coll_;
-  any_key_value_store store_;  // empty: the policy holds no variables
-  any_point_to_point p2p_;     // empty: the policy has no point-to-point
+  any_key_value_store store_;  ///< empty: the policy holds no variables
+  any_point_to_point p2p_;     ///< empty: the policy has no point-to-point
   any_communicator(any_collectives c, any_key_value_store s, any_point_to_point p)
       : coll_(std::move(c)), store_(std::move(s)), p2p_(std::move(p)) {}
 

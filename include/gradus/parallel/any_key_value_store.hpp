@@ -171,7 +171,7 @@ class any_key_value_store {
   void pull_rows(std::string_view key, std::span<T> table) {
     p_->pull_rows(key, table);
   }
-  // false, a throw, and a plain barrier where the store takes no restarted worker back
+  /// false, a throw, and a plain barrier where the store takes no restarted worker back
   bool restarted() { return p_->restarted(); }
   std::optional<std::int64_t> rejoin_job() { return p_->rejoin_job(); }
   std::vector<int> join_point() { return p_->join_point(); }

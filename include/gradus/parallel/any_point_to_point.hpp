@@ -44,7 +44,7 @@ class any_point_to_point {
   explicit any_point_to_point(std::shared_ptr<iface> p) : p_(std::move(p)) {}
 
  public:
-  any_point_to_point() = default;  // none (operator bool: false)
+  any_point_to_point() = default;  ///< none (operator bool: false)
   explicit operator bool() const { return p_ != nullptr; }
   template <point_to_point C, class... A>
   static any_point_to_point make(A&&... args) {

@@ -23,9 +23,9 @@
 namespace gradus::parallel {
 
 namespace detail {
-// f(span) over the n values of type T at p, a session's tensor: p itself where the backend's
-// memory is the host's; else a host copy (on the session's stream, bound by the caller),
-// copied back to p after f when write_back.
+/// f(span) over the n values of type T at p, a session's tensor: p itself where the backend's
+/// memory is the host's; else a host copy (on the session's stream, bound by the caller),
+/// copied back to p after f when write_back.
 template <class Backend, class T, class F>
 void with_host_span(T* p, std::size_t n, bool write_back, F&& f) {
   if constexpr (backend_host_memory<Backend>) {

@@ -76,54 +76,54 @@
 
 namespace gradus::cluster {
 
-// A host and a port, as written "host:port" or "[v6addr]:port".
+/// A host and a port, as written "host:port" or "[v6addr]:port".
 struct endpoint {
   std::string host;
   int port = 0;
-  // "host:port", with brackets around an IPv6 address
+  /// "host:port", with brackets around an IPv6 address
   std::string str() const {
     return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   }
 };
 
 struct spec {
-  int rank = 0;              // index in the worker world; -1 for ps and evaluator tasks
-  int world_size = 1;        // number of workers (the all-reduce world)
-  int local_rank = 0;        // index among this host's workers
-  int local_world_size = 1;  // workers on this host
+  int rank = 0;              ///< index in the worker world; -1 for ps and evaluator tasks
+  int world_size = 1;        ///< number of workers (the all-reduce world)
+  int local_rank = 0;        ///< index among this host's workers
+  int local_world_size = 1;  ///< workers on this host
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  // Where master_addr and master_port came from: a variable ("MASTER_ADDR", "MASTER_PORT",
-  // "GRADUS_MASTER_ADDR", "GRADUS_MASTER_PORT"), an entry ("TF_CONFIG cluster.chief[0]",
-  // "TF_CONFIG cluster.worker[0]", "GRADUS_CLUSTER workers[0]", "SLURM_JOB_NODELIST (first
-  // node)"), a rule ("29500 + SLURM_JOB_ID mod 10000") or "default 127.0.0.1" / "default 29500".
+  /// Where master_addr and master_port came from: a variable ("MASTER_ADDR", "MASTER_PORT",
+  /// "GRADUS_MASTER_ADDR", "GRADUS_MASTER_PORT"), an entry ("TF_CONFIG cluster.chief[0]",
+  /// "TF_CONFIG cluster.worker[0]", "GRADUS_CLUSTER workers[0]", "SLURM_JOB_NODELIST (first
+  /// node)"), a rule ("29500 + SLURM_JOB_ID mod 10000") or "default 127.0.0.1" / "default 29500".
   std::string master_addr_from = "default 127.0.0.1";
   std::string master_port_from = "default 29500";
-  // GRADUS_BIND_ADDR: the interface rank 0's rendezvous and every data socket listen on (an
-  // address, an interface name, or "*" for every one); empty: chosen from the rendezvous
-  // address (ring_options::bind_host).
+  /// GRADUS_BIND_ADDR: the interface rank 0's rendezvous and every data socket listen on (an
+  /// address, an interface name, or "*" for every one); empty: chosen from the rendezvous
+  /// address (ring_options::bind_host).
   std::string bind_addr;
-  std::vector<std::string> hosts;  // "host:port" per worker rank, where the format lists them
-                                   // (TF_CONFIG, GRADUS_CLUSTER); empty otherwise
-  std::vector<std::string> nodes;  // Slurm: the expanded node list (one per node, not per rank)
-  std::vector<std::string> ps;     // parameter-server tasks, "host:port"
+  std::vector<std::string> hosts;  ///< "host:port" per worker rank, where the format lists them
+                                   /// (TF_CONFIG, GRADUS_CLUSTER); empty otherwise
+  std::vector<std::string> nodes;  ///< Slurm: the expanded node list (one per node, not per rank)
+  std::vector<std::string> ps;     ///< parameter-server tasks, "host:port"
   std::string task_type = "worker";  // "chief", "worker", "ps" or "evaluator"
-  int task_index = 0;                // index within task_type
+  int task_index = 0;                ///< index within task_type
   std::string source = "default";    // "TF_CONFIG", "torchrun", "slurm", "openmpi", "gradus-json", "default"
-  // Which job this process belongs to, so that ranks of two jobs sent to one rendezvous port
-  // do not meet: GRADUS_JOB_ID (gradus-run sets one per job), else TORCHELASTIC_RUN_ID
-  // (torchrun's --rdzv-id), else SLURM_JOB_ID.SLURM_STEP_ID; empty when none is set (ranks
-  // started by hand: a second claim of a rank is then refused alone).
+  /// Which job this process belongs to, so that ranks of two jobs sent to one rendezvous port
+  /// do not meet: GRADUS_JOB_ID (gradus-run sets one per job), else TORCHELASTIC_RUN_ID
+  /// (torchrun's --rdzv-id), else SLURM_JOB_ID.SLURM_STEP_ID; empty when none is set (ranks
+  /// started by hand: a second claim of a rank is then refused alone).
   std::string job_id;
 
   bool is_worker() const { return task_type == "worker" || task_type == "chief"; }
   bool is_chief() const { return is_worker() && rank == 0; }
-  // Where the ranks meet: "tcp://master_addr:master_port".
+  /// Where the ranks meet: "tcp://master_addr:master_port".
   std::string rendezvous() const { return "tcp://" + endpoint{master_addr, master_port}.str(); }
-  // Where the rendezvous came from, for errors: "MASTER_ADDR=node1 and MASTER_PORT=29500
-  // (torchrun)", "TF_CONFIG cluster.worker[0] = localhost:12345", "node01 from
-  // SLURM_JOB_NODELIST (first node) and port 31234 from 29500 + SLURM_JOB_ID mod 10000
-  // (slurm)", "the default 127.0.0.1 and the default port 29500".
+  /// Where the rendezvous came from, for errors: "MASTER_ADDR=node1 and MASTER_PORT=29500
+  /// (torchrun)", "TF_CONFIG cluster.worker[0] = localhost:12345", "node01 from
+  /// SLURM_JOB_NODELIST (first node) and port 31234 from 29500 + SLURM_JOB_ID mod 10000
+  /// (slurm)", "the default 127.0.0.1 and the default port 29500".
   std::string rendezvous_origin() const {
     if (master_addr_from == master_port_from) return master_addr_from + " = " + endpoint{master_addr, master_port}.str();
     const auto is_variable = [](const std::string& from) {
@@ -139,8 +139,8 @@ struct spec {
   }
 };
 
-// Where from_env looks a variable up: the process environment, a map (tests), or any
-// function of the name.
+/// Where from_env looks a variable up: the process environment, a map (tests), or any
+/// function of the name.
 using env_lookup = std::function<std::optional<std::string>(const std::string&)>;
 
 namespace detail {
@@ -155,8 +155,8 @@ inline std::optional<long long> parse_integer(std::string_view s) {
   return v;
 }
 
-// An integer variable: nullopt when absent; an error when present and not an integer in
-// [lo, hi].
+/// An integer variable: nullopt when absent; an error when present and not an integer in
+/// [lo, hi].
 inline std::optional<long long> integer_var(const env_lookup& env, const std::string& name, long long lo, long long hi) {
   const auto text = env(name);
   if (!text) return std::nullopt;
@@ -168,7 +168,7 @@ inline std::optional<long long> integer_var(const env_lookup& env, const std::st
   return *v;
 }
 
-// The same as an int (hi must fit one; SLURM_JOB_ID, which need not, is read as a long long).
+/// The same as an int (hi must fit one; SLURM_JOB_ID, which need not, is read as a long long).
 inline std::optional<int> int_var(const env_lookup& env, const std::string& name, long long lo,
                                   long long hi = 1LL << 30) {
   const auto v = integer_var(env, name, lo, hi);
@@ -176,7 +176,7 @@ inline std::optional<int> int_var(const env_lookup& env, const std::string& name
   return static_cast<int>(*v);
 }
 
-// A host variable (MASTER_ADDR, GRADUS_MASTER_ADDR): nullopt when absent; an error when empty.
+/// A host variable (MASTER_ADDR, GRADUS_MASTER_ADDR): nullopt when absent; an error when empty.
 inline std::optional<std::string> host_var(const env_lookup& env, const std::string& name) {
   auto text = env(name);
   if (text && text->empty()) throw error(name + " is empty");
@@ -214,8 +214,8 @@ inline void check_ranks(spec& s, const std::string& rank_name, const std::string
                 std::to_string(s.local_world_size) + " (a local rank must be below the local world size)");
 }
 
-// local_rank / local_world_size from a per-rank host list (TF_CONFIG, gradus JSON): the
-// workers that share this worker's host.
+/// local_rank / local_world_size from a per-rank host list (TF_CONFIG, gradus JSON): the
+/// workers that share this worker's host.
 inline void locals_from_hosts(spec& s) {
   if (s.rank < 0 || s.hosts.empty()) return;
   const auto host_of = [](const std::string& hp) { return hp.substr(0, hp.rfind(':')); };
@@ -231,7 +231,7 @@ inline void locals_from_hosts(spec& s) {
 
 }  // namespace detail
 
-// "host:port" or "[v6addr]:port" -> endpoint; `what` names the field in the error.
+/// "host:port" or "[v6addr]:port" -> endpoint; `what` names the field in the error.
 inline endpoint parse_endpoint(std::string_view text, const std::string& what) {
   const auto bad = [&](const std::string& why) {
     return error(what + " = '" + std::string(text) + "' is not host:port (" + why + ")");
@@ -260,10 +260,10 @@ inline endpoint parse_endpoint(std::string_view text, const std::string& what) {
   return e;
 }
 
-// Slurm's compressed hostlist: "node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5.
-// Several bracket groups in one name expand to their product ("r[1-2]n[1-2]" -> r1n1 r1n2
-// r2n1 r2n2); a range keeps the zero padding of its first bound. `what` names the variable
-// in the error. At most 2^20 hosts and 2^24 bytes of names, checked before they are made.
+/// Slurm's compressed hostlist: "node[01-03,07],gpu5" -> node01 node02 node03 node07 gpu5.
+/// Several bracket groups in one name expand to their product ("r[1-2]n[1-2]" -> r1n1 r1n2
+/// r2n1 r2n2); a range keeps the zero padding of its first bound. `what` names the variable
+/// in the error. At most 2^20 hosts and 2^24 bytes of names, checked before they are made.
 inline std::vector<std::string> expand_hostlist(std::string_view list, const std::string& what = "hostlist") {
   constexpr std::size_t max_hosts = 1u << 20;  // bounds every loop below
   constexpr std::size_t max_bytes = std::size_t{1} << 24;  // and every string's growth
@@ -352,7 +352,7 @@ inline std::vector<std::string> expand_hostlist(std::string_view list, const std
   return hosts;
 }
 
-// Slurm's tasks-per-node list: "2(x3),1" -> 2 2 2 1.
+/// Slurm's tasks-per-node list: "2(x3),1" -> 2 2 2 1.
 inline std::vector<int> expand_tasks_per_node(std::string_view text, const std::string& what) {
   const auto bad = [&] { return error(what + " = '" + std::string(text) + "' is not a tasks-per-node list like 2(x3),1"); };
   std::vector<int> counts;
@@ -379,7 +379,7 @@ inline std::vector<int> expand_tasks_per_node(std::string_view text, const std::
 
 namespace detail {
 
-// A JSON value that must be an array of "host:port" strings; `field` names it in errors.
+/// A JSON value that must be an array of "host:port" strings; `field` names it in errors.
 inline std::vector<std::string> endpoint_list(const nlohmann::json& j, const std::string& var, const std::string& field) {
   if (!j.is_array()) throw error(var + ": " + field + " must be a list of \"host:port\" strings, not " + j.dump());
   std::vector<std::string> out;
@@ -404,7 +404,7 @@ inline nlohmann::json parse_json(const std::string& text, const std::string& var
   }
 }
 
-// A JSON index: an integer, or a string of digits (TF's Estimator accepted "1").
+/// A JSON index: an integer, or a string of digits (TF's Estimator accepted "1").
 inline int json_index(const nlohmann::json& j, const std::string& var, const std::string& field) {
   if (j.is_number_integer()) {
     const auto v = j.get<long long>();
@@ -418,7 +418,7 @@ inline int json_index(const nlohmann::json& j, const std::string& var, const std
   throw error(var + ": " + field + " = " + j.dump() + " is not a non-negative integer");
 }
 
-// The master is hosts[0], which the format calls `from` ("TF_CONFIG cluster.worker[0]").
+/// The master is hosts[0], which the format calls `from` ("TF_CONFIG cluster.worker[0]").
 inline void master_from_first(spec& s, const std::string& from) {
   const auto e = parse_endpoint(s.hosts.front(), s.source);
   s.master_addr = e.host;
@@ -426,7 +426,7 @@ inline void master_from_first(spec& s, const std::string& from) {
   s.master_addr_from = s.master_port_from = from;
 }
 
-// nullopt: a TF_CONFIG that says nothing (no cluster, no task), which counts as absent.
+/// nullopt: a TF_CONFIG that says nothing (no cluster, no task), which counts as absent.
 inline std::optional<spec> from_tf_config(const std::string& text) {
   const std::string var = "TF_CONFIG";
   const auto j = parse_json(text, var);
@@ -689,8 +689,8 @@ inline void ps_from_env(spec& s, const env_lookup& env) {
 
 }  // namespace detail
 
-// The cluster this process belongs to, from `env` (see the top of this file for the
-// formats and their order).
+/// The cluster this process belongs to, from `env` (see the top of this file for the
+/// formats and their order).
 inline spec from_env(const env_lookup& env) {
   const auto present = [&](const char* name) {
     const auto v = env(name);
@@ -724,7 +724,7 @@ inline spec from_env(const env_lookup& env) {
   return s;
 }
 
-// From a map of variables (tests, or a spec assembled by hand).
+/// From a map of variables (tests, or a spec assembled by hand).
 inline spec from_env(const std::map<std::string, std::string>& vars) {
   return from_env(env_lookup([&vars](const std::string& name) -> std::optional<std::string> {
     const auto it = vars.find(name);
@@ -733,7 +733,7 @@ inline spec from_env(const std::map<std::string, std::string>& vars) {
   }));
 }
 
-// From the process environment.
+/// From the process environment.
 inline spec from_env() {
   return from_env(env_lookup([](const std::string& name) -> std::optional<std::string> {
     const char* v = std::getenv(name.c_str());

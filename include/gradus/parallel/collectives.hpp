@@ -38,8 +38,8 @@ concept collectives = requires(C& c, std::span<float> f, std::span<double> d, st
   c.barrier();
 };
 
-// Collectives that make sub-groups: split(color, key) returns the collectives of this
-// rank's group (color >= 0; MPI's MPI_UNDEFINED has no counterpart: every rank joins one).
+/// Collectives that make sub-groups: split(color, key) returns the collectives of this
+/// rank's group (color >= 0; MPI's MPI_UNDEFINED has no counterpart: every rank joins one).
 template <class C>
 concept splittable = collectives<C> && requires(C& c, int color, int key) {
   { c.split(color, key) } -> collectives;

@@ -14,8 +14,8 @@
 
 namespace gradus::parallel {
 
-// One background thread running queued tasks in order. After a task throws, the rest of
-// the queue is dropped (its collectives could only fail or hang) and wait() rethrows.
+/// One background thread running queued tasks in order. After a task throws, the rest of
+/// the queue is dropped (its collectives could only fail or hang) and wait() rethrows.
 class comm_worker {
  public:
   comm_worker() : thread_([this] { loop(); }) {}
@@ -37,7 +37,7 @@ class comm_worker {
     }
     cv_.notify_all();
   }
-  // Blocks until every submitted task has run; rethrows the first failure (once).
+  /// Blocks until every submitted task has run; rethrows the first failure (once).
   void wait() {
     std::unique_lock lk(m_);
     idle_cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
@@ -46,7 +46,7 @@ class comm_worker {
       std::rethrow_exception(e);
     }
   }
-  // wait(), adding the time it blocked to `seconds` (comm_stats::wait_seconds) when it returns.
+  /// wait(), adding the time it blocked to `seconds` (comm_stats::wait_seconds) when it returns.
   void wait(double& seconds) {
     const auto t0 = std::chrono::steady_clock::now();
     wait();
@@ -84,7 +84,7 @@ class comm_worker {
   std::deque<std::function<void()>> queue_;
   std::exception_ptr failed_;
   bool busy_ = false, stop_ = false;
-  std::thread thread_;  // last: starts after the state above exists
+  std::thread thread_;  ///< last: starts after the state above exists
 };
 
 }  // namespace gradus::parallel

@@ -31,13 +31,13 @@ namespace gradus::parallel {
 template <class C>
 concept communicator = collectives<C>;
 
-// A communicator that holds the variables itself — a parameter server: collectives for the
-// workers' agreement and barriers, a key-value store for the variables.
+/// A communicator that holds the variables itself — a parameter server: collectives for the
+/// workers' agreement and barriers, a key-value store for the variables.
 template <class C>
 concept parameter_server_policy = communicator<C> && key_value_store<C>;
 
-// Whether c holds the variables (a parameter server) at run time: any_communicator answers
-// for the policy it wraps.
+/// Whether c holds the variables (a parameter server) at run time: any_communicator answers
+/// for the policy it wraps.
 template <class C>
 bool holds_variables(C& c) {
   return key_value_store_of(c) != nullptr;
@@ -45,12 +45,12 @@ bool holds_variables(C& c) {
 
 static_assert(communicator<local>);
 static_assert(communicator<any_communicator>);
-static_assert(!parameter_server_policy<any_communicator>);  // its store is any_communicator::store()
+static_assert(!parameter_server_policy<any_communicator>);  ///< its store is any_communicator::store()
 
 }  // namespace gradus::parallel
 
 namespace gradus {
-// gradus::dist: the old name of gradus::parallel (include/gradus/dist/ until 0.1), kept for
-// one release.
+/// gradus::dist: the old name of gradus::parallel (include/gradus/dist/ until 0.1), kept for
+/// one release.
 namespace dist = parallel;
 }  // namespace gradus

@@ -60,30 +60,30 @@
 
 namespace gradus::parallel {
 
-// A lost worker's restart that arrived after the job ended (data_parallel_step, over a
-// parameter server): nothing is left to train; a program exits successfully.
+/// A lost worker's restart that arrived after the job ended (data_parallel_step, over a
+/// parameter server): nothing is left to train; a program exits successfully.
 struct job_finished : error {
   using error::error;
 };
 
 struct data_parallel_options {
-  std::size_t bucket_bytes = default_bucket_bytes;  // 25 MiB, as PyTorch DDP's bucket_cap_mb
-  bool overlap = true;  // false: reduce every bucket after the backward pass, on the caller's thread's turn
-  // Compare the replicas' contents (check_replicas()) after every this many steps; 0: only
-  // when the program calls check_replicas() (the examples do at the end of training).
+  std::size_t bucket_bytes = default_bucket_bytes;  ///< 25 MiB, as PyTorch DDP's bucket_cap_mb
+  bool overlap = true;  ///< false: reduce every bucket after the backward pass, on the caller's thread's turn
+  /// Compare the replicas' contents (check_replicas()) after every this many steps; 0: only
+  /// when the program calls check_replicas() (the examples do at the end of training).
   std::int64_t check_replicas_every = 0;
 };
 
-// Cumulative over the runs so far.
+/// Cumulative over the runs so far.
 struct comm_stats {
-  double wait_seconds = 0;    // the training thread blocked on collectives after its backward pass
-  double reduce_seconds = 0;  // inside the communicator's collectives (background thread)
+  double wait_seconds = 0;    ///< the training thread blocked on collectives after its backward pass
+  double reduce_seconds = 0;  ///< inside the communicator's collectives (background thread)
   std::int64_t steps = 0;
   std::int64_t collectives = 0;
-  std::int64_t bytes = 0;  // gradient bytes all-reduced by this rank
+  std::int64_t bytes = 0;  ///< gradient bytes all-reduced by this rank
 };
 
-// A train_step (train/train_step.hpp) run data-parallel over a communicator.
+/// A train_step (train/train_step.hpp) run data-parallel over a communicator.
 template <communicator Comm, class Step>
 class data_parallel_step {
   using store_type = key_value_store_t<Comm>;
@@ -102,9 +102,9 @@ class data_parallel_step {
     if (comm_.world_size() > 1 && !ps_.moves_rows()) step_.set_sparse_as_dense(true);
   }
 
-  // One synchronous training step on this rank's batch: the loss of that batch (before
-  // the update). The first run broadcasts rank 0's variables and optimizer state first
-  // (or, over a parameter server, offers them and pulls the servers' values).
+  /// One synchronous training step on this rank's batch: the loss of that batch (before
+  /// the update). The first run broadcasts rank 0's variables and optimizer state first
+  /// (or, over a parameter server, offers them and pulls the servers' values).
   template <class... Feeds>
   loss_type run(const Feeds&... feeds) {
     const auto bound = step_.owner().bind();  // copies on the session's stream (a GPU's)
@@ -156,9 +156,9 @@ class data_parallel_step {
     return l;
   }
 
-  // Rank 0's variables, optimizer state and global step to every rank (run() does it
-  // before its first step; call it again after restoring a checkpoint on rank 0 only). The
-  // first call compares the run fingerprint first.
+  /// Rank 0's variables, optimizer state and global step to every rank (run() does it
+  /// before its first step; call it again after restoring a checkpoint on rank 0 only). The
+  /// first call compares the run fingerprint first.
   void broadcast_variables() {
     if (ps_.restarted()) return start_store();  // a lost worker's restart: the servers' state, at the others' step
     check_run_fingerprint();
@@ -166,39 +166,39 @@ class data_parallel_step {
     synced_ = true;
   }
 
-  // A parameter server: the servers' variables and optimizer state into this worker's
-  // session (between two barriers, so that no worker pushes meanwhile: one consistent
-  // step), so that save_checkpoint writes what the servers hold. Every worker calls it at
-  // the same step; elsewhere it does nothing.
-  //
-  // Its second barrier is a join point: a lost worker's restart waiting to rejoin comes back
-  // there (async and ssp parameter servers), and every worker then compares the run
-  // fingerprint with it, as the newcomer does first.
+  /// A parameter server: the servers' variables and optimizer state into this worker's
+  /// session (between two barriers, so that no worker pushes meanwhile: one consistent
+  /// step), so that save_checkpoint writes what the servers hold. Every worker calls it at
+  /// the same step; elsewhere it does nothing.
+  ///
+  /// Its second barrier is a join point: a lost worker's restart waiting to rejoin comes back
+  /// there (async and ssp parameter servers), and every worker then compares the run
+  /// fingerprint with it, as the newcomer does first.
   void pull_state() {
     if (!ps_.pull_state().empty()) {
       fingerprint_checked_ = false;
       check_run_fingerprint();
     }
   }
-  // Whether this process took the place of a worker the job lost (a parameter server's
-  // restart, taken back at the others' step: the global step says which, and its epoch loop
-  // starts there instead of where a checkpoint says).
+  /// Whether this process took the place of a worker the job lost (a parameter server's
+  /// restart, taken back at the others' step: the global step says which, and its epoch loop
+  /// starts there instead of where a checkpoint says).
   bool rejoined() const { return rejoined_; }
 
-  // A parameter server: every worker waits for the others (a barrier), then pulls the
-  // variables, so that all replicas hold the servers' final values (in async and SSP modes
-  // they differ until then). Call it on every worker after the last step.
+  /// A parameter server: every worker waits for the others (a barrier), then pulls the
+  /// variables, so that all replicas hold the servers' final values (in async and SSP modes
+  /// they differ until then). Call it on every worker after the last step.
   void pull_variables() { ps_.pull_variables(); }
 
-  // Fields every rank must agree on besides those the step knows (the graph's tensors, the
-  // optimizer, the world size): {{"batch_size", "64"}, {"epochs", "3"}, {"data_seed", "1"}}.
-  // Set before the first run.
+  /// Fields every rank must agree on besides those the step knows (the graph's tensors, the
+  /// optimizer, the world size): {{"batch_size", "64"}, {"epochs", "3"}, {"data_seed", "1"}}.
+  /// Set before the first run.
   void set_run_fingerprint(std::vector<run_field> fields) {
     if (fingerprint_checked_)
       throw error("gradus: data_parallel: set_run_fingerprint after the first run (the ranks already compared it)");
     extra_fields_ = std::move(fields);
   }
-  // What the ranks compare before their first collective.
+  /// What the ranks compare before their first collective.
   std::vector<run_field> run_fingerprint() const {
     std::vector<run_field> f{{"world_size", std::to_string(comm_.world_size())}};
     f.insert(f.end(), optimizer_fields_.begin(), optimizer_fields_.end());
@@ -206,29 +206,29 @@ class data_parallel_step {
     for (auto& t : session_fields(step_.owner())) f.push_back(std::move(t));
     return f;
   }
-  // Compares the fingerprint now (once; broadcast_variables and run() call it).
+  /// Compares the fingerprint now (once; broadcast_variables and run() call it).
   void check_run_fingerprint() {
     if (fingerprint_checked_) return;
     on_worker([this] { parallel::agree(comm_, "run fingerprint", run_fingerprint()); });
     fingerprint_checked_ = true;
   }
-  // Every rank's variables and optimizer state must hold the same bits as rank 0's: throws
-  // run_mismatch_error on every rank naming the first tensor that differs and the ranks.
-  // A collective: every rank calls it at the same step.
+  /// Every rank's variables and optimizer state must hold the same bits as rank 0's: throws
+  /// run_mismatch_error on every rank naming the first tensor that differs and the ranks.
+  /// A collective: every rank calls it at the same step.
   void check_replicas() {
     on_worker([this] { parallel::agree(comm_, "replica check", replica_fields(step_.owner())); });
   }
 
   data_parallel_step(const data_parallel_step&) = delete;
   data_parallel_step& operator=(const data_parallel_step&) = delete;
-  // A communicator reads no buffer of a collective that has returned or thrown (the ring
-  // closes its sending socket on failure and waits for ZeroMQ to let go), so the buckets
-  // are freed with the step even after a failure, once the device has read them
-  // (gradient_buckets waits for that; the worker's thread, the last member, stops first).
+  /// A communicator reads no buffer of a collective that has returned or thrown (the ring
+  /// closes its sending socket on failure and waits for ZeroMQ to let go), so the buckets
+  /// are freed with the step even after a failure, once the device has read them
+  /// (gradient_buckets waits for that; the worker's thread, the last member, stops first).
   ~data_parallel_step() = default;
 
   const comm_stats& stats() const { return stats_; }
-  // The last run's gradients, averaged over the world (what the optimizer applied).
+  /// The last run's gradients, averaged over the world (what the optimizer applied).
   std::span<gradient_buffer> gradients() { return step_.gradients(); }
   std::size_t bucket_count() const { return buckets_.size(); }
   Step& local_step() { return step_; }
@@ -253,10 +253,10 @@ class data_parallel_step {
     }
   }
 
-  // The first step over a key-value store: the optimizer, the variables and the step offered,
-  // the servers' values pulled. A lost worker's restart instead waits for the others' next
-  // join point, compares the run fingerprint with them (they do at once after the join
-  // point: pull_state), then takes the servers' whole state at their step.
+  /// The first step over a key-value store: the optimizer, the variables and the step offered,
+  /// the servers' values pulled. A lost worker's restart instead waits for the others' next
+  /// join point, compares the run fingerprint with them (they do at once after the join
+  /// point: pull_state), then takes the servers' whole state at their step.
   void start_store() {
     if (ps_.restarted()) {
       const auto at = ps_.rejoin();
@@ -275,14 +275,14 @@ class data_parallel_step {
     synced_ = true;
   }
 
-  // f() on the communicator's thread, waited for; its failure is rethrown here.
+  /// f() on the communicator's thread, waited for; its failure is rethrown here.
   template <class F>
   void on_worker(F&& f) {
     worker_.submit(std::forward<F>(f));
     worker_.wait();
   }
 
-  // On the background thread: bucket k averaged over the world.
+  /// On the background thread: bucket k averaged over the world.
   void average(std::size_t k) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = buckets_.average(comm_, k);
@@ -298,16 +298,16 @@ class data_parallel_step {
   Step step_;
   std::mutex stats_m_;
   comm_stats stats_;
-  gradient_buckets<Step> buckets_;  // finishing by the collectives
-  ps_type ps_;                      // finishing by a key-value store
+  gradient_buckets<Step> buckets_;  ///< finishing by the collectives
+  ps_type ps_;                      ///< finishing by a key-value store
   std::vector<run_field> optimizer_fields_, extra_fields_;
   bool fingerprint_checked_ = false;
   bool synced_ = false;
   bool rejoined_ = false;
-  comm_worker worker_;  // last: its thread stops before the buckets it reads go away
+  comm_worker worker_;  ///< last: its thread stops before the buckets it reads go away
 };
 
-// minimize(comm, session, loss, optimizer[, variables...]): a data-parallel training step.
+/// minimize(comm, session, loss, optimizer[, variables...]): a data-parallel training step.
 template <communicator Comm, class Backend, class Opt, expression Loss, class... Vs>
 auto minimize(Comm& comm, session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs) {
   if constexpr (sizeof...(Vs) > 0) {

@@ -8,11 +8,11 @@
 
 namespace gradus::parallel {
 
-// What allreduce_sum and allreduce_average reduce.
+/// What allreduce_sum and allreduce_average reduce.
 template <class T>
 concept collective_element = std::same_as<T, float> || std::same_as<T, double>;
 
-// What broadcast also carries: raw bytes.
+/// What broadcast also carries: raw bytes.
 template <class T>
 concept broadcast_element = collective_element<T> || std::same_as<T, std::byte>;
 

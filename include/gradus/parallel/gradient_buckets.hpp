@@ -25,7 +25,7 @@
 
 namespace gradus::parallel {
 
-// The default bucket size: as PyTorch DDP's bucket_cap_mb = 25.
+/// The default bucket size: as PyTorch DDP's bucket_cap_mb = 25.
 inline constexpr std::size_t default_bucket_bytes = std::size_t{25} << 20;
 
 template <class Step>
@@ -36,19 +36,19 @@ class gradient_buckets {
   explicit gradient_buckets(std::size_t bucket_bytes) { plan(bucket_bytes); }
   gradient_buckets(const gradient_buckets&) = delete;
   gradient_buckets& operator=(const gradient_buckets&) = delete;
-  // The last upload's copies read the buckets: they must have been done.
+  /// The last upload's copies read the buckets: they must have been done.
   ~gradient_buckets() { uploaded_.wait(); }
 
   std::size_t size() const { return buckets_.size(); }
-  // Before a backward pass: every bucket waits for all of its gradients.
+  /// Before a backward pass: every bucket waits for all of its gradients.
   void begin_step() {
     for (auto& b : buckets_) b.pending = b.members.size();
     next_ = 0;
   }
-  // Buckets handed on so far this step (all of them once every gradient arrived).
+  /// Buckets handed on so far this step (all of them once every gradient arrived).
   std::size_t filled() const { return next_; }
 
-  // Gradient i is final: into its bucket; full(k) for each bucket now complete, in order.
+  /// Gradient i is final: into its bucket; full(k) for each bucket now complete, in order.
   template <class Gradient, class Full>
   void arrived(std::size_t i, const Gradient& g, Full&& full) {
     auto& b = buckets_[bucket_of_[i]];
@@ -62,8 +62,8 @@ class gradient_buckets {
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) full(next_++);
   }
 
-  // On the communicator's thread: bucket k averaged over the world, once its gradients'
-  // copies out of the device are done. Returns its bytes.
+  /// On the communicator's thread: bucket k averaged over the world, once its gradients'
+  /// copies out of the device are done. Returns its bytes.
   template <class Comm>
   std::size_t average(Comm& comm, std::size_t k) {
     auto& b = buckets_[k];
@@ -75,9 +75,9 @@ class gradient_buckets {
     return b.data.size();
   }
 
-  // The averaged gradients back where the optimizer reads them (queued on the session's
-  // stream: the next step's copies into the buckets come after these on the same stream,
-  // and its averages after those).
+  /// The averaged gradients back where the optimizer reads them (queued on the session's
+  /// stream: the next step's copies into the buckets come after these on the same stream,
+  /// and its averages after those).
   template <class Gradients>
   void upload(Gradients&& grads) {
     for (const auto& b : buckets_)
@@ -95,8 +95,8 @@ class gradient_buckets {
     std::string_view dtype;
     std::vector<member> members;
     std::size_t bytes = 0;
-    host_buffer<backend> data;     // host memory the communicator averages in place (pinned on a GPU)
-    backend_event<backend> ready;  // after the copies of its gradients out of the device
+    host_buffer<backend> data;     ///< host memory the communicator averages in place (pinned on a GPU)
+    backend_event<backend> ready;  ///< after the copies of its gradients out of the device
     std::size_t pending = 0;
   };
 
@@ -126,7 +126,7 @@ class gradient_buckets {
   std::vector<bucket> buckets_;
   std::vector<std::size_t> bucket_of_;
   std::size_t next_ = 0;
-  backend_event<backend> uploaded_;  // after the last upload's copies to the device
+  backend_event<backend> uploaded_;  ///< after the last upload's copies to the device
 };
 
 }  // namespace gradus::parallel

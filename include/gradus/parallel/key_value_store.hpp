@@ -48,9 +48,9 @@ concept key_value_store = requires(C& c, std::string_view key, std::span<const f
   c.pull(key, wd);
 };
 
-// A store that moves sparse rows: set_rows(key, row_elements) declares a table, push_rows
-// sends a gradient's rows (sorted, unique) and their values, pull_rows refreshes the rows
-// that changed.
+/// A store that moves sparse rows: set_rows(key, row_elements) declares a table, push_rows
+/// sends a gradient's rows (sorted, unique) and their values, pull_rows refreshes the rows
+/// that changed.
 template <class C>
 concept row_store = requires(C& c, std::string_view key, std::span<const std::int64_t> rows, std::span<const float> v,
                              std::span<float> t) {
@@ -59,11 +59,11 @@ concept row_store = requires(C& c, std::string_view key, std::span<const std::in
   c.pull_rows(key, t);
 };
 
-// A store that takes a lost worker's restart back: restarted() says this process is one
-// (it skips the start-up collectives the others ran), rejoin_job() waits for the workers'
-// next join point and returns the step to go on from (nothing: the job ended first), and
-// join_point() is the barrier where the others take it back (returning the ranks that came
-// back: every worker then compares the run fingerprint with them).
+/// A store that takes a lost worker's restart back: restarted() says this process is one
+/// (it skips the start-up collectives the others ran), rejoin_job() waits for the workers'
+/// next join point and returns the step to go on from (nothing: the job ended first), and
+/// join_point() is the barrier where the others take it back (returning the ranks that came
+/// back: every worker then compares the run fingerprint with them).
 template <class C>
 concept rejoin_store = requires(C& c) {
   { c.restarted() } -> std::convertible_to<bool>;
@@ -71,9 +71,9 @@ concept rejoin_store = requires(C& c) {
   { c.join_point() } -> std::same_as<std::vector<int>>;
 };
 
-// The store a communicator offers (what the data-parallel step pushes to): the communicator
-// itself where it is one (a parameter server), the one an any_communicator holds at run time
-// (nullptr when it holds none), or none at all (a no_store pointer, always null).
+/// The store a communicator offers (what the data-parallel step pushes to): the communicator
+/// itself where it is one (a parameter server), the one an any_communicator holds at run time
+/// (nullptr when it holds none), or none at all (a no_store pointer, always null).
 struct no_store {};
 
 template <class C>

@@ -30,7 +30,7 @@ struct local {
     if (root != 0) throw error("gradus: local communicator: broadcast from rank " + std::to_string(root) + " of a world of 1");
   }
   void barrier() {}
-  // Every color is this rank's own group of one.
+  /// Every color is this rank's own group of one.
   local split(int color, int) const {
     if (color < 0) throw error("gradus: local communicator: split with color " + std::to_string(color) + " (colors are >= 0)");
     return {};
@@ -54,7 +54,7 @@ struct local {
   }
 
  private:
-  std::deque<std::vector<std::byte>> sent_;  // messages to itself, oldest first
+  std::deque<std::vector<std::byte>> sent_;  ///< messages to itself, oldest first
 };
 static_assert(collectives<local>);
 static_assert(splittable<local>);

@@ -45,8 +45,8 @@ class ps_worker {
   static constexpr std::size_t n = Step::variable_count;
 
  public:
-  // store: nullptr when the communicator holds no variables at run time (then only
-  // active() and moves_rows() are asked). wait_seconds: where pulls add their wait.
+  /// store: nullptr when the communicator holds no variables at run time (then only
+  /// active() and moves_rows() are asked). wait_seconds: where pulls add their wait.
   ps_worker(Store* store, Comm& comm, Step& step, comm_worker& worker, double& wait_seconds,
             std::vector<std::string> slot_names)
       : store_(store), comm_(comm), step_(step), worker_(worker), wait_seconds_(wait_seconds),
@@ -57,9 +57,9 @@ class ps_worker {
   bool active() const { return store_ != nullptr; }
   bool started() const { return on_server_; }
 
-  // optimizer_fields: {"optimizer", name} then {"optimizer.<setting>", value}...
-  // whole_state: take the servers' optimizer state with the variables (a restart that rejoins:
-  // its session then holds what the others' last pull_state gave them).
+  /// optimizer_fields: {"optimizer", name} then {"optimizer.<setting>", value}...
+  /// whole_state: take the servers' optimizer state with the variables (a restart that rejoins:
+  /// its session then holds what the others' last pull_state gave them).
   void start(const std::vector<run_field>& optimizer_fields, bool whole_state = false) {
     auto& s = step_.owner();
     const auto& names = Step::variable_names();
@@ -96,9 +96,9 @@ class ps_worker {
     on_server_ = true;
   }
 
-  // Whether this process takes the place of a worker the job lost (rejoin_store: a parameter
-  // server in async or ssp); rejoin() then waits for the workers' next join point and
-  // returns the step to go on from, or nothing when the job ended first.
+  /// Whether this process takes the place of a worker the job lost (rejoin_store: a parameter
+  /// server in async or ssp); rejoin() then waits for the workers' next join point and
+  /// returns the step to go on from, or nothing when the job ended first.
   bool restarted() {
     if constexpr (requires { store_->restarted(); }) return active() && store_->restarted();
     else return false;
@@ -109,7 +109,7 @@ class ps_worker {
     return at;
   }
 
-  // Before the backward pass: this step's learning rate to a store that applies it.
+  /// Before the backward pass: this step's learning rate to a store that applies it.
   void begin_step() {
     if constexpr (requires { store_->set_learning_rate(1.0); }) {
       const double lr = step_.learning_rate();
@@ -117,7 +117,7 @@ class ps_worker {
     }
   }
 
-  // Gradient i is final (called from the backward pass): pushed on the communicator's thread.
+  /// Gradient i is final (called from the backward pass): pushed on the communicator's thread.
   void arrived(std::size_t i, const gradient_buffer& g) {
     if (g.sparse()) {
       push_rows(i, g);
@@ -138,10 +138,10 @@ class ps_worker {
     s.set_global_step(s.global_step() + 1);
   }
 
-  // The servers' variables and optimizer state into this worker's session, between two
-  // barriers (data_parallel_step::pull_state); the second is a join point where the store
-  // has them (every worker at one step, no collective in flight: a lost worker's restart
-  // comes back there). Returns the ranks that came back.
+  /// The servers' variables and optimizer state into this worker's session, between two
+  /// barriers (data_parallel_step::pull_state); the second is a join point where the store
+  /// has them (every worker at one step, no collective in flight: a lost worker's restart
+  /// comes back there). Returns the ranks that came back.
   std::vector<int> pull_state() {
     if (!active() || !on_server_) return {};
     const auto bound = step_.owner().bind();
@@ -156,8 +156,8 @@ class ps_worker {
     return back;
   }
 
-  // Every worker waits for the others (a barrier), then pulls the variables
-  // (data_parallel_step::pull_variables).
+  /// Every worker waits for the others (a barrier), then pulls the variables
+  /// (data_parallel_step::pull_variables).
   void pull_variables() {
     if (!active() || !on_server_) return;
     const auto bound = step_.owner().bind();
@@ -165,8 +165,8 @@ class ps_worker {
     pull_all();
   }
 
-  // Whether the store moves sparse rows (push_rows, pull_rows): an embedding's gradient
-  // then goes as its rows and indices only.
+  /// Whether the store moves sparse rows (push_rows, pull_rows): an embedding's gradient
+  /// then goes as its rows and indices only.
   bool moves_rows() {
     if (!active()) return false;
     if constexpr (requires { store_->has_rows(); }) return store_->has_rows();
@@ -183,7 +183,7 @@ class ps_worker {
   static std::span<const T> as_const(std::span<T> x) {
     return {x.data(), x.size()};
   }
-  // f(span of the host copy of variable i / of its gradient), typed by the variable's dtype
+  /// f(span of the host copy of variable i / of its gradient), typed by the variable's dtype
   template <class F>
   void with_span(std::size_t i, F&& f) {
     typed_at(i, host_[i], f);
@@ -219,7 +219,7 @@ class ps_worker {
       grad_host_[i].resize(bytes);
     }
   }
-  // A sparse-row gradient (rows, sorted and unique; their values) to the servers.
+  /// A sparse-row gradient (rows, sorted and unique; their values) to the servers.
   void push_rows(std::size_t i, const gradient_buffer& g) {
     if constexpr (row_store<Store>) {
       if (!moves_rows()) throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
@@ -236,8 +236,8 @@ class ps_worker {
       throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
     }
   }
-  // Every variable and its optimizer state from the store into the host copies (on the
-  // communicator's thread).
+  /// Every variable and its optimizer state from the store into the host copies (on the
+  /// communicator's thread).
   void snapshot_on_worker() {
     const auto& names = Step::variable_names();
     for (std::size_t i = 0; i < n; ++i)
@@ -278,24 +278,24 @@ class ps_worker {
   }
 
   Store* store_;
-  Comm& comm_;  // the workers' barriers (pull_state, pull_variables)
+  Comm& comm_;  ///< the workers' barriers (pull_state, pull_variables)
   Step& step_;
   comm_worker& worker_;
   double& wait_seconds_;
   bool on_server_ = false;
-  std::vector<std::string> slot_names_;  // the optimizer's state tensors: "<variable>/<slot>" in the session
-  // each variable's storage, its host copy and its gradient's
+  std::vector<std::string> slot_names_;  ///< the optimizer's state tensors: "<variable>/<slot>" in the session
+  /// each variable's storage, its host copy and its gradient's
   std::array<void*, n> storage_{};
   std::array<std::vector<std::byte>, n> host_{};
-  std::array<host_buffer<backend>, n> grad_host_{};       // pinned on a GPU: pushed from there
-  std::array<backend_event<backend>, n> grad_ready_{};  // after each one's copy out of the device
-  std::array<std::vector<std::int64_t>, n> rows_host_{};  // a sparse gradient's rows
+  std::array<host_buffer<backend>, n> grad_host_{};       ///< pinned on a GPU: pushed from there
+  std::array<backend_event<backend>, n> grad_ready_{};  ///< after each one's copy out of the device
+  std::array<std::vector<std::int64_t>, n> rows_host_{};  ///< a sparse gradient's rows
   std::array<std::vector<void*>, n> slot_storage_{};
-  std::array<std::vector<std::vector<std::byte>>, n> slot_host_{};  // the optimizer's state, offered and snapshotted
+  std::array<std::vector<std::vector<std::byte>>, n> slot_host_{};  ///< the optimizer's state, offered and snapshotted
 };
 
-// The data-parallel step's stand-in where the communicator can hold no variables: never
-// active, so the step's store branches fold away at compile time.
+/// The data-parallel step's stand-in where the communicator can hold no variables: never
+/// active, so the step's store branches fold away at compile time.
 struct no_ps_worker {
   static constexpr bool active() { return false; }
   static constexpr bool started() { return false; }

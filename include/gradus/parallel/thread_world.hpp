@@ -39,18 +39,18 @@ struct thread_boxes {
   std::chrono::milliseconds timeout;
   std::mutex m;
   std::condition_variable cv;
-  std::map<std::tuple<int, int, int>, std::deque<std::vector<std::byte>>> boxes;  // (channel, from, to)
-  int failed = -1;  // the world rank that aborted, if one did
+  std::map<std::tuple<int, int, int>, std::deque<std::vector<std::byte>>> boxes;  ///< (channel, from, to)
+  int failed = -1;  ///< the world rank that aborted, if one did
   std::string why;
 };
 }  // namespace detail
 
 class thread_world {
  public:
-  // World rank `rank` of `members.size()`; members are world ranks, channel tells groups apart.
+  /// World rank `rank` of `members.size()`; members are world ranks, channel tells groups apart.
   thread_world(std::shared_ptr<detail::thread_boxes> b, std::vector<int> members, int me, int channel)
       : b_(std::move(b)), members_(std::move(members)), me_(me), channel_(channel) {}
-  // n ranks, one communicator each (rank k's is [k]), every wait bounded by timeout.
+  /// n ranks, one communicator each (rank k's is [k]), every wait bounded by timeout.
   static std::vector<thread_world> world(int n, std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
     if (n < 1) throw error("gradus: thread_world: " + std::to_string(n) + " ranks (at least 1)");
     auto b = std::make_shared<detail::thread_boxes>(timeout);
@@ -67,12 +67,12 @@ class thread_world {
   std::string name() const { return "threads"; }
   std::size_t messages_sent = 0;
 
-  // The world rank that aborted first, or -1.
+  /// The world rank that aborted first, or -1.
   int failed_rank() const {
     std::lock_guard lk(b_->m);
     return b_->failed;
   }
-  // This rank failed (`why`): every wait of the world ends with a comm_error naming it.
+  /// This rank failed (`why`): every wait of the world ends with a comm_error naming it.
   void abort(const std::string& why) {
     {
       std::lock_guard lk(b_->m);
@@ -148,8 +148,8 @@ class thread_world {
     int b = 0;
     allreduce_sum(std::span<int>(&b, 1));
   }
-  // MPI_Comm_split: (color, key) exchanged with every member; the group of this color,
-  // ordered by (key, rank).
+  /// MPI_Comm_split: (color, key) exchanged with every member; the group of this color,
+  /// ordered by (key, rank).
   thread_world split(int color, int key) {
     if (color < 0) throw error("gradus: thread_world: split with color " + std::to_string(color));
     std::vector<int> mine{color, key};

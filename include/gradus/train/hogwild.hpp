@@ -61,8 +61,8 @@
 namespace gradus {
 
 namespace detail {
-// Whether expression E reads a placeholder named `name` (to pass an index expression only
-// the feeds it reads: a run refuses a feed its graph has no placeholder for).
+/// Whether expression E reads a placeholder named `name` (to pass an index expression only
+/// the feeds it reads: a run refuses a feed its graph has no placeholder for).
 template <class E>
 constexpr bool reads_placeholder(std::string_view name) {
   if constexpr (E::kind == node_kind::placeholder) {
@@ -75,7 +75,7 @@ constexpr bool reads_placeholder(std::string_view name) {
     return false;
   }
 }
-// Thrown inside a worker when another one has failed: unwinds its loop; not reported.
+/// Thrown inside a worker when another one has failed: unwinds its loop; not reported.
 struct hogwild_stopped {};
 inline void prefetch([[maybe_unused]] const void* p) {
 #if defined(__GNUC__) || defined(__clang__)
@@ -84,8 +84,8 @@ inline void prefetch([[maybe_unused]] const void* p) {
 }
 }  // namespace detail
 
-// What run() did: steps per thread (their sum is how far the session's global_step moved),
-// each thread's mean loss over its steps (NaN without steps), and the wall time.
+/// What run() did: steps per thread (their sum is how far the session's global_step moved),
+/// each thread's mean loss over its steps (NaN without steps), and the wall time.
 struct hogwild_report {
   std::vector<std::int64_t> steps;
   std::vector<double> mean_loss;
@@ -95,7 +95,7 @@ struct hogwild_report {
 
 template <class Backend, class Loss, class... Vs>
 class hogwild_trainer {
-  // The workers' threads read and write the shared variables with atomics on the host.
+  /// The workers' threads read and write the shared variables with atomics on the host.
   static_assert(backend_host_memory<Backend>,
                 "gradus: hogwild needs a backend whose tensors live in host memory (cpu_simd), not a device's");
   using step_t = train_step<Backend, sgd, Loss, Vs...>;
@@ -110,8 +110,8 @@ class hogwild_trainer {
  public:
   using loss_type = typename step_t::loss_type;
 
-  // One thread's handle: its index, and step(feeds...) — one lock-free SGD step on the
-  // shared variables, returning the batch's loss (computed on the values it read).
+  /// One thread's handle: its index, and step(feeds...) — one lock-free SGD step on the
+  /// shared variables, returning the batch's loss (computed on the values it read).
   class worker {
    public:
     std::size_t thread() const { return thread_; }
@@ -143,9 +143,9 @@ class hogwild_trainer {
     worker(const Loss& loss, const sgd& opt, const Vs&... vs)
         : session_(std::make_unique<session<Backend>>()), step_(*session_, loss, opt, vs...), opt_(opt) {}
 
-    // The shared values this step reads into the private copy: the named rows of a
-    // sparse variable (an out-of-range index is skipped here; the step's gather then
-    // throws its index_error), all of a dense one.
+    /// The shared values this step reads into the private copy: the named rows of a
+    /// sparse variable (an out-of-range index is skipped here; the step's gather then
+    /// throws its index_error), all of a dense one.
     template <std::size_t I, class... Feeds>
     void read(const Feeds&... feeds) {
       using V = var_t<I>;
@@ -182,8 +182,8 @@ class hogwild_trainer {
       }
     }
 
-    // The SGD update of the shared elements this step's gradient covers (a load and a
-    // store each: a concurrent update of the same element may be lost, as Hogwild! allows).
+    /// The SGD update of the shared elements this step's gradient covers (a load and a
+    /// store each: a concurrent update of the same element may be lost, as Hogwild! allows).
     template <std::size_t I>
     void write(double lr, double scale) {
       using T = value_t<var_t<I>>;
@@ -207,11 +207,11 @@ class hogwild_trainer {
       }
     }
 
-    std::unique_ptr<session<Backend>> session_;  // first: step_ refers to it
+    std::unique_ptr<session<Backend>> session_;  ///< first: step_ refers to it
     step_t step_;
     sgd opt_;
-    std::array<void*, sizeof...(Vs)> shared_{};   // the caller's session's storage
-    std::array<void*, sizeof...(Vs)> private_{};  // this worker's copy
+    std::array<void*, sizeof...(Vs)> shared_{};   ///< the caller's session's storage
+    std::array<void*, sizeof...(Vs)> private_{};  ///< this worker's copy
     std::atomic<std::int64_t>* counter_ = nullptr;
     const std::atomic<bool>* stop_ = nullptr;
     std::size_t thread_ = 0, threads_ = 0;
@@ -244,8 +244,8 @@ class hogwild_trainer {
   static constexpr std::size_t max_threads = 1024;
   std::size_t threads() const { return workers_.size(); }
 
-  // Runs fn(worker&) on each of threads() new threads and joins them. The workers start
-  // from the session's current values (every variable the loss reads) and global_step.
+  /// Runs fn(worker&) on each of threads() new threads and joins them. The workers start
+  /// from the session's current values (every variable the loss reads) and global_step.
   template <class Fn>
   hogwild_report run(Fn&& fn) {
     // before any thread starts: each worker's copy of the variables the loss reads (plain
@@ -331,11 +331,11 @@ class hogwild_trainer {
 
   session<Backend>& s_;
   std::vector<std::unique_ptr<worker>> workers_;
-  bool primed_ = false;  // the workers hold a whole copy of every trained variable
+  bool primed_ = false;  ///< the workers hold a whole copy of every trained variable
 };
 
-// hogwild(session, loss, sgd, threads, variables...): Hogwild! training of the named
-// variables (see hogwild_trainer); without variables, of every variable the loss reads.
+/// hogwild(session, loss, sgd, threads, variables...): Hogwild! training of the named
+/// variables (see hogwild_trainer); without variables, of every variable the loss reads.
 template <class Backend, expression Loss, class... Vs>
   requires(sizeof...(Vs) > 0)
 auto hogwild(session<Backend>& s, const Loss& loss, const sgd& opt, std::size_t threads, const Vs&... vs) {

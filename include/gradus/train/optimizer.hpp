@@ -38,8 +38,8 @@ inline void check_range(const char* opt, const char* field, double v, double lo,
                 std::to_string(lo) + ", " + std::to_string(hi) + (hi_open ? ")" : "]"));
 }
 
-// A hyper-parameter as exact text (shortest round-trip decimals; a schedule's describe()),
-// what settings() writes and optimizer_description.hpp reads back.
+/// A hyper-parameter as exact text (shortest round-trip decimals; a schedule's describe()),
+/// what settings() writes and optimizer_description.hpp reads back.
 inline std::string setting_text(double v) { return shortest_text(v); }
 inline std::string setting_text(bool v) { return v ? "true" : "false"; }
 inline std::string setting_text(const lr_schedule& v) { return v.describe(); }
@@ -48,9 +48,9 @@ void write_settings(const Opt& o, F& f) {
   Opt::fields(o, [&](const char* setting, const auto& field) { f(setting, setting_text(field)); });
 }
 
-// The per-element rules, written once for scalars and SIMD batches (V is T or a batch).
-// No named locals of type V (core/device.hpp says why): a value used twice is a parameter
-// of a second function, bound to the temporary that computes it once.
+/// The per-element rules, written once for scalars and SIMD batches (V is T or a batch).
+/// No named locals of type V (core/device.hpp says why): a value used twice is a parameter
+/// of a second function, bound to the temporary that computes it once.
 template <class T>
 struct sgd_rule {
   T lr, wd, scale;
@@ -75,11 +75,11 @@ struct momentum_rule {
 };
 template <class T>
 struct adam_rule {
-  T step_size;     // lr / (1 - b1^t)
+  T step_size;     ///< lr / (1 - b1^t)
   T b1, b2, eps;
-  T inv_sqrt_bc2;  // 1 / sqrt(1 - b2^t)
-  T l2;            // Adam's L2 term (0 for AdamW)
-  T decay;         // AdamW's 1 - lr*wd (1 for Adam)
+  T inv_sqrt_bc2;  ///< 1 / sqrt(1 - b2^t)
+  T l2;            ///< Adam's L2 term (0 for AdamW)
+  T decay;         ///< AdamW's 1 - lr*wd (1 for Adam)
   T scale;
   template <class V>
   GRADUS_HD void operator()(V& w, const V& g, V& m, V& v) const {
@@ -109,8 +109,8 @@ struct sgd {
     opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
     if (nesterov && momentum == 0) throw error("gradus: sgd: nesterov needs momentum > 0");
   }
-  // f(setting, field) for every hyper-parameter, each named once: settings() writes them,
-  // optimizer_description.hpp reads them back (self: an sgd, const or not).
+  /// f(setting, field) for every hyper-parameter, each named once: settings() writes them,
+  /// optimizer_description.hpp reads them back (self: an sgd, const or not).
   template <class Self, class F>
   static void fields(Self& self, F&& f) {
     f("lr", self.lr);
@@ -119,8 +119,8 @@ struct sgd {
     f("weight_decay", self.weight_decay);
     f("clip_global_norm", self.clip_global_norm);
   }
-  // f(setting, value as exact text) for every hyper-parameter (parallel/agree.hpp compares
-  // them between data-parallel ranks; a parameter server rebuilds the optimizer from them).
+  /// f(setting, value as exact text) for every hyper-parameter (parallel/agree.hpp compares
+  /// them between data-parallel ranks; a parameter server rebuilds the optimizer from them).
   template <class F>
   void settings(F&& f) const {
     opt_detail::write_settings(*this, f);
@@ -128,7 +128,7 @@ struct sgd {
   int slot_count() const { return momentum > 0 ? 1 : 0; }
   static std::string_view slot_name(int) { return "momentum"; }
 
-  // Applies the rule to n elements: one fused Backend pass.
+  /// Applies the rule to n elements: one fused Backend pass.
   template <class Backend, class T>
   void apply(index_t n, T* w, const T* g, T* const* slots, std::int64_t step, double scale) const {
     const T l = static_cast<T>(lr(step)), wd = static_cast<T>(weight_decay), sc = static_cast<T>(scale);
@@ -142,7 +142,7 @@ struct sgd {
   }
 };
 
-// adam and adamw: one template, the decay decoupled or not (defaults as PyTorch's).
+/// adam and adamw: one template, the decay decoupled or not (defaults as PyTorch's).
 template <bool Decoupled>
 struct adam_optimizer {
   lr_schedule lr = 0.001;

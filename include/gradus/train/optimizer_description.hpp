@@ -35,7 +35,7 @@ using optimizer_settings = std::map<std::string, std::string>;
 
 struct optimizer_description {
   std::string name;
-  optimizer_settings settings;  // setting -> its exact text, as settings() writes it
+  optimizer_settings settings;  ///< setting -> its exact text, as settings() writes it
   bool operator==(const optimizer_description&) const = default;
 };
 
@@ -53,17 +53,17 @@ template <class Opt, class... Alternatives>
 inline constexpr bool alternative_of<Opt, std::variant<Alternatives...>> = (std::is_same_v<Opt, Alternatives> || ...);
 }  // namespace opt_detail
 
-// One of the optimizers a description rebuilds, held by value.
+/// One of the optimizers a description rebuilds, held by value.
 class any_optimizer {
  public:
   using variant = std::variant<sgd, adam, adamw>;
 
-  any_optimizer() = default;  // sgd{}
+  any_optimizer() = default;  ///< sgd{}
   template <class Opt>
     requires(opt_detail::alternative_of<Opt, variant>)
-  any_optimizer(Opt o) : opt_(std::move(o)) {}  // NOLINT: any of the optimizers is one
+  any_optimizer(Opt o) : opt_(std::move(o)) {}  ///< NOLINT: any of the optimizers is one
 
-  // f(the optimizer): std::visit over the one held.
+  /// f(the optimizer): std::visit over the one held.
   template <class F>
   decltype(auto) visit(F&& f) const {
     return std::visit(std::forward<F>(f), opt_);
@@ -74,7 +74,7 @@ class any_optimizer {
   int slot_count() const {
     return visit([](const auto& o) { return o.slot_count(); });
   }
-  // The name of state tensor k ("momentum", "adam_m", ...): "<variable>/<name>" in a checkpoint.
+  /// The name of state tensor k ("momentum", "adam_m", ...): "<variable>/<name>" in a checkpoint.
   std::string_view slot_name(int k) const {
     return visit([k](const auto& o) { return std::string_view(o.slot_name(k)); });
   }
@@ -83,14 +83,14 @@ class any_optimizer {
     visit([&](const auto& o) { o.settings(f); });
   }
 
-  // f(std::type_identity<Opt>{}) for each optimizer it may hold, in order.
+  /// f(std::type_identity<Opt>{}) for each optimizer it may hold, in order.
   template <class F>
   static void each_kind(F&& f) {
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       (f(std::type_identity<std::variant_alternative_t<I, variant>>{}), ...);
     }(std::make_index_sequence<std::variant_size_v<variant>>{});
   }
-  // Whether `name` is one of them; their names, "sgd, adam, adamw".
+  /// Whether `name` is one of them; their names, "sgd, adam, adamw".
   static bool knows(std::string_view name) {
     bool found = false;
     each_kind([&](auto kind) { found = found || name == decltype(kind)::type::name; });
@@ -134,8 +134,8 @@ inline std::optional<bool> flag_text(std::string_view text) {
   return std::nullopt;
 }
 
-// lr_schedule::describe()'s text read back: a number, or kind(parameter=value, ...) with
-// each of the kind's parameters once.
+/// lr_schedule::describe()'s text read back: a number, or kind(parameter=value, ...) with
+/// each of the kind's parameters once.
 inline std::optional<lr_schedule> schedule_text(const std::string& text) {
   const auto open = text.find('(');
   if (open == std::string::npos) {
@@ -184,7 +184,7 @@ inline std::optional<lr_schedule> schedule_text(const std::string& text) {
 }
 }  // namespace opt_detail
 
-// One field from its setting's text (an error beginning with `who` when it is not one).
+/// One field from its setting's text (an error beginning with `who` when it is not one).
 inline void read_optimizer_setting(double& field, std::string_view who, std::string_view setting, const std::string& text) {
   const auto v = opt_detail::number_text(text);
   if (!v) opt_detail::bad_setting(who, setting, text, "a number");
@@ -201,8 +201,8 @@ inline void read_optimizer_setting(lr_schedule& field, std::string_view who, std
   field = *v;
 }
 
-// The optimizer `name` with the settings given, validated; a setting it does not have, or a
-// name no any_optimizer holds, is an error.
+/// The optimizer `name` with the settings given, validated; a setting it does not have, or a
+/// name no any_optimizer holds, is an error.
 inline any_optimizer optimizer_from_description(std::string_view name, const optimizer_settings& settings, std::string_view who) {
   std::optional<any_optimizer> built;
   any_optimizer::each_kind([&](auto kind) {

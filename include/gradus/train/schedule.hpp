@@ -56,7 +56,7 @@ class lr_schedule {
     return s;
   }
 
-  // The learning rate of the update that step `step` (0-based) applies.
+  /// The learning rate of the update that step `step` (0-based) applies.
   double operator()(std::int64_t step) const {
     switch (kind_) {
       case kind::constant: return lr_;
@@ -77,8 +77,8 @@ class lr_schedule {
   }
   kind type() const { return kind_; }
   double base() const { return lr_; }
-  // Every parameter, exactly: "0.05", "cosine(lr=0.01, total_steps=1920, warmup_steps=0,
-  // min_lr=0)". Data-parallel ranks compare it (dist/agree.hpp).
+  /// Every parameter, exactly: "0.05", "cosine(lr=0.01, total_steps=1920, warmup_steps=0,
+  /// min_lr=0)". Data-parallel ranks compare it (dist/agree.hpp).
   std::string describe() const {
     const auto n = [](double v) { return shortest_text(v); };
     switch (kind_) {

@@ -46,8 +46,8 @@ namespace gradus {
 
 template <class E>
 inline constexpr bool is_variable_v = false;
-// By the tag, not by a partial specialization over variable<N, T, E...>: nvcc's front end
-// does not deduce a class-type template argument (the fixed_string name) there.
+/// By the tag, not by a partial specialization over variable<N, T, E...>: nvcc's front end
+/// does not deduce a class-type template argument (the fixed_string name) there.
 template <class X>
   requires requires { typename X::variable_tag; }
 inline constexpr bool is_variable_v<X> = true;
@@ -66,12 +66,12 @@ auto as_tuple(G g) {
   if constexpr (requires { std::tuple_size<G>::value; }) return g;
   else return std::tuple<G>{g};
 }
-// Whether G is V's sparse-row gradient: sparse_rows(updates, idx, V).
+/// Whether G is V's sparse-row gradient: sparse_rows(updates, idx, V).
 template <class G, class V>
 inline constexpr bool is_sparse_grad_v = false;
 template <class U, class I, class V>
 inline constexpr bool is_sparse_grad_v<gradient_node<scatter_add_node<U, I, V, true>>, V> = true;
-// What a step fetches for one gradient: the gradient, or a sparse one's updates and indices.
+/// What a step fetches for one gradient: the gradient, or a sparse one's updates and indices.
 template <class V, class G>
 auto grad_fetches(const G& g) {
   if constexpr (is_sparse_grad_v<G, V>) return std::tuple(g.e.updates, g.e.idx);
@@ -79,20 +79,20 @@ auto grad_fetches(const G& g) {
 }
 }  // namespace detail
 
-// compute_gradients' hook type when no one listens.
+/// compute_gradients' hook type when no one listens.
 struct no_gradient_hook {
   template <class B>
   void operator()(std::size_t, const B&) const {}
 };
 
-// What the trainer sees of one gradient between compute and apply (device memory). A
-// sparse one holds `rows` rows of `row_len` values: row k belongs to row indices[k] of the
-// variable (host memory, sorted, unique); dense ones have indices == nullptr.
+/// What the trainer sees of one gradient between compute and apply (device memory). A
+/// sparse one holds `rows` rows of `row_len` values: row k belongs to row indices[k] of the
+/// variable (host memory, sorted, unique); dense ones have indices == nullptr.
 struct gradient_buffer {
-  std::string_view name;   // the variable's
-  std::string_view dtype;  // "float32" / "float64"
-  void* data;              // writable: a communicator may reduce into it
-  index_t size;            // elements in data
+  std::string_view name;   ///< the variable's
+  std::string_view dtype;  ///< "float32" / "float64"
+  void* data;              ///< writable: a communicator may reduce into it
+  index_t size;            ///< elements in data
   const std::int32_t* indices = nullptr;
   index_t rows = 0;
   index_t row_len = 0;
@@ -110,9 +110,9 @@ class train_step {
   using var_t = std::tuple_element_t<I, std::tuple<Vs...>>;
   template <std::size_t I>
   static constexpr bool sparse_v = detail::is_sparse_grad_v<std::tuple_element_t<I, grads_t>, var_t<I>>;
-  // the fetch list: each gradient, or a sparse one's (updates, indices), the last
-  // variable's first — the executor plans outputs in order, so the last layers' gradients
-  // are final early in the backward pass (a data-parallel trainer reduces them meanwhile)
+  /// the fetch list: each gradient, or a sparse one's (updates, indices), the last
+  /// variable's first — the executor plans outputs in order, so the last layers' gradients
+  /// are final early in the backward pass (a data-parallel trainer reduces them meanwhile)
   static constexpr std::size_t rev(std::size_t i) { return sizeof...(Vs) - 1 - i; }
   static auto make_fetches(const grads_t& g) {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -120,7 +120,7 @@ class train_step {
     }(std::index_sequence_for<Vs...>{});
   }
   using fetches_t = decltype(make_fetches(std::declval<const grads_t&>()));
-  // per fetch: the gradient it is (dense), or -1 (a sparse gradient's updates or indices)
+  /// per fetch: the gradient it is (dense), or -1 (a sparse gradient's updates or indices)
   static constexpr auto grad_of_fetch = [] {
     std::array<int, std::tuple_size_v<fetches_t>> of{};
     std::size_t k = 0;
@@ -138,16 +138,16 @@ class train_step {
   }(std::index_sequence_for<Vs...>{});
 
  public:
-  // The trained variables, in order: names, dtypes and element counts (a trainer plans its
-  // gradient buckets from these before the first step).
+  /// The trained variables, in order: names, dtypes and element counts (a trainer plans its
+  /// gradient buckets from these before the first step).
   static constexpr std::size_t variable_count = sizeof...(Vs);
   static constexpr const auto& variable_names() { return names_; }
   static constexpr const auto& variable_dtypes() { return dtypes_; }
   static constexpr const auto& variable_sizes() { return sizes_; }
-  // Per variable: the elements of one row when its gradient is a sparse-row one (an
-  // embedding table [rows, ...]: a parameter server moves it as rows), else 0.
+  /// Per variable: the elements of one row when its gradient is a sparse-row one (an
+  /// embedding table [rows, ...]: a parameter server moves it as rows), else 0.
   static constexpr const auto& variable_row_lengths() { return row_lens_; }
-  // where gradient I's fetches start in the fetch list
+  /// where gradient I's fetches start in the fetch list
   static constexpr std::array<std::size_t, sizeof...(Vs)> fetch_at = [] {
     std::array<std::size_t, sizeof...(Vs)> at{};
     std::size_t k = 0;
@@ -168,7 +168,7 @@ class train_step {
     (make_slots(vs, i++), ...);
   }
 
-  // One training step: the loss before the update.
+  /// One training step: the loss before the update.
   template <class... Feeds>
   loss_type run(const Feeds&... feeds) {
     const loss_type l = compute_gradients(feeds...);
@@ -176,15 +176,15 @@ class train_step {
     return l;
   }
 
-  // Forward and backward: the loss, and every gradient in gradients().
+  /// Forward and backward: the loss, and every gradient in gradients().
   template <class... Feeds>
   loss_type compute_gradients(const Feeds&... feeds) {
     return compute_gradients_hooked(no_gradient_hook{}, feeds...);
   }
 
-  // compute_gradients, calling on_ready(i, gradients()[i]) as soon as gradient i is final,
-  // while the backward pass goes on (each gradient once; sparse ones after the pass): where
-  // a data-parallel trainer starts all-reducing. The hook must not run the session.
+  /// compute_gradients, calling on_ready(i, gradients()[i]) as soon as gradient i is final,
+  /// while the backward pass goes on (each gradient once; sparse ones after the pass): where
+  /// a data-parallel trainer starts all-reducing. The hook must not run the session.
   template <class Hook, class... Feeds>
   loss_type compute_gradients_hooked(Hook&& on_ready, const Feeds&... feeds) {
     constexpr bool hooked = !std::is_same_v<std::remove_cvref_t<Hook>, no_gradient_hook>;
@@ -219,14 +219,14 @@ class train_step {
     return last_loss_;
   }
 
-  // Sparse-row gradients as dense ones from the next compute_gradients() on (or back).
+  /// Sparse-row gradients as dense ones from the next compute_gradients() on (or back).
   void set_sparse_as_dense(bool on) { sparse_as_dense_ = on; }
   bool sparse_as_dense() const { return sparse_as_dense_; }
 
-  // The gradients of the last compute_gradients(), in the order the variables were named.
+  /// The gradients of the last compute_gradients(), in the order the variables were named.
   std::span<gradient_buffer> gradients() { return buffers_; }
 
-  // The optimizer's update of every variable (clipping first, if asked), then step + 1.
+  /// The optimizer's update of every variable (clipping first, if asked), then step + 1.
   void apply_gradients() {
     if (!have_grads_) throw error("gradus: train_step::apply_gradients: no gradients; call compute_gradients first");
     have_grads_ = false;
@@ -247,15 +247,15 @@ class train_step {
     s_.set_global_step(step + 1);
   }
 
-  // The global gradient norm of the last step (only computed when clipping).
+  /// The global gradient norm of the last step (only computed when clipping).
   double last_global_norm() const { return last_norm_; }
-  // The L2 norm over all gradients of the last compute_gradients() (one extra pass).
+  /// The L2 norm over all gradients of the last compute_gradients() (one extra pass).
   double gradient_norm() const {
     if (!have_grads_) throw error("gradus: train_step::gradient_norm: no gradients; call compute_gradients first");
     const auto bound = s_.bind();
     return norm_of_gradients();
   }
-  // The learning rate the next update will use.
+  /// The learning rate the next update will use.
   double learning_rate() const { return opt_.lr(s_.global_step()); }
   const Opt& optimizer() const { return opt_; }
   const Loss& loss() const { return loss_; }
@@ -263,7 +263,7 @@ class train_step {
   session<Backend>& owner() const { return s_; }
 
  private:
-  // "; it reaches the loss, the gradient of 'w'": the fetches a numerics_error names
+  /// "; it reaches the loss, the gradient of 'w'": the fetches a numerics_error names
   std::string reached(const std::vector<std::size_t>& outs) const {
     std::string r;
     for (std::size_t o : outs) {
@@ -277,7 +277,7 @@ class train_step {
     }
     return r;
   }
-  // after the update of global step `step`: the variable and its optimizer state finite
+  /// after the update of global step `step`: the variable and its optimizer state finite
   template <std::size_t I>
   void check_update(std::int64_t step) {
     using T = value_t<var_t<I>>;
@@ -303,7 +303,7 @@ class train_step {
     if constexpr (sparse_v<I>) on_ready(I, buffers_[I]);
   }
 
-  // buffers_[I] from the run's results r (the loss first, then the fetch list).
+  /// buffers_[I] from the run's results r (the loss first, then the fetch list).
   template <std::size_t I, class R>
   void take_gradient(R& r) {
     using V = var_t<I>;
@@ -412,7 +412,7 @@ class train_step {
       if (sl[j]) Backend::scatter_rows(sc[j], rows, k, len, sl[j], vocab);
   }
 
-  // Whether [g, g + bytes) overlaps any trained variable's storage.
+  /// Whether [g, g + bytes) overlaps any trained variable's storage.
   bool aliases_trained(const void* g, std::size_t bytes) const {
     const auto* lo = static_cast<const char*>(g);
     for (std::size_t i = 0; i < sizeof...(Vs); ++i) {
@@ -438,8 +438,8 @@ class train_step {
     void* p = nullptr;
     std::size_t bytes = 0;
   };
-  // a sparse gradient's host-side indices: as fetched, their rank among the named rows,
-  // the named rows (sorted, unique); and the device copy of the ranks
+  /// a sparse gradient's host-side indices: as fetched, their rank among the named rows,
+  /// the named rows (sorted, unique); and the device copy of the ranks
   struct device_bytes {
     void* p = nullptr;
     std::size_t bytes = 0;
@@ -462,7 +462,7 @@ class train_step {
   struct sparse_state {
     std::vector<std::int32_t> idx, remap, rows;
     device_bytes device_remap, device_rows;
-    std::array<device_bytes, max_slots + 1> compact;  // the named rows of w and its state
+    std::array<device_bytes, max_slots + 1> compact;  ///< the named rows of w and its state
   };
   struct scratch_list {
     std::array<buffer, sizeof...(Vs)> b{};
@@ -483,7 +483,7 @@ class train_step {
   fetches_t fetches_;
   std::array<sparse_state, sizeof...(Vs)> sparse_{};
   bool sparse_as_dense_ = false;
-  std::array<void*, sizeof...(Vs)> storage_{};  // the variables' storage, this step
+  std::array<void*, sizeof...(Vs)> storage_{};  ///< the variables' storage, this step
   static constexpr std::array<std::size_t, sizeof...(Vs)> storage_bytes_{
       static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel()) * sizeof(value_t<Vs>)...};
   std::array<gradient_buffer, sizeof...(Vs)> buffers_{};
@@ -494,8 +494,8 @@ class train_step {
   bool have_grads_ = false;
 };
 
-// The variables an expression reads, each once, in order of first appearance (a type
-// list: std::tuple<variable<...>...>), found by walking the expression's type.
+/// The variables an expression reads, each once, in order of first appearance (a type
+/// list: std::tuple<variable<...>...>), found by walking the expression's type.
 namespace detail {
 template <class Acc, class... Es>
 struct collect_variables {
@@ -533,17 +533,17 @@ struct collect_variables<Acc, E0, Es...> {
 template <class E>
 using variables_of_t = typename detail::collect_variables<std::tuple<>, E>::type;
 
-// minimize(session, loss, optimizer, variables...): the training step of `loss` over the
-// named variables (see train_step).
+/// minimize(session, loss, optimizer, variables...): the training step of `loss` over the
+/// named variables (see train_step).
 template <class Backend, class Opt, expression Loss, class... Vs>
   requires(sizeof...(Vs) > 0)
 auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs) {
   return train_step<Backend, Opt, Loss, Vs...>(s, loss, opt, vs...);
 }
 
-// minimize(session, loss, optimizer): over every variable the loss reads (as
-// tf.train.Optimizer.minimize trains all trainable variables). Hold a variable fixed by
-// naming the others explicitly.
+/// minimize(session, loss, optimizer): over every variable the loss reads (as
+/// tf.train.Optimizer.minimize trains all trainable variables). Hold a variable fixed by
+/// naming the others explicitly.
 template <class Backend, class Opt, expression Loss>
 auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt) {
   return [&]<class... Vs>(std::tuple<Vs...>*) {

@@ -35,7 +35,7 @@ struct metrics_table {
   std::vector<std::string> columns;
   std::vector<std::vector<double>> rows;
 
-  // the values of one column (empty when there is no such column)
+  /// the values of one column (empty when there is no such column)
   std::vector<double> column(std::string_view name) const {
     std::vector<double> v;
     for (std::size_t c = 0; c < columns.size(); ++c)
@@ -52,9 +52,9 @@ struct metrics_table {
   }
 };
 
-// Reads a metrics CSV (every column numeric, nan allowed), in double precision:
-// data::read_csv checks it (and names the line of any error), then the fields are read
-// again as doubles, so that a resumed log rewrites its old rows unchanged.
+/// Reads a metrics CSV (every column numeric, nan allowed), in double precision:
+/// data::read_csv checks it (and names the line of any error), then the fields are read
+/// again as doubles, so that a resumed log rewrites its old rows unchanged.
 inline metrics_table read_metrics(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw data_error("gradus: metrics file '" + path + "': cannot open it");
@@ -91,14 +91,14 @@ inline metrics_table read_metrics(const std::string& path) {
 
 class metrics_log {
  public:
-  // A new log: the file is replaced and holds the header.
+  /// A new log: the file is replaced and holds the header.
   static metrics_log create(const std::filesystem::path& path, std::vector<std::string> columns) {
     metrics_log l(path, std::move(columns));
     l.rewrite();
     return l;
   }
 
-  // Continues the log at `path` (a new one when there is no such file or it is empty).
+  /// Continues the log at `path` (a new one when there is no such file or it is empty).
   static metrics_log append(const std::filesystem::path& path, std::vector<std::string> columns,
                             double keep_up_to = std::numeric_limits<double>::infinity()) {
     metrics_log l(path, std::move(columns));
@@ -145,7 +145,7 @@ class metrics_log {
   const metrics_table& table() const { return t_; }
   const std::filesystem::path& path() const { return path_; }
 
-  // shortest text that reads back as the same double; "nan", "inf", "-inf" otherwise
+  /// shortest text that reads back as the same double; "nan", "inf", "-inf" otherwise
   static std::string format(double v) { return shortest_text(v); }
 
  private:
@@ -174,8 +174,8 @@ class metrics_log {
     }
     return s;
   }
-  // writes the header and the kept rows to a temporary file, renames it over the log (a
-  // crash leaves the old log or the new one), and opens it for appending
+  /// writes the header and the kept rows to a temporary file, renames it over the log (a
+  /// crash leaves the old log or the new one), and opens it for appending
   void rewrite() {
     if (out_.is_open()) out_.close();
     if (path_.has_parent_path()) std::filesystem::create_directories(path_.parent_path());

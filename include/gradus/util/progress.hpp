@@ -35,14 +35,14 @@
 
 namespace gradus::util {
 
-// Whether `os` is std::cout or std::cerr / std::clog writing to a terminal.
+/// Whether `os` is std::cout or std::cerr / std::clog writing to a terminal.
 inline bool is_terminal(const std::ostream& os) {
   if (&os == &std::cout) return ::isatty(STDOUT_FILENO) != 0;
   if (&os == &std::cerr || &os == &std::clog) return ::isatty(STDERR_FILENO) != 0;
   return false;
 }
 
-// Seconds on std::chrono::steady_clock.
+/// Seconds on std::chrono::steady_clock.
 inline double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -59,7 +59,7 @@ class progress {
   progress(std::ostream& out, bool live) : progress(out, live, options{}) {}
   progress(std::ostream& out, bool live, options o) : out_(&out), live_(live), o_(o) {}
 
-  // epoch is 1-based; steps is the number of steps the epoch will have.
+  /// epoch is 1-based; steps is the number of steps the epoch will have.
   void start_epoch(int epoch, int epochs, std::int64_t steps) {
     epoch_ = epoch;
     epochs_ = epochs;
@@ -89,14 +89,14 @@ class progress {
     }
   }
 
-  // Stops the epoch's clock (before an evaluation that its time and rate should not count).
+  /// Stops the epoch's clock (before an evaluation that its time and rate should not count).
   void stop() {
     stopped_at_ = o_.clock();
     stopped_ = true;
   }
 
-  // Ends the epoch's line (live) or writes its plain line, with these metrics appended; the
-  // time is the stop() time when there was one.
+  /// Ends the epoch's line (live) or writes its plain line, with these metrics appended; the
+  /// time is the stop() time when there was one.
   void end_epoch(std::initializer_list<std::pair<std::string_view, double>> metrics = {}) {
     const double now = stopped_ ? stopped_at_ : o_.clock();
     stopped_ = false;

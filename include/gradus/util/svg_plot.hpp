@@ -36,7 +36,7 @@ struct plot_series {
 struct plot_panel {
   std::string title, x_label, y_label;
   std::vector<plot_series> series;
-  bool integer_x = false;  // ticks on whole numbers only (epochs)
+  bool integer_x = false;  ///< ticks on whole numbers only (epochs)
 };
 
 struct plot_layout {
@@ -44,8 +44,8 @@ struct plot_layout {
   double margin_left = 64, margin_right = 16, margin_top = 36, margin_bottom = 52;
 };
 
-// An axis from lo to hi with ticks every `step` (1, 2 or 5 times a power of ten, about
-// five ticks); lo and hi are the data's min and max rounded out to a multiple of step.
+/// An axis from lo to hi with ticks every `step` (1, 2 or 5 times a power of ten, about
+/// five ticks); lo and hi are the data's min and max rounded out to a multiple of step.
 struct nice_axis {
   double lo = 0, hi = 1, step = 0.2;
 
@@ -88,7 +88,7 @@ inline std::string num(double v) {
   std::snprintf(b, sizeof b, "%.2f", v);
   return b;
 }
-// a tick label: as few decimals as the step needs
+/// a tick label: as few decimals as the step needs
 inline std::string tick_label(double v, double step) {
   int dec = 0;
   for (double s = step; dec < 6 && std::abs(s - std::round(s)) > 1e-9 * std::max(1.0, std::abs(s)); s *= 10) ++dec;
@@ -195,7 +195,7 @@ inline std::string svg_plot(const std::vector<plot_panel>& panels, const plot_la
   return s;
 }
 
-// Two panels from a metrics table with an "epoch" column: loss columns, accuracy columns.
+/// Two panels from a metrics table with an "epoch" column: loss columns, accuracy columns.
 inline std::vector<plot_panel> training_curves(const metrics_table& m) {
   const std::vector<double> epoch = m.column("epoch");
   plot_panel loss{"loss", "epoch", "loss", {}, true}, acc{"accuracy", "epoch", "accuracy", {}, true};
@@ -206,7 +206,7 @@ inline std::vector<plot_panel> training_curves(const metrics_table& m) {
   return {loss, acc};
 }
 
-// Writes the SVG atomically (temporary file + rename), so a viewer never sees half of it.
+/// Writes the SVG atomically (temporary file + rename), so a viewer never sees half of it.
 inline void write_svg(const std::filesystem::path& path, const std::vector<plot_panel>& panels,
                       const plot_layout& layout = {}) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());

@@ -8,7 +8,7 @@
 
 namespace gradus {
 
-// y = conv2d(x, w): dx = conv2d_data_grad(g, w), dw = conv2d_weight_grad(x, g)
+/// y = conv2d(x, w): dx = conv2d_data_grad(g, w), dw = conv2d_weight_grad(x, g)
 template <std::size_t I, class X, class W, window2d Win, class G>
 auto vjp(const conv2d_node<X, W, Win>& n, const G& g) {
   if constexpr (I == 0) return conv2d_data_grad<Win>(g, n.w, n.x);

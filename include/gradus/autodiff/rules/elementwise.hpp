@@ -6,7 +6,7 @@
 
 namespace gradus {
 
-// ---- unary -------------------------------------------------------------------------------
+/// ---- unary -------------------------------------------------------------------------------
 template <std::size_t I, class A, class G>
 auto vjp(const unary<fn::neg, A>&, const G& g) { return -g; }
 template <std::size_t I, class A, class G>
@@ -17,7 +17,7 @@ template <std::size_t I, class A, class G>
 auto vjp(const unary<fn::log1p_fn, A>& n, const G& g) { return g / (n.a + 1); }
 template <std::size_t I, class A, class G>
 auto vjp(const unary<fn::sqrt_fn, A>& n, const G& g) { return g * 0.5 / n; }
-// d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 * rsqrt(x) / x
+/// d/dx x^-1/2 = -1/2 x^-3/2 = -1/2 * rsqrt(x) / x
 template <std::size_t I, class A, class G>
 auto vjp(const unary<fn::rsqrt_fn, A>& n, const G& g) { return g * -0.5 * n / n.a; }
 template <std::size_t I, class A, class G>
@@ -34,7 +34,7 @@ template <std::size_t I, class A, class G>
 auto vjp(const unary<fn::softplus_fn, A>& n, const G& g) { return g * sigmoid(n.a); }
 template <std::size_t I, class T, class A, class G>
 auto vjp(const unary<fn::leaky_relu_fn<T>, A>& n, const G& g) { return g * where(greater(n.a, 0), 1, n.f.alpha); }
-// elu'(x) = 1 for x > 0, elu(x) + alpha otherwise
+/// elu'(x) = 1 for x > 0, elu(x) + alpha otherwise
 template <std::size_t I, class T, class A, class G>
 auto vjp(const unary<fn::elu_fn<T>, A>& n, const G& g) { return g * where(greater(n.a, 0), 1, n + n.f.alpha); }
 template <std::size_t I, class T, class A, class G>
@@ -42,7 +42,7 @@ auto vjp(const unary<fn::clamp_fn<T>, A>& n, const G& g) {
   return g * greater_equal(n.a, n.f.lo) * less_equal(n.a, n.f.hi);
 }
 
-// ---- binary ------------------------------------------------------------------------------
+/// ---- binary ------------------------------------------------------------------------------
 template <std::size_t I, class A, class B, class G>
 auto vjp(const binary<fn::add, A, B>&, const G& g) {
   if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g);
@@ -63,10 +63,10 @@ auto vjp(const binary<fn::div, A, B>& n, const G& g) {
   if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g / n.b);
   else return ad::unbroadcast<shape_t<B>>(-(g * n) / n.b);  // -g a / b^2 = -g (a/b) / b
 }
-// maximum/minimum: at a tie each operand gets half of g (PyTorch's rule; the central
-// difference of max(a, b) in a at a == b is 1/2 too). The mask recomputes both operands
-// in the same pass, so it is consistent with itself; the forward's evaluation of them
-// has the same bits (one SIMD code path for body and tail, no contraction).
+/// maximum/minimum: at a tie each operand gets half of g (PyTorch's rule; the central
+/// difference of max(a, b) in a at a == b is 1/2 too). The mask recomputes both operands
+/// in the same pass, so it is consistent with itself; the forward's evaluation of them
+/// has the same bits (one SIMD code path for body and tail, no contraction).
 template <std::size_t I, class A, class B, class G>
 auto vjp(const binary<fn::maximum, A, B>& n, const G& g) {
   if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g * (greater(n.a, n.b) + equal(n.a, n.b) * 0.5));
@@ -95,14 +95,14 @@ GRADUS_NO_GRAD_BINARY(greater_equal)
 GRADUS_NO_GRAD_BINARY(equal)
 GRADUS_NO_GRAD_BINARY(not_equal)
 #undef GRADUS_NO_GRAD_BINARY
-// broadcast_like(g, a) only lends a's shape.
+/// broadcast_like(g, a) only lends a's shape.
 template <std::size_t I, class A, class B, class G>
 auto vjp(const binary<fn::left, A, B>&, const G& g) {
   if constexpr (I == 0) return ad::unbroadcast<shape_t<A>>(g);
   else return no_grad{};
 }
 
-// ---- where(c, a, b) ----------------------------------------------------------------------
+/// ---- where(c, a, b) ----------------------------------------------------------------------
 template <std::size_t I, class C, class A, class B, class G>
 auto vjp(const ternary<fn::where_fn, C, A, B>& n, const G& g) {
   if constexpr (I == 0) return no_grad{};

@@ -9,9 +9,9 @@
 
 namespace gradus {
 
-// ---- reductions ----------------------------------------------------------------------------
+/// ---- reductions ----------------------------------------------------------------------------
 namespace ad {
-// g (the reduction's adjoint) spread back over the operand's shape.
+/// g (the reduction's adjoint) spread back over the operand's shape.
 template <int Axis, bool Keep, class G, class A>
 auto spread(const G& g, const A& a) {
   if constexpr (Axis == all_axes || Keep) return broadcast_like(g, a);
@@ -29,15 +29,15 @@ auto vjp(const reduce_node<reduce_kind::mean, false, Axis, Keep, A>& n, const G&
   constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
   return ad::spread<ax, Keep>(g, n.a) * inv_count<value_t<A>, ax>(n.a);
 }
-// max/min: the adjoint is split evenly among the elements equal to the extreme, as
-// TensorFlow's reduce_max/reduce_min gradient and PyTorch's amax/amin do: with k tied
-// elements each gets g/k, so the shares add up to g, and when the tied elements move
-// together (a broadcast operand) the result is the derivative that finite differences
-// see. (Giving each tied element the whole g, as this rule once did, multiplied the
-// gradient by k.) The mask compares the operand and the result as the forward reduction
-// left them in their buffers (stored()): recomputing the operand inside the backward
-// pass could round differently from the forward's evaluation (another code path, a
-// contracted multiply-add), match no element, and lose the gradient.
+/// max/min: the adjoint is split evenly among the elements equal to the extreme, as
+/// TensorFlow's reduce_max/reduce_min gradient and PyTorch's amax/amin do: with k tied
+/// elements each gets g/k, so the shares add up to g, and when the tied elements move
+/// together (a broadcast operand) the result is the derivative that finite differences
+/// see. (Giving each tied element the whole g, as this rule once did, multiplied the
+/// gradient by k.) The mask compares the operand and the result as the forward reduction
+/// left them in their buffers (stored()): recomputing the operand inside the backward
+/// pass could round differently from the forward's evaluation (another code path, a
+/// contracted multiply-add), match no element, and lose the gradient.
 template <std::size_t I, reduce_kind K, int Axis, bool Keep, class A, class G>
   requires(K == reduce_kind::max || K == reduce_kind::min)
 auto vjp(const reduce_node<K, false, Axis, Keep, A>& n, const G& g) {
@@ -51,9 +51,9 @@ no_grad vjp(const reduce_node<K, true, Axis, Keep, A>&, const G&) {
   return {};
 }
 
-// ---- matmul ---------------------------------------------------------------------------------
-// C = A B: dA = G B^T, dB = A^T G. A 2-D operand broadcast over the other's batch gets
-// its adjoint summed over the batch. Transposes fold into GEMM flags (ad::mt).
+/// ---- matmul ---------------------------------------------------------------------------------
+/// C = A B: dA = G B^T, dB = A^T G. A 2-D operand broadcast over the other's batch gets
+/// its adjoint summed over the batch. Transposes fold into GEMM flags (ad::mt).
 template <std::size_t I, class A, class B, class G>
 auto vjp(const matmul_node<A, B>& n, const G& g) {
   if constexpr (I == 0) {
@@ -67,18 +67,18 @@ auto vjp(const matmul_node<A, B>& n, const G& g) {
   }
 }
 
-// ---- softmax family ---------------------------------------------------------------------------
-// y = softmax(a): da = y * (g - sum(g * y, last axis))
+/// ---- softmax family ---------------------------------------------------------------------------
+/// y = softmax(a): da = y * (g - sum(g * y, last axis))
 template <std::size_t I, class A, class G>
 auto vjp(const softmax_node<false, A>& n, const G& g) {
   return n * (g - sum<-1, true>(g * n));
 }
-// y = log_softmax(a): da = g - softmax(a) * sum(g, last axis)
+/// y = log_softmax(a): da = g - softmax(a) * sum(g, last axis)
 template <std::size_t I, class A, class G>
 auto vjp(const softmax_node<true, A>& n, const G& g) {
   return g - exp(n) * sum<-1, true>(g);
 }
-// loss_i = -log softmax(l_i)[y_i]: dl = (softmax(l) - one_hot(y)) * g_i, one fused pass.
+/// loss_i = -log softmax(l_i)[y_i]: dl = (softmax(l) - one_hot(y)) * g_i, one fused pass.
 template <std::size_t I, class L, class Y, class G>
 auto vjp(const softmax_xent_node<L, Y>& n, const G& g) {
   if constexpr (I == 0) {
@@ -90,7 +90,7 @@ auto vjp(const softmax_xent_node<L, Y>& n, const G& g) {
   }
 }
 
-// ---- layout and index ops ------------------------------------------------------------------
+/// ---- layout and index ops ------------------------------------------------------------------
 template <std::size_t... P, std::size_t... I>
 constexpr auto inverse_permutation(std::index_sequence<I...>) {
   constexpr std::array<std::size_t, sizeof...(P)> p{P...};
@@ -117,7 +117,7 @@ template <std::size_t I, class T, index_t D, class Y, class G>
 no_grad vjp(const one_hot_node<T, D, Y>&, const G&) {
   return {};
 }
-// out = select(a, i): da = g written at entry i of zeros shaped like a; and back.
+/// out = select(a, i): da = g written at entry i of zeros shaped like a; and back.
 template <std::size_t I, class A, class G>
 auto vjp(const select_node<A>& n, const G& g) {
   return select_backward(g, n.index, n.a);
@@ -130,17 +130,17 @@ template <std::size_t I, class Gs, class Like, class G>
 auto vjp(const select_backward_node<Gs, Like>& n, const G& g) {
   return select(g, n.index);
 }
-// out = gather(table, idx): dtable = scatter_add(g, idx) into zeros of the table's shape
-// (a repeated index accumulates its rows); idx is int32 and gets no adjoint. For an
-// embedding_lookup the same scatter_add, marked sparse (see sparse_rows).
+/// out = gather(table, idx): dtable = scatter_add(g, idx) into zeros of the table's shape
+/// (a repeated index accumulates its rows); idx is int32 and gets no adjoint. For an
+/// embedding_lookup the same scatter_add, marked sparse (see sparse_rows).
 template <std::size_t I, class Tab, class Idx, bool S, class G>
 auto vjp(const gather_node<Tab, Idx, S>& n, const G& g) {
   if constexpr (I != 0) return no_grad{};
   else if constexpr (S) return sparse_rows(g, n.idx, n.table);
   else return scatter_add(g, n.idx, n.table);
 }
-// scatter_add is linear in its updates: dupdates = gather(g, idx) (seen with the updates'
-// dims where the static shapes differ, e.g. a `dyn` extent on one side only).
+/// scatter_add is linear in its updates: dupdates = gather(g, idx) (seen with the updates'
+/// dims where the static shapes differ, e.g. a `dyn` extent on one side only).
 template <std::size_t I, class U, class Idx, class Like, bool S, class G>
 auto vjp(const scatter_add_node<U, Idx, Like, S>& n, const G& g) {
   if constexpr (I == 0) {

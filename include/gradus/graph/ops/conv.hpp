@@ -57,7 +57,7 @@ inline std::string window_string(const window2d& w) {
   return std::to_string(w.kh) + "x" + std::to_string(w.kw) + " window, stride " + std::to_string(w.stride) +
          ", padding " + std::to_string(w.pad);
 }
-// The run-time check every windowed op makes: rank 4 and a window that fits.
+/// The run-time check every windowed op makes: rank 4 and a window that fits.
 inline void check_window(const char* op, const dims& x, const window2d& w) {
   if (x.rank != 4 || x.d[2] + 2 * w.pad < w.kh || x.d[3] + 2 * w.pad < w.kw)
     throw shape_error(std::string("gradus: ") + op + ": input of shape " + to_string(x) +
@@ -74,7 +74,7 @@ struct window_op {
 };
 }  // namespace op
 
-// col[(c*KH + i)*KW + j, (n*OH + oh)*OW + ow] = x[n, c, oh*S - P + i, ow*S - P + j] (0 outside).
+/// col[(c*KH + i)*KW + j, (n*OH + oh)*OW + ow] = x[n, c, oh*S - P + i, ow*S - P + j] (0 outside).
 template <class X, window2d Win>
 struct im2col_node : expr_base {
   static_assert(check_shapes<op::window_op<Win>, shape_t<X>, shape<>>::value);
@@ -97,8 +97,8 @@ struct im2col_node : expr_base {
   bool operator==(const im2col_node&) const = default;
 };
 
-// The adjoint of im2col: zeros shaped like `like` [N,C,H,W], each column's entries added
-// back at the pixels they were read from. `like` lends its dims only.
+/// The adjoint of im2col: zeros shaped like `like` [N,C,H,W], each column's entries added
+/// back at the pixels they were read from. `like` lends its dims only.
 template <class Col, class Like, window2d Win>
 struct col2im_node : expr_base {
   static_assert(rank_v<Col> == 2 && rank_v<Like> == 4, "gradus: col2im: needs a [C*KH*KW, N*OH*OW] matrix and an NCHW target");
@@ -134,9 +134,9 @@ auto col2im(const Col& col, const Like& like) {
   return col2im_node<Col, Like, Win>{{}, col, like};
 }
 
-// ---- conv2d and its adjoints -------------------------------------------------------------
+/// ---- conv2d and its adjoints -------------------------------------------------------------
 namespace detail {
-// The window of conv2d<Stride, Pad>(x, w): the weights' static kernel extents.
+/// The window of conv2d<Stride, Pad>(x, w): the weights' static kernel extents.
 template <class SW, index_t Stride, index_t Pad>
 constexpr window2d conv_window() {
   return window2d{SW::extents[2], SW::extents[3], Stride, Pad};
@@ -146,7 +146,7 @@ struct conv_extents {
   static constexpr std::array<index_t, 4> value{SX::extents[0], SW::extents[0], Win.oh(SX::extents[2]),
                                                 Win.ow(SX::extents[3])};
 };
-// The run-time checks of the three conv nodes: x [N,C,H,W] against w [O,C,KH,KW].
+/// The run-time checks of the three conv nodes: x [N,C,H,W] against w [O,C,KH,KW].
 inline void check_conv(const char* op, const dims& x, const dims& w, const window2d& win) {
   check_window(op, x, win);
   if (w.rank != 4 || w.d[1] != x.d[1] || w.d[2] != win.kh || w.d[3] != win.kw)
@@ -163,8 +163,8 @@ inline void check_conv_adjoint(const char* op, const dims& g, const dims& want) 
 }
 }  // namespace detail
 
-// y [N,O,OH,OW] = sum over c, i, j of x[n, c, oh*S - P + i, ow*S - P + j] w[o, c, i, j]
-// (cross-correlation, as every framework's conv).
+/// y [N,O,OH,OW] = sum over c, i, j of x[n, c, oh*S - P + i, ow*S - P + j] w[o, c, i, j]
+/// (cross-correlation, as every framework's conv).
 template <class X, class W, window2d Win>
 struct conv2d_node : expr_base {
   static_assert(real_dtype<value_t<X>>, "gradus: conv2d needs float or double input");
@@ -188,8 +188,8 @@ struct conv2d_node : expr_base {
   bool operator==(const conv2d_node&) const = default;
 };
 
-// dX [N,C,H,W] of y = conv2d(x, w), given the adjoint g [N,O,OH,OW]: the transposed
-// convolution of g with w. `like` (x) lends its dims only.
+/// dX [N,C,H,W] of y = conv2d(x, w), given the adjoint g [N,O,OH,OW]: the transposed
+/// convolution of g with w. `like` (x) lends its dims only.
 template <class G, class W, class Like, window2d Win>
 struct conv2d_data_grad_node : expr_base {
   using value_type = value_t<G>;
@@ -214,8 +214,8 @@ struct conv2d_data_grad_node : expr_base {
   bool operator==(const conv2d_data_grad_node&) const = default;
 };
 
-// dW [O,C,KH,KW] of y = conv2d(x, w), given the adjoint g [N,O,OH,OW]: summed over the
-// batch. `like` (w) lends its dims only.
+/// dW [O,C,KH,KW] of y = conv2d(x, w), given the adjoint g [N,O,OH,OW]: summed over the
+/// batch. `like` (w) lends its dims only.
 template <class X, class G, class Like, window2d Win>
 struct conv2d_weight_grad_node : expr_base {
   using value_type = value_t<X>;
@@ -240,8 +240,8 @@ struct conv2d_weight_grad_node : expr_base {
   bool operator==(const conv2d_weight_grad_node&) const = default;
 };
 
-// conv2d<Stride, Pad>(x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW] (cross-correlation, as
-// every framework's conv). Add a bias with `+ reshape<1, O, 1, 1>(b)` (nn::conv2d does).
+/// conv2d<Stride, Pad>(x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW] (cross-correlation, as
+/// every framework's conv). Add a bias with `+ reshape<1, O, 1, 1>(b)` (nn::conv2d does).
 template <index_t Stride = 1, index_t Pad = 0, expression X, expression W>
 auto conv2d(const X& x, const W& w) {
   using SX = shape_t<X>;
@@ -270,7 +270,7 @@ auto conv2d_weight_grad(const X& x, const G& g, const Like& like) {
   return conv2d_weight_grad_node<X, G, Like, Win>{{}, x, g, like};
 }
 
-// flatten(x [N, ...]) -> [N, prod(...)]: a view, no copy.
+/// flatten(x [N, ...]) -> [N, prod(...)]: a view, no copy.
 template <expression X>
 auto flatten(const X& x) {
   using S = shape_t<X>;
@@ -285,7 +285,7 @@ auto flatten(const X& x) {
   return reshape<S::extents[0], rest>(x);
 }
 
-// ---- pooling -------------------------------------------------------------------------------
+/// ---- pooling -------------------------------------------------------------------------------
 enum class pool_kind { max, avg };
 
 template <pool_kind K, class X, window2d Win>
@@ -311,8 +311,8 @@ struct pool2d_node : expr_base {
   bool operator==(const pool2d_node&) const = default;
 };
 
-// The adjoint of pooling w.r.t. its input: max routes each output's adjoint to the first
-// maximum of its window (x is read again to find it), avg spreads it as g / (KH*KW).
+/// The adjoint of pooling w.r.t. its input: max routes each output's adjoint to the first
+/// maximum of its window (x is read again to find it), avg spreads it as g / (KH*KW).
 template <pool_kind K, class X, class G, window2d Win>
 struct pool2d_grad_node : expr_base {
   using value_type = value_t<X>;

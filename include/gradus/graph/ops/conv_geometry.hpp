@@ -18,10 +18,10 @@
 
 namespace gradus {
 
-// A 2-D window: kernel extents, stride and zero padding (the same along H and W).
+/// A 2-D window: kernel extents, stride and zero padding (the same along H and W).
 struct window2d {
   index_t kh, kw, stride, pad;
-  // the output extent over an input extent `in` (dyn stays dyn) for a kernel extent k
+  /// the output extent over an input extent `in` (dyn stays dyn) for a kernel extent k
   constexpr index_t out(index_t in, index_t k) const {
     return in == dyn ? dyn : (in + 2 * pad - k) / stride + 1;
   }
@@ -31,9 +31,9 @@ struct window2d {
   constexpr auto operator<=>(const window2d&) const = default;
 };
 
-// One call of a windowed op: input x [n, c, h, w], o output channels (conv2d's filters: the
-// weights are [o, c, kh, kw]; 0 for the ops without filters), the window. Pooling treats
-// its n * c planes alike. Ordered (<=>), so that a backend can key its plans on it.
+/// One call of a windowed op: input x [n, c, h, w], o output channels (conv2d's filters: the
+/// weights are [o, c, kh, kw]; 0 for the ops without filters), the window. Pooling treats
+/// its n * c planes alike. Ordered (<=>), so that a backend can key its plans on it.
 struct conv_geometry {
   index_t n = 0, c = 0, h = 0, w = 0;
   index_t o = 0;
@@ -47,7 +47,7 @@ struct conv_geometry {
   constexpr auto operator<=>(const conv_geometry&) const = default;
 };
 
-// The geometry of `win` over an input of dims x [N, C, H, W], with o output channels.
+/// The geometry of `win` over an input of dims x [N, C, H, W], with o output channels.
 constexpr conv_geometry geometry_of(const dims& x, const window2d& win, index_t o = 0) {
   return {x.d[0], x.d[1], x.d[2], x.d[3], o, win};
 }

@@ -14,42 +14,42 @@ namespace gradus {
 
 namespace fn {
 
-// select for scalars; SIMD batches bring their own (found by ADL).
+/// select for scalars; SIMD batches bring their own (found by ADL).
 template <class T>
 GRADUS_HD constexpr T select(bool c, T a, T b) {
   return c ? a : b;
 }
 
-// A SIMD batch of doubles (xsimd::batch<double, A>): xsimd 8.1's exp, expm1 and tanh of those
-// convert x*log2(e) to int64 through a scalar cast, undefined behaviour (UBSan,
-// tests/graph/test_elementwise_limits.cpp) where it is out of range; batches of floats convert
-// with one instruction, and scalars go to std::exp.
+/// A SIMD batch of doubles (xsimd::batch<double, A>): xsimd 8.1's exp, expm1 and tanh of those
+/// convert x*log2(e) to int64 through a scalar cast, undefined behaviour (UBSan,
+/// tests/graph/test_elementwise_limits.cpp) where it is out of range; batches of floats convert
+/// with one instruction, and scalars go to std::exp.
 template <class X>
 concept double_batch = !std::is_arithmetic_v<X> && requires {
   typename X::value_type;
   requires std::is_same_v<typename X::value_type, double>;
 };
 
-// x limited to [lo, hi] where X is a double_batch (NaN passed through: both comparisons are
-// false for it), else x itself: what those functions are given, so that they convert nothing
-// out of range. Only where needed: the two selects cost 6% of an exp pass over doubles in
-// cache, and would cost 11-17% over floats.
+/// x limited to [lo, hi] where X is a double_batch (NaN passed through: both comparisons are
+/// false for it), else x itself: what those functions are given, so that they convert nothing
+/// out of range. Only where needed: the two selects cost 6% of an exp pass over doubles in
+/// cache, and would cost 11-17% over floats.
 template <class X>
 GRADUS_HD X in_range_for_simd(const X& x, X lo, X hi) {
   if constexpr (double_batch<X>) return select(x < lo, lo, select(x > hi, hi, x));
   else return x;
 }
 
-// e^x: its argument limited to where e^x saturates (e^-746 is 0, e^710 is +inf), so the same
-// value bit for bit.
+/// e^x: its argument limited to where e^x saturates (e^-746 is 0, e^710 is +inf), so the same
+/// value bit for bit.
 template <class X>
 GRADUS_HD X saturating_exp(const X& x) {
   using std::exp;
   return exp(in_range_for_simd(x, X(-746), X(710)));
 }
 
-// tanh(x) the same way: beyond |x| = 350 it is +-1 exactly (xsimd's e^2x there is finite and
-// 2/(e^2x + 1) below half an ulp of 1).
+/// tanh(x) the same way: beyond |x| = 350 it is +-1 exactly (xsimd's e^2x there is finite and
+/// 2/(e^2x + 1) below half an ulp of 1).
 template <class X>
 GRADUS_HD X saturating_tanh(const X& x) {
   using std::tanh;
@@ -77,10 +77,10 @@ GRADUS_UNARY_FN(rsqrt_fn, "rsqrt", X(1) / sqrt(x))
 GRADUS_UNARY_FN(abs_fn, "abs", abs(x))
 GRADUS_UNARY_FN(square_fn, "square", x* x)
 GRADUS_UNARY_FN(tanh_fn, "tanh", saturating_tanh(x))
-// 1/(1+e^-x): for x -> -inf e^-x -> inf and the result -> 0, never NaN.
+/// 1/(1+e^-x): for x -> -inf e^-x -> inf and the result -> 0, never NaN.
 GRADUS_UNARY_FN(sigmoid_fn, "sigmoid", X(1) / (X(1) + saturating_exp(-x)))
 GRADUS_UNARY_FN(relu_fn, "relu", max(x, X(0)))
-// softplus(x) = max(x,0) + log1p(e^-|x|): no overflow for large |x|.
+/// softplus(x) = max(x,0) + log1p(e^-|x|): no overflow for large |x|.
 GRADUS_UNARY_FN(softplus_fn, "softplus", max(x, X(0)) + log1p(saturating_exp(-abs(x))))
 #undef GRADUS_UNARY_FN
 
@@ -139,7 +139,7 @@ GRADUS_BINARY_FN(div, "div", a / b)
 GRADUS_BINARY_FN(maximum, "maximum", max(a, b))
 GRADUS_BINARY_FN(minimum, "minimum", min(a, b))
 GRADUS_BINARY_FN(pow_fn, "pow", pow(a, b))
-// Comparisons give 1 or 0 in the operands' dtype, so a mask multiplies like any value.
+/// Comparisons give 1 or 0 in the operands' dtype, so a mask multiplies like any value.
 GRADUS_BINARY_FN(less, "less", select(a < b, X(1), X(0)))
 GRADUS_BINARY_FN(less_equal, "less_equal", select(a <= b, X(1), X(0)))
 GRADUS_BINARY_FN(greater, "greater", select(a > b, X(1), X(0)))
@@ -159,7 +159,7 @@ struct where_fn {
 
 }  // namespace fn
 
-// Shape rule of every elementwise op: NumPy broadcasting on trailing dimensions.
+/// Shape rule of every elementwise op: NumPy broadcasting on trailing dimensions.
 template <class F>
 struct broadcast_op {
   static constexpr const char* name = F::name;
@@ -221,13 +221,13 @@ template <class X>
 concept operand = expression<X> || scalar_like<X>;
 
 namespace detail {
-// A plain number next to an expression becomes a scalar leaf of the expression's dtype.
+/// A plain number next to an expression becomes a scalar leaf of the expression's dtype.
 template <class T, class X>
 auto as_expr(const X& x) {
   if constexpr (expression<X>) return x;
   else return scalar<T>{{}, static_cast<T>(x)};
 }
-// The dtype of the first expression among the operands (plain numbers adopt it).
+/// The dtype of the first expression among the operands (plain numbers adopt it).
 template <class A, class... R>
 struct first_dtype {
   using type = typename first_dtype<R...>::type;
@@ -322,7 +322,7 @@ GRADUS_COMPARISON(less_equal, less_equal, <=)
 GRADUS_COMPARISON(greater, greater, >)
 GRADUS_COMPARISON(greater_equal, greater_equal, >=)
 #undef GRADUS_COMPARISON
-// == and != stay the structural equality of expressions; these are the elementwise ones.
+/// == and != stay the structural equality of expressions; these are the elementwise ones.
 template <operand A, operand B>
   requires(expression<A> || expression<B>)
 auto equal(const A& a, const B& b) { return detail::make_binary<fn::equal>(a, b); }
@@ -330,7 +330,7 @@ template <operand A, operand B>
   requires(expression<A> || expression<B>)
 auto not_equal(const A& a, const B& b) { return detail::make_binary<fn::not_equal>(a, b); }
 
-// where(cond, a, b): a where cond != 0, else b (cond is a mask of 1/0, e.g. a comparison).
+/// where(cond, a, b): a where cond != 0, else b (cond is a mask of 1/0, e.g. a comparison).
 template <operand C, operand A, operand B>
   requires(expression<C> || expression<A> || expression<B>)
 auto where(const C& c, const A& a, const B& b) {

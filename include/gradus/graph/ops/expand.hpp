@@ -42,13 +42,13 @@ struct expand_dims_node : expr_base {
   bool operator==(const expand_dims_node&) const = default;
 };
 
-// expand_dims<Axis>(a): a with a new axis of extent 1 at Axis (no copy).
+/// expand_dims<Axis>(a): a with a new axis of extent 1 at Axis (no copy).
 template <std::size_t Axis, expression A>
 auto expand_dims(const A& a) {
   return expand_dims_node<Axis, A>{{}, a};
 }
 
-// reshape_like(g, a): g's elements with a's run-time dims (no copy); a lends its dims.
+/// reshape_like(g, a): g's elements with a's run-time dims (no copy); a lends its dims.
 template <class G, class A>
 struct reshape_like_node : expr_base {
   using value_type = value_t<G>;
@@ -82,14 +82,14 @@ struct left {
 };
 }  // namespace fn
 
-// broadcast_like(g, a): g's values over the broadcast of g's and a's shapes. The fused
-// pass never loads a's elements (the functor ignores them); a only lends its shape.
+/// broadcast_like(g, a): g's values over the broadcast of g's and a's shapes. The fused
+/// pass never loads a's elements (the functor ignores them); a only lends its shape.
 template <expression G, expression A>
 auto broadcast_like(const G& g, const A& a) {
   return binary<fn::left, G, A>{{}, {}, g, a};
 }
 
-// 1/n, n the count a reduction over Axis (or all_axes) of `a` combines, from a's dims.
+/// 1/n, n the count a reduction over Axis (or all_axes) of `a` combines, from a's dims.
 template <class T, int Axis, class A>
 struct inv_count_node : expr_base {
   using value_type = T;

@@ -34,7 +34,7 @@ struct gather_extents {
     return r;
   }();
 };
-// SA's static extents and b agree wherever both are known (dyn fits any extent).
+/// SA's static extents and b agree wherever both are known (dyn fits any extent).
 template <class SA, std::size_t N>
 constexpr bool extents_agree(const std::array<index_t, N>& b) {
   if constexpr (SA::rank != N) {
@@ -45,7 +45,7 @@ constexpr bool extents_agree(const std::array<index_t, N>& b) {
     return true;
   }
 }
-// The run-time dims of gather(table, idx): idx's, then the table's after its first.
+/// The run-time dims of gather(table, idx): idx's, then the table's after its first.
 inline dims gather_dims(const dims& t, const dims& i) {
   dims r = i;
   for (std::size_t k = 1; k < t.rank; ++k) r.d[r.rank++] = t.d[k];
@@ -76,7 +76,7 @@ struct one_hot_node : expr_base {
   bool operator==(const one_hot_node&) const = default;
 };
 
-// one_hot<Depth, T = float>(labels): [..., Depth] with 1 at each label.
+/// one_hot<Depth, T = float>(labels): [..., Depth] with 1 at each label.
 template <index_t Depth, class T = float, expression Y>
 auto one_hot(const Y& y) {
   return one_hot_node<T, Depth, Y>{{}, y};
@@ -107,23 +107,23 @@ struct gather_node : expr_base {
   bool operator==(const gather_node&) const = default;
 };
 
-// gather(table, idx): out[i, ...] = table[idx[i], ...].
+/// gather(table, idx): out[i, ...] = table[idx[i], ...].
 template <expression Tab, expression Idx>
 auto gather(const Tab& table, const Idx& idx) {
   return gather_node<Tab, Idx>{{}, table, idx};
 }
 
-// embedding_lookup(table, idx): gather, with a sparse-row gradient w.r.t. the table.
+/// embedding_lookup(table, idx): gather, with a sparse-row gradient w.r.t. the table.
 template <expression Tab, expression Idx>
 auto embedding_lookup(const Tab& table, const Idx& idx) {
   return gather_node<Tab, Idx, true>{{}, table, idx};
 }
 
-// out = zeros shaped like `like`; out[idx[i], ...] += updates[i, ...] for every position i
-// of idx, in order (a repeated index accumulates). The adjoint of gather w.r.t. its table.
-// `like` lends its dims only: its values are never read. Sparse marks the gradient of an
-// embedding_lookup: the same values, but a train_step reads the updates and indices
-// instead (a sparse-row gradient, as TensorFlow's IndexedSlices).
+/// out = zeros shaped like `like`; out[idx[i], ...] += updates[i, ...] for every position i
+/// of idx, in order (a repeated index accumulates). The adjoint of gather w.r.t. its table.
+/// `like` lends its dims only: its values are never read. Sparse marks the gradient of an
+/// embedding_lookup: the same values, but a train_step reads the updates and indices
+/// instead (a sparse-row gradient, as TensorFlow's IndexedSlices).
 template <class Upd, class Idx, class Like, bool Sparse = false>
 struct scatter_add_node : expr_base {
   static_assert(std::is_same_v<value_t<Idx>, std::int32_t>, "gradus: scatter_add: indices must be int32");
@@ -158,12 +158,12 @@ struct scatter_add_node : expr_base {
   bool operator==(const scatter_add_node&) const = default;
 };
 
-// scatter_add(updates, idx, like): zeros of like's shape with updates' rows added at idx.
+/// scatter_add(updates, idx, like): zeros of like's shape with updates' rows added at idx.
 template <expression Upd, expression Idx, expression Like>
 auto scatter_add(const Upd& updates, const Idx& idx, const Like& like) {
   return scatter_add_node<Upd, Idx, Like>{{}, updates, idx, like};
 }
-// The same, marked as a sparse-row gradient (what embedding_lookup's rule returns).
+/// The same, marked as a sparse-row gradient (what embedding_lookup's rule returns).
 template <expression Upd, expression Idx, expression Like>
 auto sparse_rows(const Upd& updates, const Idx& idx, const Like& like) {
   return scatter_add_node<Upd, Idx, Like, true>{{}, updates, idx, like};

@@ -12,8 +12,8 @@
 namespace gradus {
 
 namespace detail {
-// What GEMM reads for an operand: the operand itself, or what a swap of its last two
-// axes was applied to (with the transpose flag set).
+/// What GEMM reads for an operand: the operand itself, or what a swap of its last two
+/// axes was applied to (with the transpose flag set).
 template <class X>
 struct gemm_operand {
   using node = X;
@@ -77,11 +77,11 @@ struct matmul_node : expr_base {
   using rhs = detail::gemm_operand<B>;
   A a;
   B b;
-  // GEMM reads the operands under any transpose: those are what must be in buffers.
+  /// GEMM reads the operands under any transpose: those are what must be in buffers.
   auto operands() const { return std::tie(lhs::get(a), rhs::get(b)); }
   auto children() const { return std::tie(a, b); }
 
-  // Logical dims of an operand, given the dims of the buffer GEMM reads.
+  /// Logical dims of an operand, given the dims of the buffer GEMM reads.
   static dims logical(dims d, bool trans) {
     if (trans) std::swap(d.d[d.rank - 1], d.d[d.rank - 2]);
     return d;

@@ -41,7 +41,7 @@
 
 namespace gradus {
 
-// Where a stage runs, inside its process (see the top of this file).
+/// Where a stage runs, inside its process (see the top of this file).
 namespace device {
 struct any {  // the session's backend, whatever it is
   static constexpr const char* name = "any";
@@ -63,7 +63,7 @@ template <>
 inline constexpr bool is_device_v<cpu> = true;
 template <int N>
 inline constexpr bool is_device_v<cuda<N>> = true;
-// "cpu", "cuda:0" (what the placement log and to_dot print); empty for any
+/// "cpu", "cuda:0" (what the placement log and to_dot print); empty for any
 template <class D>
 std::string label() {
   if constexpr (requires { D::ordinal; }) return std::string(D::name) + ":" + std::to_string(D::ordinal);
@@ -72,8 +72,8 @@ std::string label() {
 }
 }  // namespace device
 
-// Pipeline stage K (0-based): one rank (or one group of data-parallel replicas) each, or one
-// device of this process (pipeline_in_process); Device: where it runs.
+/// Pipeline stage K (0-based): one rank (or one group of data-parallel replicas) each, or one
+/// device of this process (pipeline_in_process); Device: where it runs.
 template <int K, class Device = device::any>
 struct stage {
   static_assert(K >= 0, "gradus: stage<K>: the stage index must be >= 0");
@@ -112,8 +112,8 @@ template <int K, class D, class E>
 inline constexpr bool is_stage_placed_v<placed_node<stage<K, D>, E>> = true;
 
 namespace detail {
-// The latest stage of a placed node in E's tree, stopping at each placed node (its own
-// stage counts, not what is under it), or -1 where E holds none.
+/// The latest stage of a placed node in E's tree, stopping at each placed node (its own
+/// stage counts, not what is under it), or -1 where E holds none.
 template <class E>
 constexpr int latest_stage_below() {
   if constexpr (is_stage_placed_v<E>) {
@@ -129,15 +129,15 @@ constexpr int latest_stage_below() {
     return -1;
   }
 }
-// The latest stage under E's own placement, looking through E when it is placed itself.
+/// The latest stage under E's own placement, looking through E when it is placed itself.
 template <class E>
 constexpr int latest_stage_inside() {
   if constexpr (is_stage_placed_v<E>) return latest_stage_below<std::remove_cvref_t<decltype(std::declval<const E&>().e)>>();
   else return latest_stage_below<E>();
 }
 
-// The device of stage K in E's tree: that of the first node placed on stage K with a device
-// (device::any where none names one). Stages before K hold no stage-K node: not searched.
+/// The device of stage K in E's tree: that of the first node placed on stage K with a device
+/// (device::any where none names one). Stages before K hold no stage-K node: not searched.
 template <class... Ds>
 struct first_named_device {
   using type = device::any;
@@ -172,19 +172,19 @@ struct stage_device_of {
 };
 }  // namespace detail
 
-// The device stage K of E names (device::any when none does).
+/// The device stage K of E names (device::any when none does).
 template <int K, class E>
 using stage_device_t = typename detail::stage_device_of<K, std::remove_cvref_t<E>>::type;
 
-// The stage E's root runs on: its own placement, else the latest among its inputs (0 when
-// nothing is placed: an unplaced graph is a one-stage pipeline).
+/// The stage E's root runs on: its own placement, else the latest among its inputs (0 when
+/// nothing is placed: an unplaced graph is a one-stage pipeline).
 template <class E>
 inline constexpr int stage_of_v = [] {
   constexpr int s = detail::latest_stage_below<std::remove_cvref_t<E>>();
   return s < 0 ? 0 : s;
 }();
 
-// on<P>(e): e placed on P (see the top of this file).
+/// on<P>(e): e placed on P (see the top of this file).
 template <class P, expression E>
 auto on(const E& e) {
   static_assert(is_stage_v<P> || device::is_device_v<P>,

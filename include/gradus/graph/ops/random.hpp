@@ -17,9 +17,9 @@
 namespace gradus {
 
 struct dropout_state {
-  double keep = 1;           // 1 - rate
+  double keep = 1;           ///< 1 - rate
   std::uint64_t seed = 0;
-  std::uint64_t draws = 0;   // masks drawn so far (training mode)
+  std::uint64_t draws = 0;   ///< masks drawn so far (training mode)
   bool training = true;
 };
 
@@ -30,7 +30,7 @@ struct dropout_mask_node : expr_base {
   using shape_type = shape_t<X>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = "dropout_mask";
-  X x;  // lends its dims only
+  X x;  ///< lends its dims only
   std::shared_ptr<dropout_state> state;
   auto operands() const { return std::tie(x); }
   auto children() const { return std::tuple<>{}; }

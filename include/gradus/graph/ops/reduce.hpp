@@ -12,7 +12,7 @@ namespace gradus {
 
 enum class reduce_kind { sum, mean, max, min };
 
-inline constexpr int all_axes = 1000;  // the Axis of a reduction over every axis
+inline constexpr int all_axes = 1000;  ///< the Axis of a reduction over every axis
 
 namespace detail {
 template <class S, int Axis, bool Keep>
@@ -34,7 +34,7 @@ struct reduced_extents {
   }();
 };
 
-// [outer, n, inner] view of a reduction over `axis` (or everything).
+/// [outer, n, inner] view of a reduction over `axis` (or everything).
 struct reduce_geometry {
   index_t outer = 1, n = 1, inner = 1;
 };
@@ -103,7 +103,7 @@ struct reduce_node : expr_base {
   auto NAME(const A& a) {                                               \
     return reduce_node<reduce_kind::KIND, ARG, all_axes, false, A>{{}, a}; \
   }
-// sum<axis, keepdims>(a) or sum(a) for all axes; likewise mean, max, min, argmax.
+/// sum<axis, keepdims>(a) or sum(a) for all axes; likewise mean, max, min, argmax.
 GRADUS_REDUCTION(sum, sum, false)
 GRADUS_REDUCTION(mean, mean, false)
 GRADUS_REDUCTION(max, max, false)

@@ -63,7 +63,7 @@ constexpr bool rnn_fits(rnn_weights<SWx, SWh, SB...>*) {
            (h == dyn || g == dyn || g == Cell::gates * h) && (extent_eq(SB::extents[0], g) && ...);
   }
 }
-// H from wh [H, G*H], else from wx [I, G*H].
+/// H from wh [H, G*H], else from wx [I, G*H].
 template <class Cell, class SWx, class SWh>
 constexpr index_t rnn_hidden() {
   if constexpr (SWh::rank != 2 || SWx::rank != 2) return dyn;  // NOLINT(bugprone-branch-clone): ordered tests, the last is the fallback
@@ -94,7 +94,7 @@ struct rnn {
 
 // ---- nodes ----------------------------------------------------------------------------
 
-// The forward kernel: the packed buffer [Cell::fwd_parts, T, B, H] (hs first).
+/// The forward kernel: the packed buffer [Cell::fwd_parts, T, B, H] (hs first).
 template <class Cell, class X, class Wx, class Wh, class... Bs>
 struct rnn_node : expr_base {
   using value_type = value_t<X>;
@@ -117,7 +117,7 @@ struct rnn_node : expr_base {
   }
   auto children() const { return operands(); }
 
-  // The run's extents, or a shape_error naming the op and every operand's shape.
+  /// The run's extents, or a shape_error naming the op and every operand's shape.
   template <class... D>
   static detail::rnn_extents extents(const dims& x, const dims& wx, const dims& wh, const D&... b) {
     bool ok = x.rank == 3 && wx.rank == 2 && wh.rank == 2 && ((b.rank == 1) && ...);
@@ -146,8 +146,8 @@ struct rnn_node : expr_base {
   bool operator==(const rnn_node&) const = default;
 };
 
-// hs [T, B, H]: the first part of the forward buffer. Autodiff sees through it to the
-// forward's operands (its children), whose adjoints all come from one rnn_grad_node.
+/// hs [T, B, H]: the first part of the forward buffer. Autodiff sees through it to the
+/// forward's operands (its children), whose adjoints all come from one rnn_grad_node.
 template <class Fwd>
 struct rnn_seq_node : expr_base {
   using value_type = value_t<Fwd>;
@@ -161,7 +161,7 @@ struct rnn_seq_node : expr_base {
   bool operator==(const rnn_seq_node&) const = default;
 };
 
-// Backpropagation through time, once: dwx | dwh | db... | dG | carries (rank 1).
+/// Backpropagation through time, once: dwx | dwh | db... | dG | carries (rank 1).
 template <class Fwd, class G>
 struct rnn_grad_node : expr_base {
   using value_type = value_t<Fwd>;
@@ -175,7 +175,7 @@ struct rnn_grad_node : expr_base {
   auto operands() const { return std::tie(fwd, g, fwd.xs, fwd.wh); }
   auto children() const { return std::tie(fwd, g); }
   static detail::rnn_extents extents(const dims& f, const dims& x) { return {f.d[1], f.d[2], x.d[2], f.d[3]}; }
-  // Where dG starts, in elements: after the weight and bias gradients.
+  /// Where dG starts, in elements: after the weight and bias gradients.
   static index_t dg_offset(index_t i, index_t h) {
     return (i + h + static_cast<index_t>(cell::biases)) * cell::gates * h;
   }
@@ -194,8 +194,8 @@ struct rnn_grad_node : expr_base {
   bool operator==(const rnn_grad_node&) const = default;
 };
 
-// The gradient of weight or bias operand K (1: wx, 2: wh, 3...: biases), a part of
-// the backward buffer.
+/// The gradient of weight or bias operand K (1: wx, 2: wh, 3...: biases), a part of
+/// the backward buffer.
 template <std::size_t K, class Grad>
 struct rnn_grad_part : expr_base {
   using cell = typename Grad::cell;
@@ -218,7 +218,7 @@ struct rnn_grad_part : expr_base {
   bool operator==(const rnn_grad_part&) const = default;
 };
 
-// dxs = sum_k dG_k Wx_k^T: its own kernel, so it runs only where xs's gradient is wanted.
+/// dxs = sum_k dG_k Wx_k^T: its own kernel, so it runs only where xs's gradient is wanted.
 template <class Grad>
 struct rnn_input_grad_node : expr_base {
   using cell = typename Grad::cell;
@@ -245,28 +245,28 @@ struct rnn_input_grad_node : expr_base {
 
 // ---- builders ---------------------------------------------------------------------------
 
-// lstm(xs [T,B,I], wx [I,4H], wh [H,4H], b [4H]) -> hs [T,B,H]
+/// lstm(xs [T,B,I], wx [I,4H], wh [H,4H], b [4H]) -> hs [T,B,H]
 template <expression X, expression Wx, expression Wh, expression B>
 auto lstm(const X& xs, const Wx& wx, const Wh& wh, const B& b) {
   using fwd = rnn_node<lstm_cell, X, Wx, Wh, B>;
   return rnn_seq_node<fwd>{{}, fwd{{}, xs, wx, wh, {b}}};
 }
 
-// gru(xs [T,B,I], wx [I,3H], wh [H,3H], bx [3H], bh [3H]) -> hs [T,B,H]
+/// gru(xs [T,B,I], wx [I,3H], wh [H,3H], bx [3H], bh [3H]) -> hs [T,B,H]
 template <expression X, expression Wx, expression Wh, expression Bx, expression Bh>
 auto gru(const X& xs, const Wx& wx, const Wh& wh, const Bx& bx, const Bh& bh) {
   using fwd = rnn_node<gru_cell, X, Wx, Wh, Bx, Bh>;
   return rnn_seq_node<fwd>{{}, fwd{{}, xs, wx, wh, {bx, bh}}};
 }
 
-// last_step(hs [T, B, H]) -> hs[T-1] [B, H] (no copy): what a classifier reads.
+/// last_step(hs [T, B, H]) -> hs[T-1] [B, H] (no copy): what a classifier reads.
 template <expression Hs>
 auto last_step(const Hs& hs) {
   return select(hs, -1);
 }
 
-// time_major<Steps, Features>(x [B, Steps*Features]) -> [Steps, B, Features]: a batch
-// of flattened sequences (e.g. MNIST rows as fed, [B, 784]) as an rnn's xs.
+/// time_major<Steps, Features>(x [B, Steps*Features]) -> [Steps, B, Features]: a batch
+/// of flattened sequences (e.g. MNIST rows as fed, [B, 784]) as an rnn's xs.
 template <index_t Steps, index_t Features, expression X>
 auto time_major(const X& x) {
   static_assert(rank_v<X> == 2, "gradus: time_major: expects [B, Steps*Features]");

@@ -18,7 +18,7 @@ namespace gradus {
 
 namespace detail {
 template <class T>
-using rnn_set = fill_rule<T>;  // graph/ops/select.hpp
+using rnn_set = fill_rule<T>;  ///< graph/ops/select.hpp
 template <class X>
 GRADUS_HD X rnn_sigmoid(const X& x) {
   return fn::sigmoid_fn{}(x);
@@ -27,7 +27,7 @@ template <class X>
 GRADUS_HD X rnn_tanh(const X& x) {
   return fn::tanh_fn{}(x);
 }
-// The extents of one run: T steps, B rows, I inputs, H hidden.
+/// The extents of one run: T steps, B rows, I inputs, H hidden.
 struct rnn_extents {
   index_t t, b, i, h;
   index_t tbh() const { return t * b * h; }
@@ -36,8 +36,8 @@ struct rnn_extents {
 }  // namespace detail
 
 namespace detail {
-// Bias into every row (a column of ones [T*B, 1] times b_k [1, H]), then += X Wx_k: every
-// step's input projection, all gates, in two batched GEMMs. `ones` has T*B entries.
+/// Bias into every row (a column of ones [T*B, 1] times b_k [1, H]), then += X Wx_k: every
+/// step's input projection, all gates, in two batched GEMMs. `ones` has T*B entries.
 template <class Backend, class T>
 void rnn_input_projection(T* gates, T* ones, const rnn_extents& e, const T* x, const T* wx, const T* b, index_t ng) {
   const index_t rows = e.t * e.b, G = ng * e.h, TBH = e.tbh();
@@ -45,8 +45,8 @@ void rnn_input_projection(T* gates, T* ones, const rnn_extents& e, const T* x, c
   Backend::gemm(false, false, rows, e.h, 1, T(1), ones, 1, 0, b, G, e.h, T(0), gates, e.h, TBH, ng);
   Backend::gemm(false, false, rows, e.h, e.i, T(1), x, e.i, 0, wx, G, e.h, T(1), gates, e.h, TBH, ng);
 }
-// dW_k (columns k*H.. of a [K, ng*H] matrix) = A^T D_k over `rows` rows, for ng gate
-// blocks of D spaced TBH apart.
+/// dW_k (columns k*H.. of a [K, ng*H] matrix) = A^T D_k over `rows` rows, for ng gate
+/// blocks of D spaced TBH apart.
 template <class Backend, class T>
 void rnn_weight_grad(T* dw, const T* a, index_t a_cols, const T* d, index_t rows, const rnn_extents& e, index_t ng,
                      index_t G) {
@@ -68,9 +68,9 @@ struct lstm_cell {
   static constexpr std::array<const char*, 1> bias_names{"b"};
   static constexpr index_t gates = 4;
   static constexpr std::size_t biases = 1;
-  // forward buffer, in parts of T*B*H: hs | cs | gates [4][T][B][H] | ones (T*B used)
+  /// forward buffer, in parts of T*B*H: hs | cs | gates [4][T][B][H] | ones (T*B used)
   static constexpr index_t fwd_parts = 7;
-  // backward buffer after dwx | dwh | db: dG [4][T][B][H] | dh carry | dc carry
+  /// backward buffer after dwx | dwh | db: dG [4][T][B][H] | dh carry | dc carry
   static index_t grad_scratch(const detail::rnn_extents& e) { return 4 * e.tbh() + 2 * e.bh(); }
 
   struct step_rule {  // gates in place -> activated; c, h out
@@ -95,9 +95,9 @@ struct lstm_cell {
       h = o * detail::rnn_tanh(c);
     }
   };
-  // dh = upstream + carried; dc = carried + dh o (1 - tanh(c)^2); the pre-activation
-  // gradients out; dc becomes the carry into step t-1, dc f.
-  // (No named locals of type X in the rules: core/device.hpp says why.)
+  /// dh = upstream + carried; dc = carried + dh o (1 - tanh(c)^2); the pre-activation
+  /// gradients out; dc becomes the carry into step t-1, dc f.
+  /// (No named locals of type X in the rules: core/device.hpp says why.)
   template <class X>
   GRADUS_HD static void grad_common(const X& dh, X& dc, const X& i, const X& g, const X& o, const X& c, X& di, X& dg,
                           X& dout) {
@@ -148,7 +148,7 @@ struct lstm_cell {
     }
   }
 
-  // out: dwx | dwh | db | dG | dh carry | dc carry
+  /// out: dwx | dwh | db | dG | dh carry | dc carry
   template <class Backend, class T>
   static void backward(T* out, const detail::rnn_extents& e, const T* x, const T* wh, const T* fwd, const T* dhs) {
     const index_t G = 4 * e.h, n = e.bh(), TBH = e.tbh();
@@ -193,11 +193,11 @@ struct gru_cell {
   static constexpr std::array<const char*, 2> bias_names{"bx", "bh"};
   static constexpr index_t gates = 3;
   static constexpr std::size_t biases = 2;
-  // forward buffer, in parts of T*B*H: hs | gates r,z,n [3][T][B][H] (activated) |
-  // recurrent projections h Wh_k + bh_k [3][T][B][H] | ones (T*B used)
+  /// forward buffer, in parts of T*B*H: hs | gates r,z,n [3][T][B][H] (activated) |
+  /// recurrent projections h Wh_k + bh_k [3][T][B][H] | ones (T*B used)
   static constexpr index_t fwd_parts = 8;
-  // backward buffer after dwx | dwh | dbx | dbh: dG [4][T][B][H] (r, z, n on the input
-  // side, n on the recurrent side: r*dn) | dh carry
+  /// backward buffer after dwx | dwh | dbx | dbh: dG [4][T][B][H] (r, z, n on the input
+  /// side, n on the recurrent side: r*dn) | dh carry
   static index_t grad_scratch(const detail::rnn_extents& e) { return 4 * e.tbh() + e.bh(); }
 
   struct step_rule {
@@ -218,9 +218,9 @@ struct gru_cell {
       h = n - z * n;
     }
   };
-  // dh = upstream + carried; the carry into step t-1 starts as dh z (the GEMMs add the rest).
-  // (No named locals of type X in the rules: core/device.hpp says why. dh and dan arrive as
-  // parameters bound to temporaries: computed before carry is overwritten.)
+  /// dh = upstream + carried; the carry into step t-1 starts as dh z (the GEMMs add the rest).
+  /// (No named locals of type X in the rules: core/device.hpp says why. dh and dan arrive as
+  /// parameters bound to temporaries: computed before carry is overwritten.)
   template <class X>
   GRADUS_HD static void grad_common(const X& dh, const X& dz, X& carry, const X& r, const X& z, const X& n, const X& hn,
                           X& dr, X& daz, X& dnx, X& dnh) {
@@ -285,7 +285,7 @@ struct gru_cell {
     }
   }
 
-  // out: dwx | dwh | dbx | dbh | dG (r, z, n_x, n_h) | dh carry
+  /// out: dwx | dwh | dbx | dbh | dG (r, z, n_x, n_h) | dh carry
   template <class Backend, class T>
   static void backward(T* out, const detail::rnn_extents& e, const T* x, const T* wh, const T* fwd, const T* dhs) {
     const index_t G = 3 * e.h, n = e.bh(), TBH = e.tbh();

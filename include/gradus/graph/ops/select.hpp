@@ -13,8 +13,8 @@
 namespace gradus {
 
 namespace detail {
-// x = v, as a for_each rule. At namespace scope, not nested in a node: a GPU kernel's type
-// names its rule, and nvcc cannot spell a kernel over a type nested in an expression type.
+/// x = v, as a for_each rule. At namespace scope, not nested in a node: a GPU kernel's type
+/// names its rule, and nvcc cannot spell a kernel over a type nested in an expression type.
 template <class T>
 struct fill_rule {
   T v;
@@ -34,7 +34,7 @@ struct tail_extents {
     return r;
   }();
 };
-// i in [-n, n) as an entry of [0, n), or an index_error naming the op and the shape.
+/// i in [-n, n) as an entry of [0, n), or an index_error naming the op and the shape.
 inline index_t leading_index(const char* op, index_t i, const dims& d) {
   const index_t n = d.rank ? d.d[0] : 0;
   if (i < -n || i >= n)
@@ -73,13 +73,13 @@ struct select_node : expr_base {
   bool operator==(const select_node&) const = default;
 };
 
-// select(a, i): a[i] (the leading axis dropped); i < 0 counts from the end.
+/// select(a, i): a[i] (the leading axis dropped); i < 0 counts from the end.
 template <expression A>
 auto select(const A& a, index_t i) {
   return select_node<A>{{}, a, i};
 }
 
-// zeros shaped like `like`, with g at like[i]; `like` lends its dims only.
+/// zeros shaped like `like`, with g at like[i]; `like` lends its dims only.
 template <class G, class Like>
 struct select_backward_node : expr_base {
   static_assert(rank_v<Like> == rank_v<G> + 1, "gradus: select_backward: g must have the rank of like[i]");

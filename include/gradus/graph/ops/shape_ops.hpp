@@ -95,12 +95,12 @@ auto swap_last(const A& a, std::index_sequence<I...>) {
 }
 }  // namespace detail
 
-// transpose(a): all axes reversed, as NumPy's a.T.
+/// transpose(a): all axes reversed, as NumPy's a.T.
 template <expression A>
 auto transpose(const A& a) {
   return detail::reversed(a, std::make_index_sequence<rank_v<A>>{});
 }
-// matrix_transpose(a): the last two axes swapped (batched matrices).
+/// matrix_transpose(a): the last two axes swapped (batched matrices).
 template <expression A>
 auto matrix_transpose(const A& a) {
   static_assert(rank_v<A> >= 2, "gradus: matrix_transpose needs rank >= 2");
@@ -127,7 +127,7 @@ struct reshape_node : expr_base {
   static constexpr node_kind kind = node_kind::view;
   static constexpr const char* op_name = "reshape";
   A a;
-  // The target shape, with a static -1/dyn extent filled in from the operand's dims.
+  /// The target shape, with a static -1/dyn extent filled in from the operand's dims.
   using shape_type = std::conditional_t<shape_t<A>::is_static,
                                         shape_of_array<reshape_static_extents<A, E...>>, target>;
   auto operands() const { return std::tie(a); }
@@ -152,7 +152,7 @@ struct reshape_node : expr_base {
   bool operator==(const reshape_node&) const = default;
 };
 
-// reshape<E...>(a): same elements, new extents; one extent may be dyn (inferred).
+/// reshape<E...>(a): same elements, new extents; one extent may be dyn (inferred).
 template <index_t... E, expression A>
 auto reshape(const A& a) {
   return reshape_node<A, E...>{{}, a};

@@ -76,7 +76,7 @@ struct softmax_xent_node : expr_base {
   bool operator==(const softmax_xent_node&) const = default;
 };
 
-// Per-example loss -log softmax(logits)[label]; mean() it for the usual scalar loss.
+/// Per-example loss -log softmax(logits)[label]; mean() it for the usual scalar loss.
 template <expression L, expression Y>
 auto softmax_cross_entropy(const L& logits, const Y& labels) {
   return softmax_xent_node<L, Y>{{}, logits, labels};

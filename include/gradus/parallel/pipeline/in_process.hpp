@@ -65,7 +65,7 @@ class in_process_pipeline {
   using stages_t = typename stage_tuple<std::make_integer_sequence<int, S>>::type;
 
  public:
-  // A wait longer than `timeout` (a stage's whole step) is reported as a silent stage.
+  /// A wait longer than `timeout` (a stage's whole step) is reported as a silent stage.
   in_process_pipeline(const pipeline_options& o, const Loss& loss, const Opt& opt, session<Backends>&... s,
                       std::chrono::milliseconds timeout = std::chrono::minutes(5))
       : comms_(thread_world::world(S, timeout)), log_(o.placement_log) {
@@ -76,12 +76,12 @@ class in_process_pipeline {
       std::get<K>(stages_) = std::make_unique<stage_t<K>>(comms_[static_cast<std::size_t>(K)], mine, std::get<K>(sessions), loss, opt);
     });
   }
-  // The stages hold this object's mailboxes and log streams: it stays where it was made
-  // (pipeline_in_process returns it by guaranteed copy elision).
+  /// The stages hold this object's mailboxes and log streams: it stays where it was made
+  /// (pipeline_in_process returns it by guaranteed copy elision).
   in_process_pipeline(const in_process_pipeline&) = delete;
   in_process_pipeline& operator=(const in_process_pipeline&) = delete;
 
-  // One training step over the batch the feeds hold: the batch's loss.
+  /// One training step over the batch the feeds hold: the batch's loss.
   template <class... Feeds>
   double run(const Feeds&... feeds) {
     const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), dtype_name<typename Feeds::value_type>(), feeds.data,
@@ -105,7 +105,7 @@ class in_process_pipeline {
     if (!r) throw error("gradus: pipeline_in_process: stage " + std::to_string(stage) + " of " + std::to_string(S));
     return *r;
   }
-  // Every stage's variables into the first session (stage 0's).
+  /// Every stage's variables into the first session (stage 0's).
   void gather_variables() {
     on_stages([&]<int K>() { std::get<K>(stages_)->gather_variables(); });
   }
@@ -122,9 +122,9 @@ class in_process_pipeline {
   }
 
  private:
-  // f.template operator()<K>() for every stage K, stage K on thread K (stage 0 on this one),
-  // all joined; a stage that throws aborts the world (the others' waits end), and its error
-  // is rethrown once every thread has ended.
+  /// f.template operator()<K>() for every stage K, stage K on thread K (stage 0 on this one),
+  /// all joined; a stage that throws aborts the world (the others' waits end), and its error
+  /// is rethrown once every thread has ended.
   template <class F>
   void on_stages(F&& f) {
     std::array<std::exception_ptr, S> errors{};
@@ -161,7 +161,7 @@ class in_process_pipeline {
   stages_t stages_;
 };
 
-// See the top of this file.
+/// See the top of this file.
 template <int S, class Loss, class Opt, class... Backends>
 in_process_pipeline<S, Loss, Opt, Backends...> pipeline_in_process(const pipeline_options& o, const Loss& loss, const Opt& opt,
                                                                    session<Backends>&... s) {

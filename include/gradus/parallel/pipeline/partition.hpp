@@ -36,16 +36,16 @@ constexpr double layer_cost() {
 
 template <std::size_t N, int S>
 struct stage_cut {
-  std::array<int, N> stage{};     // per layer
-  std::array<double, S> cost{};   // per stage
-  std::array<int, S> first{};     // each stage's first layer
-  std::array<int, S> last{};      // and its last
+  std::array<int, N> stage{};     ///< per layer
+  std::array<double, S> cost{};   ///< per stage
+  std::array<int, S> first{};     ///< each stage's first layer
+  std::array<int, S> last{};      ///< and its last
   double max_cost() const {
     double m = 0;
     for (double c : cost) m = c > m ? c : m;
     return m;
   }
-  // "stage 0: layers 0-1 (cost 4.0e+05, 49%); stage 1: ..."
+  /// "stage 0: layers 0-1 (cost 4.0e+05, 49%); stage 1: ..."
   std::string describe() const {
     double total = 0;
     for (double c : cost) total += c;
@@ -61,7 +61,7 @@ struct stage_cut {
   }
 };
 
-// The balanced cut of layers with these costs into S stages.
+/// The balanced cut of layers with these costs into S stages.
 template <int S, std::size_t N>
 constexpr stage_cut<N, S> balanced_cut(const std::array<double, N>& c) {
   static_assert(S >= 1, "gradus: balanced_cut: S >= 1 stages");
@@ -106,9 +106,9 @@ struct cut_of<S, std::tuple<const L&...>> {
   static constexpr auto value = balanced_cut<S, L...>();
 };
 
-// Layer I applied to h, placed where its stage ends. (The cut is a constant of the layers'
-// types, looked up here rather than passed as a class-type template argument, which nvcc's
-// front end does not deduce.)
+/// Layer I applied to h, placed where its stage ends. (The cut is a constant of the layers'
+/// types, looked up here rather than passed as a class-type template argument, which nvcc's
+/// front end does not deduce.)
 template <int S, std::size_t I, class H, class Act, class Layers>
 auto chain(const H& h, const Act& act, const Layers& layers) {
   constexpr auto& cut = cut_of<S, Layers>::value;
@@ -130,7 +130,7 @@ auto chain_unplaced(const H& h, const Act& act, const Layers& layers) {
 }
 }  // namespace detail
 
-// The layers applied to x in turn, `act` between them, cut into S balanced stages.
+/// The layers applied to x in turn, `act` between them, cut into S balanced stages.
 template <int S, expression X, class Act, class... L>
 auto sequential(const X& x, const Act& act, const L&... layers) {
   static_assert(sizeof...(L) >= 1, "gradus: sequential: name at least one layer");

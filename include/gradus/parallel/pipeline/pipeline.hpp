@@ -47,13 +47,13 @@
 
 namespace gradus::parallel {
 
-// The step a program holds: the stage this rank runs, behind one interface.
+/// The step a program holds: the stage this rank runs, behind one interface.
 template <class Comm>
 class pipeline_step {
  public:
   explicit pipeline_step(std::unique_ptr<pipeline_base<Comm>> p) : p_(std::move(p)) {}
-  // One training step over the batch the feeds hold (every rank, the same call): the
-  // batch's loss (the last stage's, sent to the others).
+  /// One training step over the batch the feeds hold (every rank, the same call): the
+  /// batch's loss (the last stage's, sent to the others).
   template <class... Feeds>
   double run(const Feeds&... feeds) {
     const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), dtype_name<typename Feeds::value_type>(), feeds.data,
@@ -61,18 +61,18 @@ class pipeline_step {
     return p_->run_raw(std::span<const detail::raw_feed>(raw, sizeof...(Feeds)));
   }
   const pipeline_stats& stats() const { return p_->stats(); }
-  // Fields every rank must agree on (batch size, epochs, data seed...), compared with the
-  // pipeline's shape and the optimizer at the first run: ranks that differ fail at once, each
-  // naming the field and both values (agree.hpp). Set before the first run.
+  /// Fields every rank must agree on (batch size, epochs, data seed...), compared with the
+  /// pipeline's shape and the optimizer at the first run: ranks that differ fail at once, each
+  /// naming the field and both values (agree.hpp). Set before the first run.
   void set_run_fingerprint(std::vector<run_field> fields) { p_->set_run_fingerprint(std::move(fields)); }
   std::vector<run_field> run_fingerprint() const { return p_->run_fingerprint(); }
-  // Every stage's variables into rank 0's session (every rank calls it).
+  /// Every stage's variables into rank 0's session (every rank calls it).
   void gather_variables() { p_->gather_variables(); }
-  // One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz" (pipeline/checkpoint.hpp;
-  // every rank calls them). restore: false when no stage file exists yet.
+  /// One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz" (pipeline/checkpoint.hpp;
+  /// every rank calls them). restore: false when no stage file exists yet.
   void save_checkpoint(const std::filesystem::path& file) { save_pipeline_checkpoint(*p_, file); }
   bool restore_checkpoint(const std::filesystem::path& file) { return restore_pipeline_checkpoint(*p_, file); }
-  // Two numbers of every rank, on rank 0 in rank order (every rank calls it).
+  /// Two numbers of every rank, on rank 0 in rank order (every rank calls it).
   std::vector<std::vector<double>> gather_report(const std::vector<double>& mine) { return p_->gather_report(mine); }
   int rank() const { return p_->rank(); }
   int world_size() const { return p_->world_size(); }
@@ -81,7 +81,7 @@ class pipeline_step {
   std::unique_ptr<pipeline_base<Comm>> p_;
 };
 
-// The pipeline of an S-stage placed loss, this rank's stage made (see the top of this file).
+/// The pipeline of an S-stage placed loss, this rank's stage made (see the top of this file).
 template <int S, class Backend, class Comm, expression Loss, class Opt>
 pipeline_step<Comm> pipeline(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt) {
   static_assert(point_to_point<Comm>, "gradus: pipeline: the communicator has no point-to-point send/recv");

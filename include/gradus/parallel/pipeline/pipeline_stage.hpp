@@ -35,7 +35,7 @@
 namespace gradus::parallel {
 
 namespace detail {
-// The optimizer's state tensors of one variable ("w/momentum", ...), made in the session.
+/// The optimizer's state tensors of one variable ("w/momentum", ...), made in the session.
 template <class T, class Backend, class Opt>
 std::array<T*, 2> optimizer_slots(session<Backend>& s, const Opt& opt, std::string_view name, const dims& d) {
   std::array<T*, 2> r{};
@@ -44,7 +44,7 @@ std::array<T*, 2> optimizer_slots(session<Backend>& s, const Opt& opt, std::stri
   return r;
 }
 
-// The communicator of a sub-group (split), where the communicator makes them.
+/// The communicator of a sub-group (split), where the communicator makes them.
 template <class C>
 struct sub_group {
   using type = int;
@@ -54,9 +54,9 @@ struct sub_group<C> {
   using type = decltype(std::declval<C&>().split(0, 0));
 };
 
-// A backend that can reuse weights held constant across calls (cpu_simd: packed copies for
-// small GEMMs), and the hold of a stage's step: its variables, released at the update (or
-// when the step fails).
+/// A backend that can reuse weights held constant across calls (cpu_simd: packed copies for
+/// small GEMMs), and the hold of a stage's step: its variables, released at the update (or
+/// when the step fails).
 template <class B>
 concept holds_weights = requires(const void* p, std::size_t n) {
   B::hold_weights(p, n);
@@ -91,7 +91,7 @@ struct scale_rule {  // x = a * y
 };
 }  // namespace detail
 
-// Stage K's part of the pipeline.
+/// Stage K's part of the pipeline.
 template <int K, int S, class Backend, class Comm, class Loss, class Opt>
 class pipeline_stage final : public pipeline_base<Comm> {
   using base = pipeline_base<Comm>;
@@ -132,8 +132,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->check_config();
   }
 
-  // Every stage's variables into rank 0's session (replica 0's stages send theirs): rank 0
-  // then holds the whole model (to evaluate or save it). Every rank calls it.
+  /// Every stage's variables into rank 0's session (replica 0's stages send theirs): rank 0
+  /// then holds the whole model (to evaluate or save it). Every rank calls it.
   void gather_variables() override {
     const auto bound = s_.bind();
     if (this->stats_.replica != 0) return;
@@ -284,7 +284,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
       call(typed_feed<P>(feeds, offset, rows)...);
     }(static_cast<placeholders_t*>(nullptr));
   }
-  // Placeholder P's feed, its rows [offset, offset + rows).
+  /// Placeholder P's feed, its rows [offset, offset + rows).
   template <class P>
   auto typed_feed(std::span<const detail::raw_feed> feeds, long offset, long rows) const {
     using V = value_t<P>;
@@ -302,8 +302,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
                      " was not fed");
   }
 
-  // What this stage's checkpoint file holds: its variables and their optimizer slots, the
-  // world, the stage layout.
+  /// What this stage's checkpoint file holds: its variables and their optimizer slots, the
+  /// world, the stage layout.
   checkpoint_options file_options() const {
     checkpoint_options c{.world_size = this->comm_.world_size(), .stages = S, .stage = K, .only = {}};
     [&]<class... Vs>(std::tuple<Vs...>*) {
@@ -316,10 +316,10 @@ class pipeline_stage final : public pipeline_base<Comm> {
     return c;
   }
 
-  // The placement log (pipeline_options::placement_log): after the first step, what this
-  // stage's graph ran (each node, its dims, forward or backward) and where; after every step,
-  // the bytes sent across each cut. One write per step, so ranks sharing a stream interleave
-  // by whole lines.
+  /// The placement log (pipeline_options::placement_log): after the first step, what this
+  /// stage's graph ran (each node, its dims, forward or backward) and where; after every step,
+  /// the bytes sent across each cut. One write per step, so ranks sharing a stream interleave
+  /// by whole lines.
   void log_placement(std::ostream& os) {
     const auto& st = this->stats_;
     const int r = this->comm_.rank();
@@ -354,7 +354,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     os << out << std::flush;
   }
 
-  // Sends a device buffer (copied to the host first where the backend's memory is not).
+  /// Sends a device buffer (copied to the host first where the backend's memory is not).
   void send_device(detail::pipe_msg kind, int m, const T* p, const dims& d, int to) {
     const auto n = static_cast<std::size_t>(d.numel());
     if constexpr (backend_host_memory<Backend>) {
@@ -366,7 +366,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }
   }
 
-  // Stage J's variables, sent by rank J (replica 0), into this session.
+  /// Stage J's variables, sent by rank J (replica 0), into this session.
   template <int J>
   void receive_stage_variables() {
     [&]<class... Vs>(std::tuple<Vs...>*) {
@@ -386,7 +386,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     Backend::copy_to_device(s_.template data<VT>(V::name.view()), v.data(), v.size() * sizeof(VT));
   }
 
-  // n values in a device buffer (exec/backend.hpp: grown, freed with this stage)
+  /// n values in a device buffer (exec/backend.hpp: grown, freed with this stage)
   static T* values(device_buffer<Backend>& b, std::size_t n) { return static_cast<T*>(b.reserve(std::max<std::size_t>(n, 1) * sizeof(T))); }
   T* scratch(std::size_t n) { return values(scratch_, n); }
 
@@ -401,8 +401,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
        ...);
     }(std::make_index_sequence<nv>{});
   }
-  // A deferred gradient's rows of this micro-batch (stage_graph.hpp): its X, and its G
-  // scaled by the micro-batch's weight, appended to the step's stash.
+  /// A deferred gradient's rows of this micro-batch (stage_graph.hpp): its X, and its G
+  /// scaled by the micro-batch's weight, appended to the step's stash.
   void stash(typename graph_t::graph_t& gr, T w) {
     long rows = -1;
     [&]<std::size_t... I>(std::index_sequence<I...>) {
@@ -432,7 +432,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     for (std::size_t i = 0; i < nv; ++i) held += static_cast<std::size_t>(stashed_rows_) * (cols_[i].first + cols_[i].second) * sizeof(T);
     this->stats_.deferred_bytes = std::max(this->stats_.deferred_bytes, held);
   }
-  // The deferred gradients, each one GEMM over the step's stashed rows: X^T G.
+  /// The deferred gradients, each one GEMM over the step's stashed rows: X^T G.
   void deferred_gradients() {
     for (std::size_t i = 0; i < nv; ++i) {
       if (!graph_t::deferred[i]) continue;
@@ -459,9 +459,9 @@ class pipeline_stage final : public pipeline_base<Comm> {
       }
     }
   }
-  // Tied variable i: its gradient is the sum of the parts of the stages that read it. Each
-  // sends its part to the others of its pipeline and sums all of them in stage order, so
-  // every copy gets the same bits and the copies stay equal.
+  /// Tied variable i: its gradient is the sum of the parts of the stages that read it. Each
+  /// sends its part to the others of its pipeline and sums all of them in stage order, so
+  /// every copy gets the same bits and the copies stay equal.
   void tie(std::size_t i) {
     const auto n = sizes_[i];
     const int first = this->comm_.rank() - K;
@@ -483,8 +483,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }
     Backend::copy_to_device(acc_[i].data, tied_sum_.data(), n * sizeof(T));
   }
-  // clip_global_norm: the norm over every stage's gradients (each stage's sum of squares
-  // sent to the others of its pipeline, summed in stage order, so every stage scales alike).
+  /// clip_global_norm: the norm over every stage's gradients (each stage's sum of squares
+  /// sent to the others of its pipeline, summed in stage order, so every stage scales alike).
   double clip_scale() {
     if (opt_.clip_global_norm <= 0) return 1;
     double mine = 0;
@@ -514,8 +514,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }(static_cast<vars_t*>(nullptr));
     s_.set_global_step(step + 1);
   }
-  // After a forward pass: the activations held now — each micro-batch in flight's graph
-  // (its forward buffers; one graph under re-materialisation) and the stage inputs kept.
+  /// After a forward pass: the activations held now — each micro-batch in flight's graph
+  /// (its forward buffers; one graph under re-materialisation) and the stage inputs kept.
   void note_memory(const std::vector<char>& alive) {
     std::size_t held = 0;
     for (std::size_t m = 0; m < alive.size(); ++m) {
@@ -525,14 +525,14 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }
     this->stats_.peak_activation_bytes = std::max(this->stats_.peak_activation_bytes, held);
   }
-  // The graph (its buffers) micro-batch m runs in: one per micro-batch under GPipe, one per
-  // micro-batch in flight under 1F1B (at most S), one with re-materialisation.
+  /// The graph (its buffers) micro-batch m runs in: one per micro-batch under GPipe, one per
+  /// micro-batch in flight under 1F1B (at most S), one with re-materialisation.
   std::size_t graph_index(std::size_t m) const {
     if (this->o_.rematerialize) return 0;
     return this->o_.schedule == schedule_kind::gpipe ? m : m % static_cast<std::size_t>(S);
   }
 
-  // The tied variables (read by another stage too), by tie_key.
+  /// The tied variables (read by another stage too), by tie_key.
   static constexpr auto tied_order = [] {
     constexpr std::size_t n = [] {
       std::size_t c = 0;
@@ -554,16 +554,16 @@ class pipeline_stage final : public pipeline_base<Comm> {
     return std::array<std::size_t, nv>{static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel())...};
   }(static_cast<vars_t*>(nullptr));
   std::array<std::array<T*, 2>, nv> slots_{};
-  std::array<device_buffer<Backend>, nv> acc_;  // the batch's gradient sums
-  // the deferred gradients' stashes (rows of X and of G, the step's micro-batches one after
-  // another), their column counts, and the rows stashed this step
+  std::array<device_buffer<Backend>, nv> acc_;  ///< the batch's gradient sums
+  /// the deferred gradients' stashes (rows of X and of G, the step's micro-batches one after
+  /// another), their column counts, and the rows stashed this step
   std::array<device_buffer<Backend>, nv> stash_x_, stash_g_;
   std::array<std::pair<std::size_t, std::size_t>, nv> cols_{};
   long stashed_rows_ = 0;
-  std::vector<std::vector<T>> inputs_;  // per micro-batch: the input received (kept to its backward)
+  std::vector<std::vector<T>> inputs_;  ///< per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;
   std::vector<T> dy_, scaled_;
-  std::vector<T> tied_mine_, tied_theirs_, tied_sum_;  // a tied variable's gradient parts (host)
+  std::vector<T> tied_mine_, tied_theirs_, tied_sum_;  ///< a tied variable's gradient parts (host)
   device_buffer<Backend> scratch_;
   std::optional<sub_t> replicas_;
 };

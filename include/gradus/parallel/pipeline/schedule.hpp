@@ -34,11 +34,11 @@ inline schedule_kind parse_schedule(std::string_view s) {
 
 struct pipeline_op {
   bool forward;
-  int micro;  // 0 .. M - 1
+  int micro;  ///< 0 .. M - 1
   bool operator==(const pipeline_op&) const = default;
 };
 
-// Stage `stage`'s operations for one batch of `micro` micro-batches over `stages` stages.
+/// Stage `stage`'s operations for one batch of `micro` micro-batches over `stages` stages.
 inline std::vector<pipeline_op> schedule_for(schedule_kind kind, int stage, int stages, int micro) {
   if (stages < 1 || stage < 0 || stage >= stages || micro < 1)
     throw error("gradus: pipeline: schedule of stage " + std::to_string(stage) + " of " + std::to_string(stages) +
@@ -61,20 +61,20 @@ inline std::vector<pipeline_op> schedule_for(schedule_kind kind, int stage, int 
   return ops;
 }
 
-// The most micro-batches whose forward has run and backward has not, at once.
+/// The most micro-batches whose forward has run and backward has not, at once.
 inline int max_in_flight(const std::vector<pipeline_op>& ops) {
   int alive = 0, most = 0;
   for (const auto& op : ops) most = std::max(most, alive += op.forward ? 1 : -1);
   return most;
 }
 
-// GPipe's bubble for equal stages: (S - 1) / (M + S - 1).
+/// GPipe's bubble for equal stages: (S - 1) / (M + S - 1).
 inline double ideal_bubble(int stages, int micro) {
   return static_cast<double>(stages - 1) / static_cast<double>(micro + stages - 1);
 }
 
-// The sizes of M micro-batches of a batch of B rows: as even as possible, the first B % M
-// one row larger (torch.tensor_split's rule). M > B leaves empty micro-batches, refused.
+/// The sizes of M micro-batches of a batch of B rows: as even as possible, the first B % M
+/// one row larger (torch.tensor_split's rule). M > B leaves empty micro-batches, refused.
 inline std::vector<long> micro_batch_sizes(long batch, int micro) {
   if (micro < 1 || batch < micro)
     throw error("gradus: pipeline: a batch of " + std::to_string(batch) + " rows cannot be split into " +

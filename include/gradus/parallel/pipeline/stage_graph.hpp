@@ -50,7 +50,7 @@ struct push_unique<type_list<A...>, T> {
   using type = std::conditional_t<(std::is_same_v<A, T> || ...), type_list<A...>, type_list<A..., T>>;
 };
 
-// Every node of E's tree placed on stage K (each type once).
+/// Every node of E's tree placed on stage K (each type once).
 template <int K, class Acc, class E>
 struct placed_on;
 template <int K, class Acc, class E>
@@ -90,7 +90,7 @@ struct list_front<type_list<A, R...>> {
   using type = A;
 };
 
-// The first node of type T in e's tree (depth first), or null.
+/// The first node of type T in e's tree (depth first), or null.
 template <class T, class E>
 const T* find_node(const E& e) {
   if constexpr (std::is_same_v<T, E>) {
@@ -104,8 +104,8 @@ const T* find_node(const E& e) {
   }
 }
 
-// The nodes of E's tree that Pick selects, outside nodes placed on a stage other than K
-// (each type once, in order of first appearance).
+/// The nodes of E's tree that Pick selects, outside nodes placed on a stage other than K
+/// (each type once, in order of first appearance).
 template <int K, template <class> class Pick, class Acc, class E>
 struct stage_nodes {
   template <class A, class Tuple, std::size_t I = 0>
@@ -142,12 +142,12 @@ struct as_tuple_of<type_list<A...>> {
   using type = std::tuple<A...>;
 };
 
-// A weight gradient that is a contraction over the micro-batch's rows, X^T G (a dense
-// layer's: X its input, G its output's gradient, both [rows, n]): a sum over rows, so a
-// pipeline stashes each micro-batch's X and G and takes one GEMM over the whole batch at the
-// end of the step (the zero-bubble schedules' separate "W" pass) instead of a full weight
-// gradient per micro-batch added into a sum — at 8 or 16 rows a micro-batch, that traffic,
-// not the arithmetic, was the step.
+/// A weight gradient that is a contraction over the micro-batch's rows, X^T G (a dense
+/// layer's: X its input, G its output's gradient, both [rows, n]): a sum over rows, so a
+/// pipeline stashes each micro-batch's X and G and takes one GEMM over the whole batch at the
+/// end of the step (the zero-bubble schedules' separate "W" pass) instead of a full weight
+/// gradient per micro-batch added into a sum — at 8 or 16 rows a micro-batch, that traffic,
+/// not the arithmetic, was the step.
 template <class G>
 struct row_contraction : std::false_type {};
 template <class X, class G>
@@ -165,7 +165,7 @@ struct placeholder_of_shape<Name, T, shape<E...>> {
 };
 }  // namespace detail
 
-// The placed node stage K < S - 1 computes; the loss itself for K = S - 1.
+/// The placed node stage K < S - 1 computes; the loss itself for K = S - 1.
 template <int K, int S, class Loss>
 struct stage_output {
   using placed = typename detail::placed_on<K, detail::type_list<>, Loss>::type;
@@ -177,12 +177,12 @@ struct stage_output {
 template <int K, int S, class Loss>
 using stage_output_t = typename stage_output<K, S, Loss>::type;
 
-// Stage K's variables: those under its output, not under another stage's placed node.
+/// Stage K's variables: those under its output, not under another stage's placed node.
 template <int K, int S, class Loss>
 using stage_variables_t =
     typename detail::as_tuple_of<typename detail::stage_nodes<K, detail::pick_variable, detail::type_list<>,
                                                               stage_output_t<K, S, Loss>>::type>::type;
-// Stage K's placeholders (the feeds it reads).
+/// Stage K's placeholders (the feeds it reads).
 template <int K, int S, class Loss>
 using stage_placeholders_t =
     typename detail::as_tuple_of<typename detail::stage_nodes<K, detail::pick_placeholder, detail::type_list<>,
@@ -204,13 +204,13 @@ struct index_in<V, std::tuple<A...>> {
     return -1;
   }();
 };
-// The stages that read variable V, as a bit mask (bit J: stage J).
+/// The stages that read variable V, as a bit mask (bit J: stage J).
 template <class V, int S, class Loss, int... J>
 constexpr std::uint32_t stages_reading(std::integer_sequence<int, J...>) {
   return ((has_type_v<V, stage_variables_t<J, S, Loss>> ? std::uint32_t{1} << J : 0u) | ...);
 }
-// Variable V's key, agreed by every stage that reads it: the first such stage and V's index
-// there (first * 65536 + index).
+/// Variable V's key, agreed by every stage that reads it: the first such stage and V's index
+/// there (first * 65536 + index).
 template <class V, int S, class Loss, int... J>
 constexpr int tie_key_of(std::integer_sequence<int, J...> js) {
   constexpr int first = std::countr_zero(stages_reading<V, S, Loss>(std::integer_sequence<int, J...>{}));
@@ -220,9 +220,9 @@ constexpr int tie_key_of(std::integer_sequence<int, J...> js) {
 }
 }  // namespace detail
 
-// Whether a session of Backend can run a stage placed on Device (graph/ops/placement.hpp):
-// device::any anything, device::cpu a backend whose tensors are host memory (cpu_simd),
-// device::cuda<N> the CUDA backend (gradus::cuda; its Thrust-OpenMP build too).
+/// Whether a session of Backend can run a stage placed on Device (graph/ops/placement.hpp):
+/// device::any anything, device::cpu a backend whose tensors are host memory (cpu_simd),
+/// device::cuda<N> the CUDA backend (gradus::cuda; its Thrust-OpenMP build too).
 template <class Device, class Backend>
 inline constexpr bool device_runs_on = [] {
   if constexpr (std::is_same_v<Device, device::any>) return true;
@@ -230,7 +230,7 @@ inline constexpr bool device_runs_on = [] {
   else return std::string_view(Backend::name) == "cuda";
 }();
 
-// The compiled graphs of stage K of an S-stage pipeline over Loss.
+/// The compiled graphs of stage K of an S-stage pipeline over Loss.
 template <class Backend, int K, int S, class Loss>
 class stage_graph {
   static_assert(K >= 0 && K < S, "gradus: pipeline: the stage index is outside the pipeline");
@@ -244,7 +244,7 @@ class stage_graph {
   using value_type = value_t<output_t>;
   using variables = stage_variables_t<K, S, Loss>;
   static constexpr bool last = K == S - 1;
-  // The adjoint this stage's output receives: 1 for the loss, else what the next stage sent.
+  /// The adjoint this stage's output receives: 1 for the loss, else what the next stage sent.
   using adjoint_t = std::conditional_t<last, scalar<value_type>,
                                        typename detail::placeholder_of_shape<"pipeline_dy", value_type, shape_t<output_t>>::type>;
 
@@ -288,20 +288,20 @@ class stage_graph {
  public:
   using graph_t = typename graph_of<outputs_t>::type;
   static constexpr std::size_t variable_count = std::tuple_size_v<variables>;
-  // Per variable: whether its gradient is deferred (X^T G over the batch's rows), and the
-  // output holding its X (outputs 1 + i hold G; X follows the input's gradient).
+  /// Per variable: whether its gradient is deferred (X^T G over the batch's rows), and the
+  /// output holding its X (outputs 1 + i hold G; X follows the input's gradient).
   static constexpr std::array<bool, variable_count> deferred = []<class... Vs>(std::tuple<Vs...>*) {
     return std::array<bool, variable_count>{deferrable<Vs>...};
   }(static_cast<variables*>(nullptr));
-  // Per variable: the stages that read it (bit J: stage J); more than this stage's bit for
-  // tied weights, whose gradient parts the stages sum.
+  /// Per variable: the stages that read it (bit J: stage J); more than this stage's bit for
+  /// tied weights, whose gradient parts the stages sum.
   static constexpr std::array<std::uint32_t, variable_count> sharers = []<class... Vs>(std::tuple<Vs...>*) {
     static_assert(S <= 32, "gradus: pipeline: at most 32 stages");
     return std::array<std::uint32_t, variable_count>{detail::stages_reading<Vs, S, Loss>(std::make_integer_sequence<int, S>{})...};
   }(static_cast<variables*>(nullptr));
-  // Per variable: a key every stage that reads it agrees on — the first such stage and its
-  // index there (first * 65536 + index): the order tied variables are exchanged in, and
-  // their messages' tag.
+  /// Per variable: a key every stage that reads it agrees on — the first such stage and its
+  /// index there (first * 65536 + index): the order tied variables are exchanged in, and
+  /// their messages' tag.
   static constexpr std::array<int, variable_count> tie_key = []<class... Vs>(std::tuple<Vs...>*) {
     return std::array<int, variable_count>{detail::tie_key_of<Vs, S, Loss>(std::make_integer_sequence<int, S>{})...};
   }(static_cast<variables*>(nullptr));
@@ -315,17 +315,17 @@ class stage_graph {
   explicit stage_graph(const Loss& loss) : out_(find_output(loss)), outs_(outputs(out_)) {
     if constexpr (K > 0) input_ = detail::find_node<input_t>(out_);
   }
-  stage_graph(const stage_graph&) = delete;  // input_ points into out_
+  stage_graph(const stage_graph&) = delete;  ///< input_ points into out_
   stage_graph& operator=(const stage_graph&) = delete;
 
-  // The graph of micro-batch slot i (made on first use; its buffers are that slot's).
+  /// The graph of micro-batch slot i (made on first use; its buffers are that slot's).
   graph_t& graph(std::size_t i) {
     while (graphs_.size() <= i) graphs_.push_back(std::make_unique<graph_t>(outs_, K));
     return *graphs_[i];
   }
   std::size_t graphs() const { return graphs_.size(); }
   const output_t& output() const { return out_; }
-  // The previous stage's output (K > 0): the node a stage_input feeds.
+  /// The previous stage's output (K > 0): the node a stage_input feeds.
   const auto& input() const
     requires(K > 0)
   {

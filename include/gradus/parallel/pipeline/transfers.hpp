@@ -26,31 +26,31 @@ namespace gradus::parallel {
 struct pipeline_options {
   int micro_batches = 1;
   schedule_kind schedule = schedule_kind::gpipe;
-  // GPipe's re-materialisation: keep only each micro-batch's stage input and recompute its
-  // forward pass in the backward (one graph's activations alive instead of M).
+  /// GPipe's re-materialisation: keep only each micro-batch's stage input and recompute its
+  /// forward pass in the backward (one graph's activations alive instead of M).
   bool rematerialize = false;
-  // TensorFlow's log_device_placement: where set, each rank writes there after its first
-  // step every node of its stage's graph with the stage and rank it ran on, and after every
-  // step the bytes it sent across each cut ("gradus placement: ..." lines).
+  /// TensorFlow's log_device_placement: where set, each rank writes there after its first
+  /// step every node of its stage's graph with the stage and rank it ran on, and after every
+  /// step the bytes it sent across each cut ("gradus placement: ..." lines).
   std::ostream* placement_log = nullptr;
 };
 
-// What one step of one rank measured.
+/// What one step of one rank measured.
 struct pipeline_stats {
   int stage = 0, stages = 1, replica = 0, replicas = 1, micro_batches = 1;
-  double step_seconds = 0;     // wall time of the last step
-  double compute_seconds = 0;  // of which computing
+  double step_seconds = 0;     ///< wall time of the last step
+  double compute_seconds = 0;  ///< of which computing
   double bubble_fraction() const { return step_seconds > 0 ? 1 - compute_seconds / step_seconds : 0; }
-  std::uint64_t bytes_sent = 0, bytes_received = 0;  // the last step's activations and gradients (headers apart)
-  std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  // of bytes_sent: to the next stage, to the previous
-  std::size_t peak_activation_bytes = 0;             // the graphs in flight and stashed inputs, at most
-  std::size_t deferred_bytes = 0;  // the deferred weight gradients' stash (rows of X and G of the whole batch)
-  double gradient_norm = 0;        // with clip_global_norm: the last step's norm over every stage's gradients
+  std::uint64_t bytes_sent = 0, bytes_received = 0;  ///< the last step's activations and gradients (headers apart)
+  std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  ///< of bytes_sent: to the next stage, to the previous
+  std::size_t peak_activation_bytes = 0;             ///< the graphs in flight and stashed inputs, at most
+  std::size_t deferred_bytes = 0;  ///< the deferred weight gradients' stash (rows of X and G of the whole batch)
+  double gradient_norm = 0;        ///< with clip_global_norm: the last step's norm over every stage's gradients
 };
 
 
 namespace detail {
-// A feed as a stage sees it before it knows its type: name, dtype, data, dims.
+/// A feed as a stage sees it before it knows its type: name, dtype, data, dims.
 struct raw_feed {
   std::string_view name;
   std::string_view dtype;
@@ -60,10 +60,10 @@ struct raw_feed {
 };
 
 
-// The header of every pipeline message: what it is, for which step and micro-batch, its dims.
+/// The header of every pipeline message: what it is, for which step and micro-batch, its dims.
 enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6, norm = 7, tied = 8 };
 struct pipe_header {
-  std::int64_t magic = 0x67726164504950LL;  // "gradPIP"
+  std::int64_t magic = 0x67726164504950LL;  ///< "gradPIP"
   std::int64_t kind = 0;
   std::int64_t step = 0;
   std::int64_t micro = 0;
@@ -88,7 +88,7 @@ inline std::string msg_name(pipe_msg k) {
 
 }  // namespace detail
 
-// The running pipeline of one rank: the stage-independent part (transfers, measurements).
+/// The running pipeline of one rank: the stage-independent part (transfers, measurements).
 template <class Comm>
 class pipeline_base {
  protected:
@@ -98,26 +98,26 @@ class pipeline_base {
   virtual ~pipeline_base() = default;
   virtual double run_raw(std::span<const detail::raw_feed> feeds) = 0;
   virtual void gather_variables() = 0;
-  // This stage's checkpoint file (io/checkpoint.hpp's format: its variables, their optimizer
-  // slots, the global step, the stage layout); pipeline/checkpoint.hpp runs them on every rank.
+  /// This stage's checkpoint file (io/checkpoint.hpp's format: its variables, their optimizer
+  /// slots, the global step, the stage layout); pipeline/checkpoint.hpp runs them on every rank.
   virtual void save_stage_file(const std::filesystem::path& file) = 0;
-  virtual std::int64_t restore_stage_file(const std::filesystem::path& file) = 0;  // the file's global step
-  virtual void broadcast_to_replicas() = 0;  // replica 0's tensors and step to the stage's replicas
-  // A sum over every rank (pipeline/checkpoint.hpp's agreement on what each stage found).
+  virtual std::int64_t restore_stage_file(const std::filesystem::path& file) = 0;  ///< the file's global step
+  virtual void broadcast_to_replicas() = 0;  ///< replica 0's tensors and step to the stage's replicas
+  /// A sum over every rank (pipeline/checkpoint.hpp's agreement on what each stage found).
   void allreduce_sum(std::span<double> x) { comm_.allreduce_sum(x); }
   const pipeline_stats& stats() const { return stats_; }
   int rank() const { return comm_.rank(); }
   int world_size() const { return comm_.world_size(); }
 
-  // Fields every rank must agree on besides the pipeline's shape (the neighbours compare
-  // that at construction) and the optimizer: {{"batch_size", "64"}, {"data_seed", "1"}}, as
-  // data_parallel_step's. Set before the first run; the first run compares them (agree.hpp).
+  /// Fields every rank must agree on besides the pipeline's shape (the neighbours compare
+  /// that at construction) and the optimizer: {{"batch_size", "64"}, {"data_seed", "1"}}, as
+  /// data_parallel_step's. Set before the first run; the first run compares them (agree.hpp).
   void set_run_fingerprint(std::vector<run_field> fields) {
     if (fingerprint_checked_) throw error("gradus: pipeline: set_run_fingerprint after the first run (the ranks already compared it)");
     extra_fields_ = std::move(fields);
   }
-  // What the ranks compare before their first step: the world, the pipeline's shape, the
-  // optimizer and its hyper-parameters, and the program's fields.
+  /// What the ranks compare before their first step: the world, the pipeline's shape, the
+  /// optimizer and its hyper-parameters, and the program's fields.
   std::vector<run_field> run_fingerprint() const {
     std::vector<run_field> f{{"world_size", std::to_string(comm_.world_size())},
                              {"pipeline.stages", std::to_string(stats_.stages)},
@@ -129,9 +129,9 @@ class pipeline_base {
     return f;
   }
 
-  // Numbers of every rank (e.g. its mean bubble fraction, bytes sent per step, peak
-  // activation bytes: every rank gives as many), on rank 0 in rank order (every rank calls
-  // it; the others get their own): what a run reports for the whole pipeline.
+  /// Numbers of every rank (e.g. its mean bubble fraction, bytes sent per step, peak
+  /// activation bytes: every rank gives as many), on rank 0 in rank order (every rank calls
+  /// it; the others get their own): what a run reports for the whole pipeline.
   std::vector<std::vector<double>> gather_report(const std::vector<double>& mine) {
     std::vector<std::vector<double>> all{mine};
     if (comm_.rank() != 0) {
@@ -147,7 +147,7 @@ class pipeline_base {
   }
 
  protected:
-  // optimizer: what optimizer_fields(opt) gives, for the run fingerprint
+  /// optimizer: what optimizer_fields(opt) gives, for the run fingerprint
   pipeline_base(Comm& comm, int stages, const pipeline_options& o, std::vector<run_field> optimizer)
       : comm_(comm), o_(o), optimizer_fields_(std::move(optimizer)) {
     const int world = comm.world_size();
@@ -175,7 +175,7 @@ class pipeline_base {
            (micro >= 0 ? ", micro-batch " + std::to_string(micro) : std::string()) + ": ";
   }
 
-  // Every rank compares the run fingerprint (once, before the first step's transfers).
+  /// Every rank compares the run fingerprint (once, before the first step's transfers).
   void check_run_fingerprint() {
     if (fingerprint_checked_) return;
     try {
@@ -186,7 +186,7 @@ class pipeline_base {
     fingerprint_checked_ = true;
   }
 
-  // The neighbours agree on the pipeline's shape (every rank calls it once).
+  /// The neighbours agree on the pipeline's shape (every rank calls it once).
   void check_config() {
     const std::int64_t mine[5] = {stats_.stages, o_.micro_batches, static_cast<std::int64_t>(o_.schedule), o_.rematerialize,
                                   stats_.replicas};
@@ -216,8 +216,8 @@ class pipeline_base {
     return std::to_string(v);
   }
 
-  // A message: its header, then the values (as bytes); d: the tensor's dims, or {} for plain
-  // values (sent as their count).
+  /// A message: its header, then the values (as bytes); d: the tensor's dims, or {} for plain
+  /// values (sent as their count).
   template <class T>
   void send_values(pipe_msg kind, int micro, std::span<const T> x, int to, const dims& d) {
     detail::pipe_header h;
@@ -238,8 +238,8 @@ class pipeline_base {
     if (kind == pipe_msg::activation) stats_.activation_bytes_sent += x.size_bytes();
     if (kind == pipe_msg::gradient) stats_.gradient_bytes_sent += x.size_bytes();
   }
-  // Receives a message of `kind` for `micro` from `from`: its dims (the values go to `into`,
-  // resized to them).
+  /// Receives a message of `kind` for `micro` from `from`: its dims (the values go to `into`,
+  /// resized to them).
   template <class T>
   dims recv_into(pipe_msg kind, int micro, std::vector<T>& into, int from) {
     detail::pipe_header h;
@@ -270,7 +270,7 @@ class pipeline_base {
                   detail::msg_name(kind) + ", this stage expects " + std::to_string(x.size()));
     std::memcpy(x.data(), v.data(), x.size_bytes());
   }
-  // A communicator's error, with what the pipeline was doing and the peer in front.
+  /// A communicator's error, with what the pipeline was doing and the peer in front.
   [[noreturn]] static void rethrow(const std::exception& e, const std::string& doing, int peer) {
     if (const auto* c = dynamic_cast<const comm_error*>(&e)) throw comm_error(doing + ": " + e.what(), peer, c->peer_state);
     throw comm_error(doing + ": " + e.what(), peer, "");

@@ -71,8 +71,8 @@
 namespace gradus {
 
 struct mpi_options {
-  // Elements per MPI call; a longer buffer goes in pieces (MPI counts are int). Below
-  // INT_MAX only to test the pieces.
+  /// Elements per MPI call; a longer buffer goes in pieces (MPI counts are int). Below
+  /// INT_MAX only to test the pieces.
   std::size_t max_count = static_cast<std::size_t>(INT_MAX);
 };
 
@@ -95,8 +95,8 @@ class mpi_allreduce {
       throw;
     }
   }
-  // From a cluster spec (gradus::cluster::from_env(): under mpirun its OMPI_COMM_WORLD_*
-  // variables): its rank and world size must be MPI's, or the constructor throws naming both.
+  /// From a cluster spec (gradus::cluster::from_env(): under mpirun its OMPI_COMM_WORLD_*
+  /// variables): its rank and world size must be MPI's, or the constructor throws naming both.
   template <class Spec>
     requires requires(const Spec& c) {
       { c.rank } -> std::convertible_to<int>;
@@ -116,7 +116,7 @@ class mpi_allreduce {
   }
   mpi_allreduce(const mpi_allreduce&) = delete;
   mpi_allreduce& operator=(const mpi_allreduce&) = delete;
-  // A group's communicator moves (split returns one); the moved-from one holds none.
+  /// A group's communicator moves (split returns one); the moved-from one holds none.
   mpi_allreduce(mpi_allreduce&& o) noexcept
       : opt_(o.opt_), comm_(std::exchange(o.comm_, MPI_COMM_NULL)), rank_(o.rank_), world_(o.world_), owns_(std::exchange(o.owns_, false)),
         sends_(std::move(o.sends_)) {}
@@ -131,15 +131,15 @@ class mpi_allreduce {
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
-  // The duplicated communicator (MPI_ERRORS_RETURN), for a program's own MPI calls.
+  /// The duplicated communicator (MPI_ERRORS_RETURN), for a program's own MPI calls.
   MPI_Comm comm() const { return comm_; }
 
-  // x <- the sum of every rank's x, elementwise.
+  /// x <- the sum of every rank's x, elementwise.
   template <parallel::collective_element T>
   void allreduce_sum(std::span<T> x) {
     pieces(x, "MPI_Allreduce (sum)", [&](T* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type<T>(), MPI_SUM, comm_); });
   }
-  // x <- the sum scaled by 1/N (every rank scales the same bits by the same factor).
+  /// x <- the sum scaled by 1/N (every rank scales the same bits by the same factor).
   template <parallel::collective_element T>
   void allreduce_average(std::span<T> x) {
     pieces(x, "MPI_Allreduce (average)", [&](T* p, int n) { return MPI_Allreduce(MPI_IN_PLACE, p, n, type<T>(), MPI_SUM, comm_); });
@@ -147,7 +147,7 @@ class mpi_allreduce {
     const T inv_n = T(1) / static_cast<T>(world_);
     for (auto& v : x) v *= inv_n;
   }
-  // x <- root's x.
+  /// x <- root's x.
   template <parallel::broadcast_element T>
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= world_)
@@ -157,8 +157,8 @@ class mpi_allreduce {
   }
   void barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
-  // The collectives of this rank's group (every rank calls it): MPI_Comm_split(comm(),
-  // color, key). color >= 0: every rank joins a group.
+  /// The collectives of this rank's group (every rank calls it): MPI_Comm_split(comm(),
+  /// color, key). color >= 0: every rank joins a group.
   mpi_allreduce split(int color, int key) {
     if (color < 0)
       throw error("gradus: mpi_allreduce: split with color " + std::to_string(color) + " (rank " + std::to_string(rank_) +
@@ -168,7 +168,7 @@ class mpi_allreduce {
     return mpi_allreduce(sub, opt_);
   }
 
-  // x to rank `to`: a copy of x sent by MPI_Isend; returns at once (x may be reused).
+  /// x to rank `to`: a copy of x sent by MPI_Isend; returns at once (x may be reused).
   template <parallel::broadcast_element T>
   void send(std::span<const T> x, int to) {
     check_peer(to, "send to");
@@ -183,12 +183,12 @@ class mpi_allreduce {
       if (x.empty()) break;
     }
   }
-  // Sends started and not yet complete (their copies still held).
+  /// Sends started and not yet complete (their copies still held).
   std::size_t sends_in_flight() {
     reap_sends();
     return sends_.size();
   }
-  // x <- the next message from rank `from`, which must hold x.size() elements.
+  /// x <- the next message from rank `from`, which must hold x.size() elements.
   template <parallel::broadcast_element T>
   void recv(std::span<T> x, int from) {
     check_peer(from, "recv from");
@@ -211,15 +211,15 @@ class mpi_allreduce {
     }
   }
 
-  // A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
-  // mpi_allreduce: <op> failed on rank r of n: <MPI_Error_string>". For a program's own
-  // calls on comm(): comm.check(MPI_Allgather(..., comm.comm()), "MPI_Allgather of 4 float64").
+  /// A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
+  /// mpi_allreduce: <op> failed on rank r of n: <MPI_Error_string>". For a program's own
+  /// calls on comm(): comm.check(MPI_Allgather(..., comm.comm()), "MPI_Allgather of 4 float64").
   void check(int rc, const std::string& op) const {
     if (rc != MPI_SUCCESS) fail(rc, op);
   }
 
  private:
-  // Process-wide: how many mpi_allreduce exist, and whether one of them initialized MPI.
+  /// Process-wide: how many mpi_allreduce exist, and whether one of them initialized MPI.
   struct process_state {
     std::mutex m;
     int live = 0;
@@ -281,9 +281,9 @@ class mpi_allreduce {
     }
   }
 
-  static constexpr int p2p_tag = 7;  // on the duplicate: never the program's messages
+  static constexpr int p2p_tag = 7;  ///< on the duplicate: never the program's messages
 
-  // A communicator of one group (split): MPI is initialized already; counted as one more user.
+  /// A communicator of one group (split): MPI is initialized already; counted as one more user.
   mpi_allreduce(MPI_Comm adopted, mpi_options options) : opt_(options), comm_(adopted) {
     try {
       acquire();
@@ -321,7 +321,7 @@ class mpi_allreduce {
     else return "bytes";
   }
 
-  // call(pointer, count) on each piece of at most max_count elements; nothing for none.
+  /// call(pointer, count) on each piece of at most max_count elements; nothing for none.
   template <class T, class Call>
   void pieces(std::span<T> x, const std::string& op, Call call) {
     for (std::size_t at = 0; at < x.size(); at += opt_.max_count) {
@@ -343,7 +343,7 @@ class mpi_allreduce {
                      std::to_string(world_) + ": " + why);
   }
 
-  // Frees the copies of the sends that completed, oldest first (MPI_Test).
+  /// Frees the copies of the sends that completed, oldest first (MPI_Test).
   void reap_sends() {
     while (!sends_.empty()) {
       int done = 0;
@@ -353,10 +353,10 @@ class mpi_allreduce {
     }
   }
 
-  // Before the communicator goes: the sends still in flight, waited for up to 10 s (the
-  // peers' receives take them; without a peer's receive, e.g. when it failed, a send never
-  // completes: its copy is then kept for the process's life, where MPI may still read it,
-  // rather than waited for without end).
+  /// Before the communicator goes: the sends still in flight, waited for up to 10 s (the
+  /// peers' receives take them; without a peer's receive, e.g. when it failed, a send never
+  /// completes: its copy is then kept for the process's life, where MPI may still read it,
+  /// rather than waited for without end).
   void finish_sends() noexcept {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     while (!sends_.empty()) {
@@ -377,13 +377,13 @@ class mpi_allreduce {
 
   struct pending_send {
     MPI_Request request = MPI_REQUEST_NULL;
-    std::vector<std::byte> bytes;  // the copy MPI_Isend reads (its heap block stays put as the deque moves)
+    std::vector<std::byte> bytes;  ///< the copy MPI_Isend reads (its heap block stays put as the deque moves)
   };
 
   mpi_options opt_;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = -1, world_ = 0;
-  bool owns_ = true;  // counted in process_state (not a moved-from one)
+  bool owns_ = true;  ///< counted in process_state (not a moved-from one)
   std::deque<pending_send> sends_;
 };
 static_assert(parallel::communicator<mpi_allreduce>);

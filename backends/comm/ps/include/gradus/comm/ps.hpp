@@ -69,18 +69,18 @@ class parameter_server {
   static constexpr const char* name = "parameter_server";
 
   struct handle {
-    std::uint64_t first = 0, last = 0;  // request ids [first, last)
+    std::uint64_t first = 0, last = 0;  ///< request ids [first, last)
   };
   struct client_stats {
     std::uint64_t pushes = 0, pulls = 0, bytes_pushed = 0, bytes_pulled = 0;
-    std::uint64_t max_staleness = 0;  // ssp/bsp: the largest clock - (clock the values were known to include)
+    std::uint64_t max_staleness = 0;  ///< ssp/bsp: the largest clock - (clock the values were known to include)
     double wait_seconds = 0;
-    std::uint64_t rejoins = 0;  // servers this worker rejoined after they restarted
-    bool rejoined_job = false;  // this process took a lost worker's place (rejoin_job)
+    std::uint64_t rejoins = 0;  ///< servers this worker rejoined after they restarted
+    bool rejoined_job = false;  ///< this process took a lost worker's place (rejoin_job)
   };
 
   explicit parameter_server(ps_options o) : o_(std::move(o)) { connect(); }
-  // From a cluster spec (cluster::from_env): the servers are its ps tasks.
+  /// From a cluster spec (cluster::from_env): the servers are its ps tasks.
   template <class Spec>
     requires requires(const Spec& c) { c.ps; c.rank; c.world_size; }
   explicit parameter_server(const Spec& c, ps_options o = {}) : o_(std::move(o)) {
@@ -137,11 +137,11 @@ class parameter_server {
   int servers() const { return static_cast<int>(o_.servers.size()); }
   const client_stats& stats() const { return stats_; }
   std::uint64_t clock() const { return clock_; }
-  // Whether the chief's destructor ends the servers' run (default true; false keeps them
-  // serving for another client, as tests do).
+  /// Whether the chief's destructor ends the servers' run (default true; false keeps them
+  /// serving for another client, as tests do).
   void set_shutdown_on_exit(bool v) { shutdown_on_exit_ = v; }
 
-  // ---- collectives, through server 0 ----
+  /// ---- collectives, through server 0 ----
   template <class T>
   void allreduce_sum(std::span<T> x) {
     collective(ps::wire::coll_op::sum, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
@@ -158,19 +158,19 @@ class parameter_server {
   }
   void barrier() { collective(ps::wire::coll_op::barrier, {}, ps::wire::dtype::none, 0, 0); }
 
-  // ---- a lost worker's restart (async, ssp; server_rejoin.hpp) ----
-  // Whether this process takes the place of a worker the job lost (ps_options::restarted, and
-  // the servers lost it): it must rejoin_job() before its first push or pull, and skip the
-  // start-up collectives the others ran (the data-parallel step does both).
+  /// ---- a lost worker's restart (async, ssp; server_rejoin.hpp) ----
+  /// Whether this process takes the place of a worker the job lost (ps_options::restarted, and
+  /// the servers lost it): it must rejoin_job() before its first push or pull, and skip the
+  /// start-up collectives the others ran (the data-parallel step does both).
   bool restarted() const { return must_join_; }
-  // Waits at server 0 for the workers' next join point, then comes back on every server at
-  // their clock: returns the step to go on from (this worker's clock), or nothing when the
-  // job ended first (nothing left to train). Collectives then go on with the others' numbering.
+  /// Waits at server 0 for the workers' next join point, then comes back on every server at
+  /// their clock: returns the step to go on from (this worker's clock), or nothing when the
+  /// job ended first (nothing left to train). Collectives then go on with the others' numbering.
   std::optional<std::int64_t> rejoin_job();
-  // A barrier at which the restarts waiting to rejoin are taken back: call it where every
-  // worker stands at the same step with no collective in flight (data_parallel_step's
-  // pull_state, at an epoch's end). Returns the ranks taken back here; every worker then runs
-  // the collectives a newcomer runs first (the run fingerprint), in step with it.
+  /// A barrier at which the restarts waiting to rejoin are taken back: call it where every
+  /// worker stands at the same step with no collective in flight (data_parallel_step's
+  /// pull_state, at an epoch's end). Returns the ranks taken back here; every worker then runs
+  /// the collectives a newcomer runs first (the run fingerprint), in step with it.
   std::vector<int> join_point() {
     std::vector<std::byte> back(static_cast<std::size_t>(o_.world_size), std::byte{0});
     collective(ps::wire::coll_op::join_point, back, ps::wire::dtype::bytes, back.size(), 0);
@@ -180,26 +180,26 @@ class parameter_server {
     return ranks;
   }
 
-  // ---- the parameter-server interface (parallel::parameter_server_policy) ----
-  // The optimizer the servers apply: its name and settings() text (data_parallel_step
-  // sends them before the first initialize).
+  /// ---- the parameter-server interface (parallel::parameter_server_policy) ----
+  /// The optimizer the servers apply: its name and settings() text (data_parallel_step
+  /// sends them before the first initialize).
   void set_optimizer(std::string opt, std::map<std::string, std::string> settings) {
     if (flushed_) throw error("gradus: parameter_server: set_optimizer after the variables went to the servers");
     opt_name_ = std::move(opt);
     opt_settings_ = std::move(settings);
   }
-  // The learning rate of the pushes that follow (the worker's schedule at its step).
+  /// The learning rate of the pushes that follow (the worker's schedule at its step).
   void set_learning_rate(double lr) { lr_ = lr; }
 
-  // Declares a variable and offers its first value (the chief's is kept). Every variable
-  // must be declared, in the same order on every worker, before the first push or pull.
+  /// Declares a variable and offers its first value (the chief's is kept). Every variable
+  /// must be declared, in the same order on every worker, before the first push or pull.
   template <class T>
   void initialize(std::string_view key, std::span<const T> values) {
     initialize(key, values, {}, -1);
   }
-  // With the optimizer's state tensors (each as long as the variable) and the steps
-  // already taken: a resumed checkpoint. The chief's state goes to the servers, and this
-  // worker's clock starts at `step`.
+  /// With the optimizer's state tensors (each as long as the variable) and the steps
+  /// already taken: a resumed checkpoint. The chief's state goes to the servers, and this
+  /// worker's clock starts at `step`.
   template <class T>
   void initialize(std::string_view key, std::span<const T> values, std::vector<std::span<const T>> slots, std::int64_t step) {
     if (flushed_) throw error("gradus: parameter_server: '" + std::string(key) + "' declared after the first push or pull");
@@ -223,9 +223,9 @@ class parameter_server {
     }
   }
 
-  // The servers' whole state of a variable: its values, each optimizer state tensor, and
-  // the optimizer steps applied (of its first shard). Consistent while no worker pushes:
-  // call it between two barriers (data_parallel_step::pull_state does).
+  /// The servers' whole state of a variable: its values, each optimizer state tensor, and
+  /// the optimizer steps applied (of its first shard). Consistent while no worker pushes:
+  /// call it between two barriers (data_parallel_step::pull_state does).
   template <class T>
   std::int64_t snapshot(std::string_view key, std::span<T> values, std::vector<std::span<T>> slots) {
     flush();
@@ -249,10 +249,10 @@ class parameter_server {
     return updates;
   }
 
-  // ---- sparse rows (an embedding table's rows + indices, as TF's IndexedSlices) ----
-  // Declares variable `key` a table of rows of `row_elements` elements (after initialize,
-  // before the first push or pull): its shards hold whole rows, and push_rows / pull_rows
-  // move rows only.
+  /// ---- sparse rows (an embedding table's rows + indices, as TF's IndexedSlices) ----
+  /// Declares variable `key` a table of rows of `row_elements` elements (after initialize,
+  /// before the first push or pull): its shards hold whole rows, and push_rows / pull_rows
+  /// move rows only.
   void set_rows(std::string_view key, std::size_t row_elements) {
     if (flushed_) throw error(prefix() + "set_rows of '" + std::string(key) + "' after the variables went to the servers");
     const auto it = index_.find(std::string(key));
@@ -263,9 +263,9 @@ class parameter_server {
                   std::to_string(row_elements));
     v.row_elements = row_elements;
   }
-  // A sparse-row gradient: values holds rows.size() rows (coalesced: each row once); the
-  // servers update those rows only, and only their optimizer state (lazily). Every shard of
-  // the table gets a message, maybe of no rows (bsp counts every worker's push).
+  /// A sparse-row gradient: values holds rows.size() rows (coalesced: each row once); the
+  /// servers update those rows only, and only their optimizer state (lazily). Every shard of
+  /// the table gets a message, maybe of no rows (bsp counts every worker's push).
   template <class T>
   handle push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
     flush();
@@ -301,9 +301,9 @@ class parameter_server {
     hd.last = next_id_;
     return hd;
   }
-  // Brings `table` (this worker's whole copy of the variable, as a pull left it) up to date
-  // by moving only the rows the servers changed since this worker's last pull_rows (all
-  // rows the first time after a server restarted). Waits as pull does.
+  /// Brings `table` (this worker's whole copy of the variable, as a pull left it) up to date
+  /// by moving only the rows the servers changed since this worker's last pull_rows (all
+  /// rows the first time after a server restarted). Waits as pull does.
   template <class T>
   handle pull_rows_async(std::string_view key, std::span<T> table) {
     flush();
@@ -358,8 +358,8 @@ class parameter_server {
     hd.last = next_id_;
     return hd;
   }
-  // Push a gradient and pull the variable it updates into `out` (after the update, as the
-  // mode allows: push then pull at the next clock is the usual pattern instead).
+  /// Push a gradient and pull the variable it updates into `out` (after the update, as the
+  /// mode allows: push then pull at the next clock is the usual pattern instead).
   template <class T>
   handle push_pull(std::string_view key, std::span<const T> grad, std::span<T> out) {
     const auto a = push_async(key, grad);
@@ -371,20 +371,20 @@ class parameter_server {
     for (std::uint64_t id = h.first; id < h.last; ++id) wait_id(id, t0 + peer_wait(), nullptr, true);
     stats_.wait_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
-  // Everything posted so far has completed.
+  /// Everything posted so far has completed.
   void wait_all() { wait({first_open(), next_id_}); }
 
   template <class T>
   void push(std::string_view key, std::span<const T> grad) {
     (void)push_async(key, grad);
   }
-  // Blocking pull: waits for it and for everything posted before it.
+  /// Blocking pull: waits for it and for everything posted before it.
   template <class T>
   void pull(std::string_view key, std::span<T> out) {
     const auto h = pull_async(key, out);
     wait({first_open(), h.last});
   }
-  // This worker finished a step: its clock advances on every server.
+  /// This worker finished a step: its clock advances on every server.
   void step_done() {
     flush();
     ++clock_;
@@ -403,20 +403,20 @@ class parameter_server {
     ps::wire::type type = ps::wire::type::push;
     std::uint32_t key = 0;
     std::span<std::byte> dst;
-    std::vector<std::span<std::byte>> extra;  // snapshot: the optimizer state tensors
+    std::vector<std::span<std::byte>> extra;  ///< snapshot: the optimizer state tensors
     std::shared_ptr<net::send_flag> flag;
     bool answered = false;
     std::string failure;
     std::uint64_t clock = 0;
-    ps::wire::header sent;                // as sent (a rejoin resends it)
-    ps::wire::header answer;              // the reply's header (hello, join)
-    std::span<const std::byte> payload;   // the caller's bytes (zero-copy requests)
-    std::vector<std::byte> body;          // or a copy
+    ps::wire::header sent;                ///< as sent (a rejoin resends it)
+    ps::wire::header answer;              ///< the reply's header (hello, join)
+    std::span<const std::byte> payload;   ///< the caller's bytes (zero-copy requests)
+    std::vector<std::byte> body;          ///< or a copy
   };
 
   std::size_t chunk_elems(std::size_t elem) const { return std::max<std::size_t>(1, o_.chunk_bytes / elem); }
-  // f(shard key, first element of the chunk in the variable, elements) for each chunk of
-  // chunk_bytes of each shard in `keys`, in order.
+  /// f(shard key, first element of the chunk in the variable, elements) for each chunk of
+  /// chunk_bytes of each shard in `keys`, in order.
   template <class F>
   void for_each_chunk(const std::vector<std::size_t>& keys, std::size_t elem, F&& f) const {
     for (const std::size_t s : keys)
@@ -429,14 +429,14 @@ class parameter_server {
   }
   std::string prefix() const { return "gradus: parameter_server: worker " + std::to_string(o_.rank) + ": "; }
 
-  // ---- the links to the servers (client_links.hpp) ----
+  /// ---- the links to the servers (client_links.hpp) ----
   void connect();
   std::string hello_text(bool rejoin) const;
   void open_link(std::size_t k);
   void rejoin(std::size_t k, const char* during);
-  std::vector<ps::wire::header> everyone(ps::wire::type t, const std::string& text, const char* what);  // their answers
+  std::vector<ps::wire::header> everyone(ps::wire::type t, const std::string& text, const char* what);  ///< their answers
 
-  // The optimizer, then the variables to the servers: the partition, one init per shard.
+  /// The optimizer, then the variables to the servers: the partition, one init per shard.
   void flush() {
     if (flushed_) return;
     flushed_ = true;
@@ -475,9 +475,9 @@ class parameter_server {
     first_values_.clear();
   }
 
-  // Shard s's declaration: its key, range and dtype; scalar = the variable's elements, clock =
-  // the step this worker starts at. The payload: the name (the chief's values follow as
-  // init_values chunks).
+  /// Shard s's declaration: its key, range and dtype; scalar = the variable's elements, clock =
+  /// the step this worker starts at. The payload: the name (the chief's values follow as
+  /// init_values chunks).
   ps::wire::header init_header(std::size_t s) const {
     const auto& sh = shards_[s];
     auto h = ps::wire::make(ps::wire::type::init, static_cast<std::uint32_t>(s), sh.offset, sh.count, dtypes_[sh.var]);
@@ -504,7 +504,7 @@ class parameter_server {
       throw error(prefix() + std::string(what) + " of '" + vars_[v].name + "', which is not a table of rows (set_rows before the first push or pull)");
     return vars_[v].row_elements;
   }
-  // Which of variable v's shards (its position in shards_of_[v]) holds element e.
+  /// Which of variable v's shards (its position in shards_of_[v]) holds element e.
   std::size_t shard_of_row(std::size_t v, std::size_t e) const {
     for (std::size_t q = 0; q < shards_of_[v].size(); ++q) {
       const auto& sh = shards_[shards_of_[v][q]];
@@ -539,8 +539,8 @@ class parameter_server {
     return key < shards_.size() ? vars_[shards_[key].var].name : "key " + std::to_string(key);
   }
 
-  // One collective, in pieces of chunk_bytes (each its own collective number: every worker
-  // cuts alike), so that no message passes the servers' max_payload.
+  /// One collective, in pieces of chunk_bytes (each its own collective number: every worker
+  /// cuts alike), so that no message passes the servers' max_payload.
   void collective(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
     const std::size_t elem = ps::wire::dtype_size(dt);
     if (elem == 0 || data.size() <= o_.chunk_bytes) return collective_piece(op, data, dt, count, root);
@@ -558,36 +558,36 @@ class parameter_server {
     wait_id(id, std::chrono::steady_clock::now() + peer_wait(), ps::wire::coll_op_name(static_cast<std::uint32_t>(op)), true);
   }
 
-  // A wait that other workers can hold up (a bsp or ssp pull, a collective, an init parked
-  // until the chief's) lasts the timeout plus 2 s: a server notices a silent worker at its
-  // heartbeat timeout (net::heartbeat_timeout_for: the timeout - 2 s, at least 3 s) plus up
-  // to a heartbeat interval, and its answer names that worker. Without the margin the
-  // waiting worker's own deadline could come first and blame the server.
+  /// A wait that other workers can hold up (a bsp or ssp pull, a collective, an init parked
+  /// until the chief's) lasts the timeout plus 2 s: a server notices a silent worker at its
+  /// heartbeat timeout (net::heartbeat_timeout_for: the timeout - 2 s, at least 3 s) plus up
+  /// to a heartbeat interval, and its answer names that worker. Without the margin the
+  /// waiting worker's own deadline could come first and blame the server.
   std::chrono::milliseconds peer_wait() const { return o_.timeout + std::chrono::milliseconds(2000); }
 
   ps_options o_;
   std::unique_ptr<zmq::context_t> own_ctx_;
   std::vector<zmq::socket_t> socks_;
-  std::vector<net::socket_monitor> mons_;  // after socks_: destroyed first
+  std::vector<net::socket_monitor> mons_;  ///< after socks_: destroyed first
   struct link {
-    bool up = true;     // until its connection is seen to close
-    bool lost = false;  // its connection closed: rejoin() replaces it
-    bool joined = false;  // the server answered this worker's first hello (a loss is then a restart to rejoin)
+    bool up = true;     ///< until its connection is seen to close
+    bool lost = false;  ///< its connection closed: rejoin() replaces it
+    bool joined = false;  ///< the server answered this worker's first hello (a loss is then a restart to rejoin)
     std::chrono::steady_clock::time_point down_since{};
-    std::string refused;  // why the server refused this client's handshake (CURVE)
+    std::string refused;  ///< why the server refused this client's handshake (CURVE)
     int failed_handshakes = 0;
-    // A TCP connection the server's kernel accepted but its ZeroMQ I/O thread never greeted
-    // (no ZMTP handshake): the process is stopped or hung, not restarting (rejoin()).
+    /// A TCP connection the server's kernel accepted but its ZeroMQ I/O thread never greeted
+    /// (no ZMTP handshake): the process is stopped or hung, not restarting (rejoin()).
     std::optional<std::chrono::steady_clock::time_point> connected_at;
     bool greeted = false;
-    bool retried = false;  // a connect was refused (nothing listens: the process died), not unanswered
+    bool retried = false;  ///< a connect was refused (nothing listens: the process died), not unanswered
   };
   std::vector<link> links_;
   ps::mode mode_ = ps::mode::bsp;
   int staleness_ = 0;
   bool flushed_ = false, broken_ = false, shutdown_on_exit_ = true;
   bool rejoining_ = false, closing_ = false;
-  bool must_join_ = false;  // a restart the servers must take back (restarted(), rejoin_job())
+  bool must_join_ = false;  ///< a restart the servers must take back (restarted(), rejoin_job())
   std::uint64_t link_generation_ = 0;
   std::string config_text_;
   std::string broken_text_;
@@ -596,12 +596,12 @@ class parameter_server {
   double lr_ = 0.01;
   std::vector<ps::variable_info> vars_;
   std::vector<ps::wire::dtype> dtypes_;
-  std::vector<std::vector<std::vector<std::byte>>> first_values_;  // per variable: values, then optimizer state
+  std::vector<std::vector<std::vector<std::byte>>> first_values_;  ///< per variable: values, then optimizer state
   std::int64_t start_step_ = -1, last_updates_ = 0;
   std::unordered_map<std::string, std::size_t> index_;
   std::vector<ps::shard> shards_;
   std::vector<std::vector<std::size_t>> shards_of_;
-  std::vector<std::uint64_t> since_;  // per shard: the update stamp this worker's rows are current to (pull_rows)
+  std::vector<std::uint64_t> since_;  ///< per shard: the update stamp this worker's rows are current to (pull_rows)
   std::map<std::uint64_t, req> reqs_;
   std::deque<std::shared_ptr<net::send_flag>> flags_;
   std::uint64_t next_id_ = 1, clock_ = 0, coll_seq_ = 0;
@@ -612,10 +612,10 @@ static_assert(parallel::parameter_server_policy<parameter_server<ps_bsp>>);
 static_assert(parallel::rejoin_store<parameter_server<ps_async>>);
 
 namespace ps {
-// Serves as parameter-server task `c.task_index` of the cluster spec (its address is
-// c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
-// the chief ends the job, applying the optimizer on the compute policy Compute
-// (serve<cpu_simd>(spec)). Throws server::job_failure()'s reason when the job failed.
+/// Serves as parameter-server task `c.task_index` of the cluster spec (its address is
+/// c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
+/// the chief ends the job, applying the optimizer on the compute policy Compute
+/// (serve<cpu_simd>(spec)). Throws server::job_failure()'s reason when the job failed.
 template <class Compute, class Spec>
 void serve(const Spec& c, server_options o = {}) {
   if (c.task_type != "ps") throw error("gradus: ps::serve: this process is a '" + c.task_type + "' task, not a ps task");

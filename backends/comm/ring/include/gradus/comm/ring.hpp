@@ -63,7 +63,7 @@ constexpr dtype_code dtype_of() {
   else return std::same_as<T, float> ? dtype_code::float32 : dtype_code::float64;
 }
 
-// dst += src, a loop the compiler vectorises (no aliasing: src is a received message).
+/// dst += src, a loop the compiler vectorises (no aliasing: src is a received message).
 template <class T>
 void add_into(T* __restrict dst, const T* __restrict src, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) dst[i] += src[i];
@@ -79,8 +79,8 @@ class ring_allreduce {
  public:
   static constexpr const char* name = "ring";
 
-  // Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
-  // end (a barrier), all within options.timeout.
+  /// Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
+  /// end (a barrier), all within options.timeout.
   explicit ring_allreduce(const ring_options& options)
       : opt_(checked(options)),
         link_(std::make_unique<ring::zmq_ring>(options)),
@@ -90,9 +90,9 @@ class ring_allreduce {
       run(fp, [&] { token_ring(fp); });
     }
   }
-  // From a cluster spec (gradus::cluster::from_env(): TF_CONFIG, torchrun, Slurm, OpenMPI,
-  // GRADUS_CLUSTER): its rank, world size and rendezvous; the rest from `base`.
-  //   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());  // gradus/parallel/trainer.hpp
+  /// From a cluster spec (gradus::cluster::from_env(): TF_CONFIG, torchrun, Slurm, OpenMPI,
+  /// GRADUS_CLUSTER): its rank, world size and rendezvous; the rest from `base`.
+  ///   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());  // gradus/parallel/trainer.hpp
   template <class Spec>
     requires requires(const Spec& c) {
       { c.rank } -> std::convertible_to<int>;
@@ -107,24 +107,24 @@ class ring_allreduce {
 
   int rank() const { return link_->rank(); }
   int world_size() const { return link_->world_size(); }
-  // The data path in use: "shm" (shared memory), "tcp" (direct sockets), "zmq-ipc" or
-  // "zmq-tcp" (ZeroMQ), "inproc" (threads), or "none" for a world of one.
+  /// The data path in use: "shm" (shared memory), "tcp" (direct sockets), "zmq-ipc" or
+  /// "zmq-tcp" (ZeroMQ), "inproc" (threads), or "none" for a world of one.
   const std::string& transport() const { return link_->transport(); }
-  // Every rank's data address, by rank (empty for a world of one).
+  /// Every rank's data address, by rank (empty for a world of one).
   const std::vector<std::string>& addresses() const { return link_->addresses(); }
 
-  // x <- the elementwise sum of every rank's x. Every rank ends with the same bits.
+  /// x <- the elementwise sum of every rank's x. Every rank ends with the same bits.
   template <parallel::collective_element T>
   void allreduce_sum(std::span<T> x) {
     allreduce(x, ring::op_code::allreduce_sum);
   }
-  // x <- the sum times 1/world_size (computed once, by the owner of each chunk).
+  /// x <- the sum times 1/world_size (computed once, by the owner of each chunk).
   template <parallel::collective_element T>
   void allreduce_average(std::span<T> x) {
     allreduce(x, ring::op_code::allreduce_average);
   }
 
-  // x <- root's x, streamed segment by segment along the ring from root.
+  /// x <- root's x, streamed segment by segment along the ring from root.
   template <parallel::broadcast_element T>
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= world_size())
@@ -134,18 +134,18 @@ class ring_allreduce {
     run(fp, [&] { broadcast_ring(x, root, fp); });
   }
 
-  // Returns once every rank has entered the barrier.
+  /// Returns once every rank has entered the barrier.
   void barrier() {
     const auto fp = next(ring::op_code::barrier, ring::dtype_code::none, 0, 0);
     if (world_size() == 1) return;
     run(fp, [&] { token_ring(fp); });
   }
 
-  // ---- point-to-point (parallel::point_to_point) ----
-  // x to rank `to` (any rank, this one included); returns once x may be reused (bytes of
-  // 64 KiB and more once they are in the kernel, smaller ones at once, copied). Messages
-  // from one rank to another arrive in the order they were sent; they do not interleave
-  // with collectives, which may run between a send and its recv.
+  /// ---- point-to-point (parallel::point_to_point) ----
+  /// x to rank `to` (any rank, this one included); returns once x may be reused (bytes of
+  /// 64 KiB and more once they are in the kernel, smaller ones at once, copied). Messages
+  /// from one rank to another arrive in the order they were sent; they do not interleave
+  /// with collectives, which may run between a send and its recv.
   template <parallel::broadcast_element T>
   void send(std::span<const T> x, int to) {
     check_peer(to, "send to");
@@ -155,14 +155,14 @@ class ring_allreduce {
     h.count = x.size();
     run_as([&] { return doing; }, [&] { mesh_->send(to, h, std::as_bytes(x), deadline(), doing); });
   }
-  // How this rank's messages to `to` travel: "shared memory" (a segment of its own, ranks on
-  // one host: ring/p2p_shm.hpp), "zeromq", or "" before the first one.
+  /// How this rank's messages to `to` travel: "shared memory" (a segment of its own, ranks on
+  /// one host: ring/p2p_shm.hpp), "zeromq", or "" before the first one.
   std::string point_to_point_path(int to) const { return std::string(mesh_->path_to(to)); }
-  // x <- the next message from rank `from`, which must hold x.size() elements of T: another
-  // size or dtype throws gradus::error naming the peer and both sizes, and the message stays
-  // queued (the communicator stays usable). Messages from other ranks queue meanwhile. A dead
-  // or silent peer throws gradus::comm_error naming it (comm_error::peer) within about half a
-  // second of its death, or at the timeout; the communicator is unusable afterwards.
+  /// x <- the next message from rank `from`, which must hold x.size() elements of T: another
+  /// size or dtype throws gradus::error naming the peer and both sizes, and the message stays
+  /// queued (the communicator stays usable). Messages from other ranks queue meanwhile. A dead
+  /// or silent peer throws gradus::comm_error naming it (comm_error::peer) within about half a
+  /// second of its death, or at the timeout; the communicator is unusable afterwards.
   template <parallel::broadcast_element T>
   void recv(std::span<T> x, int from) {
     check_peer(from, "recv from");
@@ -174,13 +174,13 @@ class ring_allreduce {
     });
   }
 
-  // ---- sub-groups (parallel::splittable) ----
-  // MPI_Comm_split: every rank calls it (a collective on this communicator); the ranks that
-  // pass the same color (>= 0) form a group, ranked by key, ties by their rank here. The
-  // group's collectives and point-to-point run over this communicator's mesh. A sub-group
-  // must not outlive this communicator (using it afterwards throws gradus::error). A
-  // negative color on any rank makes every rank throw gradus::error naming that rank.
-  // Defined in ring/sub_group.hpp.
+  /// ---- sub-groups (parallel::splittable) ----
+  /// MPI_Comm_split: every rank calls it (a collective on this communicator); the ranks that
+  /// pass the same color (>= 0) form a group, ranked by key, ties by their rank here. The
+  /// group's collectives and point-to-point run over this communicator's mesh. A sub-group
+  /// must not outlive this communicator (using it afterwards throws gradus::error). A
+  /// negative color on any rank makes every rank throw gradus::error naming that rank.
+  /// Defined in ring/sub_group.hpp.
   ring::sub_group split(int color, int key);
 
  private:
@@ -219,7 +219,7 @@ class ring_allreduce {
     return ring::fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
   }
   ring::clock::time_point deadline() const { return ring::clock::now() + opt_.timeout; }
-  // The header of this rank's messages in collective fp (step, segment, bytes: per message).
+  /// The header of this rank's messages in collective fp (step, segment, bytes: per message).
   ring::frame_header header(const ring::fingerprint& fp) const {
     ring::frame_header h;
     h.from = rank();
@@ -227,15 +227,15 @@ class ring_allreduce {
     return h;
   }
 
-  // Runs one collective; any failure is remembered, passed along the ring, and rethrown.
+  /// Runs one collective; any failure is remembered, passed along the ring, and rethrown.
   template <class F>
   void run(const ring::fingerprint& fp, F&& body) {
     run_as([&] { return ring::to_string(fp); }, std::forward<F>(body));
   }
-  // The same for any operation (a send, a recv, a sub-group's collective), named by doing().
-  // A comm_error (or ZeroMQ's) breaks the communicator: the ring's neighbours and the mesh's
-  // connected peers are told. A gradus::error (a usage error: a recv of the wrong size)
-  // passes through and breaks nothing.
+  /// The same for any operation (a send, a recv, a sub-group's collective), named by doing().
+  /// A comm_error (or ZeroMQ's) breaks the communicator: the ring's neighbours and the mesh's
+  /// connected peers are told. A gradus::error (a usage error: a recv of the wrong size)
+  /// passes through and breaks nothing.
   template <class Doing, class F>
   void run_as(Doing&& doing, F&& body) {
     if (!broken_.empty())
@@ -261,7 +261,7 @@ class ring_allreduce {
     }
   }
 
-  // Every received header must match this rank's own collective, step and segment.
+  /// Every received header must match this rank's own collective, step and segment.
   void expect(const ring::message& m, const ring::fingerprint& fp, std::uint32_t step, std::uint64_t segment, std::size_t bytes) {
     auto& L = link_->left();
     const std::string doing = ring::to_string(fp);
@@ -284,23 +284,23 @@ class ring_allreduce {
                        std::to_string(segment) + " of " + std::to_string(bytes) + " bytes (segment_bytes differs between ranks?)");
   }
 
-  // Ring all-reduce, as reduce-scatter then all-gather over N chunks (chunk c: elements
-  // [c*n/N, (c+1)*n/N), the first n%N chunks one longer; empty when n < N).
-  //
-  //   step s = 0 .. 2(N-1)-1: rank r sends chunk (r-s) mod N to r+1 and receives chunk
-  //   (r-s-1) mod N from r-1. In the first N-1 steps (reduce-scatter) it adds what it
-  //   receives to its own copy; after them rank r holds the complete sum of chunk
-  //   (r+1) mod N. In the last N-1 steps (all-gather) it overwrites with what it receives.
-  //
-  // So chunk c is summed in one fixed order, x_c + x_{c+1} + ... + x_{c+N-1} (ranks mod N,
-  // left to right), by its owner (c-1) mod N, who also applies the 1/N of an average; the
-  // all-gather copies the owner's bits to everyone. Same world size, same inputs: the
-  // same bits on every rank and in every run, whatever the timing.
-  //
-  // Each chunk travels as segments of segment_bytes. Steps are pipelined per segment: as
-  // soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
-  // s+1, while later segments are still arriving, so sending, receiving and reducing
-  // overlap and up to a whole chunk is in flight.
+  /// Ring all-reduce, as reduce-scatter then all-gather over N chunks (chunk c: elements
+  /// [c*n/N, (c+1)*n/N), the first n%N chunks one longer; empty when n < N).
+  ///
+  ///   step s = 0 .. 2(N-1)-1: rank r sends chunk (r-s) mod N to r+1 and receives chunk
+  ///   (r-s-1) mod N from r-1. In the first N-1 steps (reduce-scatter) it adds what it
+  ///   receives to its own copy; after them rank r holds the complete sum of chunk
+  ///   (r+1) mod N. In the last N-1 steps (all-gather) it overwrites with what it receives.
+  ///
+  /// So chunk c is summed in one fixed order, x_c + x_{c+1} + ... + x_{c+N-1} (ranks mod N,
+  /// left to right), by its owner (c-1) mod N, who also applies the 1/N of an average; the
+  /// all-gather copies the owner's bits to everyone. Same world size, same inputs: the
+  /// same bits on every rank and in every run, whatever the timing.
+  ///
+  /// Each chunk travels as segments of segment_bytes. Steps are pipelined per segment: as
+  /// soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
+  /// s+1, while later segments are still arriving, so sending, receiving and reducing
+  /// overlap and up to a whole chunk is in flight.
   template <parallel::collective_element T>
   void allreduce(std::span<T> x, ring::op_code op) {
     auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
@@ -315,11 +315,11 @@ class ring_allreduce {
     });
   }
 
-  // Small buffers, where a ring's 2(N-1) dependent hops cost more than its bytes: every
-  // rank's whole buffer goes around the ring (step s: rank r passes rank (r-s)'s buffer to
-  // r+1 and receives rank (r-s-1)'s from r-1), N-1 hops, and each rank adds the N buffers
-  // in rank order 0, 1, ..., N-1 (times 1/N for an average): the same bits everywhere.
-  // fp16: each rank's buffer travels compressed, its own copy rounded as the others see it.
+  /// Small buffers, where a ring's 2(N-1) dependent hops cost more than its bytes: every
+  /// rank's whole buffer goes around the ring (step s: rank r passes rank (r-s)'s buffer to
+  /// r+1 and receives rank (r-s-1)'s from r-1), N-1 hops, and each rank adds the N buffers
+  /// in rank order 0, 1, ..., N-1 (times 1/N for an average): the same bits everywhere.
+  /// fp16: each rank's buffer travels compressed, its own copy rounded as the others see it.
   template <parallel::collective_element T>
   void allreduce_gather(std::span<T> x, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
@@ -470,8 +470,8 @@ class ring_allreduce {
     else return scratch_d_;
   }
 
-  // A pipeline along the ring from root: rank root+1 receives each segment, forwards it to
-  // root+2 before taking the next, and so on; the rank before root only receives.
+  /// A pipeline along the ring from root: rank root+1 receives each segment, forwards it to
+  /// root+2 before taking the next, and so on; the rank before root only receives.
   template <parallel::broadcast_element T>
   void broadcast_ring(std::span<T> x, int root, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
@@ -504,8 +504,8 @@ class ring_allreduce {
     if (last != none) R.wait_sent(last, deadline(), doing);
   }
 
-  // A token around the ring: N-1 hops, after which each rank has heard (through its
-  // left neighbour) from every other rank since they entered. Also the connect check.
+  /// A token around the ring: N-1 hops, after which each rank has heard (through its
+  /// left neighbour) from every other rank since they entered. Also the connect check.
   void token_ring(const ring::fingerprint& fp) {
     const int N = world_size();
     auto& L = link_->left();
@@ -526,12 +526,12 @@ class ring_allreduce {
 
   ring_options opt_;
   std::unique_ptr<ring::zmq_ring> link_;
-  std::unique_ptr<ring::mesh> mesh_;  // after link_ (whose context its sockets live in): destroyed first
-  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  // sub-groups hold a weak_ptr: expired once this is destroyed
+  std::unique_ptr<ring::mesh> mesh_;  ///< after link_ (whose context its sockets live in): destroyed first
+  std::shared_ptr<int> alive_ = std::make_shared<int>(0);  ///< sub-groups hold a weak_ptr: expired once this is destroyed
   std::uint64_t seq_ = 0;
   std::string broken_;
-  std::vector<std::byte> wire_;  // fp16 compression: x's segments as they travel
-  std::vector<std::byte> gathered_;  // allreduce_gather: every rank's buffer as it travelled
+  std::vector<std::byte> wire_;  ///< fp16 compression: x's segments as they travel
+  std::vector<std::byte> gathered_;  ///< allreduce_gather: every rank's buffer as it travelled
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;
 };

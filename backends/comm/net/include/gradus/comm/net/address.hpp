@@ -28,13 +28,13 @@
 
 namespace gradus::net {
 
-// "tcp://host:port" -> "tcp"
+/// "tcp://host:port" -> "tcp"
 inline std::string scheme_of(const std::string& endpoint) {
   const auto p = endpoint.find("://");
   return p == std::string::npos ? std::string() : endpoint.substr(0, p);
 }
 
-// "tcp://host:port" -> "host" ("[::1]:5" -> "::1")
+/// "tcp://host:port" -> "host" ("[::1]:5" -> "::1")
 inline std::string tcp_host_of(const std::string& endpoint) {
   std::string rest = endpoint.substr(endpoint.find("://") + 3);
   const auto colon = rest.rfind(':');
@@ -43,24 +43,24 @@ inline std::string tcp_host_of(const std::string& endpoint) {
   return rest;
 }
 
-// "tcp://host:port" -> "port"
+/// "tcp://host:port" -> "port"
 inline std::string tcp_port_of(const std::string& endpoint) {
   const auto colon = endpoint.rfind(':');
   return colon == std::string::npos ? std::string() : endpoint.substr(colon + 1);
 }
 
-// An IPv6 address in brackets, as endpoints write it.
+/// An IPv6 address in brackets, as endpoints write it.
 inline std::string bracketed(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
 }
 
-// "tcp://host:port" from a host (an IPv6 address gets its brackets) and a port.
+/// "tcp://host:port" from a host (an IPv6 address gets its brackets) and a port.
 inline std::string tcp_endpoint(const std::string& host, const std::string& port) {
   return "tcp://" + bracketed(host) + ":" + port;
 }
 
-// A socket with ZMQ_IPV6 on binds an IPv4 address as IPv4-mapped IPv6 and reports it so:
-// "tcp://[::ffff:127.0.0.1]:5" -> "tcp://127.0.0.1:5", which also a peer without IPv6 dials.
+/// A socket with ZMQ_IPV6 on binds an IPv4 address as IPv4-mapped IPv6 and reports it so:
+/// "tcp://[::ffff:127.0.0.1]:5" -> "tcp://127.0.0.1:5", which also a peer without IPv6 dials.
 inline std::string unmapped(const std::string& endpoint) {
   const std::string mapped = "tcp://[::ffff:";
   if (endpoint.rfind(mapped, 0) != 0) return endpoint;
@@ -71,7 +71,7 @@ inline std::string unmapped(const std::string& endpoint) {
   return "tcp://" + v4 + endpoint.substr(close + 1);
 }
 
-// An IPv4 or IPv6 address written out (no name lookup).
+/// An IPv4 or IPv6 address written out (no name lookup).
 inline bool is_numeric_host(const std::string& host) {
   addrinfo hints{};
   hints.ai_flags = AI_NUMERICHOST;
@@ -82,7 +82,7 @@ inline bool is_numeric_host(const std::string& host) {
   return rc == 0;
 }
 
-// 127.0.0.0/8, ::1 or an IPv4-mapped 127.x address (numeric addresses only).
+/// 127.0.0.0/8, ::1 or an IPv4-mapped 127.x address (numeric addresses only).
 inline bool is_loopback_address(const std::string& numeric) {
   in_addr a4{};
   in6_addr a6{};
@@ -92,8 +92,8 @@ inline bool is_loopback_address(const std::string& numeric) {
   return false;
 }
 
-// The numeric addresses `host` resolves to, in the resolver's order, without duplicates;
-// when there are none, `failure` says why.
+/// The numeric addresses `host` resolves to, in the resolver's order, without duplicates;
+/// when there are none, `failure` says why.
 struct resolution {
   std::vector<std::string> addresses;
   std::string failure;
@@ -126,8 +126,8 @@ inline std::string hostname() {
   return std::string(buf.data());
 }
 
-// Whether `name` is this host's own name (either may be the other's first label: "node1"
-// and "node1.cluster"); never a "localhost" name, which some containers are called.
+/// Whether `name` is this host's own name (either may be the other's first label: "node1"
+/// and "node1.cluster"); never a "localhost" name, which some containers are called.
 inline bool names_this_host(const std::string& name) {
   const auto lower = [](std::string t) {
     for (auto& ch : t) ch = static_cast<char>(ch >= 'A' && ch <= 'Z' ? ch - 'A' + 'a' : ch);
@@ -139,9 +139,9 @@ inline bool names_this_host(const std::string& name) {
   return n == me || (n.find('.') == std::string::npos && n == label(me)) || (me.find('.') == std::string::npos && label(n) == me);
 }
 
-// Which machine and network namespace this process is in: the kernel's boot id (unique
-// per machine and boot) and the namespace's inode. Ranks that share both reach each
-// other's abstract ipc sockets; a host name alone is shared by namespaces (and containers).
+/// Which machine and network namespace this process is in: the kernel's boot id (unique
+/// per machine and boot) and the namespace's inode. Ranks that share both reach each
+/// other's abstract ipc sockets; a host name alone is shared by namespaces (and containers).
 inline std::string machine_and_netns() {
   std::string boot;
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
@@ -150,10 +150,10 @@ inline std::string machine_and_netns() {
   return (boot.empty() ? "?" : boot) + " " + (n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "?");
 }
 
-// The local address this host uses to reach `host` (the source address of its route: a
-// UDP socket is "connected", which sends nothing, and asked for its name); empty when
-// there is no route. A rank advertises it, not its host name, which other hosts (or
-// network namespaces, whose host name is the host's) may not resolve to this interface.
+/// The local address this host uses to reach `host` (the source address of its route: a
+/// UDP socket is "connected", which sends nothing, and asked for its name); empty when
+/// there is no route. A rank advertises it, not its host name, which other hosts (or
+/// network namespaces, whose host name is the host's) may not resolve to this interface.
 inline std::string route_source_address(const std::string& host) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_DGRAM;
@@ -176,9 +176,9 @@ inline std::string route_source_address(const std::string& host) {
   return out;
 }
 
-// A suffix for inproc:// and abstract ipc:// names (socket monitors, shared-memory
-// segments), unique per process (its pid, and a random salt: pids repeat across pid namespaces that
-// share a network namespace) and per call.
+/// A suffix for inproc:// and abstract ipc:// names (socket monitors, shared-memory
+/// segments), unique per process (its pid, and a random salt: pids repeat across pid namespaces that
+/// share a network namespace) and per call.
 inline std::string unique_suffix() {
   static std::atomic<unsigned long> counter{0};
   static const unsigned salt = std::random_device{}();
@@ -187,11 +187,11 @@ inline std::string unique_suffix() {
   return std::to_string(::getpid()) + "-" + hex.data() + "-" + std::to_string(counter.fetch_add(1));
 }
 
-// The endpoints a server binds for `address`: "host:port" ("[v6]:port"), or an endpoint
-// with its scheme ("tcp://...", "ipc://...", "inproc://...") taken as it is. A host name is
-// resolved and every address it has is bound; "*" or no host binds every interface; port
-// 0 ("any") can be bound only once, so a name then binds its first address. `who` starts
-// the error messages ("gradus: parameter server").
+/// The endpoints a server binds for `address`: "host:port" ("[v6]:port"), or an endpoint
+/// with its scheme ("tcp://...", "ipc://...", "inproc://...") taken as it is. A host name is
+/// resolved and every address it has is bound; "*" or no host binds every interface; port
+/// 0 ("any") can be bound only once, so a name then binds its first address. `who` starts
+/// the error messages ("gradus: parameter server").
 inline std::vector<std::string> listen_endpoints(const std::string& address, const std::string& who) {
   if (address.find("://") != std::string::npos) return {address};
   const auto colon = address.rfind(':');

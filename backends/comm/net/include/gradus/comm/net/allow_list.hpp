@@ -18,19 +18,19 @@
 
 namespace gradus::net {
 
-// An allow-list rank meaning "any rank": the key's holder may act as every worker.
+/// An allow-list rank meaning "any rank": the key's holder may act as every worker.
 inline constexpr int any_rank = -1;
 
 namespace detail_security {
 inline std::string rank_text(int rank) { return rank == any_rank ? std::string("*") : std::to_string(rank); }
 }  // namespace detail_security
 
-// Which client keys may connect, and the worker rank each may act as.
+/// Which client keys may connect, and the worker rank each may act as.
 class allow_list {
  public:
   allow_list() = default;
 
-  // Lets `public_key` (Z85) connect as worker `rank` (>= 0) or as any rank (any_rank).
+  /// Lets `public_key` (Z85) connect as worker `rank` (>= 0) or as any rank (any_rank).
   void allow(const std::string& public_key, int rank) {
     if (const auto p = z85_key_problem(public_key); !p.empty()) throw error("gradus: allow_list: the public key " + p);
     if (rank < any_rank) throw error("gradus: allow_list: rank " + std::to_string(rank) + " (a worker rank >= 0, or any_rank)");
@@ -40,7 +40,7 @@ class allow_list {
     ranks_.emplace(public_key, rank);
   }
 
-  // The rank a key may act as (any_rank: every one); nothing when it is not listed.
+  /// The rank a key may act as (any_rank: every one); nothing when it is not listed.
   std::optional<int> rank_of(std::string_view public_key) const {
     const auto it = ranks_.find(std::string(public_key));
     if (it == ranks_.end()) return std::nullopt;
@@ -50,12 +50,12 @@ class allow_list {
   bool empty() const { return ranks_.empty(); }
   const std::map<std::string, int>& entries() const { return ranks_; }
 
-  // One line of the file format: "<key> <rank>", with an optional comment.
+  /// One line of the file format: "<key> <rank>", with an optional comment.
   static std::string line(const std::string& public_key, int rank, std::string_view comment = {}) {
     return public_key + " " + detail_security::rank_text(rank) + (comment.empty() ? "" : "  # " + std::string(comment)) + "\n";
   }
 
-  // Reads the "<public key> <rank>" format; errors name `origin` and the line.
+  /// Reads the "<public key> <rank>" format; errors name `origin` and the line.
   static allow_list parse(std::string_view text, const std::string& origin) {
     allow_list out;
     std::map<std::string, int> first_line;
@@ -84,7 +84,7 @@ class allow_list {
   static allow_list load(const std::string& path) { return parse(detail_security::read_file(path, "allow-list"), path); }
 
  private:
-  std::map<std::string, int> ranks_;  // Z85 public key -> rank or any_rank
+  std::map<std::string, int> ranks_;  ///< Z85 public key -> rank or any_rank
 };
 
 }  // namespace gradus::net

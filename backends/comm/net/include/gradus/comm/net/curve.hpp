@@ -42,12 +42,12 @@
 
 namespace gradus::net {
 
-// The monitor events that say a handshake failed (for net::socket_monitor).
+/// The monitor events that say a handshake failed (for net::socket_monitor).
 inline constexpr int handshake_failure_events =
     ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
 
-// A ROUTER (or any socket that binds) as a CURVE server of the "gradus-ps" ZAP domain,
-// failing closed when its context has no ZAP handler. Before bind().
+/// A ROUTER (or any socket that binds) as a CURVE server of the "gradus-ps" ZAP domain,
+/// failing closed when its context has no ZAP handler. Before bind().
 inline void make_curve_server(zmq::socket_t& s, const key_pair& server) {
   require_curve();
   check_key_pair(server, "make_curve_server");
@@ -61,8 +61,8 @@ inline void make_curve_server(zmq::socket_t& s, const key_pair& server) {
                 "): without it a missing ZAP handler would let any key in");
 }
 
-// A DEALER (or any socket that connects) as a CURVE client with its own key pair, that
-// trusts only the server holding `server_public_key`. Before connect().
+/// A DEALER (or any socket that connects) as a CURVE client with its own key pair, that
+/// trusts only the server holding `server_public_key`. Before connect().
 inline void make_curve_client(zmq::socket_t& s, const key_pair& client, const std::string& server_public_key) {
   require_curve();
   check_key_pair(client, "make_curve_client");
@@ -72,11 +72,11 @@ inline void make_curve_client(zmq::socket_t& s, const key_pair& client, const st
   s.set(zmq::sockopt::curve_secretkey, client.secret_key);
 }
 
-// The rank a message's connection was authenticated as: the ZAP handler's User-Id
-// "worker:<rank>" (any_rank for "worker:*"). Nothing for a connection that was not
-// authenticated (NULL mechanism, or no gradus ZAP handler). Read it from a frame that came
-// over the wire: on a ROUTER, parts[1] and later, not the routing-id frame the ROUTER
-// makes itself (it carries no metadata).
+/// The rank a message's connection was authenticated as: the ZAP handler's User-Id
+/// "worker:<rank>" (any_rank for "worker:*"). Nothing for a connection that was not
+/// authenticated (NULL mechanism, or no gradus ZAP handler). Read it from a frame that came
+/// over the wire: on a ROUTER, parts[1] and later, not the routing-id frame the ROUTER
+/// makes itself (it carries no metadata).
 inline std::optional<int> rank_from_user_id(const zmq::message_t& m) {
   const char* uid = zmq_msg_gets(m.handle(), "User-Id");
   if (!uid) return std::nullopt;
@@ -88,13 +88,13 @@ inline std::optional<int> rank_from_user_id(const zmq::message_t& m) {
   return std::atoi(std::string(r).c_str());
 }
 
-// Whether a connection authenticated as `authenticated` (rank_from_user_id) may act as
-// worker `claimed`.
+/// Whether a connection authenticated as `authenticated` (rank_from_user_id) may act as
+/// worker `claimed`.
 inline bool may_act_as(std::optional<int> authenticated, int claimed) {
   return authenticated && (*authenticated == any_rank || *authenticated == claimed);
 }
 
-// Why a claim is refused, for the server's answer and log ("" when it may act so).
+/// Why a claim is refused, for the server's answer and log ("" when it may act so).
 inline std::string rank_claim_refusal(std::optional<int> authenticated, int claimed, const std::string& peer_address = {}) {
   if (may_act_as(authenticated, claimed)) return {};
   const std::string from = peer_address.empty() ? std::string() : " from " + peer_address;
@@ -105,14 +105,14 @@ inline std::string rank_claim_refusal(std::optional<int> authenticated, int clai
          std::to_string(claimed) + ": refused (a worker acts only as the rank its key is listed for in the allow-list)";
 }
 
-// What a monitor event of a client socket says about a failed handshake with the server at
-// `server_address`; nothing for other events (a server that is not running gives none:
-// only CONNECT_RETRIED). libzmq 4.3 gives up on a connection after
-// ZMQ_EVENT_HANDSHAKE_FAILED_AUTH (a key not in the allow-list) or _PROTOCOL (one side
-// without CURVE): the socket never connects and requests would wait in vain, so fail at
-// once. After _NO_DETAIL (a wrong server public key; no ZAP handler) it reconnects and the
-// event repeats; it also comes once when a server dies mid-handshake, so fail after a few
-// in a row with no ZMQ_EVENT_HANDSHAKE_SUCCEEDED between, or name it at the deadline.
+/// What a monitor event of a client socket says about a failed handshake with the server at
+/// `server_address`; nothing for other events (a server that is not running gives none:
+/// only CONNECT_RETRIED). libzmq 4.3 gives up on a connection after
+/// ZMQ_EVENT_HANDSHAKE_FAILED_AUTH (a key not in the allow-list) or _PROTOCOL (one side
+/// without CURVE): the socket never connects and requests would wait in vain, so fail at
+/// once. After _NO_DETAIL (a wrong server public key; no ZAP handler) it reconnects and the
+/// event repeats; it also comes once when a server dies mid-handshake, so fail after a few
+/// in a row with no ZMQ_EVENT_HANDSHAKE_SUCCEEDED between, or name it at the deadline.
 inline std::optional<std::string> describe_handshake_failure(std::uint16_t event, std::uint32_t value, const std::string& server_address) {
   const std::string at = "the parameter server at " + server_address;
   switch (event) {

@@ -36,7 +36,7 @@
 
 namespace gradus::net {
 
-// A CURVE key pair, each key as 40 characters of Z85 text.
+/// A CURVE key pair, each key as 40 characters of Z85 text.
 struct key_pair {
   std::string public_key, secret_key;
 };
@@ -52,11 +52,11 @@ inline std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b + 1));
 }
 
-// Whether a (trimmed) line is a comment: a lone '#', or '#' and a blank (never a key:
-// those hold no blanks).
+/// Whether a (trimmed) line is a comment: a lone '#', or '#' and a blank (never a key:
+/// those hold no blanks).
 inline bool is_comment(std::string_view t) { return t == "#" || t.starts_with("# ") || t.starts_with("#\t"); }
 
-// The blank-separated words of a line, up to a comment word ("#" or "# ...").
+/// The blank-separated words of a line, up to a comment word ("#" or "# ...").
 inline std::vector<std::string> words(std::string_view line) {
   std::vector<std::string> out;
   std::size_t at = 0;
@@ -73,8 +73,8 @@ inline std::vector<std::string> words(std::string_view line) {
   return out;
 }
 
-// The lines of a text that are neither blank nor comments, trimmed, each with its 1-based
-// line number.
+/// The lines of a text that are neither blank nor comments, trimmed, each with its 1-based
+/// line number.
 inline std::vector<std::pair<int, std::string>> content_lines(std::string_view text) {
   std::vector<std::pair<int, std::string>> out;
   int number = 0;
@@ -90,8 +90,8 @@ inline std::vector<std::pair<int, std::string>> content_lines(std::string_view t
   return out;
 }
 
-// A key file line: "public-key = <key>", "secret-key = <key>", or a bare key (name "").
-// Fails (nullopt) when it is none of these.
+/// A key file line: "public-key = <key>", "secret-key = <key>", or a bare key (name "").
+/// Fails (nullopt) when it is none of these.
 struct key_line {
   std::string name, value;
 };
@@ -109,7 +109,7 @@ inline std::optional<key_line> parse_key_line(const std::string& line) {
   return key_line{"", w[0]};
 }
 
-// What to add to a key problem found on a line that begins with '#'.
+/// What to add to a key problem found on a line that begins with '#'.
 inline std::string comment_hint(const std::string& line) {
   return line.starts_with("#") ? " (a comment line begins with '# ', a hash and a blank)" : "";
 }
@@ -142,8 +142,8 @@ inline std::string read_file(const std::string& path, const char* what) {
   return text;
 }
 
-// Writes `content` to `path` atomically (a temporary file in the same directory, synced,
-// then renamed; or linked, which fails if `path` exists, when overwriting is not allowed).
+/// Writes `content` to `path` atomically (a temporary file in the same directory, synced,
+/// then renamed; or linked, which fails if `path` exists, when overwriting is not allowed).
 inline void write_file_atomically(const std::string& path, const std::string& content, mode_t mode, bool overwrite) {
   static std::atomic<unsigned> counter{0};
   const std::string tmp = path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
@@ -194,7 +194,7 @@ inline void write_file_atomically(const std::string& path, const std::string& co
 }  // namespace detail_security
 
 
-// Throws gradus::error unless this libzmq can do CURVE and is 4.3.1 or newer.
+/// Throws gradus::error unless this libzmq can do CURVE and is 4.3.1 or newer.
 inline void require_curve() {
   int major = 0, minor = 0, patch = 0;
   zmq_version(&major, &minor, &patch);
@@ -206,7 +206,7 @@ inline void require_curve() {
     throw error("gradus: CURVE security needs libzmq 4.3.1 or newer (CVE-2019-6250 let unauthenticated peers run code in older ones); this is " + version);
 }
 
-// Empty when `text` is a valid Z85 CURVE key; otherwise what is wrong with it.
+/// Empty when `text` is a valid Z85 CURVE key; otherwise what is wrong with it.
 inline std::string z85_key_problem(std::string_view text) {
   static constexpr std::string_view alphabet = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?&<>()[]{}@%$#";
   if (text.size() != 40)
@@ -225,14 +225,14 @@ inline std::string z85_key_problem(std::string_view text) {
   return {};
 }
 
-// The 32 bytes of a key as Z85 text.
+/// The 32 bytes of a key as Z85 text.
 inline std::string z85_encode_key(const std::uint8_t (&key)[32]) {
   char text[41];
   if (!zmq_z85_encode(text, key, 32)) throw error("gradus: zmq_z85_encode failed");
   return std::string(text, 40);
 }
 
-// The public key of a secret key (both Z85).
+/// The public key of a secret key (both Z85).
 inline std::string public_key_of(const std::string& secret_key) {
   if (const auto p = z85_key_problem(secret_key); !p.empty()) throw error("gradus: CURVE secret key " + p);
   char pub[41];
@@ -240,7 +240,7 @@ inline std::string public_key_of(const std::string& secret_key) {
   return std::string(pub, 40);
 }
 
-// A fresh key pair (libsodium's random generator).
+/// A fresh key pair (libsodium's random generator).
 inline key_pair generate_key_pair() {
   require_curve();
   char pub[41], sec[41];
@@ -250,7 +250,7 @@ inline key_pair generate_key_pair() {
   return kp;
 }
 
-// Throws unless both keys are Z85 and the public key belongs to the secret key.
+/// Throws unless both keys are Z85 and the public key belongs to the secret key.
 inline void check_key_pair(const key_pair& kp, const std::string& origin) {
   if (const auto p = z85_key_problem(kp.public_key); !p.empty()) throw error("gradus: " + origin + ": the public key " + p);
   if (const auto p = z85_key_problem(kp.secret_key); !p.empty()) throw error("gradus: " + origin + ": the secret key " + p);
@@ -258,8 +258,8 @@ inline void check_key_pair(const key_pair& kp, const std::string& origin) {
     throw error("gradus: " + origin + ": the public key does not belong to the secret key (a file edited or mixed up with another's?)");
 }
 
-// The file names of a key pair: "<prefix>.key" and "<prefix>.pub". A path that already
-// ends in ".key" or ".pub" names the pair by its prefix.
+/// The file names of a key pair: "<prefix>.key" and "<prefix>.pub". A path that already
+/// ends in ".key" or ".pub" names the pair by its prefix.
 inline std::string key_prefix(const std::string& path) {
   if (path.size() > 4 && (path.ends_with(".key") || path.ends_with(".pub"))) return path.substr(0, path.size() - 4);
   return path;
@@ -278,8 +278,8 @@ inline std::string secret_key_file_text(const key_pair& kp, std::string_view nam
          "secret-key = " + kp.secret_key + "\n";
 }
 
-// Writes <prefix>.key (mode 0600) and <prefix>.pub (0644), each atomically. Refuses to
-// replace either file unless `overwrite`.
+/// Writes <prefix>.key (mode 0600) and <prefix>.pub (0644), each atomically. Refuses to
+/// replace either file unless `overwrite`.
 inline void save_key_pair(const std::string& path, const key_pair& kp, bool overwrite = false) {
   const std::string prefix = key_prefix(path);
   check_key_pair(kp, "save_key_pair('" + prefix + "')");
@@ -294,8 +294,8 @@ inline void save_key_pair(const std::string& path, const key_pair& kp, bool over
   detail_security::write_file_atomically(prefix + ".pub", public_key_file_text(kp.public_key, name), 0644, overwrite);
 }
 
-// The public key in a .pub file (a bare key line, or "public-key = <key>"), or the public
-// key of a .key file.
+/// The public key in a .pub file (a bare key line, or "public-key = <key>"), or the public
+/// key of a .key file.
 inline std::string load_public_key(const std::string& path) {
   const std::string text = detail_security::read_file(path, "CURVE public key");
   std::string key;
@@ -315,9 +315,9 @@ inline std::string load_public_key(const std::string& path) {
   return key;
 }
 
-// The key pair in <prefix>.key (`path` is the prefix or the .key file itself). Refused
-// when group or others may access the file, when a key is not Z85, or when the public key
-// does not belong to the secret key.
+/// The key pair in <prefix>.key (`path` is the prefix or the .key file itself). Refused
+/// when group or others may access the file, when a key is not Z85, or when the public key
+/// does not belong to the secret key.
 inline key_pair load_key_pair(const std::string& path) {
   const std::string file = key_prefix(path) + ".key";
   struct stat st {};

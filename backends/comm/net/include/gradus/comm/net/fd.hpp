@@ -39,10 +39,10 @@ struct unique_fd {
   }
 };
 
-// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
-// does not require it to be thread-safe), and these messages are made on the ring's and the
-// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
-// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0.
+/// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
+/// does not require it to be thread-safe), and these messages are made on the ring's and the
+/// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
+/// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0.
 namespace fd_detail {
 inline const char* strerror_text(const char* gnu, const char*) { return gnu; }
 inline const char* strerror_text(int xsi, const char* buf) { return xsi == 0 ? buf : nullptr; }
@@ -69,7 +69,7 @@ inline void wait_fd(int fd, short events, clock::time_point deadline, const std:
 }
 
 namespace fd_detail {
-// One message of one buffer with room for one descriptor (what sendmsg/recvmsg take).
+/// One message of one buffer with room for one descriptor (what sendmsg/recvmsg take).
 struct message {
   iovec io;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
@@ -85,8 +85,8 @@ struct message {
 };
 }  // namespace fd_detail
 
-// Sends the n bytes at data with the descriptor fd attached, in one sendmsg (flags as
-// sendmsg's; MSG_NOSIGNAL is added); sendmsg's result.
+/// Sends the n bytes at data with the descriptor fd attached, in one sendmsg (flags as
+/// sendmsg's; MSG_NOSIGNAL is added); sendmsg's result.
 inline ssize_t send_with_fd(int sock, const void* data, std::size_t n, int fd, int flags) {
   fd_detail::message m(const_cast<void*>(data), n);
   cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
@@ -97,9 +97,9 @@ inline ssize_t send_with_fd(int sock, const void* data, std::size_t n, int fd, i
   return ::sendmsg(sock, &m.msg, flags | MSG_NOSIGNAL);
 }
 
-// Receives up to n bytes into data and the descriptor attached to them, if any (owned by the
-// caller; -1 when none came), in one recvmsg (flags as recvmsg's; MSG_CMSG_CLOEXEC is
-// added); recvmsg's result.
+/// Receives up to n bytes into data and the descriptor attached to them, if any (owned by the
+/// caller; -1 when none came), in one recvmsg (flags as recvmsg's; MSG_CMSG_CLOEXEC is
+/// added); recvmsg's result.
 inline ssize_t recv_with_fd(int sock, void* data, std::size_t n, int flags, unique_fd& fd) {
   fd_detail::message m(data, n);
   const ssize_t k = ::recvmsg(sock, &m.msg, flags | MSG_CMSG_CLOEXEC);

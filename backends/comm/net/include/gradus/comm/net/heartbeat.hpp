@@ -16,10 +16,10 @@ namespace gradus::net {
 
 inline constexpr int heartbeat_interval_ms = 1000;
 
-// The heartbeat timeout of a communicator whose waits last `timeout`: a peer may pause for
-// up to timeout - 2 s (at least 3 s) and still be there; the 2 s (a heartbeat interval and
-// a margin) let the heartbeats notice a silent peer before the waits that began no earlier
-// than its silence run out. The ring and the parameter server's workers use it alike.
+/// The heartbeat timeout of a communicator whose waits last `timeout`: a peer may pause for
+/// up to timeout - 2 s (at least 3 s) and still be there; the 2 s (a heartbeat interval and
+/// a margin) let the heartbeats notice a silent peer before the waits that began no earlier
+/// than its silence run out. The ring and the parameter server's workers use it alike.
 inline int heartbeat_timeout_for(std::chrono::milliseconds timeout) {
   const long long t = std::max<long long>(3000, static_cast<long long>(timeout.count()) - 2000);
   return static_cast<int>(std::min<long long>(t, std::numeric_limits<int>::max()));

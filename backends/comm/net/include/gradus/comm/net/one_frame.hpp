@@ -15,8 +15,8 @@
 
 namespace gradus::net {
 
-// The frame of header h and `payload`, in `out` (resized; a buffer the caller reuses keeps
-// its capacity, so a collective's sends allocate nothing once it has grown). Returns out's bytes.
+/// The frame of header h and `payload`, in `out` (resized; a buffer the caller reuses keeps
+/// its capacity, so a collective's sends allocate nothing once it has grown). Returns out's bytes.
 template <class Header>
 std::span<const std::byte> one_frame(const Header& h, std::span<const std::byte> payload, std::vector<std::byte>& out) {
   static_assert(std::is_trivially_copyable_v<Header>);

@@ -22,11 +22,11 @@
 
 namespace gradus::net {
 
-// What a fresh connection to a peer's data address says about the peer.
+/// What a fresh connection to a peer's data address says about the peer.
 enum class reach {
-  alive,    // accepted: its process still listens (the kernel accepts even while it is stopped)
-  refused,  // nothing listens there: the process died or closed its communicator
-  unknown,  // no answer within the wait (unreachable), or not a tcp:// or ipc:// address
+  alive,    ///< accepted: its process still listens (the kernel accepts even while it is stopped)
+  refused,  ///< nothing listens there: the process died or closed its communicator
+  unknown,  ///< no answer within the wait (unreachable), or not a tcp:// or ipc:// address
 };
 inline reach probe(const std::string& endpoint, int wait_ms) {
   const std::string scheme = scheme_of(endpoint);
@@ -78,8 +78,8 @@ inline reach probe(const std::string& endpoint, int wait_ms) {
   return out;
 }
 
-// Appends `line` to the file GRADUS_FAULT_FILE names, if set: one write(2) on an O_APPEND
-// descriptor, so that lines from concurrent ranks never interleave. Never throws.
+/// Appends `line` to the file GRADUS_FAULT_FILE names, if set: one write(2) on an O_APPEND
+/// descriptor, so that lines from concurrent ranks never interleave. Never throws.
 inline void append_fault_line(const std::string& line) noexcept {
   const char* path = std::getenv("GRADUS_FAULT_FILE");
   if (!path || !*path) return;

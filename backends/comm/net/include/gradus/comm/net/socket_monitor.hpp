@@ -31,8 +31,8 @@ class socket_monitor {
   };
 
   socket_monitor() = default;
-  // Reports `events` (ZMQ_EVENT_* bits) of `watched`; made before `watched` binds or
-  // connects, so that no event is missed. `name` goes into the inproc:// endpoint's name.
+  /// Reports `events` (ZMQ_EVENT_* bits) of `watched`; made before `watched` binds or
+  /// connects, so that no event is missed. `name` goes into the inproc:// endpoint's name.
   socket_monitor(zmq::context_t& ctx, zmq::socket_t& watched, int events, std::string_view name)
       : watched_(watched.handle()) {
     const std::string ep = "inproc://gradus-" + std::string(name) + "-monitor-" + unique_suffix();
@@ -57,7 +57,7 @@ class socket_monitor {
   socket_monitor& operator=(const socket_monitor&) = delete;
   ~socket_monitor() { stop(); }
 
-  // Stops the reports, then closes the reader (see the top of this file).
+  /// Stops the reports, then closes the reader (see the top of this file).
   void stop() noexcept {
     if (watched_ && reader_) (void)zmq_socket_monitor(watched_, nullptr, 0);
     watched_ = nullptr;
@@ -67,7 +67,7 @@ class socket_monitor {
   explicit operator bool() const { return reader_.has_value(); }
   zmq::pollitem_t poll_item() { return {reader_->handle(), 0, ZMQ_POLLIN, 0}; }
 
-  // The next event that has arrived, without waiting; nothing when none has.
+  /// The next event that has arrived, without waiting; nothing when none has.
   std::optional<event> next() {
     if (!reader_) return std::nullopt;
     zmq::message_t ev, addr;

@@ -22,30 +22,30 @@
 
 namespace gradus::net {
 
-// The ZAP domain of gradus' CURVE sockets; the handler refuses any other. (Named for the
-// parameter server, its first user: the name is on the wire, so it stays.)
+/// The ZAP domain of gradus' CURVE sockets; the handler refuses any other. (Named for the
+/// parameter server, its first user: the name is on the wire, so it stays.)
 inline constexpr const char* curve_zap_domain = "gradus-ps";
 
-// A connection the ZAP handler refused.
+/// A connection the ZAP handler refused.
 struct refusal {
-  std::string public_key;  // the client's key (Z85); empty for a mechanism without keys
-  std::string address;     // the client's IP address, as ZAP gives it
-  std::string mechanism;   // "CURVE", "NULL", "PLAIN"
-  std::string reason;      // the status text of the answer
-  std::uint64_t times = 1; // refusals of this key from this address so far
+  std::string public_key;  ///< the client's key (Z85); empty for a mechanism without keys
+  std::string address;     ///< the client's IP address, as ZAP gives it
+  std::string mechanism;   ///< "CURVE", "NULL", "PLAIN"
+  std::string reason;      ///< the status text of the answer
+  std::uint64_t times = 1; ///< refusals of this key from this address so far
 };
 
-// Answers libzmq's ZAP requests (RFC 27) for every socket of one ZeroMQ context: a CURVE
-// client key in the allow-list is accepted (200) with User-Id "worker:<rank>" (or
-// "worker:*" for any_rank); everything else is refused (400). Runs a thread that owns a
-// REP socket bound at inproc://zeromq.zap.01.
-//
-// One ZAP handler per context: that endpoint can be bound once, so a second handler in
-// the same context throws; servers sharing a context share one (for_context). Create it
-// before the sockets that use CURVE begin a handshake (before bind/connect), and destroy
-// it before its context; while it is gone, CURVE servers made by make_curve_server refuse
-// every client (ZMQ_ZAP_ENFORCE_DOMAIN). The destructor stops the thread within
-// milliseconds (a message on an inproc pair).
+/// Answers libzmq's ZAP requests (RFC 27) for every socket of one ZeroMQ context: a CURVE
+/// client key in the allow-list is accepted (200) with User-Id "worker:<rank>" (or
+/// "worker:*" for any_rank); everything else is refused (400). Runs a thread that owns a
+/// REP socket bound at inproc://zeromq.zap.01.
+///
+/// One ZAP handler per context: that endpoint can be bound once, so a second handler in
+/// the same context throws; servers sharing a context share one (for_context). Create it
+/// before the sockets that use CURVE begin a handshake (before bind/connect), and destroy
+/// it before its context; while it is gone, CURVE servers made by make_curve_server refuse
+/// every client (ZMQ_ZAP_ENFORCE_DOMAIN). The destructor stops the thread within
+/// milliseconds (a message on an inproc pair).
 class zap_handler {
  public:
   static constexpr const char* endpoint = "inproc://zeromq.zap.01";
@@ -90,8 +90,8 @@ class zap_handler {
     zap_.close();
   }
 
-  // The handler of `ctx`, shared by the servers of one context (tests run several in one
-  // process): made on first use, reused while it lives, for the same allow-list only.
+  /// The handler of `ctx`, shared by the servers of one context (tests run several in one
+  /// process): made on first use, reused while it lives, for the same allow-list only.
   static std::shared_ptr<zap_handler> for_context(zmq::context_t& ctx, const allow_list& allowed) {
     static std::mutex mu;
     static std::map<void*, std::weak_ptr<zap_handler>> handlers;
@@ -114,13 +114,13 @@ class zap_handler {
   std::uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
   const allow_list& allowed() const { return allowed_; }
 
-  // The latest refusal, for a server's log.
+  /// The latest refusal, for a server's log.
   std::optional<refusal> last_refusal() const {
     std::lock_guard<std::mutex> lock(mu_);
     return last_;
   }
-  // The refusals of keys (and addresses) not reported before, oldest first: a server logs
-  // each refused client once, not at each of its reconnections (every 100 ms by default).
+  /// The refusals of keys (and addresses) not reported before, oldest first: a server logs
+  /// each refused client once, not at each of its reconnections (every 100 ms by default).
   std::vector<refusal> take_new_refusals() {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<refusal> out(fresh_.begin(), fresh_.end());
@@ -177,8 +177,8 @@ class zap_handler {
     }
   }
 
-  // RFC 27 request: version, request id, domain, address, routing id, mechanism,
-  // credentials (CURVE: the client's 32-byte long-term public key).
+  /// RFC 27 request: version, request id, domain, address, routing id, mechanism,
+  /// credentials (CURVE: the client's 32-byte long-term public key).
   answer decide(const std::vector<zmq::message_t>& req) {
     if (req.size() < 6 || req[0].to_string_view() != "1.0") return {"500", "malformed ZAP request (RFC 27, version 1.0)", ""};
     const std::string domain = req[2].to_string(), address = req[3].to_string(), mechanism = req[5].to_string();

@@ -15,23 +15,23 @@
 
 namespace gradus::net {
 
-// Completion of one zero-copy send: set when ZeroMQ lets go of the bytes.
+/// Completion of one zero-copy send: set when ZeroMQ lets go of the bytes.
 struct send_flag {
   std::atomic<bool> done{false};
 };
 
 inline constexpr std::size_t zero_copy_from = std::size_t{64} << 10;
 
-// ZeroMQ's free callback: marks the send complete and drops the callback's reference.
+/// ZeroMQ's free callback: marks the send complete and drops the callback's reference.
 inline void release_send(void*, void* hint) {
   auto* flag = static_cast<std::shared_ptr<send_flag>*>(hint);
   (*flag)->done.store(true, std::memory_order_release);
   delete flag;
 }
 
-// The message that sends `payload`. With `flag_out` and a payload of zero_copy_from bytes or
-// more, the message refers to the caller's bytes and *flag_out is the flag that says when
-// ZeroMQ is done with them; otherwise the bytes are copied and *flag_out is left alone.
+/// The message that sends `payload`. With `flag_out` and a payload of zero_copy_from bytes or
+/// more, the message refers to the caller's bytes and *flag_out is the flag that says when
+/// ZeroMQ is done with them; otherwise the bytes are copied and *flag_out is left alone.
 inline zmq::message_t payload_message(std::span<const std::byte> payload, std::shared_ptr<send_flag>* flag_out) {
   if (!flag_out || payload.size() < zero_copy_from) return zmq::message_t(payload.data(), payload.size());
   auto flag = std::make_shared<send_flag>();

@@ -105,7 +105,7 @@ inline std::string parameter_server<Mode>::hello_text(bool rejoin) const {
   return j.dump();
 }
 
-// A DEALER to server k, with a monitor that reports its connection's events.
+/// A DEALER to server k, with a monitor that reports its connection's events.
 template <class Mode>
 inline void parameter_server<Mode>::open_link(std::size_t k) {
   zmq::socket_t d(*o_.context, zmq::socket_type::dealer);
@@ -146,10 +146,10 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
   }
 }
 
-// Server k's connection closed: wait for the server to come back (restarted), rejoin it
-// on a new connection (hello at this worker's clock, the optimizer, the shards it holds:
-// it reloads them from the checkpoint), then resend every request it left unanswered,
-// with its id. Throws when it is not back within reconnect_timeout.
+/// Server k's connection closed: wait for the server to come back (restarted), rejoin it
+/// on a new connection (hello at this worker's clock, the optimizer, the shards it holds:
+/// it reloads them from the checkpoint), then resend every request it left unanswered,
+/// with its id. Throws when it is not back within reconnect_timeout.
 template <class Mode>
 inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
   const auto since = links_[k].down_since;
@@ -245,7 +245,7 @@ inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
   ++stats_.rejoins;
 }
 
-// One message to every server, and their answers.
+/// One message to every server, and their answers.
 template <class Mode>
 inline std::vector<ps::wire::header> parameter_server<Mode>::everyone(ps::wire::type t, const std::string& text, const char* what) {
   std::vector<std::uint64_t> ids;
@@ -258,7 +258,7 @@ inline std::vector<ps::wire::header> parameter_server<Mode>::everyone(ps::wire::
   return answers;
 }
 
-// Posts a request and returns its id.
+/// Posts a request and returns its id.
 template <class Mode>
 inline std::uint64_t parameter_server<Mode>::request(int server, ps::wire::header h, std::span<const std::byte> payload, req_kind kind, bool copy) {
   if (broken_) throw comm_error(prefix() + "the communicator failed earlier: " + broken_text_);
@@ -322,7 +322,7 @@ inline void parameter_server<Mode>::prune_flags() {
   while (!flags_.empty() && flags_.front()->done.load(std::memory_order_acquire)) flags_.pop_front();
 }
 
-// Reads every message waiting on any socket (up to wait_ms for the first).
+/// Reads every message waiting on any socket (up to wait_ms for the first).
 template <class Mode>
 inline void parameter_server<Mode>::pump(int wait_ms) {
   std::vector<zmq::pollitem_t> items;
@@ -441,7 +441,7 @@ inline void parameter_server<Mode>::link_events(std::size_t k) {
   }
 }
 
-// Waits for request `id` (answered, and its zero-copy payload released).
+/// Waits for request `id` (answered, and its zero-copy payload released).
 template <class Mode>
 inline void parameter_server<Mode>::wait_id(std::uint64_t id, std::chrono::steady_clock::time_point until, const char* what, bool throw_on_error,
                                             ps::wire::header* answer) {

@@ -46,13 +46,13 @@ using namespace net::detail_security;
 }  // namespace detail_security
 
 
-// A ps task's CURVE settings: its key pair and the client keys it accepts.
+/// A ps task's CURVE settings: its key pair and the client keys it accepts.
 struct curve_server_config {
   key_pair keys;
   allow_list allowed;
 };
-// A worker's CURVE settings: its key pair and the servers' public keys (one shared by every
-// server, or one per server in task order).
+/// A worker's CURVE settings: its key pair and the servers' public keys (one shared by every
+/// server, or one per server in task order).
 struct curve_client_config {
   key_pair keys;
   std::vector<std::string> server_public_keys;
@@ -70,8 +70,8 @@ using env_reader = std::function<const char*(const char*)>;
 inline const char* process_env(const char* name) { return std::getenv(name); }
 
 namespace detail_security {
-// `text` with "{<name>}" replaced by `value` (a launcher gives every process one
-// environment: keys/w{rank} names each worker's own key pair).
+/// `text` with "{<name>}" replaced by `value` (a launcher gives every process one
+/// environment: keys/w{rank} names each worker's own key pair).
 inline std::string expand(std::string text, const std::string& name, int value, const char* variable) {
   const std::string token = "{" + name + "}";
   for (auto at = text.find(token); at != std::string::npos; at = text.find(token, at)) {
@@ -82,10 +82,10 @@ inline std::string expand(std::string text, const std::string& name, int value, 
 }
 }  // namespace detail_security
 
-// A ps task's settings from GRADUS_PS_CURVE_SERVER_KEY (the key pair's prefix; "{index}"
-// becomes the task's index, for a key pair per server) and GRADUS_PS_CURVE_ALLOW (the
-// allow-list file): nothing when neither is set; an error when only one is (CURVE without
-// an allow-list would authenticate nobody, an allow-list without keys protects nothing).
+/// A ps task's settings from GRADUS_PS_CURVE_SERVER_KEY (the key pair's prefix; "{index}"
+/// becomes the task's index, for a key pair per server) and GRADUS_PS_CURVE_ALLOW (the
+/// allow-list file): nothing when neither is set; an error when only one is (CURVE without
+/// an allow-list would authenticate nobody, an allow-list without keys protects nothing).
 inline std::optional<curve_server_config> curve_server_from_env(int index = -1, const env_reader& env = process_env) {
   const char* key = env("GRADUS_PS_CURVE_SERVER_KEY");
   const char* allow = env("GRADUS_PS_CURVE_ALLOW");
@@ -98,10 +98,10 @@ inline std::optional<curve_server_config> curve_server_from_env(int index = -1, 
   return c;
 }
 
-// A worker's settings from GRADUS_PS_CURVE_CLIENT_KEY (its key pair's prefix; "{rank}"
-// becomes its rank) and GRADUS_PS_CURVE_SERVER_PUB (the servers' .pub file, or a
-// comma-separated list with one per ps task in order): nothing when neither is set; an
-// error when only one is.
+/// A worker's settings from GRADUS_PS_CURVE_CLIENT_KEY (its key pair's prefix; "{rank}"
+/// becomes its rank) and GRADUS_PS_CURVE_SERVER_PUB (the servers' .pub file, or a
+/// comma-separated list with one per ps task in order): nothing when neither is set; an
+/// error when only one is.
 inline std::optional<curve_client_config> curve_client_from_env(int rank = -1, const env_reader& env = process_env) {
   const char* key = env("GRADUS_PS_CURVE_CLIENT_KEY");
   const char* pub = env("GRADUS_PS_CURVE_SERVER_PUB");

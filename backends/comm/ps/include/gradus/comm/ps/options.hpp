@@ -36,34 +36,34 @@ struct ps_ssp {
 struct ps_dynamic {};
 
 struct ps_options {
-  std::vector<std::string> servers;  // "host:port" of each ps task, in task order
+  std::vector<std::string> servers;  ///< "host:port" of each ps task, in task order
   int rank = 0, world_size = 1;
-  ps::mode consistency = ps::mode::bsp;  // ps_dynamic only
-  int staleness = 0;                     // ps_dynamic with ssp
-  std::chrono::milliseconds timeout{60000};  // one wait's deadline
-  // A server whose connection closes (its process died) may come back: restarted (gradus-run
-  // --max-restarts) and reloaded from the last checkpoint. The worker opens a new
-  // connection, says it rejoins at its step, declares its shards again and resends what the
-  // old server left unanswered; it fails when the server is not back within this time
-  // (0: at once, 1 s after the connection closed).
+  ps::mode consistency = ps::mode::bsp;  ///< ps_dynamic only
+  int staleness = 0;                     ///< ps_dynamic with ssp
+  std::chrono::milliseconds timeout{60000};  ///< one wait's deadline
+  /// A server whose connection closes (its process died) may come back: restarted (gradus-run
+  /// --max-restarts) and reloaded from the last checkpoint. The worker opens a new
+  /// connection, says it rejoins at its step, declares its shards again and resends what the
+  /// old server left unanswered; it fails when the server is not back within this time
+  /// (0: at once, 1 s after the connection closed).
   std::chrono::milliseconds reconnect_timeout{30000};
-  // This process takes the place of a worker the job lost (async and ssp): it says so in its
-  // hello, and rejoin_job() waits at server 0 for the workers' next join point (an epoch's
-  // end) for at most rejoin_timeout. From a cluster spec: GRADUS_RESTART_COUNT > 0, which
-  // gradus-run --max-restarts sets on a restart.
+  /// This process takes the place of a worker the job lost (async and ssp): it says so in its
+  /// hello, and rejoin_job() waits at server 0 for the workers' next join point (an epoch's
+  /// end) for at most rejoin_timeout. From a cluster spec: GRADUS_RESTART_COUNT > 0, which
+  /// gradus-run --max-restarts sets on a restart.
   bool restarted = false;
   std::chrono::milliseconds rejoin_timeout{std::chrono::minutes(15)};
   std::size_t chunk_bytes = std::size_t(1) << 20;
-  // The servers' limit on one message's payload (server_options::limits.max_payload, 64 MiB
-  // by default): a larger request is refused here, naming it, instead of being dropped there.
+  /// The servers' limit on one message's payload (server_options::limits.max_payload, 64 MiB
+  /// by default): a larger request is refused here, naming it, instead of being dropped there.
   std::size_t max_payload = ps::wire::limits{}.max_payload;
   ps::partitioner partition = ps::balanced_by_bytes;
-  std::string origin;  // where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
-  zmq::context_t* context = nullptr;  // nullptr: an own context
-  std::optional<ps::curve_client_config> curve;  // CURVE keys (ps::curve_client_from_env); none: plaintext
+  std::string origin;  ///< where the server list came from, for errors ("GRADUS_PS", "TF_CONFIG cluster.ps")
+  zmq::context_t* context = nullptr;  ///< nullptr: an own context
+  std::optional<ps::curve_client_config> curve;  ///< CURVE keys (ps::curve_client_from_env); none: plaintext
 };
 
-// "async", "bsp", "ssp:S" (also "ssp" = ssp:0 and "ssp<S>").
+/// "async", "bsp", "ssp:S" (also "ssp" = ssp:0 and "ssp<S>").
 inline void parse_consistency(const std::string& text, ps_options& o) {
   if (text == "async") o.consistency = ps::mode::async;
   else if (text == "bsp") o.consistency = ps::mode::bsp;

@@ -26,15 +26,15 @@ struct variable_info {
   std::string name;
   std::size_t elements = 0;
   std::size_t element_bytes = 4;
-  // > 1: the variable is a table of rows of this many elements, pushed and pulled as
-  // sparse rows: every shard holds whole rows
+  /// > 1: the variable is a table of rows of this many elements, pushed and pulled as
+  /// sparse rows: every shard holds whole rows
   std::size_t row_elements = 0;
 };
 
 struct shard {
-  std::size_t var = 0;     // index into the variable table
-  std::size_t offset = 0;  // first element
-  std::size_t count = 0;   // elements (> 0)
+  std::size_t var = 0;     ///< index into the variable table
+  std::size_t offset = 0;  ///< first element
+  std::size_t count = 0;   ///< elements (> 0)
   int server = 0;
 };
 
@@ -76,8 +76,8 @@ inline std::vector<shard> balanced_by_bytes(const std::vector<variable_info>& va
   return pieces;
 }
 
-// Checks a partitioner's answer: every element of every variable exactly once, on a
-// server that exists. Throws std::invalid_argument naming the variable.
+/// Checks a partitioner's answer: every element of every variable exactly once, on a
+/// server that exists. Throws std::invalid_argument naming the variable.
 inline void check_partition(const std::vector<variable_info>& vars, int servers, const std::vector<shard>& shards) {
   std::vector<std::vector<std::pair<std::size_t, std::size_t>>> ranges(vars.size());
   for (const auto& s : shards) {

@@ -96,19 +96,19 @@ class server {
   }
   server(const server&) = delete;
   server& operator=(const server&) = delete;
-  ~server() = default;  // mon_ stops before sock_ closes (net/socket_monitor.hpp)
+  ~server() = default;  ///< mon_ stops before sock_ closes (net/socket_monitor.hpp)
 
-  // The endpoint actually bound (with the port the system chose for ":0").
+  /// The endpoint actually bound (with the port the system chose for ":0").
   const std::string& endpoint() const { return bound_; }
   const server_stats& stats() const { return stats_; }
-  // Makes run() return within its poll interval (100 ms), from any thread: what a killed
-  // process looks like to the workers once the server is destroyed (tests).
+  /// Makes run() return within its poll interval (100 ms), from any thread: what a killed
+  /// process looks like to the workers once the server is destroyed (tests).
   void stop() { stop_.store(true); }
 
-  // Why the job this server served failed, or nothing when it succeeded: a bsp worker lost,
-  // a worker or the chief that said goodbye after a failure of its own, or a job that ended
-  // without the chief's shutdown (every worker lost, or nothing heard for idle_exit). After
-  // run(); ps::serve throws it, so that a failed job's servers fail too. A stop() is no verdict.
+  /// Why the job this server served failed, or nothing when it succeeded: a bsp worker lost,
+  /// a worker or the chief that said goodbye after a failure of its own, or a job that ended
+  /// without the chief's shutdown (every worker lost, or nothing heard for idle_exit). After
+  /// run(); ps::serve throws it, so that a failed job's servers fail too. A stop() is no verdict.
   std::optional<std::string> job_failure() const {
     if (!job_failed_.empty()) return job_failed_;
     if (!failed_leaving_.empty()) return failed_leaving_;
@@ -121,10 +121,10 @@ class server {
            "): it failed";
   }
 
-  // Whether job_failure() comes from a goodbye a worker or the chief sent after its own failure.
+  /// Whether job_failure() comes from a goodbye a worker or the chief sent after its own failure.
   bool worker_failed() const { return job_failed_.empty() && !failed_leaving_.empty(); }
 
-  // Serves until shutdown, or until every worker that said hello has said bye.
+  /// Serves until shutdown, or until every worker that said hello has said bye.
   void run() {
     Compute::set_threads(std::max(1, o_.threads));  // this thread's passes only
     auto last_heard = std::chrono::steady_clock::now();
@@ -166,11 +166,11 @@ class server {
     std::string peer_address;  // where it connects from ("Peer-Address"), for messages
   };
   struct pending_step {
-    std::vector<std::vector<std::byte>> grads;  // per rank (sparse: its rows' values)
+    std::vector<std::vector<std::byte>> grads;  ///< per rank (sparse: its rows' values)
     double lr = 0;
-    bool sparse = false;                         // pushed as rows
-    std::vector<std::vector<std::uint64_t>> rows;  // sparse: per rank, its rows (of the shard)
-    std::vector<bool> present;                   // sparse: the ranks that pushed (maybe no rows)
+    bool sparse = false;                         ///< pushed as rows
+    std::vector<std::vector<std::uint64_t>> rows;  ///< sparse: per rank, its rows (of the shard)
+    std::vector<bool> present;                   ///< sparse: the ranks that pushed (maybe no rows)
   };
   struct shard_state {
     std::string name;
@@ -178,15 +178,15 @@ class server {
     std::uint64_t offset = 0, count = 0, total = 0;
     std::vector<std::byte> values;
     std::vector<std::vector<std::byte>> slots;
-    std::int64_t updates = 0;   // optimizer steps applied (Adam's t - 1)
-    std::uint64_t version = 0;  // bsp: steps applied
-    bool ready = false;         // the chief's values have arrived
+    std::int64_t updates = 0;   ///< optimizer steps applied (Adam's t - 1)
+    std::uint64_t version = 0;  ///< bsp: steps applied
+    bool ready = false;         ///< the chief's values have arrived
     std::map<std::uint64_t, pending_step> pending;
-    // sparse rows, once a row message named the row length: each row's last update
+    /// sparse rows, once a row message named the row length: each row's last update
     std::uint64_t row_len = 0;
     std::vector<std::uint64_t> row_stamp;
-    std::uint64_t stamp = 0;  // updates applied to rows so far
-    std::set<std::uint64_t> chunks_in;  // the chief's first values arriving in chunks (init_values): their offsets
+    std::uint64_t stamp = 0;  ///< updates applied to rows so far
+    std::set<std::uint64_t> chunks_in;  ///< the chief's first values arriving in chunks (init_values): their offsets
     std::uint64_t elements_in = 0;
   };
   struct parked {
@@ -197,10 +197,10 @@ class server {
     wire::header first;
     std::vector<std::vector<std::byte>> parts;
     std::vector<std::string> ids;
-    std::vector<std::uint64_t> req_ids;  // each worker's request id: its answer echoes it
+    std::vector<std::uint64_t> req_ids;  ///< each worker's request id: its answer echoes it
     std::vector<bool> in;
     int got = 0;
-    // the answer (or failure) to worker k: its own request id
+    /// the answer (or failure) to worker k: its own request id
     wire::header to(std::size_t k, bool failed) const {
       auto h = wire::make(failed ? wire::type::fail : wire::type::reply, first.key, first.offset, 0, wire::dtype::none);
       h.clock = first.clock;
@@ -212,7 +212,7 @@ class server {
 
   std::string prefix() const { return "gradus: parameter server " + std::to_string(o_.index) + ": "; }
 
-  // ---- server_messages.hpp: a message in, its sender, its handler, the answer out
+  /// ---- server_messages.hpp: a message in, its sender, its handler, the answer out
   bool receive_one();
   void note_malformed(const std::string& why);
   static wire::header reply_header(const wire::header& req);
@@ -222,7 +222,7 @@ class server {
   int sender(const std::string& id, const wire::header& h);
   void handle(const std::string& id, const wire::header& h, std::span<const std::byte> payload);
   shard_state& find(const wire::header& h);
-  // ---- server_setup.hpp: hello, the optimizer's config, shards declared, initialised or restored
+  /// ---- server_setup.hpp: hello, the optimizer's config, shards declared, initialised or restored
   void hello(const std::string& id, const wire::header& h, std::span<const std::byte> payload);
   void config(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload);
   void init(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload);
@@ -231,7 +231,7 @@ class server {
   void answer_parked_inits();
   void restore_shard(shard_state& s);
   void raise_floor(std::uint64_t c);
-  // ---- server_consistency.hpp: pushes applied and pulls answered as the mode allows
+  /// ---- server_consistency.hpp: pushes applied and pulls answered as the mode allows
   int live_workers() const;
   std::uint64_t min_clock() const;
   template <class T>
@@ -248,18 +248,18 @@ class server {
   void answer_pull(const shard_state& s, const std::string& id, const wire::header& h);
   void serve_parked();
   void clock(int rank, const wire::header& h);
-  // ---- server_rows.hpp: sparse rows
+  /// ---- server_rows.hpp: sparse rows
   void stamp_rows(shard_state& s, std::uint64_t first, std::uint64_t n);
   void push_rows(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload);
   template <class T>
   void sum_rows_in_rank_order(shard_state& s, pending_step& p);
-  // ---- server_collectives.hpp: the workers' collectives (server 0)
+  /// ---- server_collectives.hpp: the workers' collectives (server 0)
   void coll(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload);
   void finish_collective(std::uint64_t seq);
   template <class T>
   static void combine_typed(collective& c, wire::coll_op op, std::vector<std::byte>& out);
   static std::vector<std::byte> combine(collective& c, wire::coll_op op);
-  // ---- server_rejoin.hpp: a lost worker's restart taken back at a join point
+  /// ---- server_rejoin.hpp: a lost worker's restart taken back at a join point
   void revive(int rank, const std::string& id);
   void join(int rank, const std::string& id, const wire::header& h);
   void admit(int rank, std::uint64_t clock);
@@ -268,32 +268,32 @@ class server {
   bool every_worker_gone() const;
   std::string no_one_to_rejoin() const;
   void after_a_worker_left();
-  // ---- server_worker_loss.hpp: connections that closed, workers lost
+  /// ---- server_worker_loss.hpp: connections that closed, workers lost
   void monitor_events();
   void worker_lost(int r);
   void fail_job(const std::string& why);
-  void check_joins();  // server_setup.hpp: a fresh job's ranks not joined by join_timeout fail it
-  // A failed job (fail_job) whose joined workers have all left, by goodbye or lost: nothing
-  // more will come (a worker refused at its hello never joins, and says no goodbye).
+  void check_joins();  ///< server_setup.hpp: a fresh job's ranks not joined by join_timeout fail it
+  /// A failed job (fail_job) whose joined workers have all left, by goodbye or lost: nothing
+  /// more will come (a worker refused at its hello never joins, and says no goodbye).
   bool failed_job_over() const {
     return !job_failed_.empty() && std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return !w.joined || w.left; });
   }
 
   server_options o_;
   zmq::socket_t sock_;
-  net::socket_monitor mon_;  // after sock_: destroyed first
+  net::socket_monitor mon_;  ///< after sock_: destroyed first
   std::string bound_;
-  std::string job_failed_;  // bsp: a worker was lost; every later request fails with this
-  std::string failed_leaving_;  // the first goodbye that came after a failure (job_failure)
-  std::string ended_how_;       // run() stopped by idle_exit (job_failure)
+  std::string job_failed_;  ///< bsp: a worker was lost; every later request fails with this
+  std::string failed_leaving_;  ///< the first goodbye that came after a failure (job_failure)
+  std::string ended_how_;       ///< run() stopped by idle_exit (job_failure)
   int last_fd_ = -1;
-  std::optional<int> last_auth_;  // the rank the last message's CURVE key may act as
+  std::optional<int> last_auth_;  ///< the rank the last message's CURVE key may act as
   std::shared_ptr<zap_handler> zap_;
   std::string last_peer_;
   bool done_ = false, configured_ = false;
-  std::optional<std::chrono::steady_clock::time_point> first_hello_;  // of a fresh job (check_joins)
-  bool restoring_ = false;   // a restarted server whose workers rejoin (its shards come from the checkpoint)
-  std::uint64_t floor_ = 0;  // the latest step a rejoining worker was at
+  std::optional<std::chrono::steady_clock::time_point> first_hello_;  ///< of a fresh job (check_joins)
+  bool restoring_ = false;   ///< a restarted server whose workers rejoin (its shards come from the checkpoint)
+  std::uint64_t floor_ = 0;  ///< the latest step a rejoining worker was at
   std::atomic<bool> stop_{false};
   std::optional<std::chrono::steady_clock::time_point> shutdown_at_;
   mode mode_ = mode::bsp;
@@ -305,8 +305,8 @@ class server {
   std::map<std::uint32_t, shard_state> shards_;
   std::map<std::pair<std::uint32_t, std::uint64_t>, std::vector<int>> p_done_;
   std::vector<parked> parked_, parked_inits_;
-  std::vector<parked> parked_joins_;  // server 0: restarted workers waiting for the next join point
-  std::vector<std::uint64_t> scratch_;  // an aligned copy of a misaligned payload
+  std::vector<parked> parked_joins_;  ///< server 0: restarted workers waiting for the next join point
+  std::vector<std::uint64_t> scratch_;  ///< an aligned copy of a misaligned payload
   std::map<std::uint64_t, collective> colls_;
   std::map<std::uint64_t, std::string> failed_colls_;
   server_stats stats_;

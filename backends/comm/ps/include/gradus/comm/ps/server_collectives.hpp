@@ -19,8 +19,8 @@
 
 namespace gradus::ps {
 
-// Collectives through server 0: every worker's contribution to collective number
-// h.clock, combined in rank order once all are in.
+/// Collectives through server 0: every worker's contribution to collective number
+/// h.clock, combined in rank order once all are in.
 template <class Compute>
 void server<Compute>::coll(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   if (const auto f = failed_colls_.find(h.clock); f != failed_colls_.end()) {
@@ -66,7 +66,7 @@ void server<Compute>::coll(int rank, const std::string& id, const wire::header& 
   finish_collective(h.clock);
 }
 
-// Completes collective `seq` once every live worker is in (dead ones are not waited for).
+/// Completes collective `seq` once every live worker is in (dead ones are not waited for).
 template <class Compute>
 void server<Compute>::finish_collective(std::uint64_t seq) {
   auto& c = colls_.at(seq);

@@ -42,7 +42,7 @@ void server<Compute>::apply_typed(shard_state& s, std::uint64_t first, std::size
   apply_optimizer<Compute, T>(opt_, lr, n, w, g, slots.data(), s.updates, scale);
 }
 
-// g is a received payload: ZeroMQ gives no alignment, so a misaligned one is copied first.
+/// g is a received payload: ZeroMQ gives no alignment, so a misaligned one is copied first.
 template <class Compute>
 void server<Compute>::apply(shard_state& s, std::uint64_t first, std::size_t n, const std::byte* g, double lr, double scale) {
   const std::size_t elem = wire::dtype_size(s.dt);
@@ -57,9 +57,9 @@ void server<Compute>::apply(shard_state& s, std::uint64_t first, std::size_t n, 
   stamp_rows(s, first, n);
 }
 
-// bsp: a push for a step already applied. After a restart it is one the server skipped
-// (its update lost with the old process), resent by a rejoining worker: acknowledged and
-// dropped (true); otherwise an error.
+/// bsp: a push for a step already applied. After a restart it is one the server skipped
+/// (its update lost with the old process), resent by a rejoining worker: acknowledged and
+/// dropped (true); otherwise an error.
 template <class Compute>
 bool server<Compute>::late_push(int rank, const std::string& id, const wire::header& h, const shard_state& s) {
   if (h.clock >= s.version) return false;
@@ -150,7 +150,7 @@ void server<Compute>::maybe_apply_bsp(shard_state& s, std::uint32_t key) {
   }
 }
 
-// Whether a pull may be answered now, and the clock its values are known to include.
+/// Whether a pull may be answered now, and the clock its values are known to include.
 template <class Compute>
 bool server<Compute>::pull_ready(const shard_state& s, const wire::header& h) const {
   if (!s.ready) return false;
@@ -173,9 +173,9 @@ void server<Compute>::pull(int, const std::string& id, const wire::header& h) {
   answer_pull(s, id, h);
 }
 
-// The whole shard: values, then each optimizer state tensor; scalar = optimizer steps
-// applied (Adam's t), clock = steps applied (bsp). Consistent when the workers stand
-// still between two barriers (data_parallel_step::pull_state).
+/// The whole shard: values, then each optimizer state tensor; scalar = optimizer steps
+/// applied (Adam's t), clock = steps applied (bsp). Consistent when the workers stand
+/// still between two barriers (data_parallel_step::pull_state).
 template <class Compute>
 void server<Compute>::snapshot(int, const std::string& id, const wire::header& h) {
   auto& s = find(h);

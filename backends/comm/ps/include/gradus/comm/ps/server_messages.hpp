@@ -22,7 +22,7 @@
 
 namespace gradus::ps {
 
-// One message from the socket; false when none is waiting.
+/// One message from the socket; false when none is waiting.
 template <class Compute>
 bool server<Compute>::receive_one() {
   std::vector<zmq::message_t> parts;
@@ -112,7 +112,7 @@ void server<Compute>::send(const std::string& id, wire::header h, std::span<cons
   }
 }
 
-// The rank a message may speak for: the one its connection said hello as.
+/// The rank a message may speak for: the one its connection said hello as.
 template <class Compute>
 int server<Compute>::sender(const std::string& id, const wire::header& h) {
   if (o_.curve && !may_act_as(last_auth_, h.rank)) throw error(prefix() + rank_claim_refusal(last_auth_, h.rank, last_peer_));

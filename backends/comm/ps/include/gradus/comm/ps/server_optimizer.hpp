@@ -28,7 +28,7 @@ inline any_optimizer server_optimizer(const std::string& name, const optimizer_s
   return optimizer_from_description(name, settings, who);
 }
 
-// One pass of the optimizer's rule over n elements at learning rate lr, on Compute.
+/// One pass of the optimizer's rule over n elements at learning rate lr, on Compute.
 template <class Compute, class T>
 void apply_optimizer(const any_optimizer& opt, double lr, std::size_t n, T* w, const T* g, T* const* slots, std::int64_t step, double scale) {
   opt.visit([&](auto o) {

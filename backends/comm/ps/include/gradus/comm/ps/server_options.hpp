@@ -19,64 +19,64 @@
 
 namespace gradus::ps {
 
-// The consistency modes (server.hpp says what each guarantees).
+/// The consistency modes (server.hpp says what each guarantees).
 enum class mode : std::uint8_t { async = 0, bsp = 1, ssp = 2 };
 inline const char* mode_name(mode m) { return m == mode::async ? "async" : m == mode::bsp ? "bsp" : "ssp"; }
 
-// A variable's state read back from a checkpoint, for a restarted server (server_options::restore).
+/// A variable's state read back from a checkpoint, for a restarted server (server_options::restore).
 struct restored_variable {
   wire::dtype dt = wire::dtype::none;
-  std::vector<std::byte> values;              // the whole variable, every element
-  std::vector<std::vector<std::byte>> slots;  // each optimizer state tensor, in the optimizer's order
-  std::int64_t step = 0;                      // the checkpoint's global step
+  std::vector<std::byte> values;              ///< the whole variable, every element
+  std::vector<std::vector<std::byte>> slots;  ///< each optimizer state tensor, in the optimizer's order
+  std::int64_t step = 0;                      ///< the checkpoint's global step
 };
-// restore(variable name, its optimizer state names): what the last checkpoint holds of it,
-// or nothing when it holds no such variable (ps::restore_from_checkpoint reads an .npz).
+/// restore(variable name, its optimizer state names): what the last checkpoint holds of it,
+/// or nothing when it holds no such variable (ps::restore_from_checkpoint reads an .npz).
 using restore_source = std::function<std::optional<restored_variable>(const std::string&, const std::vector<std::string>&)>;
 
 struct server_options {
-  // Where to listen: "host:port" (a name is resolved and every address it has is bound:
-  // "localhost" binds 127.0.0.1 and ::1), "*:port" for every interface, or a full ZeroMQ
-  // endpoint ("tcp://...", "ipc://...").
+  /// Where to listen: "host:port" (a name is resolved and every address it has is bound:
+  /// "localhost" binds 127.0.0.1 and ::1), "*:port" for every interface, or a full ZeroMQ
+  /// endpoint ("tcp://...", "ipc://...").
   std::string address;
-  int index = 0;  // this task's index among the ps tasks (for messages)
+  int index = 0;  ///< this task's index among the ps tasks (for messages)
   wire::limits limits;
-  // A worker whose connection is silent this long is dropped (ZMTP heartbeats; its I/O
-  // thread answers while its program computes).
+  /// A worker whose connection is silent this long is dropped (ZMTP heartbeats; its I/O
+  /// thread answers while its program computes).
   std::chrono::milliseconds heartbeat_timeout{10000};
-  // bsp: when a worker dies, fail the job at once (default, naming it) or go on with the
-  // survivors (the step's average then counts only them).
+  /// bsp: when a worker dies, fail the job at once (default, naming it) or go on with the
+  /// survivors (the step's average then counts only them).
   bool bsp_continue_without_dead = false;
-  // A fresh job whose every worker has not said hello this long after the first one fails,
-  // naming the missing ranks (not started, or given another server list): its collectives
-  // would wait for them for ever. Not applied by a restarted server (its workers rejoin).
+  /// A fresh job whose every worker has not said hello this long after the first one fails,
+  /// naming the missing ranks (not started, or given another server list): its collectives
+  /// would wait for them for ever. Not applied by a restarted server (its workers rejoin).
   std::chrono::milliseconds join_timeout{60000};
-  // Threads of the server's update passes (its compute policy's set_threads). 1: a 1 MiB
-  // chunk's update is memory-bound (33 us on one thread), and a team per chunk cost 40x the
-  // CPU of a raw ZeroMQ server and 0.2x its throughput with 2 servers
-  // (benchmarks/results/ps_bench-d4e0588.md).
+  /// Threads of the server's update passes (its compute policy's set_threads). 1: a 1 MiB
+  /// chunk's update is memory-bound (33 us on one thread), and a team per chunk cost 40x the
+  /// CPU of a raw ZeroMQ server and 0.2x its throughput with 2 servers
+  /// (benchmarks/results/ps_bench-d4e0588.md).
   int threads = 1;
-  // Stop when nothing at all has been heard for this long (0: never). Tests use it as a
-  // bound; a job's servers end by `shutdown`.
+  /// Stop when nothing at all has been heard for this long (0: never). Tests use it as a
+  /// bound; a job's servers end by `shutdown`.
   std::chrono::milliseconds idle_exit{0};
-  // CURVE encryption, workers authenticated by their keys (ps::curve_server_from_env);
-  // none: plaintext, anyone who reaches the port may connect.
+  /// CURVE encryption, workers authenticated by their keys (ps::curve_server_from_env);
+  /// none: plaintext, anyone who reaches the port may connect.
   std::optional<curve_server_config> curve;
-  // Server recovery: where a restarted server reloads its shards from when the workers
-  // come back to it (their hello says they rejoin). Empty: a restarted server has nothing
-  // to serve, and tells the rejoining workers so. ps::serve sets it from the checkpoint
-  // the program names when the process is a restart (GRADUS_RESTART_COUNT, gradus-run
-  // --max-restarts).
+  /// Server recovery: where a restarted server reloads its shards from when the workers
+  /// come back to it (their hello says they rejoin). Empty: a restarted server has nothing
+  /// to serve, and tells the rejoining workers so. ps::serve sets it from the checkpoint
+  /// the program names when the process is a restart (GRADUS_RESTART_COUNT, gradus-run
+  /// --max-restarts).
   restore_source restore;
   std::function<void(const std::string&)> log = [](const std::string& s) { std::fprintf(stderr, "%s\n", s.c_str()); };
 };
 
-// Counters, readable from another thread while the server runs.
+/// Counters, readable from another thread while the server runs.
 struct server_stats {
   std::atomic<std::uint64_t> messages{0}, malformed{0}, rejected{0}, pushes{0}, pulls{0}, updates{0}, collectives{0}, workers_lost{0};
-  std::atomic<std::uint64_t> restored{0};       // shards reloaded from a checkpoint after a restart
-  std::atomic<std::uint64_t> stale_dropped{0};  // bsp pushes for a step a restarted server skipped
-  std::atomic<std::uint64_t> workers_rejoined{0};  // restarted workers taken back (async, ssp)
+  std::atomic<std::uint64_t> restored{0};       ///< shards reloaded from a checkpoint after a restart
+  std::atomic<std::uint64_t> stale_dropped{0};  ///< bsp pushes for a step a restarted server skipped
+  std::atomic<std::uint64_t> workers_rejoined{0};  ///< restarted workers taken back (async, ssp)
 };
 
 }  // namespace gradus::ps

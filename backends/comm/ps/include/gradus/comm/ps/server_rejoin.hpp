@@ -32,8 +32,8 @@
 
 namespace gradus::ps {
 
-// The hello of a restart of lost worker `rank`, on connection `id` (server_setup.hpp's hello
-// has checked the rest): revived, not yet counted, and told to join.
+/// The hello of a restart of lost worker `rank`, on connection `id` (server_setup.hpp's hello
+/// has checked the rest): revived, not yet counted, and told to join.
 template <class Compute>
 void server<Compute>::revive(int rank, const std::string& id) {
   auto& w = workers_[static_cast<std::size_t>(rank)];
@@ -52,9 +52,9 @@ void server<Compute>::revive(int rank, const std::string& id) {
          (o_.index == 0 ? "the workers' next join point (an epoch's end)" : "the clock server 0 gives it"));
 }
 
-// A restarted worker asks to be taken back: server 0 parks it until the next join point;
-// another server takes it back at the clock server 0 gave (h.clock). From a worker that is
-// already back (a rejoin resent to a restarted server), it is answered at its clock.
+/// A restarted worker asks to be taken back: server 0 parks it until the next join point;
+/// another server takes it back at the clock server 0 gave (h.clock). From a worker that is
+/// already back (a rejoin resent to a restarted server), it is answered at its clock.
 template <class Compute>
 void server<Compute>::join(int rank, const std::string& id, const wire::header& h) {
   auto& w = workers_[static_cast<std::size_t>(rank)];
@@ -88,9 +88,9 @@ std::string server<Compute>::no_one_to_rejoin() const {
          (workers_[0].dead ? ", the chief (worker 0) lost" : "") + "): a restart has no one to rejoin, and the job failed";
 }
 
-// After a worker left or was lost: restarts waiting for a join point that cannot come are
-// answered (job_over once the chief ended the job, else a failure), and the server is done
-// once every worker has left and no restart is on its way back.
+/// After a worker left or was lost: restarts waiting for a join point that cannot come are
+/// answered (job_over once the chief ended the job, else a failure), and the server is done
+/// once every worker has left and no restart is on its way back.
 template <class Compute>
 void server<Compute>::after_a_worker_left() {
   if (live_workers() == 0 && !parked_joins_.empty()) end_waiting_joins(shutdown_at_ ? std::string() : no_one_to_rejoin());
@@ -108,9 +108,9 @@ void server<Compute>::admit(int rank, std::uint64_t clock) {
          " workers train");
 }
 
-// Join point `seq` is complete: every waiting restart comes back at the live workers' clock
-// (the largest: they are alike at an epoch's end), answered with it and the next
-// collective's number. Returns the join point's answer: 1 for each rank taken back.
+/// Join point `seq` is complete: every waiting restart comes back at the live workers' clock
+/// (the largest: they are alike at an epoch's end), answered with it and the next
+/// collective's number. Returns the join point's answer: 1 for each rank taken back.
 template <class Compute>
 std::vector<std::byte> server<Compute>::admit_waiting(std::uint64_t seq) {
   std::vector<std::byte> back(workers_.size(), std::byte{0});
@@ -132,7 +132,7 @@ std::vector<std::byte> server<Compute>::admit_waiting(std::uint64_t seq) {
   return back;
 }
 
-// The job ended (failure empty: job_over) or failed while restarts waited to join.
+/// The job ended (failure empty: job_over) or failed while restarts waited to join.
 template <class Compute>
 void server<Compute>::end_waiting_joins(const std::string& failure) {
   for (const auto& p : parked_joins_) {
@@ -147,7 +147,7 @@ void server<Compute>::end_waiting_joins(const std::string& failure) {
   parked_joins_.clear();
 }
 
-// Every worker has left (goodbye or lost) and no restart is on its way back.
+/// Every worker has left (goodbye or lost) and no restart is on its way back.
 template <class Compute>
 bool server<Compute>::every_worker_gone() const {
   return std::all_of(workers_.begin(), workers_.end(), [](const worker& w) { return w.left && !w.reviving; });

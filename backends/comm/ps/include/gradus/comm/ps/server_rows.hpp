@@ -19,7 +19,7 @@
 
 namespace gradus::ps {
 
-// Rows that elements [first, first + n) of the shard touch changed (row-sparse pulls).
+/// Rows that elements [first, first + n) of the shard touch changed (row-sparse pulls).
 template <class Compute>
 void server<Compute>::stamp_rows(shard_state& s, std::uint64_t first, std::uint64_t n) {
   if (s.row_len == 0 || n == 0) return;
@@ -27,8 +27,8 @@ void server<Compute>::stamp_rows(shard_state& s, std::uint64_t first, std::uint6
   for (std::uint64_t r = first / s.row_len; r <= (first + n - 1) / s.row_len; ++r) s.row_stamp[r] = s.stamp;
 }
 
-// A sparse-row gradient: only the rows named are updated, and only their optimizer state
-// moves (lazily, as TensorFlow's sparse apply ops and PyTorch's SparseAdam).
+/// A sparse-row gradient: only the rows named are updated, and only their optimizer state
+/// moves (lazily, as TensorFlow's sparse apply ops and PyTorch's SparseAdam).
 template <class Compute>
 void server<Compute>::push_rows(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   auto& s = find(h);
@@ -75,8 +75,8 @@ void server<Compute>::push_rows(int rank, const std::string& id, const wire::hea
   serve_parked();
 }
 
-// bsp, sparse: the rows any worker named, each the sum of the workers' rows in rank
-// order over the workers that pushed, applied in row order.
+/// bsp, sparse: the rows any worker named, each the sum of the workers' rows in rank
+/// order over the workers that pushed, applied in row order.
 template <class Compute>
 template <class T>
 void server<Compute>::sum_rows_in_rank_order(shard_state& s, pending_step& p) {

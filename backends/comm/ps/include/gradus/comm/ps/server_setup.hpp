@@ -135,8 +135,8 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
   send(id, r, std::span<const std::byte>{});
 }
 
-// The update rule: the first worker's (every worker sends the same; the run fingerprint
-// compared them already), before any shard exists.
+/// The update rule: the first worker's (every worker sends the same; the run fingerprint
+/// compared them already), before any shard exists.
 template <class Compute>
 void server<Compute>::config(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   nlohmann::json j;
@@ -159,7 +159,7 @@ void server<Compute>::config(int rank, const std::string& id, const wire::header
   send(id, reply_header(h), std::span<const std::byte>{});
 }
 
-// init: payload = u32 name length, name, then the shard's values (the chief) or nothing.
+/// init: payload = u32 name length, name, then the shard's values (the chief) or nothing.
 template <class Compute>
 void server<Compute>::init(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   std::uint32_t len = 0;
@@ -221,8 +221,8 @@ void server<Compute>::init(int rank, const std::string& id, const wire::header& 
   answer_parked_inits();
 }
 
-// The chief's values are in; the step the job starts at (0, or a resumed checkpoint's)
-// counts as the steps applied so far.
+/// The chief's values are in; the step the job starts at (0, or a resumed checkpoint's)
+/// counts as the steps applied so far.
 template <class Compute>
 void server<Compute>::became_ready(shard_state& s, std::uint64_t start) {
   s.updates = static_cast<std::int64_t>(start);
@@ -230,7 +230,7 @@ void server<Compute>::became_ready(shard_state& s, std::uint64_t start) {
   s.ready = true;
 }
 
-// A chunk of the chief's first values (and optimizer state) for a declared shard.
+/// A chunk of the chief's first values (and optimizer state) for a declared shard.
 template <class Compute>
 void server<Compute>::init_values(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   auto& s = find(h);
@@ -272,8 +272,8 @@ void server<Compute>::answer_parked_inits() {
   serve_parked();
 }
 
-// A restored shard: its part of the checkpoint's variable and optimizer state; the step
-// counts from the checkpoint's, and (bsp) from the step the rejoining workers are at.
+/// A restored shard: its part of the checkpoint's variable and optimizer state; the step
+/// counts from the checkpoint's, and (bsp) from the step the rejoining workers are at.
 template <class Compute>
 void server<Compute>::restore_shard(shard_state& s) {
   std::vector<std::string> slot_names;
@@ -304,8 +304,8 @@ void server<Compute>::restore_shard(shard_state& s) {
          std::to_string(r->step) + (mode_ == mode::bsp ? "; serving from step " + std::to_string(s.version) : std::string()));
 }
 
-// A fresh job's ranks that have not said hello join_timeout after the first one did: the
-// job fails naming them (fail_job answers what waits), as the ring's rendezvous does.
+/// A fresh job's ranks that have not said hello join_timeout after the first one did: the
+/// job fails naming them (fail_job answers what waits), as the ring's rendezvous does.
 template <class Compute>
 void server<Compute>::check_joins() {
   if (!first_hello_ || restoring_ || !job_failed_.empty()) return;
@@ -321,9 +321,9 @@ void server<Compute>::check_joins() {
            "GRADUS_PS, TF_CONFIG cluster.ps, gradus-run --ps); the job fails");
 }
 
-// bsp after a restart: the rejoining workers are at step c, so the shards go on from c
-// (a step in flight when the server died is lost with it, as the steps since the
-// checkpoint are; pushes for it are acknowledged and dropped).
+/// bsp after a restart: the rejoining workers are at step c, so the shards go on from c
+/// (a step in flight when the server died is lost with it, as the steps since the
+/// checkpoint are; pushes for it are acknowledged and dropped).
 template <class Compute>
 void server<Compute>::raise_floor(std::uint64_t c) {
   floor_ = std::max(floor_, c);

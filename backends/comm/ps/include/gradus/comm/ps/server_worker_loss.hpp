@@ -41,7 +41,7 @@ void server<Compute>::monitor_events() {
   }
 }
 
-// A worker's connection closed without a goodbye: it died, or its heartbeats stopped.
+/// A worker's connection closed without a goodbye: it died, or its heartbeats stopped.
 template <class Compute>
 void server<Compute>::worker_lost(int r) {
   auto& w = workers_[static_cast<std::size_t>(r)];
@@ -64,9 +64,9 @@ void server<Compute>::worker_lost(int r) {
   after_a_worker_left();
 }
 
-// The job cannot go on (a bsp worker lost; a worker of another consistency or world size):
-// every parked request and collective in flight is answered with the reason, every later
-// request too (receive_one), and job_failure() gives it, so the servers exit failing.
+/// The job cannot go on (a bsp worker lost; a worker of another consistency or world size):
+/// every parked request and collective in flight is answered with the reason, every later
+/// request too (receive_one), and job_failure() gives it, so the servers exit failing.
 template <class Compute>
 void server<Compute>::fail_job(const std::string& why) {
   if (!job_failed_.empty()) return;

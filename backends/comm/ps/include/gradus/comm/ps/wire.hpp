@@ -22,31 +22,31 @@
 
 namespace gradus::ps::wire {
 
-inline constexpr std::uint32_t magic = 0x53505247u;  // "GRPS"
+inline constexpr std::uint32_t magic = 0x53505247u;  ///< "GRPS"
 inline constexpr std::uint16_t version = 1;
 
 enum class type : std::uint8_t {
-  hello = 1,     // worker -> server: payload = JSON {rank, world_size, mode, staleness}
-  init = 2,      // worker -> server: declare a shard (key, offset, count; scalar = the variable's elements); payload =
-                 // u32 name length, name, then (the chief) the values, optionally followed by the optimizer's
-                 // state tensors (then clock = the optimizer steps already applied: a resumed checkpoint)
-  push = 3,      // worker -> server: a gradient range at `clock`, scaled by the server's rule; payload = values
-  pull = 4,      // worker -> server: a value range, wanted at `clock`; no payload
-  clock = 5,     // worker -> server: the worker finished step `clock` - 1 (its clock is now `clock`)
-  coll = 6,      // worker -> server 0: a contribution to collective `clock` (op in `key`, root in `offset`)
-  bye = 7,       // worker -> server: this worker is done (key: leaving_failed after a failure)
-  shutdown = 8,  // chief -> server: the job is done, stop serving (key: leaving_failed likewise)
-  reply = 9,     // server -> worker: answer to request `id` (values for a pull or a collective; empty ack otherwise)
-  fail = 10,     // server -> worker: request `id` failed; payload = the error text
-  snapshot = 11, // worker -> server: a whole shard's values and optimizer state (checkpoints); see server.hpp
-  config = 12,   // worker -> server: payload = JSON {optimizer, settings}: the update rule, before the first init
-  push_rows = 13,  // worker -> server: a sparse-row gradient for shard `key` (offset = elements per row, count = rows);
-                   // payload = count u64 row indices of the variable, then count rows of values
-  pull_rows = 14,  // worker -> server: the rows of shard `key` changed since update stamp `count` (offset = elements
-                   // per row), at `clock`; the reply: count = rows, scalar = the shard's stamp now, payload as push_rows
-  init_values = 15,  // chief -> server: a chunk of a declared shard's first values, elements [offset, offset + count)
-                     // of the variable, then the same range of each optimizer state tensor; clock = the start step
-  join = 16,  // a restarted worker -> server: take me back. Server 0 answers at the workers' next join point
+  hello = 1,     ///< worker -> server: payload = JSON {rank, world_size, mode, staleness}
+  init = 2,      ///< worker -> server: declare a shard (key, offset, count; scalar = the variable's elements); payload =
+                 /// u32 name length, name, then (the chief) the values, optionally followed by the optimizer's
+                 /// state tensors (then clock = the optimizer steps already applied: a resumed checkpoint)
+  push = 3,      ///< worker -> server: a gradient range at `clock`, scaled by the server's rule; payload = values
+  pull = 4,      ///< worker -> server: a value range, wanted at `clock`; no payload
+  clock = 5,     ///< worker -> server: the worker finished step `clock` - 1 (its clock is now `clock`)
+  coll = 6,      ///< worker -> server 0: a contribution to collective `clock` (op in `key`, root in `offset`)
+  bye = 7,       ///< worker -> server: this worker is done (key: leaving_failed after a failure)
+  shutdown = 8,  ///< chief -> server: the job is done, stop serving (key: leaving_failed likewise)
+  reply = 9,     ///< server -> worker: answer to request `id` (values for a pull or a collective; empty ack otherwise)
+  fail = 10,     ///< server -> worker: request `id` failed; payload = the error text
+  snapshot = 11, ///< worker -> server: a whole shard's values and optimizer state (checkpoints); see server.hpp
+  config = 12,   ///< worker -> server: payload = JSON {optimizer, settings}: the update rule, before the first init
+  push_rows = 13,  ///< worker -> server: a sparse-row gradient for shard `key` (offset = elements per row, count = rows);
+                   /// payload = count u64 row indices of the variable, then count rows of values
+  pull_rows = 14,  ///< worker -> server: the rows of shard `key` changed since update stamp `count` (offset = elements
+                   /// per row), at `clock`; the reply: count = rows, scalar = the shard's stamp now, payload as push_rows
+  init_values = 15,  ///< chief -> server: a chunk of a declared shard's first values, elements [offset, offset + count)
+                     /// of the variable, then the same range of each optimizer state tensor; clock = the start step
+  join = 16,  ///< a restarted worker -> server: take me back. Server 0 answers at the workers' next join point
               // (clock = the step to start at, offset = the next collective number; key = job_over when the
               // job ended first); the others at once, reviving it at `clock`
 };
@@ -98,24 +98,24 @@ inline const char* type_name(type t) {
   return "unknown";
 }
 
-// Collective operations (header.key of a coll message). join_point: a barrier at which the
-// restarted workers waiting to rejoin are taken back; its answer is one byte per rank, 1 for
-// each rank taken back there (count = the world size, dtype bytes).
+/// Collective operations (header.key of a coll message). join_point: a barrier at which the
+/// restarted workers waiting to rejoin are taken back; its answer is one byte per rank, 1 for
+/// each rank taken back there (count = the world size, dtype bytes).
 enum class coll_op : std::uint32_t { sum = 1, average = 2, broadcast = 3, barrier = 4, join_point = 5 };
 inline constexpr std::uint32_t last_coll_op = 5;
 inline const char* coll_op_name(std::uint32_t op) {
   static const char* names[] = {"?", "allreduce_sum", "allreduce_average", "broadcast", "barrier", "join_point"};
   return op <= last_coll_op ? names[op] : "?";
 }
-// The answer to a join that comes after the job ended (reply.key): nothing left to train.
+/// The answer to a join that comes after the job ended (reply.key): nothing left to train.
 inline constexpr std::uint32_t job_over = 1;
-// The answer to a hello (reply.key): this rank was lost and its restart must join (above)
-// before it trains.
+/// The answer to a hello (reply.key): this rank was lost and its restart must join (above)
+/// before it trains.
 inline constexpr std::uint32_t must_join = 1;
 
-// bye and shutdown: header::key says whether the worker leaves after a failure (an exception
-// unwinding its program, or its link to the servers broken), so that a server can end a
-// failed job with a failure of its own instead of exit status 0.
+/// bye and shutdown: header::key says whether the worker leaves after a failure (an exception
+/// unwinding its program, or its link to the servers broken), so that a server can end a
+/// failed job with a failure of its own instead of exit status 0.
 inline constexpr std::uint32_t leaving_ok = 0, leaving_failed = 1;
 
 struct header {
@@ -123,30 +123,30 @@ struct header {
   std::uint16_t version = wire::version;
   std::uint8_t type = 0;
   std::uint8_t dtype = 0;
-  std::uint32_t key = 0;         // shard key (init/push/pull/snapshot), coll_op (coll)
-  std::int32_t rank = -1;        // the sender's worker rank (checked against its connection)
-  std::uint64_t offset = 0;      // first element of the range within the variable; coll: root
-  std::uint64_t count = 0;       // elements in the range; init: also `total` below
+  std::uint32_t key = 0;         ///< shard key (init/push/pull/snapshot), coll_op (coll)
+  std::int32_t rank = -1;        ///< the sender's worker rank (checked against its connection)
+  std::uint64_t offset = 0;      ///< first element of the range within the variable; coll: root
+  std::uint64_t count = 0;       ///< elements in the range; init: also `total` below
   std::uint64_t payload_bytes = 0;
-  std::uint64_t clock = 0;       // the worker's clock (push, pull, clock) or collective number
-  std::uint64_t id = 0;          // request id, echoed in the reply
-  double scalar = 0;             // push: learning rate; init: total elements of the variable; reply: the shard's clock
+  std::uint64_t clock = 0;       ///< the worker's clock (push, pull, clock) or collective number
+  std::uint64_t id = 0;          ///< request id, echoed in the reply
+  double scalar = 0;             ///< push: learning rate; init: total elements of the variable; reply: the shard's clock
 };
 static_assert(sizeof(header) == 64 && std::is_trivially_copyable_v<header>);
 
-// What a receiver accepts.
+/// What a receiver accepts.
 struct limits {
-  // Bytes in one message's payload. Pushes, pulls, the chief's first values (init_values)
-  // and snapshots go in chunks (ps_options::chunk_bytes, 1 MiB, times 1 + the optimizer's
-  // state tensors); what is not chunked is a step's sparse rows for one shard (push_rows)
-  // and the changed rows a pull_rows answer carries (a whole shard after a restart).
-  //
-  // A server's bound (server_options::limits) is also what anyone who reaches its port can
-  // make it hold per connection: ZeroMQ keeps a frame until it is complete, so a stranger
-  // that sends most of one and waits holds that much until its connection closes (without
-  // CURVE, which refuses strangers before any frame). 64 MiB: 1.3 million rows of 12
-  // floats in one shard's push_rows. Workers read their servers' answers with 1 GiB
-  // (reply_max_payload: a whole embedding shard after a restart).
+  /// Bytes in one message's payload. Pushes, pulls, the chief's first values (init_values)
+  /// and snapshots go in chunks (ps_options::chunk_bytes, 1 MiB, times 1 + the optimizer's
+  /// state tensors); what is not chunked is a step's sparse rows for one shard (push_rows)
+  /// and the changed rows a pull_rows answer carries (a whole shard after a restart).
+  ///
+  /// A server's bound (server_options::limits) is also what anyone who reaches its port can
+  /// make it hold per connection: ZeroMQ keeps a frame until it is complete, so a stranger
+  /// that sends most of one and waits holds that much until its connection closes (without
+  /// CURVE, which refuses strangers before any frame). 64 MiB: 1.3 million rows of 12
+  /// floats in one shard's push_rows. Workers read their servers' answers with 1 GiB
+  /// (reply_max_payload: a whole embedding shard after a restart).
   std::size_t max_payload = std::size_t(64) << 20;
   std::uint64_t max_elements = std::uint64_t(1) << 40;
 };
@@ -157,8 +157,8 @@ struct decoded {
   std::span<const std::byte> payload;
 };
 
-// Validates a received message given as its frames (after any routing id). Returns the
-// header and payload, or the reason it is malformed (error non-empty).
+/// Validates a received message given as its frames (after any routing id). Returns the
+/// header and payload, or the reason it is malformed (error non-empty).
 struct decode_result {
   std::optional<decoded> msg;
   std::string error;

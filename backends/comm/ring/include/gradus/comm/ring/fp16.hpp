@@ -17,7 +17,7 @@
 
 namespace gradus::ring::fp16 {
 
-// After F. Giesen, "float->half variants" (RTNE) and "half to float" (2016).
+/// After F. Giesen, "float->half variants" (RTNE) and "half to float" (2016).
 inline std::uint16_t from_float(float f) {
   constexpr std::uint32_t f32_inf = 255u << 23;
   constexpr std::uint32_t f16_limit = (127u + 16u) << 23;            // 65536: at or above, infinity
@@ -55,7 +55,7 @@ inline float to_float(std::uint16_t h) {
   return std::bit_cast<float>(o);
 }
 
-// dst[i] = half(src[i]); dst may be any 2-byte location (a wire buffer).
+/// dst[i] = half(src[i]); dst may be any 2-byte location (a wire buffer).
 template <class T>
 void compress(const T* src, std::byte* dst, std::size_t n) {
   std::size_t i = 0;
@@ -73,7 +73,7 @@ void compress(const T* src, std::byte* dst, std::size_t n) {
   }
 }
 
-// dst[i] = float(src[i]) (add: dst[i] += float(src[i])); src may be any 2-byte location.
+/// dst[i] = float(src[i]) (add: dst[i] += float(src[i])); src may be any 2-byte location.
 template <bool add, class T>
 void decompress(T* dst, const std::byte* src, std::size_t n) {
   std::size_t i = 0;
@@ -95,7 +95,7 @@ void decompress(T* dst, const std::byte* src, std::size_t n) {
   }
 }
 
-// x[i] = float(half(x[i])): what every other rank will receive of x.
+/// x[i] = float(half(x[i])): what every other rank will receive of x.
 template <class T>
 void round_trip(T* x, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(to_float(from_float(static_cast<float>(x[i]))));

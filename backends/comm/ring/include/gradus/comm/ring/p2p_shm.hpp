@@ -53,29 +53,29 @@
 
 namespace gradus::ring {
 
-struct p2p_header;  // point_to_point.hpp
+struct p2p_header;  ///< point_to_point.hpp
 
 namespace p2p_shm {
 
-constexpr std::uint64_t magic = 0x67703273686d3031;  // "gp2shm01"
-constexpr std::uint32_t slot_count = 32;              // a power of two
+constexpr std::uint64_t magic = 0x67703273686d3031;  ///< "gp2shm01"
+constexpr std::uint32_t slot_count = 32;              ///< a power of two
 constexpr std::size_t slot_bytes = std::size_t{256} << 10;
-constexpr std::size_t slot_room = 256;    // a slot's chunk header (and the message's p2p_header), padded
-constexpr std::size_t first_slot = 4096;  // after the segment header
+constexpr std::size_t slot_room = 256;    ///< a slot's chunk header (and the message's p2p_header), padded
+constexpr std::size_t first_slot = 4096;  ///< after the segment header
 constexpr std::size_t slot_stride = slot_room + slot_bytes;
 constexpr std::size_t segment_bytes = first_slot + slot_count * slot_stride;
 
 struct segment_header {
   std::uint64_t magic;
   std::int32_t writer_rank, reader_rank;
-  std::uint64_t target;  // hash of the reader's point-to-point address
-  alignas(64) std::atomic<std::uint32_t> head;  // slots published (wraps)
+  std::uint64_t target;  ///< hash of the reader's point-to-point address
+  alignas(64) std::atomic<std::uint32_t> head;  ///< slots published (wraps)
   std::atomic<std::uint32_t> reader_sleeps;
-  alignas(64) std::atomic<std::uint32_t> tail;  // slots released (wraps)
+  alignas(64) std::atomic<std::uint32_t> tail;  ///< slots released (wraps)
 };
 static_assert(sizeof(segment_header) <= first_slot);
 
-// What the writer sends with the segment's descriptor.
+/// What the writer sends with the segment's descriptor.
 struct offer_msg {
   std::uint64_t magic = p2p_shm::magic;
   std::int32_t writer_rank = -1, reader_rank = -1;
@@ -83,7 +83,7 @@ struct offer_msg {
   std::uint64_t bytes = 0;
 };
 
-// FNV-1a of a point-to-point address: names its listener, checked in the segment.
+/// FNV-1a of a point-to-point address: names its listener, checked in the segment.
 inline std::uint64_t hash_of(std::string_view s) {
   std::uint64_t h = 1469598103934665603ull;
   for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
@@ -100,16 +100,16 @@ inline bool enabled() {
   return !(e && std::string_view(e) == "0");
 }
 
-// A slot's chunk: which part of which message it holds.
+/// A slot's chunk: which part of which message it holds.
 template <class Header>
 struct chunk {
-  std::uint64_t bytes = 0;  // payload bytes in this slot
-  std::uint32_t first = 0;  // 1: the message's first slot (`header` valid)
+  std::uint64_t bytes = 0;  ///< payload bytes in this slot
+  std::uint32_t first = 0;  ///< 1: the message's first slot (`header` valid)
   std::uint32_t reserved = 0;
   Header header{};
 };
 
-// One end's view of a segment.
+/// One end's view of a segment.
 class segment {
  public:
   segment(int fd, bool init) : map_(fd, segment_bytes) {
@@ -123,13 +123,13 @@ class segment {
   shm_detail::mapping map_;
 };
 
-// The writing end of a channel (this rank -> one peer).
+/// The writing end of a channel (this rank -> one peer).
 template <class Header>
 class writer {
   static_assert(sizeof(chunk<Header>) <= slot_room);
 
  public:
-  // Offers a fresh segment to the rank listening for `address`; null where none listens there.
+  /// Offers a fresh segment to the rank listening for `address`; null where none listens there.
   static std::unique_ptr<writer> offer(const std::string& address, int from, int to) {
     if (!enabled()) return nullptr;
     net::unique_fd mem(::memfd_create("gradus-p2p", MFD_CLOEXEC));
@@ -154,8 +154,8 @@ class writer {
     return w;
   }
 
-  // Copies as much of message (h, payload) as the segment has room for, from `done` payload
-  // bytes on (0: nothing of it yet); whether all of it is in.
+  /// Copies as much of message (h, payload) as the segment has room for, from `done` payload
+  /// bytes on (0: nothing of it yet); whether all of it is in.
   bool put(const Header& h, std::span<const std::byte> payload, std::size_t& done, bool& started) {
     auto& sh = seg_.header();
     bool moved = false;
@@ -183,7 +183,7 @@ class writer {
   segment seg_;
 };
 
-// The reading end of a channel (one peer -> this rank).
+/// The reading end of a channel (one peer -> this rank).
 template <class Header>
 class reader {
  public:
@@ -191,7 +191,7 @@ class reader {
   int from() const { return from_; }
   const segment_header& header() const { return seg_.header(); }
 
-  // Takes the slots published so far; on_message(header, body) for each message completed.
+  /// Takes the slots published so far; on_message(header, body) for each message completed.
   template <class F>
   void drain(F&& on_message) {
     auto& sh = seg_.header();
@@ -221,10 +221,10 @@ class reader {
       }
     }
   }
-  // Waits up to `wait` for the writer to publish a slot: spinning for a moment, then
-  // yielding the core for up to `yield_for` (a wake-up from the futex costs tens of
-  // microseconds on a virtual machine; a yield gives the core to whatever else wants it),
-  // then asleep.
+  /// Waits up to `wait` for the writer to publish a slot: spinning for a moment, then
+  /// yielding the core for up to `yield_for` (a wake-up from the futex costs tens of
+  /// microseconds on a virtual machine; a yield gives the core to whatever else wants it),
+  /// then asleep.
   void wait(std::chrono::microseconds wait, std::chrono::microseconds yield_for) {
     auto& sh = seg_.header();
     const std::uint32_t seen = sh.tail.load(std::memory_order_relaxed);
@@ -252,9 +252,9 @@ class reader {
   bool open_ = false, broken_ = false;
 };
 
-// This rank's listener for the offers: an abstract unix socket named for its point-to-point
-// address. Bound before the rendezvous hands that address out, so that no peer can look for
-// it too early.
+/// This rank's listener for the offers: an abstract unix socket named for its point-to-point
+/// address. Bound before the rendezvous hands that address out, so that no peer can look for
+/// it too early.
 class listener {
  public:
   listener() = default;
@@ -269,9 +269,9 @@ class listener {
   }
   int fd() const { return fd_.fd; }
 
-  // Every offer that has arrived: (writer rank, the segment's descriptor). An offer whose
-  // bytes are not there yet is kept for the next call; a malformed one is dropped with a
-  // reason in `bad`.
+  /// Every offer that has arrived: (writer rank, the segment's descriptor). An offer whose
+  /// bytes are not there yet is kept for the next call; a malformed one is dropped with a
+  /// reason in `bad`.
   std::vector<std::pair<int, net::unique_fd>> accept(int reader_rank, int world, std::string& bad) {
     std::vector<std::pair<int, net::unique_fd>> r;
     if (fd_.fd < 0) return r;

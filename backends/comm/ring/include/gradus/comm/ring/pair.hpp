@@ -20,12 +20,12 @@ namespace gradus::ring {
 
 using clock = std::chrono::steady_clock;
 
-// split: the ring's exchange of (color, key) for ring_allreduce::split; allgather: a
-// sub-group's (ring/sub_group.hpp), whose collectives carry these codes too.
+/// split: the ring's exchange of (color, key) for ring_allreduce::split; allgather: a
+/// sub-group's (ring/sub_group.hpp), whose collectives carry these codes too.
 enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier, split, allgather };
 enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float16 };
-// How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
-// all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
+/// How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
+/// all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
 enum class algo_code : std::uint16_t { ring = 0, gather = 1 };
 inline const char* algo_name(algo_code a) { return a == algo_code::gather ? "an all-gather of whole buffers" : "the ring"; }
 
@@ -52,21 +52,21 @@ inline const char* dtype_name(dtype_code d) {
   return "unknown dtype";
 }
 
-// What every rank must agree on before a collective runs. It travels in the header of
-// every message, so agreement costs no extra round trip: the first message of a
-// collective that a rank receives either matches its own fingerprint or stops it.
+/// What every rank must agree on before a collective runs. It travels in the header of
+/// every message, so agreement costs no extra round trip: the first message of a
+/// collective that a rank receives either matches its own fingerprint or stops it.
 struct fingerprint {
-  std::uint64_t seq = 0;    // the collective's number on this communicator (0: connect)
-  std::uint64_t count = 0;  // elements
+  std::uint64_t seq = 0;    ///< the collective's number on this communicator (0: connect)
+  std::uint64_t count = 0;  ///< elements
   op_code op = op_code::connect;
   dtype_code dtype = dtype_code::none;
-  std::int32_t root = 0;    // broadcast's root, 0 otherwise
-  dtype_code wire = dtype_code::none;  // what the data travels as, when not dtype (fp16 compression)
-  algo_code algo = algo_code::ring;    // all-reduces: how (ring_options::small_bytes)
+  std::int32_t root = 0;    ///< broadcast's root, 0 otherwise
+  dtype_code wire = dtype_code::none;  ///< what the data travels as, when not dtype (fp16 compression)
+  algo_code algo = algo_code::ring;    ///< all-reduces: how (ring_options::small_bytes)
   friend bool operator==(const fingerprint&, const fingerprint&) = default;
 };
 
-// "allreduce_sum #12 (float32, 1000 elements)", "broadcast #3 from rank 1 (float64, 10 elements)"
+/// "allreduce_sum #12 (float32, 1000 elements)", "broadcast #3 from rank 1 (float64, 10 elements)"
 inline std::string to_string(const fingerprint& f) {
   std::string s = std::string(op_name(f.op)) + " #" + std::to_string(f.seq);
   if (f.op == op_code::broadcast) s += " from rank " + std::to_string(f.root);
@@ -77,55 +77,55 @@ inline std::string to_string(const fingerprint& f) {
 }
 
 enum class frame_kind : std::uint16_t {
-  data = 1,   // one segment of a collective
-  abort = 2,  // a rank failed; the payload is its error message. Forwarded along the ring.
-  leave = 3,  // the sender's communicator was destroyed; sent after its last data
+  data = 1,   ///< one segment of a collective
+  abort = 2,  ///< a rank failed; the payload is its error message. Forwarded along the ring.
+  leave = 3,  ///< the sender's communicator was destroyed; sent after its last data
 };
 
-// The first frame of every message; the payload (a segment, or an abort's text) follows.
+/// The first frame of every message; the payload (a segment, or an abort's text) follows.
 struct frame_header {
-  static constexpr std::uint32_t magic_value = 0x67726e67;  // "grng"
+  static constexpr std::uint32_t magic_value = 0x67726e67;  ///< "grng"
   std::uint32_t magic = magic_value;
   frame_kind kind = frame_kind::data;
   std::uint16_t version = 1;
-  std::int32_t from = -1;    // the sending rank; for abort, the rank where the failure began
-  std::uint32_t step = 0;    // ring step within the collective
-  std::uint64_t segment = 0; // segment within the step
-  std::uint64_t bytes = 0;   // payload bytes
+  std::int32_t from = -1;    ///< the sending rank; for abort, the rank where the failure began
+  std::uint32_t step = 0;    ///< ring step within the collective
+  std::uint64_t segment = 0; ///< segment within the step
+  std::uint64_t bytes = 0;   ///< payload bytes
   fingerprint fp;
 };
 static_assert(std::is_trivially_copyable_v<frame_header>);
 
-// A received message. `payload` stays valid while `storage` lives; dropping the message
-// lets a zero-copy sender reuse its bytes.
+/// A received message. `payload` stays valid while `storage` lives; dropping the message
+/// lets a zero-copy sender reuse its bytes.
 struct message {
   frame_header header;
   std::span<const std::byte> payload;
   std::shared_ptr<void> storage;
 };
 
-// The connection to one peer rank on the ring.
+/// The connection to one peer rank on the ring.
 class pair {
  public:
   virtual ~pair() = default;
   virtual int peer() const = 0;
   virtual const std::string& address() const = 0;
 
-  // Posts header + payload to the peer without copying the payload and returns a ticket;
-  // the payload's bytes must stay unchanged until sent(ticket). A transport whose
-  // collective fails lets go of every posted payload before the error reaches the caller,
-  // who may free its buffer at once.
+  /// Posts header + payload to the peer without copying the payload and returns a ticket;
+  /// the payload's bytes must stay unchanged until sent(ticket). A transport whose
+  /// collective fails lets go of every posted payload before the error reaches the caller,
+  /// who may free its buffer at once.
   virtual std::uint64_t send(const frame_header& h, std::span<const std::byte> payload) = 0;
   virtual bool sent(std::uint64_t ticket) = 0;
-  // Waits until every send up to and including `ticket` has released its bytes.
+  /// Waits until every send up to and including `ticket` has released its bytes.
   virtual void wait_sent(std::uint64_t ticket, clock::time_point deadline, std::string_view doing) = 0;
-  // The next data message from the peer. Throws comm_error when it does not come before
-  // the deadline, when the connection to any ring neighbour is lost, or on an abort.
+  /// The next data message from the peer. Throws comm_error when it does not come before
+  /// the deadline, when the connection to any ring neighbour is lost, or on an abort.
   virtual message recv(clock::time_point deadline, std::string_view doing) = 0;
 };
 
-// The pair of a data path whose two pairs share its state: every call goes to the path,
-// with the peer (Path::send / sent / wait_sent / recv).
+/// The pair of a data path whose two pairs share its state: every call goes to the path,
+/// with the peer (Path::send / sent / wait_sent / recv).
 template <class Path>
 class path_pair final : public pair {
  public:
@@ -145,38 +145,38 @@ class path_pair final : public pair {
   std::string address_;
 };
 
-// What a data path other than ZeroMQ sees of the ring: the control plane (zmq_ring).
+/// What a data path other than ZeroMQ sees of the ring: the control plane (zmq_ring).
 class control {
  public:
   virtual ~control() = default;
-  // Takes ZeroMQ's control traffic and throws comm_error when the collective cannot go on:
-  // an abort along the ring, a lost neighbour (its connection closed, or heartbeats stopped).
-  // `left_idle`: nothing from the left neighbour waits in the data path (a lost left one
-  // matters only then); `right_busy`: sends to the right neighbour are still pending.
+  /// Takes ZeroMQ's control traffic and throws comm_error when the collective cannot go on:
+  /// an abort along the ring, a lost neighbour (its connection closed, or heartbeats stopped).
+  /// `left_idle`: nothing from the left neighbour waits in the data path (a lost left one
+  /// matters only then); `right_busy`: sends to the right neighbour are still pending.
   virtual void poll(std::string_view doing, bool left_idle, bool right_busy) = 0;
-  // The error for a neighbour whose data connection broke: "gone" or "silent", by asking
-  // its address (and written to GRADUS_FAULT_FILE).
+  /// The error for a neighbour whose data connection broke: "gone" or "silent", by asking
+  /// its address (and written to GRADUS_FAULT_FILE).
   virtual comm_error lost(std::string_view doing, int peer) = 0;
-  // The error for a neighbour that sent (`receiving`) or took nothing before the deadline.
+  /// The error for a neighbour that sent (`receiving`) or took nothing before the deadline.
   virtual comm_error silent(std::string_view doing, int peer, bool receiving) = 0;
-  // The error for a neighbour that sent `leave` (its communicator was destroyed).
+  /// The error for a neighbour that sent `leave` (its communicator was destroyed).
   virtual comm_error left_ring(std::string_view doing, int peer) = 0;
-  // The error for bytes from a neighbour that are not a gradus frame.
+  /// The error for bytes from a neighbour that are not a gradus frame.
   virtual comm_error malformed(std::string_view doing, int peer, std::string_view what) = 0;
 };
 
-// A data path: the pairs to the two neighbours (with two ranks, both face the same peer).
+/// A data path: the pairs to the two neighbours (with two ranks, both face the same peer).
 class data_path {
  public:
   virtual ~data_path() = default;
   virtual pair& left() = 0;
   virtual pair& right() = 0;
-  // Sends `leave` after this rank's last data, in the data's own order; false when it could
-  // not within `wait` (the caller then sends it over ZeroMQ). Never throws.
+  /// Sends `leave` after this rank's last data, in the data's own order; false when it could
+  /// not within `wait` (the caller then sends it over ZeroMQ). Never throws.
   virtual bool leave(std::chrono::milliseconds wait) noexcept = 0;
-  // The collective failed: forget every posted send (the caller may free its buffers now).
+  /// The collective failed: forget every posted send (the caller may free its buffers now).
   virtual void drop() noexcept = 0;
-  // The largest segment this path moves well (a ring chunk streams in pieces of it).
+  /// The largest segment this path moves well (a ring chunk streams in pieces of it).
   virtual std::size_t segment_bytes(std::size_t asked) const { return asked; }
 };
 

@@ -73,28 +73,28 @@ namespace gradus::ring {
 
 enum class p2p_kind : std::uint16_t {
   data = 1,
-  leave = 2,  // the sender's communicator was destroyed; sent after its last message
-  abort = 3,  // the sender's communicator failed; the payload is its error
+  leave = 2,  ///< the sender's communicator was destroyed; sent after its last message
+  abort = 3,  ///< the sender's communicator failed; the payload is its error
 };
 
-// The first frame of every point-to-point message; the payload follows.
+/// The first frame of every point-to-point message; the payload follows.
 struct p2p_header {
-  static constexpr std::uint32_t magic_value = 0x70327067;  // "gp2p"
+  static constexpr std::uint32_t magic_value = 0x70327067;  ///< "gp2p"
   std::uint32_t magic = magic_value;
   p2p_kind kind = p2p_kind::data;
-  dtype_code dtype = dtype_code::bytes;  // of the payload's elements
-  std::int32_t from = -1;                // the sending rank (of the whole communicator)
-  std::uint32_t channel = 0;             // channel_of(group, collective); 0: the communicator's send/recv
-  std::uint64_t count = 0;               // elements in the payload
-  std::uint64_t bytes = 0;               // payload bytes
-  std::uint32_t step = 0;                // a sub-group's collectives: the step within it
+  dtype_code dtype = dtype_code::bytes;  ///< of the payload's elements
+  std::int32_t from = -1;                ///< the sending rank (of the whole communicator)
+  std::uint32_t channel = 0;             ///< channel_of(group, collective); 0: the communicator's send/recv
+  std::uint64_t count = 0;               ///< elements in the payload
+  std::uint64_t bytes = 0;               ///< payload bytes
+  std::uint32_t step = 0;                ///< a sub-group's collectives: the step within it
   std::uint32_t reserved = 0;
-  fingerprint fp;                        // a sub-group's collectives: which one (zero for send/recv)
+  fingerprint fp;                        ///< a sub-group's collectives: which one (zero for send/recv)
 };
 static_assert(std::is_trivially_copyable_v<p2p_header>);
 
-// The channel of sub-group `group`'s send/recv or its collectives (group 0: the whole
-// communicator, whose collectives run on the ring instead).
+/// The channel of sub-group `group`'s send/recv or its collectives (group 0: the whole
+/// communicator, whose collectives run on the ring instead).
 constexpr std::uint32_t channel_of(std::uint32_t group, bool collective) { return 2 * group + (collective ? 1u : 0u); }
 
 inline std::size_t dtype_bytes(dtype_code d) {
@@ -106,21 +106,21 @@ inline std::size_t dtype_bytes(dtype_code d) {
   }
 }
 
-// "1000 float32", "0 bytes"
+/// "1000 float32", "0 bytes"
 inline std::string elements(std::uint64_t count, dtype_code d) { return std::to_string(count) + " " + dtype_name(d); }
 
 struct p2p_message {
   p2p_header header;
   zmq::message_t body;
-  std::size_t skip = 0;  // the header's bytes before the payload, when both came as one frame
+  std::size_t skip = 0;  ///< the header's bytes before the payload, when both came as one frame
   std::span<const std::byte> payload() const { return {static_cast<const std::byte*>(body.data()) + skip, body.size() - skip}; }
 };
 
 class mesh {
  public:
-  // A world of one: messages to itself only.
+  /// A world of one: messages to itself only.
   explicit mesh(int rank) : rank_(rank), world_(1) {}
-  // The mesh of a formed ring (world_size > 1): takes its point-to-point socket.
+  /// The mesh of a formed ring (world_size > 1): takes its point-to-point socket.
   explicit mesh(zmq_ring& ring)
       : ring_(&ring), rank_(ring.rank_), world_(ring.world_), inproc_(ring.zmq_scheme_ == "inproc"), pull_(std::move(ring.p2p_pull_)),
         shm_listen_(std::move(ring.p2p_shm_listen_)), links_(static_cast<std::size_t>(world_)), in_(static_cast<std::size_t>(world_)),
@@ -159,27 +159,27 @@ class mesh {
     pull_.reset();
   }
 
-  // Payloads below this are copied (by libzmq) and send() returns at once; larger ones go
-  // zero-copy and send() waits for the I/O thread to take them. Far above the ring's 64 KiB:
-  // a pipeline's activations (tens of KiB to a few MiB, on the critical path of every
-  // micro-batch) spent 0.2-1.5 ms a send waiting for that thread while both cores computed;
-  // a copy of 1 MiB is ~50 us.
+  /// Payloads below this are copied (by libzmq) and send() returns at once; larger ones go
+  /// zero-copy and send() waits for the I/O thread to take them. Far above the ring's 64 KiB:
+  /// a pipeline's activations (tens of KiB to a few MiB, on the critical path of every
+  /// micro-batch) spent 0.2-1.5 ms a send waiting for that thread while both cores computed;
+  /// a copy of 1 MiB is ~50 us.
   static constexpr std::size_t copy_below = std::size_t{8} << 20;
 
   int rank() const { return rank_; }
   int world_size() const { return world_; }
-  // How messages to `peer` travel: "shared memory", "zeromq", or "" before the first one.
+  /// How messages to `peer` travel: "shared memory", "zeromq", or "" before the first one.
   std::string_view path_to(int peer) const {
     if (peer < 0 || peer >= static_cast<int>(links_.size()) || !links_[static_cast<std::size_t>(peer)]) return "";
     const link& l = *links_[static_cast<std::size_t>(peer)];
     return !l.shm_decided ? "" : l.shm ? "shared memory" : "zeromq";
   }
 
-  // The largest sub-group id this rank has taken part in (split agrees on the next one).
+  /// The largest sub-group id this rank has taken part in (split agrees on the next one).
   std::uint32_t last_group_id = 0;
 
-  // Sends header h (its from and bytes filled in here) and `payload` to rank `to`; returns
-  // once the payload's bytes may be reused. `doing` names the operation in errors.
+  /// Sends header h (its from and bytes filled in here) and `payload` to rank `to`; returns
+  /// once the payload's bytes may be reused. `doing` names the operation in errors.
   void send(int to, p2p_header h, std::span<const std::byte> payload, clock::time_point deadline, std::string_view doing) {
     h.from = rank_;
     h.bytes = payload.size();
@@ -241,8 +241,8 @@ class mesh {
     }
   }
 
-  // The next message on `channel` from rank `from`, waiting for it; it stays queued until
-  // pop(from, channel). The reference is valid until then.
+  /// The next message on `channel` from rank `from`, waiting for it; it stays queued until
+  /// pop(from, channel). The reference is valid until then.
   p2p_message& next(int from, std::uint32_t channel, clock::time_point deadline, std::string_view doing) {
     auto& q = queue(channel, from);
     if (from == rank_) {
@@ -279,13 +279,13 @@ class mesh {
   }
   void pop(int from, std::uint32_t channel) { queue(channel, from).pop_front(); }
 
-  // "gradus: ring_allreduce: <doing> on rank r: "
+  /// "gradus: ring_allreduce: <doing> on rank r: "
   std::string prefix(std::string_view doing) const {
     return "gradus: ring_allreduce: " + std::string(doing) + " on rank " + std::to_string(rank_) + ": ";
   }
 
-  // This rank's communicator failed with `text`: tell every peer it has a connection to.
-  // Never throws.
+  /// This rank's communicator failed with `text`: tell every peer it has a connection to.
+  /// Never throws.
   void fail(const std::string& text) noexcept {
     if (failed_ || closed_) return;
     failed_ = true;
@@ -303,7 +303,7 @@ class mesh {
     }
   }
 
-  // The context was shut down under us: close now, so that its termination can finish.
+  /// The context was shut down under us: close now, so that its termination can finish.
   void close_now() noexcept {
     if (closed_) return;
     closed_ = true;
@@ -316,7 +316,7 @@ class mesh {
   }
 
  private:
-  // The connection to one peer (this rank's PUSH socket on the peer's address).
+  /// The connection to one peer (this rank's PUSH socket on the peer's address).
   struct link {
     std::optional<zmq::socket_t> push;
     net::socket_monitor mon;  // after the socket it watches: destroyed first
@@ -329,7 +329,7 @@ class mesh {
     int unestablished = 0;    // handshakes failed, whose DISCONNECTED is still to come
     clock::time_point gone_at{}, probed_at{};
   };
-  // What a peer told this rank about itself.
+  /// What a peer told this rank about itself.
   struct peer_news {
     bool left = false, aborted = false;
     std::string abort_text;
@@ -337,8 +337,8 @@ class mesh {
 
   std::deque<p2p_message>& queue(std::uint32_t channel, int from) { return queues_[{channel, from}]; }
 
-  // A leave or an abort, if ZeroMQ takes it at once: one frame (net/one_frame.hpp), as the
-  // peer may be closing its connection meanwhile.
+  /// A leave or an abort, if ZeroMQ takes it at once: one frame (net/one_frame.hpp), as the
+  /// peer may be closing its connection meanwhile.
   static void post_now(zmq::socket_t& s, const p2p_header& h, std::span<const std::byte> payload) {
     std::vector<std::byte> joined;
     const auto frame = net::one_frame(h, payload, joined);
@@ -374,9 +374,9 @@ class mesh {
     return *slot;
   }
 
-  // Takes what has arrived: connection events of every link, and every message on the
-  // point-to-point socket (data into its queue; leave and abort noted per peer). Waits up
-  // to wait_ms for a message or an event of `watched`.
+  /// Takes what has arrived: connection events of every link, and every message on the
+  /// point-to-point socket (data into its queue; leave and abort noted per peer). Waits up
+  /// to wait_ms for a message or an event of `watched`.
   void pump(int wait_ms, link* watched) {
     if (closed_ || !pull_) throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + ": the communicator is closed");
     zmq::pollitem_t items[4] = {{pull_->handle(), 0, ZMQ_POLLIN, 0}, {}, {}, {}};
@@ -422,8 +422,8 @@ class mesh {
     pump_shared_memory();
   }
 
-  // After ZeroMQ's messages (a peer's leave follows its last message, which may be here):
-  // the segments offered since, then every segment's messages.
+  /// After ZeroMQ's messages (a peer's leave follows its last message, which may be here):
+  /// the segments offered since, then every segment's messages.
   void pump_shared_memory() {
     for (auto& L : shm_listen_)
       for (auto& [from, fd] : L.accept(rank_, world_, protocol_error_)) {
@@ -447,7 +447,7 @@ class mesh {
     for (auto& r : shm_in_)
       if (r) drain(*r);
   }
-  // The messages in one peer's segment, into their queues.
+  /// The messages in one peer's segment, into their queues.
   void drain(p2p_shm::reader<p2p_header>& r) {
     r.drain([&](const p2p_header& h, zmq::message_t&& body) {
       if (h.magic != p2p_header::magic_value || h.from != r.from() || h.kind != p2p_kind::data) {
@@ -484,8 +484,8 @@ class mesh {
     }
   }
 
-  // Throws when a wait on `peer` cannot finish: a malformed message, the peer's abort or
-  // leave, its connection lost (after a grace for what is on its way), or refused.
+  /// Throws when a wait on `peer` cannot finish: a malformed message, the peer's abort or
+  /// leave, its connection lost (after a grace for what is on its way), or refused.
   void check(int peer, link* l, std::string_view doing) {
     if (!protocol_error_.empty()) throw comm_error(prefix(doing) + protocol_error_);
     const auto& news = in_[static_cast<std::size_t>(peer)];
@@ -508,8 +508,8 @@ class mesh {
     }
   }
 
-  // After a failed zero-copy send: close the connection, so that ZeroMQ lets go of the
-  // caller's bytes (within milliseconds), and wait for it. Never throws.
+  /// After a failed zero-copy send: close the connection, so that ZeroMQ lets go of the
+  /// caller's bytes (within milliseconds), and wait for it. Never throws.
   void release(int peer, const std::shared_ptr<net::send_flag>& flag) noexcept {
     auto& l = links_[static_cast<std::size_t>(peer)];
     if (l) {
@@ -521,8 +521,8 @@ class mesh {
     while (!flag->done.load(std::memory_order_acquire) && clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 
-  // Large messages come in blocks ZeroMQ mallocs; keep glibc from mapping and unmapping each
-  // one (zmq_ring.hpp, keep_heap_for_segments), once per size class seen.
+  /// Large messages come in blocks ZeroMQ mallocs; keep glibc from mapping and unmapping each
+  /// one (zmq_ring.hpp, keep_heap_for_segments), once per size class seen.
   void keep_heap_for(std::size_t bytes) {
     if (bytes <= kept_for_) return;
     kept_for_ = bytes;
@@ -533,19 +533,19 @@ class mesh {
   int rank_, world_;
   bool inproc_ = false;
   std::optional<zmq::socket_t> pull_;
-  std::vector<p2p_shm::listener> shm_listen_;  // offers of segments from peers on this host
-  std::vector<std::unique_ptr<link>> links_;  // by peer, made on first use
-  std::vector<peer_news> in_;                 // by peer
-  std::vector<std::unique_ptr<p2p_shm::reader<p2p_header>>> shm_in_;  // by peer: its segment, once offered
-  std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;  // by (channel, source)
+  std::vector<p2p_shm::listener> shm_listen_;  ///< offers of segments from peers on this host
+  std::vector<std::unique_ptr<link>> links_;  ///< by peer, made on first use
+  std::vector<peer_news> in_;                 ///< by peer
+  std::vector<std::unique_ptr<p2p_shm::reader<p2p_header>>> shm_in_;  ///< by peer: its segment, once offered
+  std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;  ///< by (channel, source)
   std::string protocol_error_;
   std::size_t kept_for_ = 0;
   bool failed_ = false, closed_ = false;
 };
 
-// Checks that message m holds `count` elements of `dtype` and copies them into `dst`. A
-// message of another size or dtype throws gradus::error naming the peer and both sizes; it
-// stays queued, and the communicator stays usable (a recv of the right size takes it).
+/// Checks that message m holds `count` elements of `dtype` and copies them into `dst`. A
+/// message of another size or dtype throws gradus::error naming the peer and both sizes; it
+/// stays queued, and the communicator stays usable (a recv of the right size takes it).
 inline void take_payload(const p2p_message& m, dtype_code dtype, std::size_t count, std::span<std::byte> dst, const std::string& prefix,
                          const std::string& peer) {
   const auto& h = m.header;

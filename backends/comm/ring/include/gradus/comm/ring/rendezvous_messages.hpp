@@ -27,7 +27,7 @@ namespace gradus::ring {
 
 inline constexpr std::string_view registration_magic = "gradus-ring/7";
 
-// "a\nb\n" -> {"a", "b"}; a last line without '\n' counts, an empty last piece does not.
+/// "a\nb\n" -> {"a", "b"}; a last line without '\n' counts, an empty last piece does not.
 inline std::vector<std::string> split_lines(std::string_view s) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -43,7 +43,7 @@ inline std::vector<std::string> split_lines(std::string_view s) {
   return out;
 }
 
-// Words separated by spaces.
+/// Words separated by spaces.
 inline std::vector<std::string> split_words(std::string_view s) {
   std::vector<std::string> out;
   std::size_t i = 0;
@@ -56,7 +56,7 @@ inline std::vector<std::string> split_words(std::string_view s) {
   return out;
 }
 
-// A whole decimal int (no sign but '-', no spaces, no trailing text), else nullopt.
+/// A whole decimal int (no sign but '-', no spaces, no trailing text), else nullopt.
 inline std::optional<int> parse_int(std::string_view s) {
   int v = 0;
   const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
@@ -77,7 +77,7 @@ inline std::string format_registration(const registration& r) {
   return s;
 }
 
-// The registration in `body`, or nullopt with `why` saying what is wrong with it.
+/// The registration in `body`, or nullopt with `why` saying what is wrong with it.
 inline std::optional<registration> parse_registration(std::string_view body, std::string& why) {
   const auto lines = split_lines(body);
   if (lines.size() < 8 || lines[0] != registration_magic) {
@@ -92,13 +92,13 @@ inline std::optional<registration> parse_registration(std::string_view body, std
   return registration{*rank, *world, lines[3], lines[4], lines[5], lines[6], std::vector<std::string>(lines.begin() + 7, lines.end())};
 }
 
-// Whether a transport has a data path of its own (its addresses travel in the answer).
+/// Whether a transport has a data path of its own (its addresses travel in the answer).
 inline bool has_data_path(std::string_view transport) { return transport == "shm" || transport == "tcp"; }
 
 struct answer {
   std::string transport, zmq_scheme;
   std::vector<std::string> table, p2p_table, data_table;
-  std::vector<int> local_ranks;  // how many ranks share each rank's machine
+  std::vector<int> local_ranks;  ///< how many ranks share each rank's machine
 };
 
 inline std::string format_answer(const answer& a) {
@@ -114,8 +114,8 @@ inline std::string format_answer(const answer& a) {
 
 inline std::string format_refusal(std::string_view reason) { return "error\n" + std::string(reason); }
 
-// Rank 0's reply in `body` to a rank of a world of `world`: an answer; or nullopt with
-// `why` holding rank 0's refusal (`refused` set) or what is malformed about the reply.
+/// Rank 0's reply in `body` to a rank of a world of `world`: an answer; or nullopt with
+/// `why` holding rank 0's refusal (`refused` set) or what is malformed about the reply.
 inline std::optional<answer> parse_answer(std::string_view body, int world, std::string& why, bool& refused) {
   refused = false;
   const auto lines = split_lines(body);

@@ -76,21 +76,21 @@ inline void cpu_relax() {
 #endif
 }
 
-constexpr std::uint64_t magic = 0x67726e6773686d31;  // "grngshm1"
-constexpr std::size_t header_room = 256;              // a slot's frame_header, padded: payloads 64-byte aligned
+constexpr std::uint64_t magic = 0x67726e6773686d31;  ///< "grngshm1"
+constexpr std::size_t header_room = 256;              ///< a slot's frame_header, padded: payloads 64-byte aligned
 static_assert(sizeof(frame_header) <= header_room);
 
-// The start of a segment. head and tail live on their own cache lines: the writer stores
-// one, the reader the other.
+/// The start of a segment. head and tail live on their own cache lines: the writer stores
+/// one, the reader the other.
 struct segment_header {
   std::uint64_t magic;
-  std::uint32_t slots;       // a power of two
+  std::uint32_t slots;       ///< a power of two
   std::uint32_t version;
-  std::uint64_t slot_bytes;  // payload bytes per slot
+  std::uint64_t slot_bytes;  ///< payload bytes per slot
   std::int32_t reader_rank, writer_rank;
-  alignas(64) std::atomic<std::uint32_t> head;  // slots published by the writer (wraps)
+  alignas(64) std::atomic<std::uint32_t> head;  ///< slots published by the writer (wraps)
   std::atomic<std::uint32_t> reader_sleeps;
-  alignas(64) std::atomic<std::uint32_t> tail;  // slots released by the reader (wraps)
+  alignas(64) std::atomic<std::uint32_t> tail;  ///< slots released by the reader (wraps)
   std::atomic<std::uint32_t> writer_sleeps;
 };
 constexpr std::size_t first_slot = 4096;
@@ -117,7 +117,7 @@ struct mapping {
   }
 };
 
-// "@gradus-shm-..." -> an abstract unix socket address
+/// "@gradus-shm-..." -> an abstract unix socket address
 inline socklen_t abstract_address(const std::string& name, sockaddr_un& un) {
   un = {};
   un.sun_family = AF_UNIX;
@@ -127,7 +127,7 @@ inline socklen_t abstract_address(const std::string& name, sockaddr_un& un) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + n);
 }
 
-// What the writer says first, and what the reader answers with the segment's descriptor.
+/// What the writer says first, and what the reader answers with the segment's descriptor.
 struct hello {
   std::uint64_t magic = shm_detail::magic;
   std::int32_t rank = -1;
@@ -137,8 +137,8 @@ struct hello {
 
 }  // namespace shm_detail
 
-// This rank's listener for the shared-memory hand-over: bound before the rendezvous, its
-// name advertised there ("shm://@gradus-shm-...").
+/// This rank's listener for the shared-memory hand-over: bound before the rendezvous, its
+/// name advertised there ("shm://@gradus-shm-...").
 class shm_listener {
  public:
   shm_listener(const std::string& unique, int rank) : name_("@gradus-shm-" + unique + "-rank" + std::to_string(rank)) {
@@ -160,9 +160,9 @@ class shm_listener {
 
 class shm_path final : public data_path {
  public:
-  // Hands this rank's segment to its left neighbour and maps its right neighbour's, within
-  // `deadline`. `left_address` / `right_address`: the neighbours' shm:// listeners; `shown_*`:
-  // how errors name them.
+  /// Hands this rank's segment to its left neighbour and maps its right neighbour's, within
+  /// `deadline`. `left_address` / `right_address`: the neighbours' shm:// listeners; `shown_*`:
+  /// how errors name them.
   shm_path(control& ctl, int rank, int left, int right, shm_listener& mine, const std::string& right_listener,
            std::string shown_left, std::string shown_right, std::size_t slot_bytes, bool crowded, clock::time_point deadline)
       : ctl_(&ctl), rank_(rank), crowded_(crowded), reader_(std::make_shared<reader_state>()) {
@@ -296,8 +296,8 @@ class shm_path final : public data_path {
 
   struct reader_state {
     std::optional<shm_detail::mapping> map;
-    std::uint32_t next = 0;       // the next slot to read
-    std::uint32_t tail = 0;       // slots released, in order
+    std::uint32_t next = 0;       ///< the next slot to read
+    std::uint32_t tail = 0;       ///< slots released, in order
     std::vector<std::uint8_t> released;
     void release(std::uint32_t index) {
       auto& h = map->header();
@@ -317,10 +317,10 @@ class shm_path final : public data_path {
     std::uint64_t ticket;
     frame_header header;
     std::span<const std::byte> payload;
-    std::vector<std::byte> copy;  // the payload, set aside (wait_sent): the caller's bytes are free
+    std::vector<std::byte> copy;  ///< the payload, set aside (wait_sent): the caller's bytes are free
   };
 
-  // ---- the hand-over ----
+  /// ---- the hand-over ----
   static int accept_one(int listener, clock::time_point deadline, const std::string& doing) {
     while (true) {
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
@@ -372,7 +372,7 @@ class shm_path final : public data_path {
     return std::exchange(fd.fd, -1);
   }
 
-  // ---- writing ----
+  /// ---- writing ----
   bool try_put(const frame_header& h, std::span<const std::byte> payload) {
     auto& sh = writer_->header();
     const std::uint32_t head = sh.head.load(std::memory_order_relaxed);
@@ -384,7 +384,7 @@ class shm_path final : public data_path {
     if (sh.reader_sleeps.load(std::memory_order_seq_cst)) shm_detail::futex_wake(sh.head);
     return true;
   }
-  // Moves kept sends into the segment while it has room; whether any moved.
+  /// Moves kept sends into the segment while it has room; whether any moved.
   bool flush() {
     bool moved = false;
     while (!pending_.empty()) {
@@ -405,7 +405,7 @@ class shm_path final : public data_path {
     pending_.push_back({ticket, h, payload, {}});
     return ticket;
   }
-  // Whether the caller's bytes of every send up to `ticket` are free: in the segment, or set aside.
+  /// Whether the caller's bytes of every send up to `ticket` are free: in the segment, or set aside.
   bool released_through(std::uint64_t ticket) const {
     for (const auto& p : pending_) {
       if (p.ticket > ticket) break;
@@ -418,7 +418,7 @@ class shm_path final : public data_path {
     return released_through(ticket);
   }
 
-  // ---- reading ----
+  /// ---- reading ----
   bool readable() const { return reader_->map->header().head.load(std::memory_order_acquire) != reader_->next; }
   message take() {
     auto& st = *reader_;
@@ -433,17 +433,17 @@ class shm_path final : public data_path {
     return m;
   }
 
-  // How long a wait has gone on.
+  /// How long a wait has gone on.
   struct waiting {
     clock::time_point start = clock::now();
   };
-  // One round of waiting: spin for the first microseconds, then yield the core (to a rank or
-  // thread that shares it) up to spin_for, then sleep on `word`, briefly while sends are
-  // kept (their space frees without waking this rank); asking the control plane at most
-  // every millisecond (one ask is several ZeroMQ calls, tens of microseconds here: asked
-  // in every short wait, it set the latency of small collectives). Sleeping costs a wake-up (tens to hundreds of
-  // microseconds on a virtual machine), which OpenMPI's vader avoids by never sleeping; the
-  // yield keeps most of that latency without burning a core that another process needs.
+  /// One round of waiting: spin for the first microseconds, then yield the core (to a rank or
+  /// thread that shares it) up to spin_for, then sleep on `word`, briefly while sends are
+  /// kept (their space frees without waking this rank); asking the control plane at most
+  /// every millisecond (one ask is several ZeroMQ calls, tens of microseconds here: asked
+  /// in every short wait, it set the latency of small collectives). Sleeping costs a wake-up (tens to hundreds of
+  /// microseconds on a virtual machine), which OpenMPI's vader avoids by never sleeping; the
+  /// yield keeps most of that latency without burning a core that another process needs.
   void wait_round(waiting& w, std::atomic<std::uint32_t>& word, std::atomic<std::uint32_t>& sleeps, std::uint32_t seen,
                   std::string_view doing, bool left_idle) {
     const auto now = clock::now();
@@ -468,12 +468,12 @@ class shm_path final : public data_path {
 
   control* ctl_;
   int rank_;
-  bool crowded_;  // more ranks on this machine than cores: yield at once, never spin
+  bool crowded_;  ///< more ranks on this machine than cores: yield at once, never spin
   std::shared_ptr<reader_state> reader_;
   std::optional<shm_detail::mapping> writer_;
   std::deque<pending_send> pending_;
   std::uint64_t next_ticket_ = 0;
-  clock::time_point asked_{};  // when a wait last asked the control plane
+  clock::time_point asked_{};  ///< when a wait last asked the control plane
   std::optional<path_pair<shm_path>> left_, right_;
 };
 

@@ -59,21 +59,21 @@ class sub_group {
 
   int rank() const { return me_; }
   int world_size() const { return static_cast<int>(members_.size()); }
-  // The members as ranks of the whole communicator, in group-rank order.
+  /// The members as ranks of the whole communicator, in group-rank order.
   const std::vector<int>& members() const { return members_; }
 
-  // x <- the elementwise sum over the group's members; every member ends with the same bits.
+  /// x <- the elementwise sum over the group's members; every member ends with the same bits.
   template <parallel::collective_element T>
   void allreduce_sum(std::span<T> x) {
     allreduce(x, op_code::allreduce_sum);
   }
-  // x <- the sum times 1/world_size() (computed once, by the owner of each chunk).
+  /// x <- the sum times 1/world_size() (computed once, by the owner of each chunk).
   template <parallel::collective_element T>
   void allreduce_average(std::span<T> x) {
     allreduce(x, op_code::allreduce_average);
   }
 
-  // x <- group rank root's x.
+  /// x <- group rank root's x.
   template <parallel::broadcast_element T>
   void broadcast(std::span<T> x, int root) {
     (void)parent();
@@ -104,7 +104,7 @@ class sub_group {
     });
   }
 
-  // all <- every member's `mine`, in group-rank order (all.size() == world_size() * mine.size()).
+  /// all <- every member's `mine`, in group-rank order (all.size() == world_size() * mine.size()).
   template <parallel::broadcast_element T>
   void allgather(std::span<const T> mine, std::span<T> all) {
     (void)parent();
@@ -130,7 +130,7 @@ class sub_group {
     });
   }
 
-  // Returns once every member has entered it.
+  /// Returns once every member has entered it.
   void barrier() {
     (void)parent();
     const int N = world_size();
@@ -149,7 +149,7 @@ class sub_group {
     });
   }
 
-  // Point-to-point between group ranks (parallel::point_to_point), as ring_allreduce's own.
+  /// Point-to-point between group ranks (parallel::point_to_point), as ring_allreduce's own.
   template <parallel::broadcast_element T>
   void send(std::span<const T> x, int to) {
     (void)parent();
@@ -174,7 +174,7 @@ class sub_group {
     });
   }
 
-  // A group of this group's members (every member calls it), as ring_allreduce::split.
+  /// A group of this group's members (every member calls it), as ring_allreduce::split.
   sub_group split(int color, int key) {
     const std::int64_t mine[3] = {color, key, static_cast<std::int64_t>(net().last_group_id)};
     std::vector<std::int64_t> table(3 * members_.size());
@@ -192,11 +192,11 @@ class sub_group {
     label_ += members_.size() > 8 ? ", ... " + std::to_string(members_.size()) + " in all)" : ")";
   }
 
-  // The group of participant `me` from every participant's (color, key, last group id) in
-  // `table` (participants in their order in the group being split; `ranks`: theirs in the
-  // whole communicator). Every participant computes the same: a negative color throws
-  // gradus::error on each, naming its rank; the new group's id is one past the largest id any
-  // participant has used, so that no two groups sharing a pair of ranks share a channel.
+  /// The group of participant `me` from every participant's (color, key, last group id) in
+  /// `table` (participants in their order in the group being split; `ranks`: theirs in the
+  /// whole communicator). Every participant computes the same: a negative color throws
+  /// gradus::error on each, naming its rank; the new group's id is one past the largest id any
+  /// participant has used, so that no two groups sharing a pair of ranks share a channel.
   static sub_group form(ring_allreduce& parent, const std::vector<int>& ranks, const std::vector<std::int64_t>& table, int me,
                         const std::string& of) {
     const std::size_t P = ranks.size();
@@ -251,7 +251,7 @@ class sub_group {
                   std::to_string(world_size()) + " (" + label_ + ", rank " + std::to_string(me_) + ")");
   }
 
-  // One message of collective fp, step `step`, to group rank `to`.
+  /// One message of collective fp, step `step`, to group rank `to`.
   void post(int to, const fingerprint& fp, std::uint32_t step, std::span<const std::byte> bytes, const std::string& doing) {
     p2p_header h;
     h.channel = channel_of(id_, true);
@@ -261,8 +261,8 @@ class sub_group {
     h.fp = fp;
     net().send(members_[static_cast<std::size_t>(to)], h, bytes, deadline(), doing);
   }
-  // The next message of the group's collectives from group rank `from`, which must be
-  // collective fp's step `step` of `bytes` bytes; it stays queued until drop(from).
+  /// The next message of the group's collectives from group rank `from`, which must be
+  /// collective fp's step `step` of `bytes` bytes; it stays queued until drop(from).
   const p2p_message& take(int from, const fingerprint& fp, std::uint32_t step, std::size_t bytes, const std::string& doing) {
     const auto& m = net().next(members_[static_cast<std::size_t>(from)], channel_of(id_, true), deadline(), doing);
     const auto& h = m.header;
@@ -332,12 +332,12 @@ class sub_group {
   }
 
   ring_allreduce* parent_;
-  std::weak_ptr<int> alive_;  // expired once the parent is destroyed
-  std::vector<int> members_;  // ranks of the whole communicator, by group rank
+  std::weak_ptr<int> alive_;  ///< expired once the parent is destroyed
+  std::vector<int> members_;  ///< ranks of the whole communicator, by group rank
   int me_;
-  std::uint32_t id_;          // channels channel_of(id_, ...)
-  std::uint64_t seq_ = 0;     // the group's collectives, numbered
-  std::string label_;         // "sub-group 3 (ranks 0, 2)"
+  std::uint32_t id_;          ///< channels channel_of(id_, ...)
+  std::uint64_t seq_ = 0;     ///< the group's collectives, numbered
+  std::string label_;         ///< "sub-group 3 (ranks 0, 2)"
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;
 };

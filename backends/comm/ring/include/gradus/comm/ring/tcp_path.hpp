@@ -50,7 +50,7 @@ namespace gradus::ring {
 
 namespace tcp_detail {
 
-constexpr std::uint64_t magic = 0x67726e6774637031;  // "grngtcp1"
+constexpr std::uint64_t magic = 0x67726e6774637031;  ///< "grngtcp1"
 
 struct hello {
   std::uint64_t magic = tcp_detail::magic;
@@ -58,7 +58,7 @@ struct hello {
   std::int32_t world = 0;
 };
 
-// Sends `mine` (when given) and reads `theirs` (when given).
+/// Sends `mine` (when given) and reads `theirs` (when given).
 inline void exchange(int fd, const hello* mine_or_null, hello* theirs_or_null, clock::time_point deadline, const std::string& doing) {
   const hello none{};
   hello ignored{};
@@ -90,8 +90,8 @@ inline void tune(int fd) {
 
 }  // namespace tcp_detail
 
-// This rank's direct-TCP listener: bound before the rendezvous on the numeric address its
-// ZeroMQ data socket bound ("0.0.0.0" / "::": every interface), an ephemeral port.
+/// This rank's direct-TCP listener: bound before the rendezvous on the numeric address its
+/// ZeroMQ data socket bound ("0.0.0.0" / "::": every interface), an ephemeral port.
 class tcp_listener {
  public:
   tcp_listener(const std::string& numeric_host, int rank) {
@@ -128,9 +128,9 @@ class tcp_listener {
 
 class tcp_path final : public data_path {
  public:
-  // Dials the right neighbour at (numeric) `right_host`:`right_port`, accepts the left one on
-  // `mine`, and checks both by a hello, within `deadline`. `max_payload`: the largest frame
-  // payload a neighbour may send (a segment).
+  /// Dials the right neighbour at (numeric) `right_host`:`right_port`, accepts the left one on
+  /// `mine`, and checks both by a hello, within `deadline`. `max_payload`: the largest frame
+  /// payload a neighbour may send (a segment).
   tcp_path(control& ctl, int rank, int world, int left, int right, tcp_listener& mine, const std::string& right_host,
            const std::string& right_port, std::string shown_left, std::string shown_right, std::size_t max_payload,
            bool crowded, clock::time_point deadline)
@@ -277,7 +277,7 @@ class tcp_path final : public data_path {
     std::uint64_t ticket;
     frame_header header;
     std::span<const std::byte> payload;
-    std::size_t done;  // bytes of header + payload written
+    std::size_t done;  ///< bytes of header + payload written
   };
 
   std::shared_ptr<void> buffer(std::byte*& data) {
@@ -295,7 +295,7 @@ class tcp_path final : public data_path {
     });
   }
 
-  // Writes what the kernel takes; whether anything went. Throws when the connection broke.
+  /// Writes what the kernel takes; whether anything went. Throws when the connection broke.
   bool write_some(std::string_view doing = {}) {
     if (out_.empty()) return false;
     std::array<iovec, 32> io{};
@@ -329,7 +329,7 @@ class tcp_path final : public data_path {
     return k > 0;
   }
 
-  // Reads everything the left socket has; whether anything came.
+  /// Reads everything the left socket has; whether anything came.
   bool read_some(std::string_view doing) {
     bool any = false;
     while (!eof_) {
@@ -371,9 +371,9 @@ class tcp_path final : public data_path {
     return any;
   }
 
-  // A neighbour's socket closed or reset. One that failed sent its abort over the control
-  // plane before closing: give it half a second to arrive, so that the error names the rank
-  // where the failure began rather than the messenger.
+  /// A neighbour's socket closed or reset. One that failed sent its abort over the control
+  /// plane before closing: give it half a second to arrive, so that the error names the rank
+  /// where the failure began rather than the messenger.
   [[noreturn]] void broken(std::string_view doing, int peer) {
     const auto until = clock::now() + std::chrono::milliseconds(500);
     while (clock::now() < until) {
@@ -383,12 +383,12 @@ class tcp_path final : public data_path {
     throw ctl_->lost(doing, peer);
   }
 
-  // Waits until either socket can move (at most 5 ms), asking the control plane at most
-  // every 5 ms. For the first 200 microseconds of a wait it only returns, so that the
-  // caller tries its sockets again: a poll(2) that sleeps costs a wake-up, 50-100
-  // microseconds on these virtual machines (a 4 KiB all-reduce at N = 2 took 18 or 100 us
-  // depending on whether it slept; yielding while retrying measured slower still), which is
-  // most of a small collective.
+  /// Waits until either socket can move (at most 5 ms), asking the control plane at most
+  /// every 5 ms. For the first 200 microseconds of a wait it only returns, so that the
+  /// caller tries its sockets again: a poll(2) that sleeps costs a wake-up, 50-100
+  /// microseconds on these virtual machines (a 4 KiB all-reduce at N = 2 took 18 or 100 us
+  /// depending on whether it slept; yielding while retrying measured slower still), which is
+  /// most of a small collective.
   void wait_round(clock::time_point started, clock::time_point deadline, std::string_view doing, bool for_left) {
     const auto now = clock::now();
     if (now - started < std::chrono::microseconds(200)) {
@@ -408,7 +408,7 @@ class tcp_path final : public data_path {
 
   control* ctl_;
   int rank_;
-  bool crowded_;  // more ranks on this machine than cores
+  bool crowded_;  ///< more ranks on this machine than cores
   std::size_t max_payload_;
   std::shared_ptr<buffer_pool> pool_;
   net::unique_fd send_fd_, recv_fd_;

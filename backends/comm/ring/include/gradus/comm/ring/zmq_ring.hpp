@@ -95,14 +95,14 @@ inline std::string join_ranks(const std::vector<int>& ranks) {
   return s;
 }
 
-// ZeroMQ allocates every received message with malloc. glibc serves blocks above its
-// mmap threshold (128 KiB at start) by mmap, and gives the top of the heap back to the OS
-// once more than its trim threshold (twice the mmap threshold) is free there; so with
-// segments of 256 KiB - 1 MiB each message landed in fresh pages, and every page
-// faulted (measured: 1 MiB all-reduces 4-6x slower). Freeing one mmapped block raises
-// both thresholds to that block's size (glibc's own adaptation, as after any large free;
-// capped at 32 MiB): done once with 4 segments' worth, received segments come from a heap
-// that stays mapped. Other C libraries: nothing to do.
+/// ZeroMQ allocates every received message with malloc. glibc serves blocks above its
+/// mmap threshold (128 KiB at start) by mmap, and gives the top of the heap back to the OS
+/// once more than its trim threshold (twice the mmap threshold) is free there; so with
+/// segments of 256 KiB - 1 MiB each message landed in fresh pages, and every page
+/// faulted (measured: 1 MiB all-reduces 4-6x slower). Freeing one mmapped block raises
+/// both thresholds to that block's size (glibc's own adaptation, as after any large free;
+/// capped at 32 MiB): done once with 4 segments' worth, received segments come from a heap
+/// that stays mapped. Other C libraries: nothing to do.
 inline void keep_heap_for_segments(std::size_t segment_bytes) {
 #ifdef __GLIBC__
   const std::size_t bytes = std::min<std::size_t>(std::size_t{32} << 20, 4 * segment_bytes + (1 << 20));
@@ -124,8 +124,8 @@ inline void keep_heap_for_segments(std::size_t segment_bytes) {
 class zmq_ring;
 class mesh;
 
-// A view of the ring from one side: the left pair receives, the right pair sends. With two
-// ranks both views face the same peer.
+/// A view of the ring from one side: the left pair receives, the right pair sends. With two
+/// ranks both views face the same peer.
 class zmq_pair final : public pair {
  public:
   zmq_pair(zmq_ring& ring, int peer, std::string address) : ring_(&ring), peer_(peer), address_(std::move(address)) {}
@@ -207,15 +207,15 @@ class zmq_ring final : public control {
   int rank() const { return rank_; }
   int world_size() const { return world_; }
   const std::string& transport() const { return transport_; }
-  // Every rank's data address: shm://@name (the unix socket its segment was handed over on),
-  // tcp://host:port (direct TCP, or ZeroMQ's), ipc://..., inproc://...
+  /// Every rank's data address: shm://@name (the unix socket its segment was handed over on),
+  /// tcp://host:port (direct TCP, or ZeroMQ's), ipc://..., inproc://...
   const std::vector<std::string>& addresses() const { return shown_table_.empty() ? table_ : shown_table_; }
   pair& left() { return path_ ? path_->left() : *left_; }
   pair& right() { return path_ ? path_->right() : *right_; }
-  // The segment a collective streams in: the data path's choice for `asked`.
+  /// The segment a collective streams in: the data path's choice for `asked`.
   std::size_t segment_bytes(std::size_t asked) const { return path_ ? path_->segment_bytes(asked) : asked; }
 
-  // ---- control, for the data paths ----
+  /// ---- control, for the data paths ----
   void poll(std::string_view doing, bool left_idle, bool right_busy) override {
     pump(0);
     if (left_idle)
@@ -233,7 +233,7 @@ class zmq_ring final : public control {
   comm_error malformed(std::string_view doing, int peer, std::string_view what) override {
     return comm_error(prefix(doing) + peer_name(peer) + " sent " + std::string(what));
   }
-  // A neighbour's connection closed (or its heartbeats stopped): ask its address which.
+  /// A neighbour's connection closed (or its heartbeats stopped): ask its address which.
   comm_error lost(std::string_view doing, int peer) override {
     const std::string& dial = peer == right_->peer() && !right_dial_.empty() ? right_dial_ : table_[peer];
     const auto seen = net::probe(dial, 500);
@@ -246,8 +246,8 @@ class zmq_ring final : public control {
     return blame(peer, "silent", head + "silent (its connection was dropped and its address does not answer: its host or the network is down, or it hangs)");
   }
 
-  // This rank failed with `text`: tell the right neighbour (which forwards it), unless the
-  // failure came from there. Never throws; the communicator is unusable afterwards.
+  /// This rank failed with `text`: tell the right neighbour (which forwards it), unless the
+  /// failure came from there. Never throws; the communicator is unusable afterwards.
   void fail(const std::string& text) noexcept {
     if (failed_) return;
     failed_ = true;
@@ -268,7 +268,7 @@ class zmq_ring final : public control {
     release_sends(200);
   }
 
-  // The context was shut down under us: close now, so that its termination can finish.
+  /// The context was shut down under us: close now, so that its termination can finish.
   void close_now() noexcept {
     failed_ = true;
     if (path_) path_->drop();
@@ -278,9 +278,9 @@ class zmq_ring final : public control {
 
  private:
   friend class zmq_pair;
-  friend class mesh;  // the point-to-point mesh: this ring's context, addresses and blame
+  friend class mesh;  ///< the point-to-point mesh: this ring's context, addresses and blame
 
-  // Where the rendezvous address came from, for errors.
+  /// Where the rendezvous address came from, for errors.
   static std::string origin_of(const ring_options& o) {
     return o.origin.empty() ? "from ring_options::rendezvous" : "from " + o.origin;
   }
@@ -292,8 +292,8 @@ class zmq_ring final : public control {
     return "rank " + std::to_string(peer) + " at " + (peer >= 0 && peer < static_cast<int>(table_.size()) ? table_[peer] : "?");
   }
 
-  // An error that blames neighbour `peer` ("gone" or "silent"); the first one this rank
-  // makes goes to GRADUS_FAULT_FILE as well.
+  /// An error that blames neighbour `peer` ("gone" or "silent"); the first one this rank
+  /// makes goes to GRADUS_FAULT_FILE as well.
   comm_error blame(int peer, const char* state, const std::string& text) {
     if (!blamed_) {
       blamed_ = true;
@@ -315,14 +315,14 @@ class zmq_ring final : public control {
     return s;
   }
 
-  // `s`'s connection events (net/socket_monitor.hpp); made before `s` binds or connects.
+  /// `s`'s connection events (net/socket_monitor.hpp); made before `s` binds or connects.
   net::socket_monitor monitor(zmq::socket_t& s) {
     constexpr int events = ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
                            ZMQ_EVENT_HANDSHAKE_FAILED_AUTH;
     return net::socket_monitor(*ctx_, s, events, "ring");
   }
 
-  // ---- set-up: the rendezvous, where to listen and what to dial (zmq_ring_setup.hpp) ----
+  /// ---- set-up: the rendezvous, where to listen and what to dial (zmq_ring_setup.hpp) ----
   static std::string shown(const std::string& endpoint);
   static std::string port_variable(const std::string& origin);
   void bind_or_explain(zmq::socket_t& s, const std::string& endpoint, const std::string& what, const ring_options& o);
@@ -335,11 +335,11 @@ class zmq_ring final : public control {
                            const std::vector<std::string>& addrs) const;
   void rendezvous(const ring_options& o, const std::string& scheme, const std::string& want, const std::vector<std::string>& mine);
 
-  // After a failure nothing may go on reading a caller's buffer once its collective has
-  // thrown (the caller may free it at once). Closes the sending socket, letting frames
-  // already queued (the abort among them) go out for `linger_ms`, and waits for ZeroMQ to
-  // let go of every zero-copy payload: on close its I/O thread drops what is left and calls
-  // the free callbacks, within milliseconds.
+  /// After a failure nothing may go on reading a caller's buffer once its collective has
+  /// thrown (the caller may free it at once). Closes the sending socket, letting frames
+  /// already queued (the abort among them) go out for `linger_ms`, and waits for ZeroMQ to
+  /// let go of every zero-copy payload: on close its I/O thread drops what is left and calls
+  /// the free callbacks, within milliseconds.
   void release_sends(int linger_ms) noexcept {
     prune();
     if (inflight_.empty()) return;
@@ -373,8 +373,8 @@ class zmq_ring final : public control {
     p2p_pull_.reset();  // still here when the mesh never took it (a failed set-up)
   }
 
-  // Takes everything that has arrived: connection events, and the left neighbour's
-  // messages (an abort is noted at once; data and leave queue in order).
+  /// Takes everything that has arrived: connection events, and the left neighbour's
+  /// messages (an abort is noted at once; data and leave queue in order).
   void pump(int wait_ms) {
     if (closed_) throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + ": the communicator is closed");
     std::array<zmq::pollitem_t, 3> items{};
@@ -445,9 +445,9 @@ class zmq_ring final : public control {
     }
   }
 
-  // Throws when the collective cannot finish: an abort from the ring, a lost neighbour.
-  // A lost left neighbour matters once its queued messages are used up; a lost right one
-  // while sends to it are pending. The grace lets messages already on their way arrive.
+  /// Throws when the collective cannot finish: an abort from the ring, a lost neighbour.
+  /// A lost left neighbour matters once its queued messages are used up; a lost right one
+  /// while sends to it are pending. The grace lets messages already on their way arrive.
   void check(std::string_view doing, bool waiting_on_left, bool need_right) {
     if (aborted_)
       throw comm_error(prefix(doing) + "aborted because rank " + std::to_string(abort_origin_) + " failed: " + abort_text_);
@@ -458,7 +458,7 @@ class zmq_ring final : public control {
     if (need_right && right_link_.gone && now - right_link_.gone_at > grace) throw lost(doing, right_->peer());
   }
 
-  // The text of an error that blames a neighbour for sending or taking nothing in time.
+  /// The text of an error that blames a neighbour for sending or taking nothing in time.
   std::string silent_for() const {
     return "within " + std::to_string(timeout_.count()) +
            " ms: it is silent (stopped, paused, hung or unreachable, or the ranks are running different collectives)";
@@ -492,50 +492,50 @@ class zmq_ring final : public control {
     if (!one_frame) (void)push_->send(body, zmq::send_flags::none);
   }
 
-  // Shared memory moves a ring chunk in slots of at most this much: small enough that one
-  // rank's copy into a slot overlaps its neighbour's reduction of the previous one.
+  /// Shared memory moves a ring chunk in slots of at most this much: small enough that one
+  /// rank's copy into a slot overlaps its neighbour's reduction of the previous one.
   static constexpr std::size_t shm_slot_bytes = std::size_t{256} << 10;
 
   int rank_, world_;
   std::chrono::milliseconds timeout_;
-  std::string transport_;       // the data path: shm, tcp, zmq-tcp, zmq-ipc, inproc; none for a world of one
-  std::string zmq_scheme_;      // ZeroMQ's sockets: tcp, ipc or inproc
-  std::vector<std::string> table_;       // every rank's ZeroMQ data address
-  std::vector<std::string> data_table_;  // every rank's shm:// or tcpd:// address, for those paths
-  std::vector<std::string> shown_table_; // data_table_ as addresses() shows it
+  std::string transport_;       ///< the data path: shm, tcp, zmq-tcp, zmq-ipc, inproc; none for a world of one
+  std::string zmq_scheme_;      ///< ZeroMQ's sockets: tcp, ipc or inproc
+  std::vector<std::string> table_;       ///< every rank's ZeroMQ data address
+  std::vector<std::string> data_table_;  ///< every rank's shm:// or tcpd:// address, for those paths
+  std::vector<std::string> shown_table_; ///< data_table_ as addresses() shows it
   std::optional<shm_listener> shm_listen_;
   std::optional<tcp_listener> tcp_listen_;
-  std::string tcp_bound_host_;  // the numeric host the ZeroMQ tcp data socket bound
-  int local_ranks_ = 1;         // ranks on this rank's machine (this one included)
+  std::string tcp_bound_host_;  ///< the numeric host the ZeroMQ tcp data socket bound
+  int local_ranks_ = 1;         ///< ranks on this rank's machine (this one included)
   std::unique_ptr<data_path> path_;
   std::vector<std::string> ipc_files_;
-  std::unique_ptr<zmq::context_t> own_ctx_;  // destroyed last: after the sockets
+  std::unique_ptr<zmq::context_t> own_ctx_;  ///< destroyed last: after the sockets
   zmq::context_t* ctx_ = nullptr;
   std::optional<zmq::socket_t> pull_, push_;
-  std::optional<zmq::socket_t> p2p_pull_;   // the point-to-point socket, until the mesh takes it
-  std::vector<std::string> p2p_table_;      // every rank's point-to-point address
-  std::vector<p2p_shm::listener> p2p_shm_listen_;  // its shared-memory listeners (p2p_shm.hpp), until the mesh takes them
-  net::socket_monitor pull_mon_, push_mon_;  // after the sockets they watch: destroyed first
+  std::optional<zmq::socket_t> p2p_pull_;   ///< the point-to-point socket, until the mesh takes it
+  std::vector<std::string> p2p_table_;      ///< every rank's point-to-point address
+  std::vector<p2p_shm::listener> p2p_shm_listen_;  ///< its shared-memory listeners (p2p_shm.hpp), until the mesh takes them
+  net::socket_monitor pull_mon_, push_mon_;  ///< after the sockets they watch: destroyed first
   std::optional<zmq_pair> left_, right_;
   std::deque<message> inbox_;
   std::deque<std::shared_ptr<net::send_flag>> inflight_;
   std::uint64_t first_ticket_ = 0, next_ticket_ = 0;
-  // What the socket monitors said about a neighbour's connection.
+  /// What the socket monitors said about a neighbour's connection.
   struct link_state {
-    bool gone = false;         // its connection closed (or heartbeats dropped it)
+    bool gone = false;         ///< its connection closed (or heartbeats dropped it)
     clock::time_point gone_at{};
-    int unestablished = 0;     // connections that failed their handshake, whose DISCONNECTED is still to come
+    int unestablished = 0;     ///< connections that failed their handshake, whose DISCONNECTED is still to come
   };
   link_state left_link_, right_link_;
-  // ZMTP heartbeats drop a connection that answers nothing for this long (timeout - 2 s, at
-  // least 3 s: net::heartbeat_timeout_for). A stopped peer answers nothing, not even from its
-  // I/O thread (a busy one still does), so both its neighbours notice it before the other
-  // ranks' waits run out.
+  /// ZMTP heartbeats drop a connection that answers nothing for this long (timeout - 2 s, at
+  /// least 3 s: net::heartbeat_timeout_for). A stopped peer answers nothing, not even from its
+  /// I/O thread (a busy one still does), so both its neighbours notice it before the other
+  /// ranks' waits run out.
   int heartbeat_timeout_ms_;
-  std::vector<std::string> listen_;   // rank 0, tcp: the hosts its rendezvous binds ("*": every interface)
-  std::string job_id_;                // ring_options::job_id: a rank of another job is refused at the rendezvous
-  std::string rdv_dial_, rdv_note_;   // rank != 0: the rendezvous endpoint dialled, and what its name resolved to
-  std::string right_dial_;            // the right neighbour's data endpoint as dialled (numeric)
+  std::vector<std::string> listen_;   ///< rank 0, tcp: the hosts its rendezvous binds ("*": every interface)
+  std::string job_id_;                ///< ring_options::job_id: a rank of another job is refused at the rendezvous
+  std::string rdv_dial_, rdv_note_;   ///< rank != 0: the rendezvous endpoint dialled, and what its name resolved to
+  std::string right_dial_;            ///< the right neighbour's data endpoint as dialled (numeric)
   bool blamed_ = false;
   bool aborted_ = false;
   int abort_origin_ = -1;

@@ -52,15 +52,15 @@
 
 namespace gradus::ring {
 
-// "127.0.0.1:29500", "[::1]:29500", "*:29500 (every interface)", "ipc://@name"
+/// "127.0.0.1:29500", "[::1]:29500", "*:29500 (every interface)", "ipc://@name"
 inline std::string zmq_ring::shown(const std::string& endpoint) {
   if (net::scheme_of(endpoint) != "tcp") return endpoint;
   const std::string rest = endpoint.substr(6);
   return rest.rfind("*:", 0) == 0 ? rest + " (every interface)" : rest;
 }
 
-// "MASTER_PORT" from "MASTER_ADDR=h and MASTER_PORT=29500 (torchrun)": the variable to
-// change; "port" when the origin names none.
+/// "MASTER_PORT" from "MASTER_ADDR=h and MASTER_PORT=29500 (torchrun)": the variable to
+/// change; "port" when the origin names none.
 inline std::string zmq_ring::port_variable(const std::string& origin) {
   const auto at = origin.find("PORT=");
   if (at == std::string::npos) return "port";
@@ -71,8 +71,8 @@ inline std::string zmq_ring::port_variable(const std::string& origin) {
   return origin.substr(b, at + 4 - b);
 }
 
-// Binds `s` to `endpoint`; a failure names this rank, the address and port, what it was
-// for and where it came from, and what to do.
+/// Binds `s` to `endpoint`; a failure names this rank, the address and port, what it was
+/// for and where it came from, and what to do.
 inline void zmq_ring::bind_or_explain(zmq::socket_t& s, const std::string& endpoint, const std::string& what, const ring_options& o) {
   try {
     s.bind(endpoint);
@@ -91,9 +91,9 @@ inline std::string zmq_ring::listen_failure(const std::string& endpoint, const s
          zmq_strerror(err) + hint;
 }
 
-// The hosts to listen on for `host` ("*": every interface). `chosen`: the user's
-// bind_host, bound as named (an interface name goes to libzmq as it is); otherwise the
-// rendezvous host, by the rules at the top of this file.
+/// The hosts to listen on for `host` ("*": every interface). `chosen`: the user's
+/// bind_host, bound as named (an interface name goes to libzmq as it is); otherwise the
+/// rendezvous host, by the rules at the top of this file.
 inline std::vector<std::string> zmq_ring::listen_hosts(std::string host, bool chosen, const std::string& what) const {
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host == "*" || net::is_numeric_host(host)) return {host};
@@ -108,8 +108,8 @@ inline std::vector<std::string> zmq_ring::listen_hosts(std::string host, bool ch
   return {"*"};
 }
 
-// Rank != 0: the numeric tcp endpoint to dial for `endpoint` (a name resolved here, the
-// first address the resolver returns); `note` tells what a name resolved to.
+/// Rank != 0: the numeric tcp endpoint to dial for `endpoint` (a name resolved here, the
+/// first address the resolver returns); `note` tells what a name resolved to.
 inline std::string zmq_ring::dial_of(const std::string& endpoint, const std::string& what, std::string& note) const {
   note.clear();
   if (net::scheme_of(endpoint) != "tcp") return endpoint;
@@ -257,8 +257,8 @@ inline void zmq_ring::setup(const ring_options& o) {
   for (const auto& a : data_table_) shown_table_.push_back(a.rfind("tcpd://", 0) == 0 ? "tcp" + a.substr(4) : a);
 }
 
-// Binds the tcp data socket (an ephemeral port) and returns the address to advertise:
-// numeric, or a name every rank resolves (rank 0's rendezvous host).
+/// Binds the tcp data socket (an ephemeral port) and returns the address to advertise:
+/// numeric, or a name every rank resolves (rank 0's rendezvous host).
 inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::string& scheme) {
   std::string what = "its data socket, an ephemeral port";
   std::vector<std::string> hosts;
@@ -293,7 +293,7 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
   return net::tcp_endpoint(me, port);
 }
 
-// This rank's registration (rendezvous_messages.hpp).
+/// This rank's registration (rendezvous_messages.hpp).
 inline std::string zmq_ring::registration(int world, const std::string& host, const std::string& want,
                                           const std::vector<std::string>& addrs) const {
   return format_registration({rank_, world, host, net::machine_and_netns(), want, job_id_, addrs});

@@ -27,25 +27,25 @@ namespace gradus::cpu_simd_sections {
 struct base_section {
   static constexpr const char* name = "cpu_simd";
   static constexpr std::size_t alignment = 64;
-  // Below this many elements a pass runs on the calling thread: a parallel region
-  // costs more than it saves.
+  /// Below this many elements a pass runs on the calling thread: a parallel region
+  /// costs more than it saves.
   static constexpr index_t parallel_threshold = 1 << 15;
-  static constexpr index_t chunk = 1 << 14;  // elements of one row piece handed to a thread
+  static constexpr index_t chunk = 1 << 14;  ///< elements of one row piece handed to a thread
 
-  // ---- threads (cpu_simd/threads.hpp) --------------------------------------------------------
-  // threads(): the thread count of this calling thread's passes, which defines their results
-  // (set_threads, else OMP_NUM_THREADS); team(): the threads a pass starts now, fewer while
-  // other processes keep cores busy. set_threads sets both, for fused passes (OpenMP) and
-  // GEMM (OpenBLAS).
+  /// ---- threads (cpu_simd/threads.hpp) --------------------------------------------------------
+  /// threads(): the thread count of this calling thread's passes, which defines their results
+  /// (set_threads, else OMP_NUM_THREADS); team(): the threads a pass starts now, fewer while
+  /// other processes keep cores busy. set_threads sets both, for fused passes (OpenMP) and
+  /// GEMM (OpenBLAS).
   static int threads() { return cpu_threads::threads(); }
   static int team() { return cpu_threads::team(); }
   static void set_threads(int n) { cpu_threads::set_threads(n); }
-  // The team follows the free cores (the default; GRADUS_ADAPTIVE_THREADS=0 or
-  // set_adaptive_threads(false) keeps it at threads()) or is pinned (pin_team(n); 0
-  // unpins). It never changes the results' bits (threads.hpp, gemm).
+  /// The team follows the free cores (the default; GRADUS_ADAPTIVE_THREADS=0 or
+  /// set_adaptive_threads(false) keeps it at threads()) or is pinned (pin_team(n); 0
+  /// unpins). It never changes the results' bits (threads.hpp, gemm).
   static void set_adaptive_threads(bool on) { cpu_threads::governor::instance().set_adaptive(on); }
   static void pin_team(int n) { cpu_threads::governor::instance().pin(n); }
-  // session::run calls it before every run: one clock read, a sample of /proc every 250 ms.
+  /// session::run calls it before every run: one clock read, a sample of /proc every 250 ms.
   static void before_run() { cpu_threads::before_run(); }
 
  protected:

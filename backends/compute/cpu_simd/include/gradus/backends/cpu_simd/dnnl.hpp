@@ -67,7 +67,7 @@ enum class conv_pass { forward, data, weights };
 
 namespace gradus::cpu_dnnl {
 
-// -1: from GRADUS_DNNL (on unless it is "0"); 0 or 1: set_enabled's.
+/// -1: from GRADUS_DNNL (on unless it is "0"); 0 or 1: set_enabled's.
 inline std::atomic<int> enabled_state{-1};
 inline bool enabled() {
   const int s = enabled_state.load(std::memory_order_relaxed);
@@ -79,8 +79,8 @@ inline bool enabled() {
 }
 inline void set_enabled(bool on) { enabled_state.store(on ? 1 : 0, std::memory_order_relaxed); }
 
-// Plans a thread keeps (primitives per shape): past this many, the older half is dropped, so
-// a program that keeps changing shapes does not grow without bound.
+/// Plans a thread keeps (primitives per shape): past this many, the older half is dropped, so
+/// a program that keeps changing shapes does not grow without bound.
 constexpr std::size_t max_plans = 128;
 
 inline const dnnl::engine& engine() {
@@ -88,10 +88,10 @@ inline const dnnl::engine& engine() {
   return e;
 }
 
-// One argument of a slice's primitive: `user` is the tensor in its own layout (NCHW or OIHW,
-// its data handle set on each call); `prim` is what the primitive reads or writes: `user`
-// itself, or a buffer of the slice's own in the primitive's layout, with a reorder from
-// `user` before the call (an input) or to `user` after it (an output).
+/// One argument of a slice's primitive: `user` is the tensor in its own layout (NCHW or OIHW,
+/// its data handle set on each call); `prim` is what the primitive reads or writes: `user`
+/// itself, or a buffer of the slice's own in the primitive's layout, with a reorder from
+/// `user` before the call (an input) or to `user` after it (an output).
 struct conv_arg {
   dnnl::memory user, prim, scratchpad;
   dnnl::primitive reorder;
@@ -99,11 +99,11 @@ struct conv_arg {
   bool reordered = false;
 };
 
-// One slice of the batch: images [n0, n1), its convolution primitive and its arguments.
+/// One slice of the batch: images [n0, n1), its convolution primitive and its arguments.
 struct conv_slice {
   dim n0 = 0, n1 = 0;
   dnnl::primitive prim;
-  conv_arg a, b, out;  // see conv(): forward x, w -> y; data dy, w -> dx; weights x, dy -> dw
+  conv_arg a, b, out;  ///< see conv(): forward x, w -> y; data dy, w -> dx; weights x, dy -> dw
   dnnl::memory scratchpad;
   std::unordered_map<int, dnnl::memory> args;
   dnnl::stream stream;
@@ -207,12 +207,12 @@ struct conv_plan {
   conv_geometry shape{};
   conv_pass pass{};
   int slices = 0;
-  bool usable = false;  // false: oneDNN refused the shape; the caller takes its own path
+  bool usable = false;  ///< false: oneDNN refused the shape; the caller takes its own path
   std::vector<conv_slice> slice;
-  std::vector<float> partial;  // weights: slices 1.. write their sums here, [slices - 1][o*c*kh*kw]
+  std::vector<float> partial;  ///< weights: slices 1.. write their sums here, [slices - 1][o*c*kh*kw]
 };
 
-// The calling thread's plans, made on first use of a (shape, pass, slice count).
+/// The calling thread's plans, made on first use of a (shape, pass, slice count).
 inline conv_plan& plan_for(const conv_geometry& sh, conv_pass pass, int slices) {
   thread_local std::vector<std::unique_ptr<conv_plan>> plans;
   for (auto& p : plans)
@@ -240,10 +240,10 @@ inline conv_plan& plan_for(const conv_geometry& sh, conv_pass pass, int slices) 
   return *plans.back();
 }
 
-// Runs one pass through oneDNN and returns true, or returns false (nothing written) where
-// the caller's own path must run: oneDNN switched off, or no primitive for the shape.
-//   forward  a = x, b = w, out = y      data  a = dy, b = w, out = dx
-//   weights  a = x, b = dy, out = dw
+/// Runs one pass through oneDNN and returns true, or returns false (nothing written) where
+/// the caller's own path must run: oneDNN switched off, or no primitive for the shape.
+///   forward  a = x, b = w, out = y      data  a = dy, b = w, out = dx
+///   weights  a = x, b = dy, out = dw
 inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const float* b, float* out) {
   if (!enabled() || sh.n <= 0) return false;
   if (pass == conv_pass::data && sh.c == 1) return false;  // see the top
@@ -293,7 +293,7 @@ inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const 
 }  // namespace gradus::cpu_dnnl
 
 #else
-// Built without oneDNN: every call takes the caller's own path.
+/// Built without oneDNN: every call takes the caller's own path.
 namespace gradus::cpu_dnnl {
 inline bool enabled() { return false; }
 inline void set_enabled(bool) {}

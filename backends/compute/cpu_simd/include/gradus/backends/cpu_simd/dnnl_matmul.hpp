@@ -46,7 +46,7 @@
 
 namespace gradus::cpu_dnnl {
 
-// The products taken: at most small_rows rows, n and k at least min_edge.
+/// The products taken: at most small_rows rows, n and k at least min_edge.
 constexpr std::int64_t small_rows = 64, min_edge = 64;
 
 struct matmul_plan {
@@ -57,7 +57,7 @@ struct matmul_plan {
   dnnl::memory a, b, c, scratchpad;
   std::unordered_map<int, dnnl::memory> args;
   dnnl::stream stream;
-  // the weights' layout, and the reorder of the row-major weights (b) into it
+  /// the weights' layout, and the reorder of the row-major weights (b) into it
   dnnl::memory::desc weights_md;
   dnnl::primitive reorder;
   bool same(bool ta_, bool tb_, dim m_, dim n_, dim k_, dim lda_, dim ldb_, dim ldc_) const {
@@ -102,9 +102,9 @@ inline matmul_plan& matmul_plan_for(bool ta, bool tb, dim m, dim n, dim k, dim l
   return *plans.back();
 }
 
-// The calling thread's held weight regions, and their packed copies (one per operand —
-// start, transposed or not, leading dimension — and layout; `fresh` until the next release:
-// a square matrix and its transpose have the same packed layout, not the same copy).
+/// The calling thread's held weight regions, and their packed copies (one per operand —
+/// start, transposed or not, leading dimension — and layout; `fresh` until the next release:
+/// a square matrix and its transpose have the same packed layout, not the same copy).
 struct held_weights {
   struct region {
     const char* p;
@@ -131,18 +131,18 @@ inline held_weights& held() {
   thread_local held_weights h;
   return h;
 }
-// [p, p + bytes) will not change until release_weights() (see the top of this file).
+/// [p, p + bytes) will not change until release_weights() (see the top of this file).
 inline void hold_weights(const void* p, std::size_t bytes) {
   if (enabled()) held().regions.push_back({static_cast<const char*>(p), bytes});
 }
-// The holds end; the packed copies are kept (their buffers reused) but refilled on next use.
+/// The holds end; the packed copies are kept (their buffers reused) but refilled on next use.
 inline void release_weights() {
   auto& h = held();
   h.regions.clear();
   for (auto& c : h.copies) c.fresh = false;
 }
 
-// See the top of this file.
+/// See the top of this file.
 inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, dim lda, const float* b, dim ldb, float* c,
                          dim ldc) {
   if (m > small_rows || n < min_edge || k < min_edge || omp_in_parallel() || !held().holds(b) || !enabled()) return false;
@@ -173,7 +173,7 @@ inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, 
 }  // namespace gradus::cpu_dnnl
 
 #else
-// Built without oneDNN: every product takes OpenBLAS.
+/// Built without oneDNN: every product takes OpenBLAS.
 namespace gradus::cpu_dnnl {
 inline void hold_weights(const void*, std::size_t) {}
 inline void release_weights() {}

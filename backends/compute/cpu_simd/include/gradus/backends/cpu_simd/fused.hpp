@@ -20,12 +20,12 @@
 namespace gradus::cpu_simd_sections {
 
 struct fused_section : memory_section {
-  // ---- fused elementwise pass ------------------------------------------------------------
-  // Rows are cut into pieces of `chunk` elements and dealt out statically, so each thread
-  // writes one contiguous range of the output. An output larger than the last-level
-  // cache cannot still be in cache when its consumer reads it, so it is written with
-  // streaming stores: they skip reading each output line before overwriting it, which
-  // on a memory-bound pass is a quarter (three arrays) to a fifth (four) of the traffic.
+  /// ---- fused elementwise pass ------------------------------------------------------------
+  /// Rows are cut into pieces of `chunk` elements and dealt out statically, so each thread
+  /// writes one contiguous range of the output. An output larger than the last-level
+  /// cache cannot still be in cache when its consumer reads it, so it is written with
+  /// streaming stores: they skip reading each output line before overwriting it, which
+  /// on a memory-bound pass is a quarter (three arrays) to a fifth (four) of the traffic.
   template <class T, class Plan>
   static void assign(T* out, const loop_shape& ls, const Plan& plan) {
     const index_t rows = ls.rows(), inner = ls.inner();
@@ -63,11 +63,11 @@ struct fused_section : memory_section {
     }
   }
 
-  // ---- in-place update passes (optimizers) ------------------------------------------------
-  // rule(x...) is called with one SIMD batch of every array, as lvalues; the arrays given
-  // as non-const pointers are written back. All arrays have n elements of one dtype. A
-  // chunk's last partial batch is padded (tail_batch), so every element goes through the
-  // rule's SIMD code: the same bits wherever it lands (see exec/plan.hpp).
+  /// ---- in-place update passes (optimizers) ------------------------------------------------
+  /// rule(x...) is called with one SIMD batch of every array, as lvalues; the arrays given
+  /// as non-const pointers are written back. All arrays have n elements of one dtype. A
+  /// chunk's last partial batch is padded (tail_batch), so every element goes through the
+  /// rule's SIMD code: the same bits wherever it lands (see exec/plan.hpp).
   template <class F, class P0, class... P>
   static void for_each(index_t n, const F& rule, P0* p0, P*... p) {
     using T = std::remove_const_t<P0>;
@@ -111,7 +111,7 @@ struct fused_section : memory_section {
       (store_first(std::get<I>(v), m, p + j), ...);
     }(std::index_sequence_for<P...>{});
   }
-  // The first m lanes of v to dst (nothing for a read-only array).
+  /// The first m lanes of v to dst (nothing for a read-only array).
   template <class B, class T>
   static void store_first(const B& v, index_t m, T* dst) {
     if constexpr (!std::is_const_v<T>) {
@@ -120,7 +120,7 @@ struct fused_section : memory_section {
       std::copy(lanes, lanes + m, dst);
     }
   }
-  // The m < B::size elements at x as a batch; the other lanes repeat x[m - 1].
+  /// The m < B::size elements at x as a batch; the other lanes repeat x[m - 1].
   template <class B, class T>
   static B tail_batch(const T* x, index_t m) {
     alignas(sizeof(B)) std::remove_const_t<T> lanes[B::size];
@@ -128,10 +128,10 @@ struct fused_section : memory_section {
     return B::load_aligned(lanes);
   }
 
-  // Elements [j0, j1) of a row as SIMD batches. The part after the last full batch is one
-  // more batch: the batch ending at j1 where the row holds one (it overlaps the last full
-  // batch, whose lanes it recomputes with the same bits), else a padded one (load_tail).
-  // So every element, wherever it lies in its row, takes the SIMD code path.
+  /// Elements [j0, j1) of a row as SIMD batches. The part after the last full batch is one
+  /// more batch: the batch ending at j1 where the row holds one (it overlaps the last full
+  /// batch, whose lanes it recomputes with the same bits), else a padded one (load_tail).
+  /// So every element, wherever it lies in its row, takes the SIMD code path.
   template <class T, class Plan>
   static void span(T* o, const Plan& p, index_t j0, index_t j1) {
     using B = xsimd::batch<T>;
@@ -148,12 +148,12 @@ struct fused_section : memory_section {
     store_first(p.template load_tail<B>(j, j1 - j), j1 - j, o + j);
   }
 
-  // Outputs of at least this many bytes are written with streaming stores: the size of the
-  // last-level cache this process's first CPU sits behind, as Linux reports it
-  // (/sys/devices/system/cpu/cpuN/cache), else the C library's figure, else 32 MiB. Not the C
-  // library's first: on AMD EPYC glibc's _SC_LEVEL3_CACHE_SIZE adds up every CCX's L3 (320
-  // MiB on the 2-vCPU machine of benchmarks/README.md, where a core sees 32 MiB), which kept
-  // a 128 MiB output on cached stores and gradus at 0.76x of a plain OpenMP loop.
+  /// Outputs of at least this many bytes are written with streaming stores: the size of the
+  /// last-level cache this process's first CPU sits behind, as Linux reports it
+  /// (/sys/devices/system/cpu/cpuN/cache), else the C library's figure, else 32 MiB. Not the C
+  /// library's first: on AMD EPYC glibc's _SC_LEVEL3_CACHE_SIZE adds up every CCX's L3 (320
+  /// MiB on the 2-vCPU machine of benchmarks/README.md, where a core sees 32 MiB), which kept
+  /// a 128 MiB output on cached stores and gradus at 0.76x of a plain OpenMP loop.
   static std::size_t stream_threshold_bytes() {
     static const std::size_t bytes = [] {
       std::size_t llc = cpu_threads::last_level_cache_bytes();
@@ -169,13 +169,13 @@ struct fused_section : memory_section {
     return bytes;
   }
 
-  // span() with the batches stored by streaming stores, which need an aligned address.
-  // Every element still takes the same path as in span() (a batch's lanes do not depend
-  // on where the batch starts), so results are
-  // bit-identical: a cached batch at j0 covers the unaligned head, streamed batches
-  // follow from the first aligned element, and a cached batch ending at simd_end covers
-  // what is left. Head and last batch may overlap streamed ones: the same values are
-  // written twice, which is safe because a pass never writes a buffer it reads.
+  /// span() with the batches stored by streaming stores, which need an aligned address.
+  /// Every element still takes the same path as in span() (a batch's lanes do not depend
+  /// on where the batch starts), so results are
+  /// bit-identical: a cached batch at j0 covers the unaligned head, streamed batches
+  /// follow from the first aligned element, and a cached batch ending at simd_end covers
+  /// what is left. Head and last batch may overlap streamed ones: the same values are
+  /// written twice, which is safe because a pass never writes a buffer it reads.
   template <class T, class Plan>
   static void span_streaming(T* o, const Plan& p, index_t j0, index_t j1) {
     using B = xsimd::batch<T>;
@@ -193,8 +193,8 @@ struct fused_section : memory_section {
     if (simd_end < j1) span_tail(o, p, j0, simd_end, j1);
   }
 
-  // Non-temporal store of one batch (AVX-512 or AVX register; the address is aligned to
-  // its size). can_stream<T>() says whether this target has one for T's batch.
+  /// Non-temporal store of one batch (AVX-512 or AVX register; the address is aligned to
+  /// its size). can_stream<T>() says whether this target has one for T's batch.
   template <class T>
   static constexpr bool can_stream() {
     [[maybe_unused]] constexpr std::size_t bytes = sizeof(xsimd::batch<T>);

@@ -22,23 +22,23 @@ char* openblas_get_config(void);
 namespace gradus::cpu_simd_sections {
 
 struct gemm_section : reduce_section {
-  // Weights the caller will not change until release_weights() (a pipeline stage's, across
-  // its micro-batches): products of few rows against them reuse one packed copy per step
-  // (cpu_simd/dnnl_matmul.hpp). Per thread.
+  /// Weights the caller will not change until release_weights() (a pipeline stage's, across
+  /// its micro-batches): products of few rows against them reuse one packed copy per step
+  /// (cpu_simd/dnnl_matmul.hpp). Per thread.
   static void hold_weights(const void* p, std::size_t bytes) { cpu_dnnl::hold_weights(p, bytes); }
   static void release_weights() { cpu_dnnl::release_weights(); }
 
-  // ---- GEMM (row-major; transposes are flags, never copies) ------------------------------
-  // OpenBLAS runs on one thread (cpu_threads::blas_on_one_thread) and the backend splits the
-  // work itself: the batch's items and each item's output into a grid of row x column blocks, cut
-  // by threads() and the shape alone, every block one single-threaded OpenBLAS call, the
-  // blocks shared among the team. So the bits follow threads() and nothing else: a team that
-  // shrinks while other processes hold cores (threads.hpp) computes the same blocks, more of
-  // them per thread. OpenBLAS's own threading cannot promise that: its multi-threaded driver
-  // blocks K differently from its single-threaded one, so a [64,784] x [784,256] product
-  // differed in 15,049 of 16,384 elements between 1 and 2 OpenBLAS threads. Below
-  // gemm_split_work multiply-adds a product runs on the calling thread (a parallel region
-  // costs more than it saves there; OpenBLAS's own cut-off is 262,144).
+  /// ---- GEMM (row-major; transposes are flags, never copies) ------------------------------
+  /// OpenBLAS runs on one thread (cpu_threads::blas_on_one_thread) and the backend splits the
+  /// work itself: the batch's items and each item's output into a grid of row x column blocks, cut
+  /// by threads() and the shape alone, every block one single-threaded OpenBLAS call, the
+  /// blocks shared among the team. So the bits follow threads() and nothing else: a team that
+  /// shrinks while other processes hold cores (threads.hpp) computes the same blocks, more of
+  /// them per thread. OpenBLAS's own threading cannot promise that: its multi-threaded driver
+  /// blocks K differently from its single-threaded one, so a [64,784] x [784,256] product
+  /// differed in 15,049 of 16,384 elements between 1 and 2 OpenBLAS threads. Below
+  /// gemm_split_work multiply-adds a product runs on the calling thread (a parallel region
+  /// costs more than it saves there; OpenBLAS's own cut-off is 262,144).
   template <class T>
   static void gemm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                    index_t stride_a, const T* b, index_t ldb, index_t stride_b, T beta, T* c, index_t ldc,
@@ -76,18 +76,18 @@ struct gemm_section : reduce_section {
   }
 
  protected:
-  // How a product is cut: into rows x cols blocks of each batch item.
+  /// How a product is cut: into rows x cols blocks of each batch item.
   struct gemm_grid {
     index_t rows = 1, cols = 1;
   };
-  static constexpr index_t gemm_split_work = index_t(1) << 17;  // multiply-adds: below, one call
-  static constexpr index_t gemm_align = 16;                     // block edges at multiples of 16
+  static constexpr index_t gemm_split_work = index_t(1) << 17;  ///< multiply-adds: below, one call
+  static constexpr index_t gemm_align = 16;                     ///< block edges at multiples of 16
 
-  // Blocks per item: enough that the batch's tasks divide evenly among `nt` threads
-  // (nt / gcd(batch, nt): one item on 2 threads is cut in 2, 3 items in 2 each, 4 not at
-  // all), each at least gemm_split_work / 2 multiply-adds and 16 rows and columns wide; of
-  // the grids with that many blocks, the one with the least edge per block (rows / r +
-  // cols / c: what every block packs of A and B).
+  /// Blocks per item: enough that the batch's tasks divide evenly among `nt` threads
+  /// (nt / gcd(batch, nt): one item on 2 threads is cut in 2, 3 items in 2 each, 4 not at
+  /// all), each at least gemm_split_work / 2 multiply-adds and 16 rows and columns wide; of
+  /// the grids with that many blocks, the one with the least edge per block (rows / r +
+  /// cols / c: what every block packs of A and B).
   static gemm_grid gemm_plan(index_t m, index_t n, index_t k, index_t batch, int nt) {
     gemm_grid best;
     if (nt <= 1 || m * n * k * batch < gemm_split_work) return best;
@@ -111,7 +111,7 @@ struct gemm_section : reduce_section {
     }
     return best;
   }
-  // The j-th of `parts` edges of [0, len), rounded to gemm_align (the last is len).
+  /// The j-th of `parts` edges of [0, len), rounded to gemm_align (the last is len).
   static index_t gemm_cut(index_t len, index_t parts, index_t j) {
     if (j >= parts) return len;
     return std::min(len, (len * j / parts + gemm_align / 2) / gemm_align * gemm_align);
@@ -131,12 +131,12 @@ struct gemm_section : reduce_section {
     });
   }
 
-  // A small output over a long inner dimension (a convolution's weight gradient: [6, 25]
-  // summed over 36,864 pixels) gives OpenBLAS's threads nothing to split, and with two it
-  // runs slower than with one. Here each thread multiplies its own slice of k on its own
-  // (OpenBLAS runs single-threaded inside a parallel region) and the partial products are
-  // added in slice order. The slices are threads(), not the team: deterministic for a given
-  // thread count however many cores are free (a team smaller than threads() takes several).
+  /// A small output over a long inner dimension (a convolution's weight gradient: [6, 25]
+  /// summed over 36,864 pixels) gives OpenBLAS's threads nothing to split, and with two it
+  /// runs slower than with one. Here each thread multiplies its own slice of k on its own
+  /// (OpenBLAS runs single-threaded inside a parallel region) and the partial products are
+  /// added in slice order. The slices are threads(), not the team: deterministic for a given
+  /// thread count however many cores are free (a team smaller than threads() takes several).
   template <class T>
   static bool split_k(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                       const T* b, index_t ldb, T beta, T* c, index_t ldc) {
@@ -157,8 +157,8 @@ struct gemm_section : reduce_section {
       for (index_t r = 0; r < m; ++r) zip_row(parts + ((t - 1) * m + r) * n, c + r * ldc, 0, n, add_op{});
     return true;
   }
-  static constexpr index_t split_k_min_slice = 512;        // at least this much of k per thread
-  static constexpr index_t split_k_max_output = 1 << 16;   // outputs up to 256 KiB of floats
+  static constexpr index_t split_k_min_slice = 512;        ///< at least this much of k per thread
+  static constexpr index_t split_k_max_output = 1 << 16;   ///< outputs up to 256 KiB of floats
 };
 
 }  // namespace gradus::cpu_simd_sections

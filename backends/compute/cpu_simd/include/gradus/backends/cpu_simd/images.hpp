@@ -48,10 +48,10 @@ struct images_section : layout_section {
     gemm(false, true, g.o, ckk, g.n * hw, T(1), dyt, g.n * hw, 0, col, g.n * hw, 0, T(0), dw, ckk, 0, index_t(1));
   }
 
-  // ---- images (NCHW, dilation 1) ---------------------------------------------------------
-  // col [C*KH*KW, N*OH*OW]: row (c, i, j) holds pixel (oh*s - p + i, ow*s - p + j) of
-  // channel c for every (n, oh, ow); zeros where that falls in the padding. One thread
-  // per row block: each writes whole rows of col.
+  /// ---- images (NCHW, dilation 1) ---------------------------------------------------------
+  /// col [C*KH*KW, N*OH*OW]: row (c, i, j) holds pixel (oh*s - p + i, ow*s - p + j) of
+  /// channel c for every (n, oh, ow); zeros where that falls in the padding. One thread
+  /// per row block: each writes whole rows of col.
   template <class T>
   static void im2col(const T* x, const conv_geometry& g, T* col) {
     const index_t n = g.n, c = g.c, h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride,
@@ -97,8 +97,8 @@ struct images_section : layout_section {
       }
     }
   }
-  // x [N,C,H,W] = 0, then every entry of col added back at the pixel im2col read it from.
-  // One thread per (n, c) plane: planes are disjoint, the sum order within one is fixed.
+  /// x [N,C,H,W] = 0, then every entry of col added back at the pixel im2col read it from.
+  /// One thread per (n, c) plane: planes are disjoint, the sum order within one is fixed.
   template <class T>
   static void col2im(const T* col, const conv_geometry& g, T* x) {
     const index_t n = g.n, c = g.c, h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride,
@@ -124,8 +124,8 @@ struct images_section : layout_section {
         }
     }
   }
-  // Pooling over the n * c independent [H, W] planes: max skips the padding (PyTorch's
-  // -inf), avg counts it as zeros and divides by KH*KW (count_include_pad).
+  /// Pooling over the n * c independent [H, W] planes: max skips the padding (PyTorch's
+  /// -inf), avg counts it as zeros and divides by KH*KW (count_include_pad).
   template <class T>
   static void pool2d(bool is_max, const T* x, const conv_geometry& g, T* y) {
     const index_t planes = g.planes(), h = g.h, w = g.w, kh = g.window.kh, kw = g.window.kw, s = g.window.stride,
@@ -166,8 +166,8 @@ struct images_section : layout_section {
         }
     }
   }
-  // dx = 0; max: each g goes to the first maximum of its window (scan order; a NaN wins,
-  // as it does in the forward max); avg: g / (KH*KW) to every pixel of its window.
+  /// dx = 0; max: each g goes to the first maximum of its window (scan order; a NaN wins,
+  /// as it does in the forward max); avg: g / (KH*KW) to every pixel of its window.
   template <class T>
   static void pool2d_grad(bool is_max, const T* x, const T* g, const conv_geometry& geo, T* dx) {
     const index_t planes = geo.planes(), h = geo.h, w = geo.w, kh = geo.window.kh, kw = geo.window.kw,
@@ -234,8 +234,8 @@ struct images_section : layout_section {
   }
 
  protected:
-  // The calling thread's scratch buffer `which` (0 or 1), at least `count` elements: grown
-  // (never shrunk) to the largest request, freed when the thread ends.
+  /// The calling thread's scratch buffer `which` (0 or 1), at least `count` elements: grown
+  /// (never shrunk) to the largest request, freed when the thread ends.
   struct scratch_buffer {
     void* data = nullptr;
     std::size_t bytes = 0;
@@ -256,7 +256,7 @@ struct images_section : layout_section {
     }
     return static_cast<T*>(b.data);
   }
-  // max that propagates a NaN from either side (std::max keeps its first argument)
+  /// max that propagates a NaN from either side (std::max keeps its first argument)
   template <class T>
   static T max_nan(T m, T e) {
     return (e > m || (e != e && m == m)) ? e : m;

@@ -5,7 +5,7 @@
 namespace gradus::cpu_simd_sections {
 
 struct index_section : rows_section {
-  // ---- index ops -------------------------------------------------------------------------
+  /// ---- index ops -------------------------------------------------------------------------
   template <class T>
   static void one_hot(const std::int32_t* idx, index_t n, index_t depth, T* out) {
     check_indices("one_hot", "index", idx, n, depth);
@@ -20,8 +20,8 @@ struct index_section : rows_section {
     for (index_t i = 0; i < n; ++i)
       std::memcpy(out + i * row_len, table + idx[i] * row_len, static_cast<std::size_t>(row_len) * sizeof(T));
   }
-  // out[idx[i]] = src[i] for i = 0..n-1 (rows of row_len; the indices are distinct): the
-  // write-back of rows a sparse update gathered.
+  /// out[idx[i]] = src[i] for i = 0..n-1 (rows of row_len; the indices are distinct): the
+  /// write-back of rows a sparse update gathered.
   template <class T>
   static void scatter_rows(const T* src, const std::int32_t* idx, index_t n, index_t row_len, T* out, index_t rows) {
     check_indices("scatter_rows", "index", idx, n, rows);
@@ -30,10 +30,10 @@ struct index_section : rows_section {
     for (index_t i = 0; i < n; ++i)
       std::memcpy(out + idx[i] * row_len, src + i * row_len, static_cast<std::size_t>(row_len) * sizeof(T));
   }
-  // out (rows x row_len) = 0, then out[idx[i]] += g[i] for i = 0..n-1. Each output row is
-  // summed by one thread in index order, so the result is the sequential one, bit for bit,
-  // whatever the thread count: small inputs run that sequential loop; large ones sort the
-  // positions by target row (stable counting sort), then deal out disjoint output rows.
+  /// out (rows x row_len) = 0, then out[idx[i]] += g[i] for i = 0..n-1. Each output row is
+  /// summed by one thread in index order, so the result is the sequential one, bit for bit,
+  /// whatever the thread count: small inputs run that sequential loop; large ones sort the
+  /// positions by target row (stable counting sort), then deal out disjoint output rows.
   template <class T>
   static void scatter_add(const T* g, const std::int32_t* idx, index_t n, index_t row_len, T* out, index_t rows) {
     check_indices("scatter_add", "index", idx, n, rows);

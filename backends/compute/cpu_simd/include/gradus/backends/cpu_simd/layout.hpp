@@ -5,7 +5,7 @@
 namespace gradus::cpu_simd_sections {
 
 struct layout_section : index_section {
-  // ---- layout --------------------------------------------------------------------------
+  /// ---- layout --------------------------------------------------------------------------
   template <class T>
   static void permute(const T* in, const dims& in_dims, const std::array<std::size_t, max_rank>& perm, T* out) {
     const std::size_t r = in_dims.rank;

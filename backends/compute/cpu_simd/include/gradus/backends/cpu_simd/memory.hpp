@@ -5,7 +5,7 @@
 namespace gradus::cpu_simd_sections {
 
 struct memory_section : base_section {
-  // ---- memory --------------------------------------------------------------------------
+  /// ---- memory --------------------------------------------------------------------------
   static void* allocate(std::size_t bytes) {
     const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
     return ::operator new(rounded, std::align_val_t{alignment});

@@ -7,9 +7,9 @@
 namespace gradus::cpu_simd_sections {
 
 struct random_section : images_section {
-  // ---- random masks --------------------------------------------------------------------
-  // out[i] = 1/keep if u(seed, draw, i) < keep else 0, u uniform in [0, 1) from a
-  // splitmix64 hash of (seed, draw, i): the same mask for any thread count.
+  /// ---- random masks --------------------------------------------------------------------
+  /// out[i] = 1/keep if u(seed, draw, i) < keep else 0, u uniform in [0, 1) from a
+  /// splitmix64 hash of (seed, draw, i): the same mask for any thread count.
   template <class T>
   static void dropout_mask(T* out, index_t n, double keep, std::uint64_t seed, std::uint64_t draw) {
     const T scale = static_cast<T>(1 / keep);

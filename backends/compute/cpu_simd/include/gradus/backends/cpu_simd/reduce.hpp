@@ -10,7 +10,7 @@
 namespace gradus::cpu_simd_sections {
 
 struct reduce_section : fused_section {
-  // sum of x[i]^2, accumulated in double in a fixed order (deterministic).
+  /// sum of x[i]^2, accumulated in double in a fixed order (deterministic).
   template <class T>
   static T sum_squares(const T* x, index_t n) {
     double s = 0;
@@ -32,8 +32,8 @@ struct reduce_section : fused_section {
     return static_cast<T>(s);
   }
 
-  // The index of the first NaN or infinity among x[0, n), or -1 (check_numerics). Blocks
-  // are screened with SIMD (x * 0 is 0 for a finite x, NaN otherwise), then searched.
+  /// The index of the first NaN or infinity among x[0, n), or -1 (check_numerics). Blocks
+  /// are screened with SIMD (x * 0 is 0 for a finite x, NaN otherwise), then searched.
   template <class T>
   static index_t first_nonfinite(const T* x, index_t n) {
     using B = xsimd::batch<T>;
@@ -51,7 +51,7 @@ struct reduce_section : fused_section {
     return -1;
   }
 
-  // ---- reductions ----------------------------------------------------------------------
+  /// ---- reductions ----------------------------------------------------------------------
   template <class T>
   static void reduce(reduce_kind k, const T* in, index_t outer, index_t n, index_t inner, T* out) {
     switch (k) {
@@ -94,8 +94,8 @@ struct reduce_section : fused_section {
     static constexpr T identity() { return std::numeric_limits<T>::infinity(); }
   };
 
-  // Reduce a contiguous run with SIMD: four independent accumulators, then a fixed
-  // tree, so the order (and the result) depends only on n.
+  /// Reduce a contiguous run with SIMD: four independent accumulators, then a fixed
+  /// tree, so the order (and the result) depends only on n.
   template <class T, class Op>
   static T reduce_run(const T* x, index_t n, Op op) {
     using B = xsimd::batch<T>;
@@ -195,7 +195,7 @@ struct reduce_section : fused_section {
     }
     return s;
   }
-  // y = f(x) over a row (y may be x); the tail as a padded batch
+  /// y = f(x) over a row (y may be x); the tail as a padded batch
   template <class T, class F>
   static void map_row(const T* x, T* y, index_t n, F f) {
     using B = xsimd::batch<T>;

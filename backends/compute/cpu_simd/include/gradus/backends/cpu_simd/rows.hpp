@@ -6,7 +6,7 @@
 namespace gradus::cpu_simd_sections {
 
 struct rows_section : gemm_section {
-  // ---- row-wise softmax family -----------------------------------------------------------
+  /// ---- row-wise softmax family -----------------------------------------------------------
   template <class T>
   static void softmax(const T* in, index_t rows, index_t cols, T* out, bool log) {
     const bool par = rows * cols >= parallel_threshold && rows > 1;

@@ -52,13 +52,13 @@
 
 namespace gradus::cpu_threads {
 
-// Busy and total jiffies summed over some CPUs' lines of /proc/stat ("cpuN user nice system
-// idle iowait irq softirq steal ..."). Busy: user, nice, system, irq, softirq and steal (a
-// hypervisor's other guests hold the core as surely as a process does); idle and iowait are
-// free. Lines of CPUs not in `cpus` (the affinity mask) are skipped; the aggregate "cpu "
-// line is skipped. ok is false when no wanted line was found.
-// Reads up to cap bytes of a small kernel file (/proc, /sys) into buf; the bytes read (0
-// when it cannot be opened).
+/// Busy and total jiffies summed over some CPUs' lines of /proc/stat ("cpuN user nice system
+/// idle iowait irq softirq steal ..."). Busy: user, nice, system, irq, softirq and steal (a
+/// hypervisor's other guests hold the core as surely as a process does); idle and iowait are
+/// free. Lines of CPUs not in `cpus` (the affinity mask) are skipped; the aggregate "cpu "
+/// line is skipped. ok is false when no wanted line was found.
+/// Reads up to cap bytes of a small kernel file (/proc, /sys) into buf; the bytes read (0
+/// when it cannot be opened).
 inline std::size_t read_file(const char* path, char* buf, std::size_t cap) {
   const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return 0;
@@ -108,8 +108,8 @@ inline cpu_times parse_proc_stat(std::string_view text, const std::vector<int>& 
   return t;
 }
 
-// utime + stime (jiffies, every thread of the process) from /proc/self/stat: fields 14 and
-// 15, counted after the command name's closing parenthesis (the name may hold spaces).
+/// utime + stime (jiffies, every thread of the process) from /proc/self/stat: fields 14 and
+/// 15, counted after the command name's closing parenthesis (the name may hold spaces).
 inline std::int64_t parse_self_stat(std::string_view text) {
   const std::size_t close = text.rfind(')');
   if (close == std::string_view::npos) return -1;
@@ -131,12 +131,12 @@ inline std::int64_t parse_self_stat(std::string_view text) {
   return v[0] < 0 || v[1] < 0 ? -1 : v[0] + v[1];
 }
 
-// The decision, apart from where the numbers come from (tested on its own). `others`: the
-// cores other processes used over the last window (busy core-seconds / seconds).
+/// The decision, apart from where the numbers come from (tested on its own). `others`: the
+/// cores other processes used over the last window (busy core-seconds / seconds).
 class governor_state {
  public:
-  // Cores counted as taken after this window: up when others ≥ taken + 0.6, down when
-  // others < taken - 0.6 (i.e. a fractional core counts from 60% and until below 40%).
+  /// Cores counted as taken after this window: up when others ≥ taken + 0.6, down when
+  /// others < taken - 0.6 (i.e. a fractional core counts from 60% and until below 40%).
   int observe(double others) {
     const int up = static_cast<int>(std::floor(others + 0.4));
     const int down = static_cast<int>(std::floor(others + 0.6));
@@ -145,7 +145,7 @@ class governor_state {
     return taken_;
   }
   int taken() const { return taken_; }
-  // The team for a thread count of `threads` on `cpus` usable cores.
+  /// The team for a thread count of `threads` on `cpus` usable cores.
   static int team(int threads, int cpus, int taken) {
     if (taken <= 0) return threads;
     return std::clamp(std::min(threads, cpus - taken), 1, std::max(1, threads));
@@ -169,7 +169,7 @@ class governor {
   int cpus() const { return static_cast<int>(cpus_.size()); }
   int taken() const { return taken_.load(std::memory_order_relaxed); }
 
-  // At most every `period`: read the two files and update the taken cores. Returns them.
+  /// At most every `period`: read the two files and update the taken cores. Returns them.
   int sample(std::chrono::steady_clock::time_point now) {
     const std::int64_t t = now.time_since_epoch().count();
     if (t - last_.load(std::memory_order_relaxed) < period_ticks_ || !available_.load(std::memory_order_relaxed))
@@ -246,9 +246,9 @@ class governor {
   std::vector<char> buffer_;
 };
 
-// The size in bytes of the highest-level data or unified cache in front of the first CPU
-// this process may run on, from /sys/devices/system/cpu/cpuN/cache/index*/{level,type,size}
-// ("32768K"); 0 where Linux does not say. `root` is that directory's parent (a test's own).
+/// The size in bytes of the highest-level data or unified cache in front of the first CPU
+/// this process may run on, from /sys/devices/system/cpu/cpuN/cache/index*/{level,type,size}
+/// ("32768K"); 0 where Linux does not say. `root` is that directory's parent (a test's own).
 inline std::size_t last_level_cache_bytes(const std::string& root = "/sys/devices/system/cpu") {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -280,8 +280,8 @@ inline std::size_t last_level_cache_bytes(const std::string& root = "/sys/device
   return best;
 }
 
-// Per calling thread (OpenMP's thread count is a per-thread setting): the thread count its
-// results are defined by, and the team last given to OpenMP.
+/// Per calling thread (OpenMP's thread count is a per-thread setting): the thread count its
+/// results are defined by, and the team last given to OpenMP.
 inline thread_local int tl_threads = 0;
 inline thread_local int tl_team = 0;
 
@@ -290,11 +290,11 @@ inline int threads() {
   return tl_threads;
 }
 
-// Runs f with OpenBLAS on the calling thread alone. OpenBLAS's OpenMP build (Debian's
-// libopenblas0-openmp, 0.3.21) uses omp_get_max_threads() threads whenever it is called
-// outside an active parallel region (it resets its own count to OpenMP's on every call,
-// so openblas_set_num_threads(1) does not hold), and one thread inside one. Outside, the
-// calling thread's OpenMP count is 1 for the call and put back after: a cheap ICV store.
+/// Runs f with OpenBLAS on the calling thread alone. OpenBLAS's OpenMP build (Debian's
+/// libopenblas0-openmp, 0.3.21) uses omp_get_max_threads() threads whenever it is called
+/// outside an active parallel region (it resets its own count to OpenMP's on every call,
+/// so openblas_set_num_threads(1) does not hold), and one thread inside one. Outside, the
+/// calling thread's OpenMP count is 1 for the call and put back after: a cheap ICV store.
 template <class F>
 void blas_on_one_thread(F&& f) {
   if (omp_in_parallel()) return f();
@@ -317,7 +317,7 @@ inline void set_threads(int n) {
   apply_team(governor::instance().team_for(tl_threads));
 }
 
-// session::run's hook: one clock read, and every 250 ms a sample.
+/// session::run's hook: one clock read, and every 250 ms a sample.
 inline void before_run() {
   const int t = threads();
   governor& g = governor::instance();

@@ -11,7 +11,7 @@ namespace gradus {
 
 // ---- xtensor interop ---------------------------------------------------------------------
 
-// A copy of a result as an xt::xarray.
+/// A copy of a result as an xt::xarray.
 template <class T>
 xt::xarray<std::remove_const_t<T>> to_xarray(const tensor_view<T>& v) {
   const std::vector<std::size_t> shape(v.shape().begin(), v.shape().end());
@@ -20,7 +20,7 @@ xt::xarray<std::remove_const_t<T>> to_xarray(const tensor_view<T>& v) {
   return r;
 }
 
-// A copy of a result as an xt::xtensor of rank R (the rank must match).
+/// A copy of a result as an xt::xtensor of rank R (the rank must match).
 template <std::size_t R, class T>
 xt::xtensor<std::remove_const_t<T>, R> to_xtensor(const tensor_view<T>& v) {
   if (v.shape().rank != R)
@@ -32,7 +32,7 @@ xt::xtensor<std::remove_const_t<T>, R> to_xtensor(const tensor_view<T>& v) {
   return r;
 }
 
-// A zero-copy xtensor view of a result (valid until the buffer's next run).
+/// A zero-copy xtensor view of a result (valid until the buffer's next run).
 template <class T>
 auto adapt(const tensor_view<T>& v) {
   const std::vector<std::size_t> shape(v.shape().begin(), v.shape().end());

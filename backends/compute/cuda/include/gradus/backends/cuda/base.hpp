@@ -46,7 +46,7 @@
 
 namespace gradus {
 
-// A CUDA runtime, cuBLAS or cuDNN call that failed, with the call and the library's text.
+/// A CUDA runtime, cuBLAS or cuDNN call that failed, with the call and the library's text.
 struct cuda_error : error {
   using error::error;
 };
@@ -55,8 +55,8 @@ namespace cuda_sections {
 
 struct base_section {
   static constexpr const char* name = "cuda";
-  static constexpr std::size_t alignment = 256;  // cudaMalloc's
-  static constexpr bool host_memory = false;     // the executor stages feeds and results
+  static constexpr std::size_t alignment = 256;  ///< cudaMalloc's
+  static constexpr bool host_memory = false;     ///< the executor stages feeds and results
 
 #if GRADUS_CUDA_GPU
   static void check(cudaError_t e, const char* what) {
@@ -65,8 +65,8 @@ struct base_section {
   }
 #endif
 
-  // A session's place on the device: its stream (created on first use) and an id that
-  // the caching allocator tags freed blocks with (0 is the legacy default stream).
+  /// A session's place on the device: its stream (created on first use) and an id that
+  /// the caching allocator tags freed blocks with (0 is the legacy default stream).
   class context {
    public:
     context() : id_(next_id()) {}
@@ -99,7 +99,7 @@ struct base_section {
 #endif
   };
 
-  // Makes a context current on the calling thread until it is destroyed (nests).
+  /// Makes a context current on the calling thread until it is destroyed (nests).
   class binding {
    public:
     explicit binding(context& c) : prev_(std::exchange(current_, &c)) {}
@@ -112,11 +112,11 @@ struct base_section {
   };
   [[nodiscard]] static binding bind(context& c) { return binding(c); }
 
-  // The id of the context bound on this thread; 0 when none is (the legacy stream).
+  /// The id of the context bound on this thread; 0 when none is (the legacy stream).
   static std::uint64_t current_context_id() { return current_ ? current_->id() : 0; }
 
 #if GRADUS_CUDA_GPU
-  // Where this thread's work goes now: the bound session's stream, else the legacy stream.
+  /// Where this thread's work goes now: the bound session's stream, else the legacy stream.
   static cudaStream_t stream() { return current_ ? current_->stream() : cudaStreamLegacy; }
   static void synchronize() { check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize"); }
 #else

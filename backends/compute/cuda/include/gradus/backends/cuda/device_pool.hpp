@@ -38,14 +38,14 @@ namespace gradus {
 namespace cuda_detail {
 
 struct pool_stats {
-  std::size_t device_allocations = 0;   // cudaMalloc calls (operator new in the cuda-omp build)
+  std::size_t device_allocations = 0;   ///< cudaMalloc calls (operator new in the cuda-omp build)
   std::size_t device_frees = 0;
-  std::size_t reused = 0;               // requests served from the free lists
-  std::size_t cross_stream_reuses = 0;  // ... of them, blocks another stream had freed
-  std::size_t bytes_reserved = 0;       // held from the device: in use + cached
+  std::size_t reused = 0;               ///< requests served from the free lists
+  std::size_t cross_stream_reuses = 0;  ///< ... of them, blocks another stream had freed
+  std::size_t bytes_reserved = 0;       ///< held from the device: in use + cached
   std::size_t bytes_in_use = 0;
-  // the most both pools held from the device at once since the program started (PyTorch's
-  // torch.cuda.max_memory_reserved: neither counts the CUDA context, cuBLAS' or cuDNN's own)
+  /// the most both pools held from the device at once since the program started (PyTorch's
+  /// torch.cuda.max_memory_reserved: neither counts the CUDA context, cuBLAS' or cuDNN's own)
   std::size_t peak_bytes_reserved = 0;
 };
 
@@ -61,7 +61,7 @@ class device_pool {
     static device_pool p;
     return p;
   }
-  // Both pools' figures, summed.
+  /// Both pools' figures, summed.
   static pool_stats total() {
     const pool_stats a = buffers().stats(), b = scratch().stats();
     return {a.device_allocations + b.device_allocations, a.device_frees + b.device_frees, a.reused + b.reused,
@@ -122,8 +122,8 @@ class device_pool {
     stats_.bytes_in_use += size;
     return p;
   }
-  // Back to the free list of its size, tagged with the calling thread's stream, once the
-  // work queued there so far is done (an event; the host does not wait).
+  /// Back to the free list of its size, tagged with the calling thread's stream, once the
+  /// work queued there so far is done (an event; the host does not wait).
   void put(void* p) noexcept {
     if (!p) return;
     std::lock_guard<std::mutex> lock(m_);
@@ -139,7 +139,7 @@ class device_pool {
     stats_.bytes_in_use -= b.size;
     free_[b.size].push_back({p, base::current_context_id()});
   }
-  // Return every cached (free) block to the device.
+  /// Return every cached (free) block to the device.
   void release_cached() noexcept {
     std::lock_guard<std::mutex> lock(m_);
     for (auto& [size, list] : free_) {
@@ -161,8 +161,8 @@ class device_pool {
     std::lock_guard<std::mutex> lock(m_);
     return stats_;
   }
-  // Whether [p, p + bytes) lies in one block the pool handed out and has not taken back:
-  // the cuda-omp build asks it of every pointer a copy or kernel treats as device memory.
+  /// Whether [p, p + bytes) lies in one block the pool handed out and has not taken back:
+  /// the cuda-omp build asks it of every pointer a copy or kernel treats as device memory.
   bool holds(const void* p, std::size_t bytes) const {
     std::lock_guard<std::mutex> lock(m_);
     auto it = blocks_.upper_bound(key(p));
@@ -181,18 +181,18 @@ class device_pool {
   };
   struct cached {
     void* p;
-    std::uint64_t stream;  // the context that freed it (0: the legacy stream)
+    std::uint64_t stream;  ///< the context that freed it (0: the legacy stream)
   };
 
 #if GRADUS_CUDA_GPU
-  // The CUDA runtime is started first, so that it is torn down after the pools at exit
-  // (static objects end in the reverse order of their construction): their cudaFree calls
-  // then reach a live runtime.
+  /// The CUDA runtime is started first, so that it is torn down after the pools at exit
+  /// (static objects end in the reverse order of their construction): their cudaFree calls
+  /// then reach a live runtime.
   device_pool() { cudaFree(nullptr); }
 #else
   device_pool() = default;
 #endif
-  // both pools' reserved bytes, and their peak
+  /// both pools' reserved bytes, and their peak
   static std::atomic<std::size_t>& reserved() {
     static std::atomic<std::size_t> n{0};
     return n;
@@ -209,7 +209,7 @@ class device_pool {
   }
   static std::uintptr_t key(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
   block& at(void* p) { return blocks_.at(key(p)); }
-  // null when the device is out of memory; any other failure (no device, no driver) throws
+  /// null when the device is out of memory; any other failure (no device, no driver) throws
   static void* raw_alloc(std::size_t size) {
 #if GRADUS_CUDA_GPU
     void* p = nullptr;
@@ -232,11 +232,11 @@ class device_pool {
   }
   mutable std::mutex m_;
   std::unordered_map<std::size_t, std::vector<cached>> free_;
-  std::map<std::uintptr_t, block> blocks_;  // every block held from the device, by address
+  std::map<std::uintptr_t, block> blocks_;  ///< every block held from the device, by address
   pool_stats stats_;
 };
 
-// Thrust's temporary storage (sorts, reductions, searches) from the pool.
+/// Thrust's temporary storage (sorts, reductions, searches) from the pool.
 struct thrust_temporaries {
   using value_type = char;
   char* allocate(std::ptrdiff_t n) { return static_cast<char*>(device_pool::scratch().get(static_cast<std::size_t>(n))); }
@@ -247,8 +247,8 @@ struct thrust_temporaries {
   }
 };
 
-// A kernel's temporary device array, from the pool and back to it at scope exit (on the
-// stream that used it: no wait).
+/// A kernel's temporary device array, from the pool and back to it at scope exit (on the
+/// stream that used it: no wait).
 template <class T>
 class device_scratch {
  public:

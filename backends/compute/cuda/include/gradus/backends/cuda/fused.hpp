@@ -25,15 +25,15 @@ namespace gradus {
 
 namespace cuda_kernels {
 
-// i / d for i >= 0, d > 0: a 32-bit division where both fit (a 64-bit one is a long
-// software sequence on a GPU).
+/// i / d for i >= 0, d > 0: a 32-bit division where both fit (a 64-bit one is a long
+/// software sequence on a GPU).
 GRADUS_HD inline index_t quotient(index_t i, index_t d) {
   return (static_cast<std::uint64_t>(i) | static_cast<std::uint64_t>(d)) >> 32 == 0
              ? static_cast<index_t>(static_cast<std::uint32_t>(i) / static_cast<std::uint32_t>(d))
              : i / d;
 }
 
-// The plan positioned on row `row`.
+/// The plan positioned on row `row`.
 template <class Plan>
 GRADUS_HD Plan at_row(const Plan& plan, const loop_shape& ls, index_t row) {
   Plan p = plan;
@@ -43,7 +43,7 @@ GRADUS_HD Plan at_row(const Plan& plan, const loop_shape& ls, index_t row) {
   return p;
 }
 
-// The plan positioned on the row of flat element i; j is i's place in the row.
+/// The plan positioned on the row of flat element i; j is i's place in the row.
 template <class Plan>
 GRADUS_HD Plan on_row(const Plan& plan, const loop_shape& ls, index_t i, index_t& j) {
   if (ls.rank == 1) {
@@ -90,14 +90,14 @@ struct assign_lanes_fn {  // V elements (16 bytes) per thread
   }
 };
 
-// How fused_section::assign strides a row that the 16-byte kernel cannot take.
-inline constexpr int rows_per_thread = 8;  // 0.89x a copy on an H200; 4: 0.86x, 2: 0.70x (rows of 4099)
-inline constexpr index_t rows_min = 128;  // shorter rows: one element per thread (rows of 130: 0.78x, against 0.47x)
+/// How fused_section::assign strides a row that the 16-byte kernel cannot take.
+inline constexpr int rows_per_thread = 8;  ///< 0.89x a copy on an H200; 4: 0.86x, 2: 0.70x (rows of 4099)
+inline constexpr index_t rows_min = 128;  ///< shorter rows: one element per thread (rows of 130: 0.78x, against 0.47x)
 
-// `width` threads to a row (a multiple of 32, so that a warp stays in one row and its loads
-// coalesce), thread `lane` taking elements lane, lane + width, ... (rows_per_thread of them,
-// width * rows_per_thread >= the row's length): every leaf's loads are issued before the
-// first store, so a thread has rows_per_thread loads per leaf in flight.
+/// `width` threads to a row (a multiple of 32, so that a warp stays in one row and its loads
+/// coalesce), thread `lane` taking elements lane, lane + width, ... (rows_per_thread of them,
+/// width * rows_per_thread >= the row's length): every leaf's loads are issued before the
+/// first store, so a thread has rows_per_thread loads per leaf in flight.
 template <class T, class Plan, int U = rows_per_thread>
 struct assign_rows_fn {
   T* out;
@@ -122,7 +122,7 @@ struct assign_rows_fn {
   }
 };
 
-// rule(v0, v1, ...) on element i of every array; arrays marked in `writes` are stored back.
+/// rule(v0, v1, ...) on element i of every array; arrays marked in `writes` are stored back.
 template <class F, class T, std::size_t N, unsigned long long Writes>
 struct for_each_fn {
   F rule;
@@ -140,7 +140,7 @@ struct for_each_fn {
 
 namespace cuda_sections {
 
-// How many fused passes took each kernel (tests check that each runs).
+/// How many fused passes took each kernel (tests check that each runs).
 struct fused_counts {
   std::size_t by_lanes = 0, by_rows = 0, by_element = 0;
 };

@@ -25,8 +25,8 @@ namespace cuda_kernels {
 // Each kernel holds its call's conv_geometry and the output extents OH, OW, computed once
 // on the host (a division saved in every thread).
 
-// col [C*KH*KW, N*OH*OW]: element (row (ch, i, j), column (b, y, q)) is pixel
-// (y*s - p + i, q*s - p + j) of channel ch of image b, 0 in the padding.
+/// col [C*KH*KW, N*OH*OW]: element (row (ch, i, j), column (b, y, q)) is pixel
+/// (y*s - p + i, q*s - p + j) of channel ch of image b, 0 in the padding.
 template <class T>
 struct im2col_fn {
   const T* x;
@@ -43,7 +43,7 @@ struct im2col_fn {
   }
 };
 
-// x [N,C,H,W]: each pixel sums the col entries im2col read it into, over (i, j) in order.
+/// x [N,C,H,W]: each pixel sums the col entries im2col read it into, over (i, j) in order.
 template <class T>
 struct col2im_fn {
   const T* col;
@@ -74,7 +74,7 @@ GRADUS_HD T max_nan(T m, T e) {  // max that propagates a NaN from either side
   return (e > m || (e != e && m == m)) ? e : m;
 }
 
-// max skips the padding (PyTorch's -inf), avg counts it as zeros (count_include_pad)
+/// max skips the padding (PyTorch's -inf), avg counts it as zeros (count_include_pad)
 template <class T>
 struct pool_fn {
   bool is_max;
@@ -101,8 +101,8 @@ struct pool_fn {
   }
 };
 
-// dx: each pixel sums, over the windows holding it in scan order, g of the window if the
-// pixel is that window's first maximum (max; a NaN counts as the maximum) or g / (KH*KW).
+/// dx: each pixel sums, over the windows holding it in scan order, g of the window if the
+/// pixel is that window's first maximum (max; a NaN counts as the maximum) or g / (KH*KW).
 template <class T>
 struct pool_grad_fn {
   bool is_max;
@@ -212,7 +212,7 @@ struct images_section : layout_section {
     check_dnn(cudnnSetStream(h.h, stream()), "cudnnSetStream");
     return h.h;
   }
-  // The descriptors of one convolution shape.
+  /// The descriptors of one convolution shape.
   template <class T>
   struct conv_desc {
     cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -246,13 +246,13 @@ struct images_section : layout_section {
       cudnnDestroyTensorDescriptor(x);
     }
   };
-  // One convolution's descriptors and, per pass, the algorithm cuDNN's heuristics chose
-  // and its workspace size: asked once per shape and thread (a training step asks the
-  // same few shapes every time), not on every call.
+  /// One convolution's descriptors and, per pass, the algorithm cuDNN's heuristics chose
+  /// and its workspace size: asked once per shape and thread (a training step asks the
+  /// same few shapes every time), not on every call.
   template <class T>
   struct conv_plan {
     conv_desc<T> d;
-    int algo[3] = {-1, -1, -1};  // by pass; -1: not asked yet
+    int algo[3] = {-1, -1, -1};  ///< by pass; -1: not asked yet
     std::size_t workspace[3] = {0, 0, 0};
     explicit conv_plan(const conv_geometry& g) : d(g) {}
   };
@@ -263,12 +263,12 @@ struct images_section : layout_section {
     if (!slot) slot = std::make_unique<conv_plan<T>>(g);
     return *slot;
   }
-  // The first of the heuristics' `got` answers (fastest first) that cuDNN can run here
-  // (status success) in the descriptor's math (float: FMA, no TF32), deterministic ones
-  // first: a non-deterministic algorithm (atomic adds, e.g. some backward-filter ones) gives
-  // other bits on every run of the same program and seed (seen on an H200: mnist_cnn_cuda's
-  // seed 1 reached 97.66%, 97.82% and 96.55% in three runs), which PyTorch only avoids under
-  // torch.backends.cudnn.deterministic. Without a deterministic one, the fastest usable.
+  /// The first of the heuristics' `got` answers (fastest first) that cuDNN can run here
+  /// (status success) in the descriptor's math (float: FMA, no TF32), deterministic ones
+  /// first: a non-deterministic algorithm (atomic adds, e.g. some backward-filter ones) gives
+  /// other bits on every run of the same program and seed (seen on an H200: mnist_cnn_cuda's
+  /// seed 1 reached 97.66%, 97.82% and 96.55% in three runs), which PyTorch only avoids under
+  /// torch.backends.cudnn.deterministic. Without a deterministic one, the fastest usable.
   template <class T, class Perf>
   static int usable_algorithm(const Perf* perf, int got, const char* what) {
     const auto usable = [&](int i) {
@@ -281,7 +281,7 @@ struct images_section : layout_section {
     throw cuda_error(std::string("gradus: cuda: ") + what + ": none of cuDNN's " + std::to_string(got) +
                      " algorithms for this convolution can run (in FMA math)");
   }
-  // forward: a = x, b = w, out = y; data: a = dy, b = w, out = dx; weights: a = x, b = dy, out = dw
+  /// forward: a = x, b = w, out = y; data: a = dy, b = w, out = dx; weights: a = x, b = dy, out = dw
   template <class T>
   static void conv_call(pass ps, const T* a, const T* b, T* out, const conv_geometry& g) {
     conv_plan<T>& pl = plan_for<T>(g);

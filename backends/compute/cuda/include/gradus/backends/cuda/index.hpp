@@ -46,12 +46,12 @@ struct scatter_rows_fn {  // out[idx[i], j] = src[i, j]
     out[idx[i] * row_len + j] = src[e];
   }
 };
-// out[r, j] = sum of g[order[k], j] over the k whose sorted key is r, in k order
+/// out[r, j] = sum of g[order[k], j] over the k whose sorted key is r, in k order
 template <class T>
 struct scatter_add_fn {
   const T* g;
-  const std::int32_t* keys;  // idx sorted (stably)
-  const index_t* order;      // the positions, in that order
+  const std::int32_t* keys;  ///< idx sorted (stably)
+  const index_t* order;      ///< the positions, in that order
   index_t n, row_len;
   T* out;
   GRADUS_HD void operator()(index_t e) const {
@@ -83,7 +83,7 @@ struct index_section : rows_section {
     check_indices("gather", "index", idx, n, rows);
     for_n(n * row_len, cuda_kernels::gather_fn<T>{table, idx, row_len, out});
   }
-  // out[idx[i]] = src[i] (distinct indices: a sparse update's write-back)
+  /// out[idx[i]] = src[i] (distinct indices: a sparse update's write-back)
   template <class T>
   static void scatter_rows(const T* src, const std::int32_t* idx, index_t n, index_t row_len, T* out, index_t rows) {
     check_indices("scatter_rows", "index", idx, n, rows);

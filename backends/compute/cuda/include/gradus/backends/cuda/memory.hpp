@@ -27,8 +27,8 @@ namespace gradus {
 namespace cuda_detail {
 
 #if GRADUS_CUDA_GPU
-// The calling thread's pinned host buffer for copies of pageable memory, grown to the
-// largest copy.
+/// The calling thread's pinned host buffer for copies of pageable memory, grown to the
+/// largest copy.
 class pinned_staging {
   using base = cuda_sections::base_section;
 
@@ -43,7 +43,7 @@ class pinned_staging {
     if (done_) cudaEventDestroy(done_);
     if (data_) cudaFreeHost(data_);
   }
-  // The buffer, at least `bytes`, once the copy that last used it has finished.
+  /// The buffer, at least `bytes`, once the copy that last used it has finished.
   void* acquire(std::size_t bytes) {
     if (!done_) base::check(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "cudaEventCreate");
     base::check(cudaEventSynchronize(done_), "cudaEventSynchronize (staging)");
@@ -74,10 +74,10 @@ struct outside {  // an index outside [0, bound)
 };
 
 #if GRADUS_CUDA_GPU
-// for_n's kernel where n fits 32 bits: f(i) once per thread, i counted in 32 bits. Thrust's
-// for_each_n (a 64-bit counting iterator, several items a thread in a loop) ran the fused
-// passes of bench_cuda on an H200 at 0.40x a device copy's bandwidth (one element a thread)
-// and 0.69x (4 elements of a row a thread), against 0.47x and 0.86x launched this way.
+/// for_n's kernel where n fits 32 bits: f(i) once per thread, i counted in 32 bits. Thrust's
+/// for_each_n (a 64-bit counting iterator, several items a thread in a loop) ran the fused
+/// passes of bench_cuda on an H200 at 0.40x a device copy's bandwidth (one element a thread)
+/// and 0.69x (4 elements of a row a thread), against 0.47x and 0.86x launched this way.
 inline constexpr unsigned each_index_threads = 256;
 template <class F>
 __global__ void __launch_bounds__(each_index_threads) each_index(F f, std::uint32_t n) {
@@ -92,8 +92,8 @@ namespace cuda_sections {
 struct memory_section : base_section {
   static void* allocate(std::size_t bytes) { return cuda_detail::device_pool::buffers().get(bytes); }
   static void deallocate(void* p) noexcept { cuda_detail::device_pool::buffers().put(p); }
-  // What the pool holds and how often it went to the device (tests assert that a second
-  // run of the same graph goes to it zero times).
+  /// What the pool holds and how often it went to the device (tests assert that a second
+  /// run of the same graph goes to it zero times).
   static cuda_detail::pool_stats memory_stats() { return cuda_detail::device_pool::total(); }
   static void empty_cache() { cuda_detail::device_pool::release_all(); }
 
@@ -137,9 +137,9 @@ struct memory_section : base_section {
 #endif
   }
 
-  // Queued copies (exec/backend.hpp's backend_async_copies). Host memory from
-  // allocate_host is pinned: the copy engine reads and writes it directly while the host
-  // goes on, so the host must not touch it until an event recorded after the copy is done.
+  /// Queued copies (exec/backend.hpp's backend_async_copies). Host memory from
+  /// allocate_host is pinned: the copy engine reads and writes it directly while the host
+  /// goes on, so the host must not touch it until an event recorded after the copy is done.
   static void* allocate_host(std::size_t bytes) {
 #if GRADUS_CUDA_GPU
     void* p = nullptr;
@@ -177,8 +177,8 @@ struct memory_section : base_section {
     std::memcpy(dst, pinned_src, bytes);
 #endif
   }
-  // A point in the current stream: record() marks it, wait() blocks the calling thread (any
-  // thread) until the stream has passed it.
+  /// A point in the current stream: record() marks it, wait() blocks the calling thread (any
+  /// thread) until the stream has passed it.
   class event {
    public:
     event() = default;
@@ -221,8 +221,8 @@ struct memory_section : base_section {
     bool recorded_ = false;
   };
 
-  // The execution policy of every Thrust call: the current stream (without the
-  // synchronisation Thrust would add after each algorithm), temporaries from the pool.
+  /// The execution policy of every Thrust call: the current stream (without the
+  /// synchronisation Thrust would add after each algorithm), temporaries from the pool.
   static auto policy() {
 #if GRADUS_CUDA_GPU
     return thrust::cuda::par_nosync(cuda_detail::thrust_temporaries::instance()).on(stream());
@@ -231,8 +231,8 @@ struct memory_section : base_section {
 #endif
   }
 
-  // f(i) for i in [0, n): one thread per element (cuda_kernels::each_index on a GPU, where
-  // n fits 32 bits; Thrust's for_each_n beyond that and in the cuda-omp build).
+  /// f(i) for i in [0, n): one thread per element (cuda_kernels::each_index on a GPU, where
+  /// n fits 32 bits; Thrust's for_each_n beyond that and in the cuda-omp build).
   template <class F>
   static void for_n(index_t n, const F& f) {
     if (n <= 0) return;
@@ -248,10 +248,10 @@ struct memory_section : base_section {
     thrust::for_each_n(policy(), thrust::counting_iterator<index_t>(0), n, f);
   }
 
-  // The cuda-omp build keeps the two memory spaces apart as a GPU does: a pointer used as
-  // device memory must lie in a block of the pool, a host pointer must not. On a GPU either
-  // mistake faults or corrupts memory; Thrust's OpenMP system would run it without a word.
-  // (Nothing on a GPU build: the hardware checks there.)
+  /// The cuda-omp build keeps the two memory spaces apart as a GPU does: a pointer used as
+  /// device memory must lie in a block of the pool, a host pointer must not. On a GPU either
+  /// mistake faults or corrupts memory; Thrust's OpenMP system would run it without a word.
+  /// (Nothing on a GPU build: the hardware checks there.)
   static void expect_device([[maybe_unused]] const void* p, [[maybe_unused]] std::size_t bytes,
                             [[maybe_unused]] const char* op, [[maybe_unused]] const char* what) {
 #if !GRADUS_CUDA_GPU
@@ -270,14 +270,14 @@ struct memory_section : base_section {
     throw error(std::string("gradus: cuda: ") + op + ": " + what + " (" + std::to_string(bytes) + " bytes) is " + is +
                 " (the cuda-omp build checks what a GPU would fault on)");
   }
-  // One element from device memory to the host (errors name what they read).
+  /// One element from device memory to the host (errors name what they read).
   template <class T>
   static T read_one(const T* p) {
     T v{};
     copy_to_host(&v, p, sizeof(T));
     return v;
   }
-  // The first index outside [0, bound), found on the device, thrown with its position.
+  /// The first index outside [0, bound), found on the device, thrown with its position.
   static void check_indices(const char* op, const char* what, const std::int32_t* idx, index_t n, index_t bound) {
     if (n <= 0) return;
     const std::int32_t* it = thrust::find_if(policy(), idx, idx + n, cuda_kernels::outside{bound});

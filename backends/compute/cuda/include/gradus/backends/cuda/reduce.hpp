@@ -25,7 +25,7 @@ struct fold {
            : kind == reduce_kind::min ? std::numeric_limits<T>::infinity()
                                       : T(0);
   }
-  // max / min propagate a NaN (a NaN never compares greater, so it is kept explicitly)
+  /// max / min propagate a NaN (a NaN never compares greater, so it is kept explicitly)
   GRADUS_HD T operator()(T a, T b) const {
     if (kind == reduce_kind::max) return (b > a || b != b) ? b : a;
     if (kind == reduce_kind::min) return (b < a || b != b) ? b : a;
