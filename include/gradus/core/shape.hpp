@@ -144,6 +144,16 @@ struct broadcast_result {
     compute(o);
     return o;
   }();
+  /// The first dimension, counted from the trailing end, whose extents do not broadcast
+  /// (rank when all do).
+  static constexpr std::size_t first_mismatch = [] {
+    for (std::size_t i = 0; i != rank; ++i) {
+      const index_t a = i + 1 <= SA::rank ? SA::extents[SA::rank - 1 - i] : 1;
+      const index_t b = i + 1 <= SB::rank ? SB::extents[SB::rank - 1 - i] : 1;
+      if (broadcast_extent(a, b) == -2) return i;
+    }
+    return rank;
+  }();
   static constexpr std::array<index_t, rank> value = [] {
     bool o = true;
     return compute(o);

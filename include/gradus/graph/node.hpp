@@ -44,14 +44,66 @@ template <class E>
 inline constexpr bool has_storage_v =
     kind_v<E> != node_kind::scalar && kind_v<E> != node_kind::elementwise && kind_v<E> != node_kind::shape_scalar;
 
-/// Static shape checks. `check_shapes<Op, SA, SB>` fails with Op and both shapes in the
-/// first line of the compiler's diagnostic (g++: "In instantiation of ..."; clang++:
-/// "static_assert failed due to requirement 'op::fits<shape<..>, shape<..>>'").
+/// How a static shape mismatch reads in the compiler's diagnostic: the first lines name
+/// `gradus::shape_mismatch::in<Op, a<...>, b<...>, dimension_of_a_vs_b<i, j>, false>` — the op,
+/// both operands' shapes with a run-time extent spelled `dyn`, and the dimension of each
+/// operand that disagrees (where the op names one: elementwise broadcasting, matmul).
+namespace shape_mismatch {
+enum extent : index_t { dyn = -1 };  ///< an extent bound at run time, as the diagnostic spells it
+/// The first operand's static shape.
+template <auto... E>
+struct a {};
+/// The second operand's static shape.
+template <auto... E>
+struct b {};
+/// Dimension `A` of the first operand against dimension `B` of the second.
+template <int A, int B>
+struct dimension_of_a_vs_b {};
+/// The op does not name a dimension (its rule is not a per-dimension one: see its header).
+struct dimensions_not_named {};
+/// An extent as shown: `dyn` by name, else its value (an `int`: no `L` suffix in clang's text).
+template <index_t E>
+inline constexpr auto shown = [] {
+  if constexpr (E == -1) return dyn;
+  else if constexpr (E >= -2147483647 && E <= 2147483647) return static_cast<int>(E);
+  else return E;
+}();
+template <class S, template <auto...> class As>
+struct show;
+template <index_t... E, template <auto...> class As>
+struct show<shape<E...>, As> {
+  using type = As<shown<E>...>;
+};
+/// Whether the op names the dimensions that disagree (`Op::where<SA, SB>`).
+template <class Op, class SA, class SB>
+concept names_dimensions = requires { typename Op::template where<SA, SB>; };
+template <class Op, class SA, class SB>
+struct where {
+  using type = dimensions_not_named;
+};
+template <class Op, class SA, class SB>
+  requires names_dimensions<Op, SA, SB>
+struct where<Op, SA, SB> {
+  using type = typename Op::template where<SA, SB>;
+};
+/// Fails to instantiate when the shapes do not fit: its own name is the diagnostic.
+template <class Op, class A, class B, class Where, bool Fit>
+struct in {
+  static_assert(Fit, "gradus: the static shapes of this op's operands do not fit: the op, both shapes (dyn: an "
+                     "extent bound at run time) and dimension_of_a_vs_b<i, j> (a's dimension i against b's "
+                     "dimension j) are in the gradus::shape_mismatch::in<...> this error instantiates");
+  static constexpr bool value = true;
+};
+}  // namespace shape_mismatch
+
+/// Static shape checks: `check_shapes<Op, SA, SB>::value`, true, or a compile error whose first
+/// line is shape_mismatch::in<...>'s (above).
 template <class Op, class SA, class SB>
 struct check_shapes {
-  static_assert(Op::template fits<SA, SB>,
-                "gradus: the static shapes of this op's operands do not fit (op and shapes above)");
-  static constexpr bool value = true;
+  static constexpr bool value =
+      shape_mismatch::in<Op, typename shape_mismatch::show<SA, shape_mismatch::a>::type,
+                      typename shape_mismatch::show<SB, shape_mismatch::b>::type,
+                      typename shape_mismatch::where<Op, SA, SB>::type, Op::template fits<SA, SB>>::value;
 };
 
 template <class Op, class A, class B>

@@ -165,6 +165,11 @@ struct broadcast_op {
   static constexpr const char* name = F::name;
   template <class SA, class SB>
   static constexpr bool fits = broadcast_result<SA, SB>::ok;
+  /// The dimensions that do not broadcast, counted from the front of each operand.
+  template <class SA, class SB>
+  using where = shape_mismatch::dimension_of_a_vs_b<
+      static_cast<int>(SA::rank) - 1 - static_cast<int>(broadcast_result<SA, SB>::first_mismatch),
+      static_cast<int>(SB::rank) - 1 - static_cast<int>(broadcast_result<SA, SB>::first_mismatch)>;
 };
 
 template <class F, class A>

@@ -61,6 +61,20 @@ struct matmul {
   static constexpr const char* name = "matmul";
   template <class SA, class SB>
   static constexpr bool fits = detail::matmul_extents<SA, SB>::ok;
+  /// The inner dimensions (a's last, b's second to last), or the batch dimensions where those
+  /// agree; (-1, -1) for ranks other than 2 or 3.
+  template <class SA, class SB>
+  using where = shape_mismatch::dimension_of_a_vs_b<
+      !detail::matmul_extents<SA, SB>::ranks_ok ? -1
+      : (detail::matmul_extents<SA, SB>::k_a != detail::matmul_extents<SA, SB>::k_b &&
+         detail::matmul_extents<SA, SB>::k_a != dyn && detail::matmul_extents<SA, SB>::k_b != dyn)
+          ? static_cast<int>(SA::rank) - 1
+          : 0,
+      !detail::matmul_extents<SA, SB>::ranks_ok ? -1
+      : (detail::matmul_extents<SA, SB>::k_a != detail::matmul_extents<SA, SB>::k_b &&
+         detail::matmul_extents<SA, SB>::k_a != dyn && detail::matmul_extents<SA, SB>::k_b != dyn)
+          ? static_cast<int>(SB::rank) - 2
+          : 0>;
 };
 }  // namespace op
 
