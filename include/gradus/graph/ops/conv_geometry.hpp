@@ -20,9 +20,17 @@ namespace gradus {
 
 /// A 2-D window: kernel extents, stride and zero padding (the same along H and W).
 struct window2d {
-  /// kh, kw: the kernel's height and width; stride: the step between windows; pad: the zero
-  /// rows and columns added on each side (stride and pad the same along H and W).
+  /// The kernel's height.
   index_t kh, kw, stride, pad;
+  /// \var kw
+  /// The kernel's width.
+
+  /// \var stride
+  /// The step between windows, along H and W.
+
+  /// \var pad
+  /// The zero rows and columns added on each side, along H and W.
+
   /// the output extent over an input extent `in` (dyn stays dyn) for a kernel extent k
   constexpr index_t out(index_t in, index_t k) const {
     return in == dyn ? dyn : (in + 2 * pad - k) / stride + 1;
@@ -41,8 +49,17 @@ struct window2d {
 /// weights are [o, c, kh, kw]; 0 for the ops without filters), the window. Pooling treats
 /// its n * c planes alike. Ordered (<=>), so that a backend can key its plans on it.
 struct conv_geometry {
-  /// The input's extents: n images of c channels, h x w pixels.
+  /// The number of images.
   index_t n = 0, c = 0, h = 0, w = 0;
+  /// \var c
+  /// The input's channels.
+
+  /// \var h
+  /// The input's height.
+
+  /// \var w
+  /// The input's width.
+
   index_t o = 0;                 ///< output channels: conv2d's filters; 0 for the ops without filters
   window2d window{0, 0, 1, 0};   ///< the window
   /// The output height.
