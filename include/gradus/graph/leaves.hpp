@@ -118,7 +118,7 @@ struct placeholder : expr_base {
                   "gradus: a feed's dtype differs from its placeholder's (see the placeholder type above)");
     return {x.data(), dims_of(x, "feed of placeholder", Name.view())};
   }
-  /// Always true for one type: the type is the placeholder.
+  /// Always true: a placeholder's name, dtype and shape are its type.
   bool operator==(const placeholder&) const = default;
 };
 
@@ -136,7 +136,7 @@ struct variable : expr_base {
   static constexpr auto name = Name;                      ///< the name the session stores the value under
   static constexpr const char* op_name = "variable";      ///< its label in errors, traces and graph drawings
   using variable_tag = void;  ///< is_variable_v (train/train_step.hpp)
-  /// Always true for one type: the type is the variable.
+  /// Always true: a variable's name, dtype and shape are its type.
   bool operator==(const variable&) const = default;
 };
 
