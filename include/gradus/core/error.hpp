@@ -8,9 +8,9 @@
 
 namespace gradus {
 
-/// The base of every exception gradus throws (a std::runtime_error): what() names the
-/// operation, the shapes or names involved, and what was expected. Catch it to catch them
-/// all; the classes below say which kind of problem it was.
+/// The base of gradus' exceptions (a std::runtime_error): what() names the operation, the
+/// shapes or names involved, and what was expected; the classes below say which kind of
+/// problem it was.
 struct error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
