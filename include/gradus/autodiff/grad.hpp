@@ -41,9 +41,12 @@ struct gradient_node : expr_base {
   bool operator==(const gradient_node&) const = default;
 };
 
+/// The tuple of references E's children() returns: what autodiff walks below E.
 template <class E>
 using children_t = decltype(std::declval<const E&>().children());
 
+/// Whether V occurs in E's tree (E itself or below it, through children()): a type-level
+/// test, so a subexpression that cannot reach V gets no adjoint at all.
 template <class V, class E>
 constexpr bool depends_on() {
   if constexpr (std::is_same_v<V, E>) {
@@ -56,9 +59,12 @@ constexpr bool depends_on() {
     return false;
   }
 }
+/// depends_on<V, E>(), as a variable.
 template <class V, class E>
 inline constexpr bool depends_on_v = depends_on<V, E>();
 
+/// Whether E's tree holds a gradient grad() returned (a node with a `gradient_tag`): grad()
+/// of such a loss, a gradient of a gradient, is refused at compile time.
 template <class E>
 constexpr bool contains_gradient() {
   if constexpr (requires { typename E::gradient_tag; }) {
@@ -159,6 +165,8 @@ auto vjp(const E&, const G&) {
 template <int Cut, class V, class E, class G>
 auto backprop_within(const V& v, const E& e, const G& g);
 
+/// The contribution to d/dv through child I of e, given e's adjoint g: no_grad where that
+/// child cannot reach v, else backprop_within of the child with adjoint vjp<I>(e, g).
 template <int Cut, std::size_t I, class V, class E, class G>
 auto backprop_child(const V& v, const E& e, const G& g) {
   using C = std::remove_cvref_t<std::tuple_element_t<I, children_t<E>>>;
@@ -186,6 +194,9 @@ auto backprop_within(const V& v, const E& e, const G& g) {
   }
 }
 
+/// The adjoint of v in e given e's adjoint g: an expression for d(loss)/dv when g is
+/// d(loss)/de, or no_grad where e does not depend on v. grad() calls it with e the loss and
+/// g = 1.
 template <class V, class E, class G>
 auto backprop(const V& v, const E& e, const G& g) {
   return backprop_within<-1>(v, e, g);

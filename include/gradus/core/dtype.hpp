@@ -11,9 +11,12 @@ namespace gradus {
 template <class T>
 concept dtype = std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, std::int32_t>;
 
+/// float or double: what variables, losses and most ops need.
 template <class T>
 concept real_dtype = std::is_same_v<T, float> || std::is_same_v<T, double>;
 
+/// T's name as sessions, checkpoints and error messages write it: "float32", "float64",
+/// "int32", or "unknown" for a type that is not a dtype.
 template <class T>
 constexpr std::string_view dtype_name() {
   if constexpr (std::is_same_v<T, float>) return "float32";

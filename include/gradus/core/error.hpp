@@ -8,6 +8,9 @@
 
 namespace gradus {
 
+/// The base of gradus' exceptions (a std::runtime_error): what() names the operation, the
+/// shapes or names involved, and what was expected; the classes below say which kind of
+/// problem it was.
 struct error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
@@ -38,8 +41,9 @@ struct data_error : error {
 /// gradient it reached, and the global step. `outputs` lists the run's outputs that the
 /// node feeds (by position), so a caller that knows their names can add them.
 struct numerics_error : error {
+  /// `what` is the message; `outs` the positions of the run's outputs the node feeds.
   numerics_error(const std::string& what, std::vector<std::size_t> outs) : error(what), outputs(std::move(outs)) {}
-  std::vector<std::size_t> outputs;
+  std::vector<std::size_t> outputs;  ///< positions, in the run's output list, of the outputs the node feeds
 };
 
 /// A collective could not finish: a peer died, left, timed out or called a different
@@ -50,9 +54,10 @@ struct numerics_error : error {
 /// and "".
 struct comm_error : error {
   using error::error;
+  /// An error that blames neighbour rank `blamed`, whose fate is `state` ("gone" or "silent").
   comm_error(const std::string& what, int blamed, std::string state) : error(what), peer(blamed), peer_state(std::move(state)) {}
-  int peer = -1;
-  std::string peer_state;
+  int peer = -1;           ///< the blamed neighbour's rank; -1 where the error blames none
+  std::string peer_state;  ///< "gone" or "silent" (see above); empty where peer is -1
 };
 
 }  // namespace gradus

@@ -13,12 +13,18 @@
 
 namespace gradus {
 
+/// A name fixed at compile time, passed as a template argument: `variable<"w", float, 3>`
+/// converts the literal "w" to one. At most 63 characters (a longer literal is a compile
+/// error); the unused characters are zero, so equal names are the same template argument.
 struct fixed_string {
-  static constexpr std::size_t capacity = 64;
-  char chars[capacity]{};
-  std::size_t length = 0;
+  static constexpr std::size_t capacity = 64;  ///< bytes of storage: a name has at most capacity - 1 characters
+  char chars[capacity]{};                      ///< the characters, zero from `length` on
+  std::size_t length = 0;                      ///< the number of characters
 
+  /// The empty name.
   constexpr fixed_string() = default;
+  /// From a string literal (implicitly, so that a literal can stand for a name); a literal
+  /// of more than 63 characters fails to compile.
   template <std::size_t N>
   constexpr fixed_string(const char (&s)[N]) : length(N - 1) {  // NOLINT: implicit, as a literal's stand-in
     static_assert(N < capacity, "gradus: a name (fixed_string) has at most 63 characters");
@@ -29,8 +35,11 @@ struct fixed_string {
   constexpr fixed_string(const char (&c)[capacity], std::size_t n) : length(n) {
     for (std::size_t i = 0; i < capacity; ++i) chars[i] = c[i];
   }
+  /// The name's `length` characters.
   constexpr std::string_view view() const { return {chars, length}; }
+  /// view(), implicitly: a name can be passed where a std::string_view is expected.
   constexpr operator std::string_view() const { return view(); }
+  /// Equal names: the same characters and length.
   constexpr bool operator==(const fixed_string&) const = default;
 };
 

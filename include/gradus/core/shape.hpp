@@ -12,16 +12,17 @@
 
 namespace gradus {
 
+/// Extents, indices and element counts: signed 64-bit, so that `dyn` (-1) is one too.
 using index_t = std::int64_t;
 inline constexpr index_t dyn = -1;     ///< an extent known only at run time
-inline constexpr std::size_t max_rank = 6;
+inline constexpr std::size_t max_rank = 6;  ///< the highest rank a tensor can have (dims holds this many extents)
 
 /// The static shape of an expression; `dyn` marks an extent bound at run time.
 template <index_t... E>
 struct shape {
-  static constexpr std::size_t rank = sizeof...(E);
-  static constexpr std::array<index_t, rank> extents{E...};
-  static constexpr bool is_static = ((E != dyn) && ...);
+  static constexpr std::size_t rank = sizeof...(E);          ///< the number of dimensions
+  static constexpr std::array<index_t, rank> extents{E...};  ///< the extents, `dyn` where bound at run time
+  static constexpr bool is_static = ((E != dyn) && ...);     ///< true when no extent is `dyn`
 };
 
 namespace detail {
@@ -51,30 +52,40 @@ using dyn_shape_t = shape_of_array<detail::all_dyn<R>>;
 
 /// Run-time dims of one tensor (rank erased so buffers can be planned uniformly).
 struct dims {
-  std::size_t rank = 0;
-  std::array<index_t, max_rank> d{};
+  std::size_t rank = 0;                ///< the number of dimensions (at most max_rank)
+  std::array<index_t, max_rank> d{};   ///< the extents; the entries from `rank` on are unused
 
+  /// Rank 0: a scalar's dims.
   constexpr dims() = default;
+  /// The extents of a std::array (R at most max_rank, checked at compile time).
   template <std::size_t R>
   constexpr explicit dims(const std::array<index_t, R>& a) : rank(R) {
     static_assert(R <= max_rank, "gradus: rank above max_rank");
     std::copy(a.begin(), a.end(), d.begin());  // (a loop's `i < R` is nvcc's warning 186 at R = 0)
   }
+  /// The listed extents: `dims{2, 3}` is a 2 x 3 shape. At most max_rank of them (not
+  /// checked).
   constexpr dims(std::initializer_list<index_t> l) : rank(l.size()) {
     std::size_t i = 0;
     for (auto v : l) d[i++] = v;
   }
+  /// Extent i (unchecked: i < rank).
   constexpr index_t operator[](std::size_t i) const { return d[i]; }
+  /// Extent i, writable (unchecked: i < rank).
   constexpr index_t& operator[](std::size_t i) { return d[i]; }
   /// The extents as a range, like xtensor's shape(): size() is the rank.
   constexpr std::size_t size() const { return rank; }
+  /// The first extent: begin() to end() are the `rank` extents.
   constexpr const index_t* begin() const { return d.data(); }
+  /// Past the last extent.
   constexpr const index_t* end() const { return d.data() + rank; }
+  /// The number of elements: the product of the extents (1 at rank 0).
   constexpr index_t numel() const {
     index_t n = 1;
     for (std::size_t i = 0; i < rank; ++i) n *= d[i];
     return n;
   }
+  /// The same rank and extents (the unused entries are not compared).
   constexpr bool operator==(const dims& o) const {
     if (rank != o.rank) return false;
     for (std::size_t i = 0; i < rank; ++i)
@@ -83,6 +94,7 @@ struct dims {
   }
 };
 
+/// Dims as Python prints a tuple: "(2, 3)", "(4,)", "()"; a `dyn` extent prints as "?".
 inline std::string to_string(const dims& s) {
   std::string r = "(";
   for (std::size_t i = 0; i < s.rank; ++i) {
@@ -93,6 +105,7 @@ inline std::string to_string(const dims& s) {
   return r + ")";
 }
 
+/// The extents of static shape S as dims (a `dyn` extent stays `dyn`).
 template <class S>
 constexpr dims static_dims() {
   return dims(S::extents);
@@ -119,9 +132,14 @@ constexpr index_t broadcast_extent(index_t a, index_t b) {
   return -2;
 }
 
+/// The static shape of broadcasting SA with SB (NumPy's rules, trailing dimensions aligned):
+/// an extent of 1 or `dyn` gives way to the other, equal extents stay, two different static
+/// extents other than 1 do not fit.
 template <class SA, class SB>
 struct broadcast_result {
-  static constexpr std::size_t rank = SA::rank > SB::rank ? SA::rank : SB::rank;
+  static constexpr std::size_t rank = SA::rank > SB::rank ? SA::rank : SB::rank;  ///< the larger of the two ranks
+  /// The broadcast extents; `ok` is set to false where two static extents do not fit (such
+  /// an axis reads 1).
   static constexpr std::array<index_t, rank> compute(bool& ok) {
     std::array<index_t, rank> r{};
     ok = true;
@@ -139,6 +157,7 @@ struct broadcast_result {
     }
     return r;
   }
+  /// Whether SA and SB broadcast: what every elementwise op checks at compile time.
   static constexpr bool ok = [] {
     bool o = true;
     compute(o);
@@ -154,12 +173,14 @@ struct broadcast_result {
     }
     return rank;
   }();
+  /// The broadcast extents (compute's), the array shape_of_array reads.
   static constexpr std::array<index_t, rank> value = [] {
     bool o = true;
     return compute(o);
   }();
 };
 
+/// The static shape of broadcasting SA with SB (see broadcast_result).
 template <class SA, class SB>
 using broadcast_shape_t = shape_of_array<broadcast_result<SA, SB>>;
 

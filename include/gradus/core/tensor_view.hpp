@@ -28,27 +28,38 @@
 
 namespace gradus {
 
+/// A non-owning view of a contiguous row-major tensor: a pointer to T (const T for a
+/// run's results) and the dims. What session::run returns, one per output; copying it
+/// copies the pointer, not the elements. A result's elements belong to the session and stay
+/// valid until the next run of the same outputs: copy what must outlive that.
 template <class T>
 class tensor_view {
  public:
-  using value_type = std::remove_cv_t<T>;
+  using value_type = std::remove_cv_t<T>;  ///< the element type, without const
 
+  /// An empty view: no data, rank 0.
   tensor_view() = default;
+  /// The numel() elements at `data`, row-major with dims `shape` (the caller keeps them alive).
   tensor_view(T* data, const dims& shape) : ptr_(data), shape_(shape) {}
   /// A view of T is a view of const T.
   template <class U>
     requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  tensor_view(const tensor_view<U>& v) : ptr_(v.data()), shape_(v.shape()) {}  ///< NOLINT(google-explicit-constructor)
+  tensor_view(const tensor_view<U>& v) : ptr_(v.data()), shape_(v.shape()) {}  // NOLINT(google-explicit-constructor)
 
+  /// The first element.
   T* data() const { return ptr_; }
+  /// The extents: shape()[k], shape().size() (the rank).
   const dims& shape() const { return shape_; }
+  /// The number of dimensions.
   std::size_t rank() const { return shape_.rank; }
+  /// The number of elements (the product of the extents).
   index_t size() const { return shape_.numel(); }
 
   /// Element k in row-major order (flat), unchecked.
   T& operator[](index_t k) const { return ptr_[k]; }
 
-  /// Element (i, j, ...): one index per dimension, each checked against its extent.
+  /// Element (i, j, ...): one index per dimension, each checked against its extent (a
+  /// wrong number of indices or an index out of range throws gradus::error).
   template <std::integral... I>
   T& operator()(I... index) const {
     const std::array<index_t, sizeof...(I)> ix{static_cast<index_t>(index)...};
@@ -66,7 +77,10 @@ class tensor_view {
     return ptr_[offset];
   }
 
+  /// The first element: begin() to end() are the elements in row-major order, so
+  /// `std::vector(v.begin(), v.end())` copies them.
   T* begin() const { return ptr_; }
+  /// Past the last element.
   T* end() const { return ptr_ + size(); }
 
  private:

@@ -17,25 +17,38 @@
 
 namespace gradus {
 
+/// How the planner evaluates a node (a node's `kind`, read with kind_v): leaves with storage
+/// (placeholder, variable, constant), a scalar folded into fused passes, an elementwise node
+/// fused into its consumer's pass, a kernel materialised into a buffer (matmul, reductions,
+/// ...), a view of a buffer with other dims (no copy), or a shape_scalar derived from a
+/// buffer's dims (such as 1/n).
 enum class node_kind { placeholder, variable, constant, scalar, elementwise, kernel, view, shape_scalar };
 
 /// Tag: every node derives from it, so operators find expressions only.
 struct expr_base {
+  /// Always equal: the base adds nothing to a node's defaulted ==, which compares the
+  /// node's operands and parameters (structural equality of expressions).
   constexpr bool operator==(const expr_base&) const { return true; }
 };
 
+/// A node of an expression: derives from expr_base and names its dtype (`value_type`) and
+/// its static shape (`shape_type`, a shape).
 template <class E>
 concept expression = std::is_base_of_v<expr_base, std::remove_cvref_t<E>> && requires {
   typename std::remove_cvref_t<E>::value_type;
   typename std::remove_cvref_t<E>::shape_type;
 };
 
+/// E's dtype (float, double or int32).
 template <class E>
 using value_t = typename std::remove_cvref_t<E>::value_type;
+/// E's static shape (a shape; `dyn` where an extent is bound at run time).
 template <class E>
 using shape_t = typename std::remove_cvref_t<E>::shape_type;
+/// E's rank.
 template <class E>
 inline constexpr std::size_t rank_v = shape_t<E>::rank;
+/// How the planner evaluates E (its node_kind).
 template <class E>
 inline constexpr node_kind kind_v = std::remove_cvref_t<E>::kind;
 
@@ -100,17 +113,21 @@ struct in {
 /// line is shape_mismatch::in<...>'s (above).
 template <class Op, class SA, class SB>
 struct check_shapes {
+  /// true once the check passed: static_assert(check_shapes<...>::value) runs it
   static constexpr bool value =
       shape_mismatch::in<Op, typename shape_mismatch::show<SA, shape_mismatch::a>::type,
                       typename shape_mismatch::show<SB, shape_mismatch::b>::type,
                       typename shape_mismatch::where<Op, SA, SB>::type, Op::template fits<SA, SB>>::value;
 };
 
+/// Static dtype check: `check_dtypes<Op, A, B>` fails unless dtypes A and B are the same
+/// (gradus converts no operand implicitly), with Op and both dtypes in the first line of the
+/// compiler's diagnostic.
 template <class Op, class A, class B>
 struct check_dtypes {
   static_assert(std::is_same_v<A, B>,
                 "gradus: operands of this op have different dtypes (op and dtypes above); cast one first");
-  static constexpr bool value = true;
+  static constexpr bool value = true;  ///< true once the check passed: static_assert(check_dtypes<...>::value) runs it
 };
 
 }  // namespace gradus

@@ -9,7 +9,7 @@
 
 namespace gradus {
 
-/// ---- reductions ----------------------------------------------------------------------------
+// ---- reductions ----------------------------------------------------------------------------
 namespace ad {
 /// g (the reduction's adjoint) spread back over the operand's shape.
 template <int Axis, bool Keep, class G, class A>
@@ -19,11 +19,14 @@ auto spread(const G& g, const A& a) {
 }
 }  // namespace ad
 
+/// sum: g spread back over the reduced axes.
 template <std::size_t I, int Axis, bool Keep, class A, class G>
 auto vjp(const reduce_node<reduce_kind::sum, false, Axis, Keep, A>& n, const G& g) {
   constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
   return ad::spread<ax, Keep>(g, n.a);
 }
+/// mean: g / n spread back over the reduced axes, n the reduced count read from the
+/// operand's dims at run time (inv_count).
 template <std::size_t I, int Axis, bool Keep, class A, class G>
 auto vjp(const reduce_node<reduce_kind::mean, false, Axis, Keep, A>& n, const G& g) {
   constexpr int ax = std::remove_cvref_t<decltype(n)>::axis;
@@ -46,12 +49,13 @@ auto vjp(const reduce_node<K, false, Axis, Keep, A>& n, const G& g) {
   const auto hit = equal(a, ad::spread<ax, Keep>(n, a));
   return ad::spread<ax, Keep>(g / sum<ax, Keep>(hit), a) * hit;
 }
+/// argmax: none (an index is piecewise constant).
 template <std::size_t I, reduce_kind K, int Axis, bool Keep, class A, class G>
 no_grad vjp(const reduce_node<K, true, Axis, Keep, A>&, const G&) {
   return {};
 }
 
-/// ---- matmul ---------------------------------------------------------------------------------
+// ---- matmul ---------------------------------------------------------------------------------
 /// C = A B: dA = G B^T, dB = A^T G. A 2-D operand broadcast over the other's batch gets
 /// its adjoint summed over the batch. Transposes fold into GEMM flags (ad::mt).
 template <std::size_t I, class A, class B, class G>
@@ -67,7 +71,7 @@ auto vjp(const matmul_node<A, B>& n, const G& g) {
   }
 }
 
-/// ---- softmax family ---------------------------------------------------------------------------
+// ---- softmax family ---------------------------------------------------------------------------
 /// y = softmax(a): da = y * (g - sum(g * y, last axis))
 template <std::size_t I, class A, class G>
 auto vjp(const softmax_node<false, A>& n, const G& g) {
@@ -90,7 +94,8 @@ auto vjp(const softmax_xent_node<L, Y>& n, const G& g) {
   }
 }
 
-/// ---- layout and index ops ------------------------------------------------------------------
+// ---- layout and index ops ------------------------------------------------------------------
+/// The permutation that undoes P...: inv[P[i]] = i (I... is 0 .. sizeof...(P) - 1).
 template <std::size_t... P, std::size_t... I>
 constexpr auto inverse_permutation(std::index_sequence<I...>) {
   constexpr std::array<std::size_t, sizeof...(P)> p{P...};
@@ -98,6 +103,8 @@ constexpr auto inverse_permutation(std::index_sequence<I...>) {
   for (std::size_t i = 0; i < p.size(); ++i) inv[p[i]] = i;
   return inv;
 }
+/// permute<P...>: g permuted by the inverse permutation (a permute of a permute that undoes
+/// it folds away).
 template <std::size_t I, class A, std::size_t... P, class G>
 auto vjp(const permute_node<A, P...>&, const G& g) {
   constexpr auto inv = inverse_permutation<P...>(std::make_index_sequence<sizeof...(P)>{});
@@ -105,14 +112,17 @@ auto vjp(const permute_node<A, P...>&, const G& g) {
     return ad::permute_folded<inv[K]...>(g);
   }(std::make_index_sequence<sizeof...(P)>{});
 }
+/// reshape: g seen with the operand's dims.
 template <std::size_t I, class A, index_t... E, class G>
 auto vjp(const reshape_node<A, E...>& n, const G& g) {
   return reshape_like(g, n.a);
 }
+/// expand_dims: g seen with the operand's dims.
 template <std::size_t I, std::size_t Axis, class A, class G>
 auto vjp(const expand_dims_node<Axis, A>& n, const G& g) {
   return reshape_like(g, n.a);
 }
+/// one_hot: none (its operand is int32 labels).
 template <std::size_t I, class T, index_t D, class Y, class G>
 no_grad vjp(const one_hot_node<T, D, Y>&, const G&) {
   return {};
@@ -122,10 +132,12 @@ template <std::size_t I, class A, class G>
 auto vjp(const select_node<A>& n, const G& g) {
   return select_backward(g, n.index, n.a);
 }
+/// stored: g unchanged.
 template <std::size_t I, class A, class G>
 auto vjp(const stored_node<A>&, const G& g) {
   return g;
 }
+/// select_backward(gs, i, like): select(g, i) to gs.
 template <std::size_t I, class Gs, class Like, class G>
 auto vjp(const select_backward_node<Gs, Like>& n, const G& g) {
   return select(g, n.index);

@@ -7,6 +7,7 @@
 
 namespace gradus {
 
+/// on<P>(e): g unchanged.
 template <std::size_t I, class P, class E, class G>
 auto vjp(const placed_node<P, E>&, const G& g) {
   return g;

@@ -8,6 +8,9 @@
 
 namespace gradus {
 
+/// lstm / gru: operand I's gradient from one backward kernel (rnn_grad_node) over g, the
+/// adjoint of hs: xs's through rnn_input_grad_node, a weight's or bias's a part of the
+/// kernel's buffer (rnn_grad_part).
 template <std::size_t I, class Fwd, class G>
 auto vjp(const rnn_seq_node<Fwd>& n, const G& g) {
   using grad_t = rnn_grad_node<Fwd, G>;

@@ -12,6 +12,10 @@
 
 namespace gradus {
 
+/// The index k in [0, n) of the largest in[o, k, i], for output position oi = o * inner + i
+/// of an operand seen as [outer, n, inner]: ties go to the first, a NaN never wins over a
+/// number (a row of NaNs answers 0). n >= 1, not checked here (argmax refuses to reduce zero
+/// elements).
 template <class T>
 GRADUS_HD std::int32_t argmax_at(const T* in, index_t n, index_t inner, index_t oi) {
   const index_t o = oi / inner, i = oi - o * inner;

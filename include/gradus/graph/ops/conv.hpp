@@ -125,16 +125,22 @@ struct col2im_node : expr_base {
   bool operator==(const col2im_node&) const = default;
 };
 
+/// im2col<Win>(x): x [N, C, H, W] unfolded into columns `[C*KH*KW, N*OH*OW]`, one per
+/// output pixel, holding the window it reads (zeros in the padding; the layout is
+/// im2col_node's). Gradient: col2im<Win>(g, x).
 template <window2d Win, expression X>
 auto im2col(const X& x) {
   return im2col_node<X, Win>{{}, x};
 }
+/// col2im<Win>(col, like): im2col's adjoint, zeros shaped like `like` [N, C, H, W] with each
+/// entry of col `[C*KH*KW, N*OH*OW]` added back at the pixel it was read from (padding
+/// dropped); like lends its dims only. Gradient: im2col<Win>(g).
 template <window2d Win, expression Col, expression Like>
 auto col2im(const Col& col, const Like& like) {
   return col2im_node<Col, Like, Win>{{}, col, like};
 }
 
-/// ---- conv2d and its adjoints -------------------------------------------------------------
+// ---- conv2d and its adjoints -------------------------------------------------------------
 namespace detail {
 /// The window of conv2d<Stride, Pad>(x, w): the weights' static kernel extents.
 template <class SW, index_t Stride, index_t Pad>
@@ -242,6 +248,9 @@ struct conv2d_weight_grad_node : expr_base {
 
 /// conv2d<Stride, Pad>(x [N,C,H,W], w [O,C,KH,KW]) -> [N,O,OH,OW] (cross-correlation, as
 /// every framework's conv). Add a bias with `+ reshape<1, O, 1, 1>(b)` (nn::conv2d does).
+/// OH = (H + 2 Pad - KH) / Stride + 1, likewise OW. float or double, one dtype; w's shape
+/// and x's H and W static, N may be `dyn`; a misfit is a compile error where static, else a
+/// shape_error. Gradient: conv2d_data_grad(g, w) to x, conv2d_weight_grad(x, g) to w.
 template <index_t Stride = 1, index_t Pad = 0, expression X, expression W>
 auto conv2d(const X& x, const W& w) {
   using SX = shape_t<X>;
@@ -261,16 +270,23 @@ auto conv2d(const X& x, const W& w) {
                 "gradus: conv2d: the kernel is larger than the padded input");
   return conv2d_node<X, W, win>{{}, x, w};
 }
+/// conv2d_data_grad<Win>(g, w, like): dX [N, C, H, W] of y = conv2d(x, w) given y's adjoint
+/// g [N, O, OH, OW], the transposed convolution of g with w; like (x) lends its dims only.
+/// What conv2d's derivative rule builds; it has none of its own.
 template <window2d Win, expression G, expression W, expression Like>
 auto conv2d_data_grad(const G& g, const W& w, const Like& like) {
   return conv2d_data_grad_node<G, W, Like, Win>{{}, g, w, like};
 }
+/// conv2d_weight_grad<Win>(x, g, like): dW [O, C, KH, KW] of y = conv2d(x, w) given y's
+/// adjoint g [N, O, OH, OW], summed over the batch; like (w) lends its dims only. What
+/// conv2d's derivative rule builds; it has none of its own.
 template <window2d Win, expression X, expression G, expression Like>
 auto conv2d_weight_grad(const X& x, const G& g, const Like& like) {
   return conv2d_weight_grad_node<X, G, Like, Win>{{}, x, g, like};
 }
 
-/// flatten(x [N, ...]) -> [N, prod(...)]: a view, no copy.
+/// flatten(x [N, ...]) -> [N, prod(...)]: a view, no copy (a reshape). Gradient: g
+/// reshaped back to x's dims.
 template <expression X>
 auto flatten(const X& x) {
   using S = shape_t<X>;
@@ -285,7 +301,8 @@ auto flatten(const X& x) {
   return reshape<S::extents[0], rest>(x);
 }
 
-/// ---- pooling -------------------------------------------------------------------------------
+// ---- pooling -------------------------------------------------------------------------------
+/// Which pooling: the window's maximum or its average.
 enum class pool_kind { max, avg };
 
 template <pool_kind K, class X, window2d Win>
@@ -338,10 +355,18 @@ struct pool2d_grad_node : expr_base {
   bool operator==(const pool2d_grad_node&) const = default;
 };
 
+/// max_pool2d<K, Stride = K, Pad = 0>(x [N, C, H, W]) -> [N, C, OH, OW]: the maximum of
+/// each K x K window, OH = (H + 2 Pad - K) / Stride + 1, likewise OW; the padding is
+/// skipped. float or double; Pad < K. Gradient: each output's g to the first maximum of its
+/// window.
 template <index_t K, index_t Stride = K, index_t Pad = 0, expression X>
 auto max_pool2d(const X& x) {
   return pool2d_node<pool_kind::max, X, window2d{K, K, Stride, Pad}>{{}, x};
 }
+/// avg_pool2d<K, Stride = K, Pad = 0>(x [N, C, H, W]) -> [N, C, OH, OW]: the mean of each
+/// K x K window, shaped as max_pool2d's; the padding counts as zeros (it divides by `K*K`,
+/// as PyTorch's default count_include_pad). Gradient: `g / (K*K)` to each element of the
+/// window.
 template <index_t K, index_t Stride = K, index_t Pad = 0, expression X>
 auto avg_pool2d(const X& x) {
   return pool2d_node<pool_kind::avg, X, window2d{K, K, Stride, Pad}>{{}, x};

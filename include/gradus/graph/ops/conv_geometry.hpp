@@ -20,14 +20,28 @@ namespace gradus {
 
 /// A 2-D window: kernel extents, stride and zero padding (the same along H and W).
 struct window2d {
+  /// The kernel's height.
   index_t kh, kw, stride, pad;
+  /// \var kw
+  /// The kernel's width.
+
+  /// \var stride
+  /// The step between windows, along H and W.
+
+  /// \var pad
+  /// The zero rows and columns added on each side, along H and W.
+
   /// the output extent over an input extent `in` (dyn stays dyn) for a kernel extent k
   constexpr index_t out(index_t in, index_t k) const {
     return in == dyn ? dyn : (in + 2 * pad - k) / stride + 1;
   }
+  /// The output height over an input height h: (h + 2 pad - kh) / stride + 1 (dyn stays dyn).
   constexpr index_t oh(index_t h) const { return out(h, kh); }
+  /// The output width over an input width w, likewise.
   constexpr index_t ow(index_t w) const { return out(w, kw); }
+  /// Member-wise.
   constexpr bool operator==(const window2d&) const = default;
+  /// Member-wise, in the order kh, kw, stride, pad.
   constexpr auto operator<=>(const window2d&) const = default;
 };
 
@@ -35,15 +49,29 @@ struct window2d {
 /// weights are [o, c, kh, kw]; 0 for the ops without filters), the window. Pooling treats
 /// its n * c planes alike. Ordered (<=>), so that a backend can key its plans on it.
 struct conv_geometry {
+  /// The number of images.
   index_t n = 0, c = 0, h = 0, w = 0;
-  index_t o = 0;
-  window2d window{0, 0, 1, 0};
+  /// \var c
+  /// The input's channels.
+
+  /// \var h
+  /// The input's height.
+
+  /// \var w
+  /// The input's width.
+
+  index_t o = 0;                 ///< output channels: conv2d's filters; 0 for the ops without filters
+  window2d window{0, 0, 1, 0};   ///< the window
+  /// The output height.
   constexpr index_t oh() const { return window.oh(h); }
+  /// The output width.
   constexpr index_t ow() const { return window.ow(w); }
-  constexpr index_t planes() const { return n * c; }          // the input's [h, w] planes
-  constexpr index_t pixels() const { return oh() * ow(); }     // one output plane's pixels
-  constexpr index_t patch() const { return c * window.kh * window.kw; }  // one filter's, one im2col column's entries
+  constexpr index_t planes() const { return n * c; }          ///< the input's [h, w] planes
+  constexpr index_t pixels() const { return oh() * ow(); }     ///< one output plane's pixels
+  constexpr index_t patch() const { return c * window.kh * window.kw; }  ///< one filter's, one im2col column's entries
+  /// Member-wise.
   constexpr bool operator==(const conv_geometry&) const = default;
+  /// Member-wise, in declaration order: a key for a backend's plans.
   constexpr auto operator<=>(const conv_geometry&) const = default;
 };
 

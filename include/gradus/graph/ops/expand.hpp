@@ -42,7 +42,8 @@ struct expand_dims_node : expr_base {
   bool operator==(const expand_dims_node&) const = default;
 };
 
-/// expand_dims<Axis>(a): a with a new axis of extent 1 at Axis (no copy).
+/// expand_dims<Axis>(a): a with a new axis of extent 1 at Axis (0 to a's rank; a view, no
+/// copy). Gradient: g reshaped back to a's dims.
 template <std::size_t Axis, expression A>
 auto expand_dims(const A& a) {
   return expand_dims_node<Axis, A>{{}, a};
@@ -66,6 +67,9 @@ struct reshape_like_node : expr_base {
   }
   bool operator==(const reshape_like_node&) const = default;
 };
+/// reshape_like(g, a): g's elements seen with a's dims (a view, no copy): a's static shape,
+/// g's dtype; a lends its dims only. A shape_error at run time where the element counts
+/// differ. Built by derivative rules; it has none of its own.
 template <expression G, expression A>
 auto reshape_like(const G& g, const A& a) {
   return reshape_like_node<G, A>{{}, g, a};
@@ -84,6 +88,7 @@ struct left {
 
 /// broadcast_like(g, a): g's values over the broadcast of g's and a's shapes. The fused
 /// pass never loads a's elements (the functor ignores them); a only lends its shape.
+/// Gradient: g summed back over the axes it was broadcast along; none to a.
 template <expression G, expression A>
 auto broadcast_like(const G& g, const A& a) {
   return binary<fn::left, G, A>{{}, {}, g, a};
@@ -106,6 +111,9 @@ struct inv_count_node : expr_base {
   bool operator==(const inv_count_node&) const = default;
 };
 
+/// inv_count<T, Axis>(a): a rank-0 T, 1/n for the n elements a reduction of a over axis Axis
+/// (>= 0) or all_axes combines, read from a's dims at run time (0 where n is 0). It reads
+/// a's shape, not its values: no gradient flows through it.
 template <class T, int Axis, expression A>
 auto inv_count(const A& a) {
   return inv_count_node<T, Axis, A>{{}, a};

@@ -76,7 +76,8 @@ struct one_hot_node : expr_base {
   bool operator==(const one_hot_node&) const = default;
 };
 
-/// one_hot<Depth, T = float>(labels): [..., Depth] with 1 at each label.
+/// one_hot<Depth, T = float>(labels): [..., Depth] with 1 at each label, 0 elsewhere;
+/// labels int32 of any shape, a label outside [0, Depth) is an index_error. No gradient.
 template <index_t Depth, class T = float, expression Y>
 auto one_hot(const Y& y) {
   return one_hot_node<T, Depth, Y>{{}, y};
@@ -107,13 +108,17 @@ struct gather_node : expr_base {
   bool operator==(const gather_node&) const = default;
 };
 
-/// gather(table, idx): out[i, ...] = table[idx[i], ...].
+/// gather(table, idx): out[i, ...] = table[idx[i], ...]. idx is int32 of any shape; the
+/// result's extents are idx's, then the table's after its first. An index outside [0, rows)
+/// is an index_error. Gradient: scatter_add(g, idx, table) to the table (a repeated index
+/// accumulates), none to idx.
 template <expression Tab, expression Idx>
 auto gather(const Tab& table, const Idx& idx) {
   return gather_node<Tab, Idx>{{}, table, idx};
 }
 
-/// embedding_lookup(table, idx): gather, with a sparse-row gradient w.r.t. the table.
+/// embedding_lookup(table, idx): gather, with a sparse-row gradient w.r.t. the table
+/// (sparse_rows(g, idx, table): a train_step updates only the rows idx names).
 template <expression Tab, expression Idx>
 auto embedding_lookup(const Tab& table, const Idx& idx) {
   return gather_node<Tab, Idx, true>{{}, table, idx};
@@ -158,7 +163,10 @@ struct scatter_add_node : expr_base {
   bool operator==(const scatter_add_node&) const = default;
 };
 
-/// scatter_add(updates, idx, like): zeros of like's shape with updates' rows added at idx.
+/// scatter_add(updates, idx, like): zeros of like's shape with updates' rows added at idx;
+/// updates has gather(like, idx)'s shape (checked at compile time where static, else a
+/// shape_error), an index outside [0, rows) is an index_error. Gradient: gather(g, idx) to
+/// the updates, none to idx.
 template <expression Upd, expression Idx, expression Like>
 auto scatter_add(const Upd& updates, const Idx& idx, const Like& like) {
   return scatter_add_node<Upd, Idx, Like>{{}, updates, idx, like};

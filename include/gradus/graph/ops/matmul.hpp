@@ -129,6 +129,12 @@ struct matmul_node : expr_base {
   bool operator==(const matmul_node&) const = default;
 };
 
+/// matmul(a, b): the matrix product. [M, K] x [K, N] -> [M, N]; batched, [B, M, K] x
+/// [B, K, N] -> [B, M, N]; a 2-D operand next to a 3-D one is used for every batch entry.
+/// float or double, one dtype. K and B must agree: a compile error where the static shapes
+/// say so, else a shape_error at run time. A matrix_transpose() operand, or the transpose()
+/// of a 2-D one, is not copied (the GEMM's transpose flag). Gradient: g b^T to a, a^T g to b
+/// (matrix transposes), summed over the batch for a 2-D operand.
 template <expression A, expression B>
 auto matmul(const A& a, const B& b) {
   return matmul_node<A, B>{{}, a, b};

@@ -43,24 +43,31 @@ namespace gradus {
 
 /// Where a stage runs, inside its process (see the top of this file).
 namespace device {
-struct any {  // the session's backend, whatever it is
-  static constexpr const char* name = "any";
+/// The session's backend, whatever it is (stage<K>'s default).
+struct any {
+  static constexpr const char* name = "any";  ///< its name (label() gives "" for it: no device named)
 };
-struct cpu {  // the host's cores: a backend whose tensors are host memory (cpu_simd)
-  static constexpr const char* name = "cpu";
+/// The host's cores: a backend whose tensors are host memory (cpu_simd).
+struct cpu {
+  static constexpr const char* name = "cpu";  ///< its name, what label() gives
 };
+/// CUDA device N (its ordinal, >= 0): the gradus::cuda backend.
 template <int N>
-struct cuda {  // CUDA device N: the gradus::cuda backend
+struct cuda {
   static_assert(N >= 0, "gradus: device::cuda<N>: the device ordinal must be >= 0");
-  static constexpr int ordinal = N;
-  static constexpr const char* name = "cuda";
+  static constexpr int ordinal = N;            ///< N, the CUDA device ordinal
+  static constexpr const char* name = "cuda";  ///< its name; label() adds the ordinal: "cuda:0"
 };
+/// Whether D is a device: any, cpu or cuda<N>.
 template <class D>
 inline constexpr bool is_device_v = false;
+/// any is a device.
 template <>
 inline constexpr bool is_device_v<any> = true;
+/// cpu is a device.
 template <>
 inline constexpr bool is_device_v<cpu> = true;
+/// cuda<N> is a device.
 template <int N>
 inline constexpr bool is_device_v<cuda<N>> = true;
 /// "cpu", "cuda:0" (what the placement log and to_dot print); empty for any
@@ -78,12 +85,14 @@ template <int K, class Device = device::any>
 struct stage {
   static_assert(K >= 0, "gradus: stage<K>: the stage index must be >= 0");
   static_assert(device::is_device_v<Device>, "gradus: stage<K, D>: D must be g::device::any, cpu or cuda<N>");
-  static constexpr int index = K;
-  using device_type = Device;
+  static constexpr int index = K;  ///< K, the stage's position in the pipeline
+  using device_type = Device;      ///< where the stage runs
 };
 
+/// Whether placement P is a stage (a device alone is not: on<P>() makes it one).
 template <class P>
 inline constexpr bool is_stage_v = false;
+/// stage<K, D> is a stage.
 template <int K, class D>
 inline constexpr bool is_stage_v<stage<K, D>> = true;
 
@@ -101,13 +110,17 @@ struct placed_node : expr_base {
   bool operator==(const placed_node&) const = default;
 };
 
+/// Whether node N is a placement, what on<P>(e) returns.
 template <class N>
 inline constexpr bool is_placed_v = false;
+/// A placed_node is one.
 template <class P, class E>
 inline constexpr bool is_placed_v<placed_node<P, E>> = true;
 
+/// Whether node N is placed on a pipeline stage (every placement on<P>() makes is).
 template <class N>
 inline constexpr bool is_stage_placed_v = false;
+/// A node placed on stage<K, D> is one.
 template <int K, class D, class E>
 inline constexpr bool is_stage_placed_v<placed_node<stage<K, D>, E>> = true;
 
@@ -184,7 +197,10 @@ inline constexpr int stage_of_v = [] {
   return s < 0 ? 0 : s;
 }();
 
-/// on<P>(e): e placed on P (see the top of this file).
+/// on<P>(e): e placed on P, a stage<K, Device> or a device (which makes a stage of its own,
+/// the next after every stage inside e; see the top of this file). The same value, dtype and
+/// shape as e (a view of e's buffer); it changes only where the planner cuts the graph.
+/// Gradient: g passes through unchanged.
 template <class P, expression E>
 auto on(const E& e) {
   static_assert(is_stage_v<P> || device::is_device_v<P>,

@@ -16,11 +16,14 @@
 
 namespace gradus {
 
+/// What one dropout site (nn::dropout) shares with every copy of its mask node: the keep
+/// probability, the seed, the draw counter and the mode. The counter is a plain integer:
+/// two runs that compute the same site's mask at once (from two threads) race on it.
 struct dropout_state {
   double keep = 1;           ///< 1 - rate
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0;    ///< the seed of the counter-based generator
   std::uint64_t draws = 0;   ///< masks drawn so far (training mode)
-  bool training = true;
+  bool training = true;      ///< true: each run that computes the mask draws the next one; false: all ones
 };
 
 template <class T, class X>

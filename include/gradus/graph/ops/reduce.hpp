@@ -10,6 +10,7 @@
 
 namespace gradus {
 
+/// What a reduction combines its elements with (argmax is a max that answers the index).
 enum class reduce_kind { sum, mean, max, min };
 
 inline constexpr int all_axes = 1000;  ///< the Axis of a reduction over every axis
@@ -94,6 +95,8 @@ struct reduce_node : expr_base {
   bool operator==(const reduce_node&) const = default;
 };
 
+/// Defines the reduction NAME: NAME<Axis, Keep>(a) over one axis and NAME(a) over all of
+/// them, for sum, mean, max, min and argmax below. Undefined after its uses.
 #define GRADUS_REDUCTION(NAME, KIND, ARG)                               \
   template <int Axis, bool Keep = false, expression A>                  \
   auto NAME(const A& a) {                                               \
@@ -103,11 +106,21 @@ struct reduce_node : expr_base {
   auto NAME(const A& a) {                                               \
     return reduce_node<reduce_kind::KIND, ARG, all_axes, false, A>{{}, a}; \
   }
-/// sum<axis, keepdims>(a) or sum(a) for all axes; likewise mean, max, min, argmax.
+// NAME<Axis, Keep = false>(a) reduces axis Axis (a negative one counts from the end), which
+// the result drops, or keeps with extent 1 where Keep is true; NAME(a) reduces every axis to
+// a rank-0 result. The operand is float or double (argmax also takes int32).
+// sum: the sum. Gradient: g spread back over the reduced axes.
 GRADUS_REDUCTION(sum, sum, false)
+// mean: the mean. Gradient: g / n spread back, n the reduced count (read at run time).
 GRADUS_REDUCTION(mean, mean, false)
+// max: the largest element. Gradient: g spread back to the elements equal to the maximum,
+// split evenly among ties (k tied elements get g / k each). Nothing to reduce: a shape_error.
 GRADUS_REDUCTION(max, max, false)
+// min: the smallest element. Gradient: as max's, to the elements equal to the minimum.
 GRADUS_REDUCTION(min, min, false)
+// argmax: the int32 index of the largest element along Axis (of all, in row-major order,
+// for argmax(a)); ties go to the first, a NaN never wins over a number. No gradient.
+// Nothing to reduce: a shape_error.
 GRADUS_REDUCTION(argmax, max, true)
 #undef GRADUS_REDUCTION
 

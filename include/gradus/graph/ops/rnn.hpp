@@ -198,23 +198,30 @@ struct rnn_grad_node : expr_base {
 /// the backward buffer.
 template <std::size_t K, class Grad>
 struct rnn_grad_part : expr_base {
-  using cell = typename Grad::cell;
+  using cell = typename Grad::cell;  ///< the recurrent cell (lstm_cell, gru_cell)
   static_assert(K >= 1 && K < 3 + cell::biases);
+  /// The type of forward operand K, whose shape the gradient has.
   using like = std::remove_cvref_t<std::tuple_element_t<K, decltype(std::declval<const Grad&>().fwd.operands())>>;
-  using value_type = value_t<Grad>;
-  using shape_type = shape_t<like>;
-  static constexpr node_kind kind = node_kind::view;
-  static constexpr const char* op_name = cell::grad_part_name;
-  Grad grad;
+  using value_type = value_t<Grad>;                      ///< the forward's dtype
+  using shape_type = shape_t<like>;                      ///< operand K's shape
+  static constexpr node_kind kind = node_kind::view;     ///< a view of the backward buffer, no copy
+  static constexpr const char* op_name = cell::grad_part_name;  ///< its label in errors, traces and graph drawings
+  Grad grad;                                             ///< the backward kernel (rnn_grad_node)
+  /// The buffers it reads: the backward buffer, then xs and operand K for their dims.
   auto operands() const { return std::tie(grad, grad.fwd.xs, std::get<K>(grad.fwd.operands())); }
+  /// The backward kernel only: the values of xs and operand K are not read.
   auto children() const { return std::tie(grad); }
+  /// Operand K's dims.
   dims infer(const dims&, const dims&, const dims& l) const { return l; }
+  /// Where the gradient starts in the backward buffer, in elements: the buffer holds dwx
+  /// `[I, G*H]`, then dwh `[H, G*H]`, then each bias `[G*H]` (G the cell's gate count).
   index_t offset(const dims&, const dims& x, const dims& l) const {
     const index_t i = x.d[2];
     if constexpr (K == 1) return 0;
     else if constexpr (K == 2) return i * l.d[1];
     else return (i + l.d[0] / cell::gates + static_cast<index_t>(K - 3)) * l.d[0];
   }
+  /// Structural: the same backward kernel.
   bool operator==(const rnn_grad_part&) const = default;
 };
 
@@ -245,28 +252,35 @@ struct rnn_input_grad_node : expr_base {
 
 // ---- builders ---------------------------------------------------------------------------
 
-/// lstm(xs [T,B,I], wx [I,4H], wh [H,4H], b [4H]) -> hs [T,B,H]
+/// lstm(xs [T,B,I], wx [I,4H], wh [H,4H], b [4H]) -> hs [T,B,H]: time-major, zero initial
+/// state, PyTorch's gates (i, f, g, o) and equations (top of this file). float or double,
+/// one dtype; shapes that do not fit are a compile error where static, else a shape_error.
+/// Gradient: backpropagation through time, one backward kernel for every operand's
+/// gradient (xs's only where it is asked for).
 template <expression X, expression Wx, expression Wh, expression B>
 auto lstm(const X& xs, const Wx& wx, const Wh& wh, const B& b) {
   using fwd = rnn_node<lstm_cell, X, Wx, Wh, B>;
   return rnn_seq_node<fwd>{{}, fwd{{}, xs, wx, wh, {b}}};
 }
 
-/// gru(xs [T,B,I], wx [I,3H], wh [H,3H], bx [3H], bh [3H]) -> hs [T,B,H]
+/// gru(xs [T,B,I], wx [I,3H], wh [H,3H], bx [3H], bh [3H]) -> hs [T,B,H]: as lstm(), with
+/// PyTorch's GRU gates (r, z, n) and equations (top of this file). Gradient: as lstm's.
 template <expression X, expression Wx, expression Wh, expression Bx, expression Bh>
 auto gru(const X& xs, const Wx& wx, const Wh& wh, const Bx& bx, const Bh& bh) {
   using fwd = rnn_node<gru_cell, X, Wx, Wh, Bx, Bh>;
   return rnn_seq_node<fwd>{{}, fwd{{}, xs, wx, wh, {bx, bh}}};
 }
 
-/// last_step(hs [T, B, H]) -> hs[T-1] [B, H] (no copy): what a classifier reads.
+/// last_step(hs [T, B, H]) -> hs[T-1] [B, H] (no copy): what a classifier reads. Gradient:
+/// zeros of hs's shape with g at the last step (select's).
 template <expression Hs>
 auto last_step(const Hs& hs) {
   return select(hs, -1);
 }
 
 /// time_major<Steps, Features>(x [B, Steps*Features]) -> [Steps, B, Features]: a batch
-/// of flattened sequences (e.g. MNIST rows as fed, [B, 784]) as an rnn's xs.
+/// of flattened sequences (e.g. MNIST rows as fed, [B, 784]) as an rnn's xs (a reshape,
+/// then a permute: a copy). Gradient: g permuted and reshaped back to x's shape.
 template <index_t Steps, index_t Features, expression X>
 auto time_major(const X& x) {
   static_assert(rank_v<X> == 2, "gradus: time_major: expects [B, Steps*Features]");

@@ -58,22 +58,27 @@ void rnn_weight_grad(T* dw, const T* a, index_t a_cols, const T* d, index_t rows
 // A cell: its gate count and biases, the parts of its forward buffer, its backward
 // scratch, and the two sequence loops.
 
+/// The LSTM cell of lstm(): gates i, f, g, o (PyTorch's order) and one bias; per step
+/// c = f c_prev + i g and h = o tanh(c).
 struct lstm_cell {
-  static constexpr const char* name = "lstm";
-  static constexpr const char* seq_name = "lstm_hs";
-  static constexpr const char* grad_name = "lstm_backward";
-  static constexpr const char* grad_part_name = "lstm_backward_part";
-  static constexpr const char* input_grad_name = "lstm_backward_input";
-  static constexpr const char* expected = "xs [T, B, I], wx [I, 4H], wh [H, 4H], b [4H]";
-  static constexpr std::array<const char*, 1> bias_names{"b"};
-  static constexpr index_t gates = 4;
-  static constexpr std::size_t biases = 1;
+  static constexpr const char* name = "lstm";                           ///< the forward kernel's op name
+  static constexpr const char* seq_name = "lstm_hs";                    ///< the op name of hs, the forward buffer's first part
+  static constexpr const char* grad_name = "lstm_backward";             ///< the op name of the backward kernel
+  static constexpr const char* grad_part_name = "lstm_backward_part";   ///< the op name of one weight's or bias's gradient
+  static constexpr const char* input_grad_name = "lstm_backward_input"; ///< the op name of xs's gradient kernel
+  static constexpr const char* expected = "xs [T, B, I], wx [I, 4H], wh [H, 4H], b [4H]";  ///< the shapes a shape_error expects
+  static constexpr std::array<const char*, 1> bias_names{"b"};  ///< the bias operands' names, for a shape_error
+  static constexpr index_t gates = 4;                           ///< gates per step
+  static constexpr std::size_t biases = 1;                      ///< bias operands
   /// forward buffer, in parts of T*B*H: hs | cs | gates [4][T][B][H] | ones (T*B used)
   static constexpr index_t fwd_parts = 7;
   /// backward buffer after dwx | dwh | db: dG [4][T][B][H] | dh carry | dc carry
   static index_t grad_scratch(const detail::rnn_extents& e) { return 4 * e.tbh() + 2 * e.bh(); }
 
-  struct step_rule {  // gates in place -> activated; c, h out
+  /// The gate pass of a step after the first: the gates' pre-activations in place to their
+  /// activations, then c and h from them and cp, the previous step's cell state.
+  struct step_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(X& i, X& f, X& g, X& o, const X& cp, X& c, X& h) const {
       i = detail::rnn_sigmoid(i);
@@ -84,7 +89,9 @@ struct lstm_cell {
       h = o * detail::rnn_tanh(c);
     }
   };
-  struct first_rule {  // c_{-1} = 0
+  /// The first step's gate pass: step_rule's with a previous cell state of 0 (c = i g).
+  struct first_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(X& i, X& f, X& g, X& o, X& c, X& h) const {
       i = detail::rnn_sigmoid(i);
@@ -103,6 +110,7 @@ struct lstm_cell {
                           X& dout) {
     grad_given_tanh(dh, dc, i, g, o, detail::rnn_tanh(c), di, dg, dout);
   }
+  /// grad_common's arithmetic, given tc = tanh(c).
   template <class X>
   GRADUS_HD static void grad_given_tanh(const X& dh, X& dc, const X& i, const X& g, const X& o, const X& tc, X& di,
                                         X& dg, X& dout) {
@@ -111,7 +119,10 @@ struct lstm_cell {
     di = dc * g * i * (X(1) - i);
     dg = dc * i * (X(1) - g * g);
   }
+  /// The backward gate pass of a step after the first: from dh = dhs + carry, the four
+  /// pre-activation gradients; dc becomes dc f, the cell-state carry into the step before.
   struct grad_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(const X& dhs, const X& carry, X& dc, const X& i, const X& f, const X& g, const X& o, const X& c,
                     const X& cp, X& di, X& df, X& dg, X& dout) const {
@@ -120,7 +131,10 @@ struct lstm_cell {
       dc = dc * f;
     }
   };
-  struct first_grad_rule {  // c_{-1} = 0: f has no gradient
+  /// The first step's backward gate pass: the previous cell state is 0, so f gets no
+  /// gradient (df = 0).
+  struct first_grad_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(const X& dhs, const X& carry, X& dc, const X& i, const X& g, const X& o, const X& c, X& di,
                     X& df, X& dg, X& dout) const {
@@ -129,6 +143,8 @@ struct lstm_cell {
     }
   };
 
+  /// The forward loop: the forward buffer `out` from xs, wx, wh and b (every step's input
+  /// projection first, then per step a batched GEMM over the gates and a gate pass).
   template <class Backend, class T>
   static void forward(T* out, const detail::rnn_extents& e, const T* x, const T* wx, const T* wh, const T* b) {
     const index_t G = 4 * e.h, n = e.bh(), TBH = e.tbh();
@@ -183,16 +199,18 @@ struct lstm_cell {
   }
 };
 
+/// The GRU cell of gru(): gates r, z, n (PyTorch's order) and two biases, bx on the input
+/// side and bh on the recurrent one; per step h = (1 - z) n + z h_prev.
 struct gru_cell {
-  static constexpr const char* name = "gru";
-  static constexpr const char* seq_name = "gru_hs";
-  static constexpr const char* grad_name = "gru_backward";
-  static constexpr const char* grad_part_name = "gru_backward_part";
-  static constexpr const char* input_grad_name = "gru_backward_input";
-  static constexpr const char* expected = "xs [T, B, I], wx [I, 3H], wh [H, 3H], bx [3H], bh [3H]";
-  static constexpr std::array<const char*, 2> bias_names{"bx", "bh"};
-  static constexpr index_t gates = 3;
-  static constexpr std::size_t biases = 2;
+  static constexpr const char* name = "gru";                            ///< the forward kernel's op name
+  static constexpr const char* seq_name = "gru_hs";                     ///< the op name of hs, the forward buffer's first part
+  static constexpr const char* grad_name = "gru_backward";              ///< the op name of the backward kernel
+  static constexpr const char* grad_part_name = "gru_backward_part";    ///< the op name of one weight's or bias's gradient
+  static constexpr const char* input_grad_name = "gru_backward_input";  ///< the op name of xs's gradient kernel
+  static constexpr const char* expected = "xs [T, B, I], wx [I, 3H], wh [H, 3H], bx [3H], bh [3H]";  ///< the shapes a shape_error expects
+  static constexpr std::array<const char*, 2> bias_names{"bx", "bh"};  ///< the bias operands' names, for a shape_error
+  static constexpr index_t gates = 3;                                  ///< gates per step
+  static constexpr std::size_t biases = 2;                             ///< bias operands
   /// forward buffer, in parts of T*B*H: hs | gates r,z,n [3][T][B][H] (activated) |
   /// recurrent projections h Wh_k + bh_k [3][T][B][H] | ones (T*B used)
   static constexpr index_t fwd_parts = 8;
@@ -200,7 +218,11 @@ struct gru_cell {
   /// side, n on the recurrent side: r*dn) | dh carry
   static index_t grad_scratch(const detail::rnn_extents& e) { return 4 * e.tbh() + e.bh(); }
 
+  /// The gate pass of a step after the first: r, z and n hold the input projections (x Wx +
+  /// bx) and become the activated gates, hr, hz and hn are the recurrent projections (h_prev
+  /// Wh + bh), hp is h_prev; h is written.
   struct step_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(X& r, X& z, X& n, const X& hr, const X& hz, const X& hn, const X& hp, X& h) const {
       r = detail::rnn_sigmoid(r + hr);
@@ -209,7 +231,9 @@ struct gru_cell {
       h = n + z * (hp - n);
     }
   };
-  struct first_rule {  // h_{-1} = 0
+  /// The first step's gate pass: step_rule's with h_prev = 0 (h = (1 - z) n).
+  struct first_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(X& r, X& z, X& n, const X& hr, const X& hz, const X& hn, X& h) const {
       r = detail::rnn_sigmoid(r + hr);
@@ -226,6 +250,9 @@ struct gru_cell {
                           X& dr, X& daz, X& dnx, X& dnh) {
     grad_given_dan(dh, dh * (X(1) - z) * (X(1) - n * n), dz, carry, r, z, hn, dr, daz, dnx, dnh);
   }
+  /// grad_common's arithmetic, given dan, the gradient of n's pre-activation: writes the
+  /// carry's start dh z, and the pre-activation gradients of r and z and of n on the input
+  /// (dnx) and recurrent (dnh) sides.
   template <class X>
   GRADUS_HD static void grad_given_dan(const X& dh, const X& dan, const X& dz, X& carry, const X& r, const X& z,
                                        const X& hn, X& dr, X& daz, X& dnx, X& dnh) {
@@ -235,24 +262,30 @@ struct gru_cell {
     dr = dan * hn * r * (X(1) - r);
     daz = dz * z * (X(1) - z);
   }
+  /// The backward gate pass of a step after the first, from dh = dhs + carry.
   struct grad_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, const X& hp, X& dr,
                     X& dz, X& dnx, X& dnh) const {
       given_dh(dhs + carry, carry, r, z, n, hn, hp, dr, dz, dnx, dnh);
     }
+    /// The same given dh: z's gradient is dh (hp - n).
     template <class X>
     GRADUS_HD static void given_dh(const X& dh, X& carry, const X& r, const X& z, const X& n, const X& hn, const X& hp,
                                    X& dr, X& dz, X& dnx, X& dnh) {
       grad_common(dh, dh * (hp - n), carry, r, z, n, hn, dr, dz, dnx, dnh);
     }
   };
+  /// The first step's backward gate pass (h_prev = 0).
   struct first_grad_rule {
+    /// One element (or one SIMD batch of elements).
     template <class X>
     GRADUS_HD void operator()(const X& dhs, X& carry, const X& r, const X& z, const X& n, const X& hn, X& dr, X& dz, X& dnx,
                     X& dnh) const {
       given_dh(dhs + carry, carry, r, z, n, hn, dr, dz, dnx, dnh);
     }
+    /// The same given dh: z's gradient is -dh n.
     template <class X>
     GRADUS_HD static void given_dh(const X& dh, X& carry, const X& r, const X& z, const X& n, const X& hn, X& dr, X& dz,
                                    X& dnx, X& dnh) {
@@ -260,6 +293,9 @@ struct gru_cell {
     }
   };
 
+  /// The forward loop: the forward buffer `out` from xs, wx, wh, bx and bh (every step's
+  /// input and bh projections first, then per step a batched GEMM over the gates and a gate
+  /// pass).
   template <class Backend, class T>
   static void forward(T* out, const detail::rnn_extents& e, const T* x, const T* wx, const T* wh, const T* bx,
                       const T* bh) {

@@ -73,7 +73,9 @@ struct select_node : expr_base {
   bool operator==(const select_node&) const = default;
 };
 
-/// select(a, i): a[i] (the leading axis dropped); i < 0 counts from the end.
+/// select(a, i): a[i] (the leading axis dropped); i < 0 counts from the end. A view, no
+/// copy; rank >= 1; an i outside [-n, n) is an index_error at run time. Gradient:
+/// select_backward(g, i, a), zeros of a's shape with g at entry i.
 template <expression A>
 auto select(const A& a, index_t i) {
   return select_node<A>{{}, a, i};
@@ -111,6 +113,9 @@ struct select_backward_node : expr_base {
 
 };
 
+/// select_backward(g, i, like): zeros shaped like `like` with g written at like[i] (i < 0
+/// counts from the end); like lends its dims only. g has like[i]'s rank and dtype (checked
+/// at compile time) and dims (a shape_error otherwise). Gradient: select(g, i).
 template <expression G, expression Like>
 auto select_backward(const G& g, index_t i, const Like& like) {
   return select_backward_node<G, Like>{{}, g, like, i};

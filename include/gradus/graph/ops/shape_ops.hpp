@@ -78,6 +78,10 @@ struct permute_node : expr_base {
   bool operator==(const permute_node&) const = default;
 };
 
+/// permute<P...>(a): a's axes reordered, output axis k being a's axis P[k] (NumPy's
+/// transpose(a, P)); P must be a permutation of a's axes (checked at compile time). A copy,
+/// except where matmul reads a swap of the last two axes through its GEMM's transpose flag.
+/// Gradient: g permuted back by the inverse permutation.
 template <std::size_t... P, expression A>
 auto permute(const A& a) {
   return permute_node<A, P...>{{}, a};
@@ -95,20 +99,24 @@ auto swap_last(const A& a, std::index_sequence<I...>) {
 }
 }  // namespace detail
 
-/// transpose(a): all axes reversed, as NumPy's a.T.
+/// transpose(a): all axes reversed, as NumPy's a.T. Gradient: transpose(g).
 template <expression A>
 auto transpose(const A& a) {
   return detail::reversed(a, std::make_index_sequence<rank_v<A>>{});
 }
-/// matrix_transpose(a): the last two axes swapped (batched matrices).
+/// matrix_transpose(a): the last two axes swapped (batched matrices); rank >= 2. Gradient:
+/// matrix_transpose(g).
 template <expression A>
 auto matrix_transpose(const A& a) {
   static_assert(rank_v<A> >= 2, "gradus: matrix_transpose needs rank >= 2");
   return detail::swap_last(a, std::make_index_sequence<rank_v<A>>{});
 }
 
+/// The extents of reshape<E...>(a) for a static shape of a: E..., with a `dyn` extent
+/// replaced by a's element count over the product of the others (0 where that is 0).
 template <class A, index_t... E>
 struct reshape_static_extents {
+  /// Those extents, the array shape_of_array reads.
   static constexpr std::array<index_t, sizeof...(E)> value = [] {
     std::array<index_t, sizeof...(E)> r{E...};
     index_t n = 1, known = 1;
@@ -152,7 +160,9 @@ struct reshape_node : expr_base {
   bool operator==(const reshape_node&) const = default;
 };
 
-/// reshape<E...>(a): same elements, new extents; one extent may be dyn (inferred).
+/// reshape<E...>(a): same elements, new extents; one extent may be dyn (inferred). A view,
+/// no copy. The element counts must agree: at compile time where the shapes say, else a
+/// shape_error at run time. Gradient: g reshaped back to a's dims.
 template <index_t... E, expression A>
 auto reshape(const A& a) {
   return reshape_node<A, E...>{{}, a};

@@ -31,10 +31,16 @@ struct softmax_node : expr_base {
   bool operator==(const softmax_node&) const = default;
 };
 
+/// softmax(a): e^a normalised to sum 1 along the last axis (the maximum subtracted first:
+/// no overflow); a's shape, float or double, rank >= 1. Gradient: y (g - sum(g y)), y =
+/// softmax(a), the sum along the last axis.
 template <expression A>
 auto softmax(const A& a) {
   return softmax_node<false, A>{{}, a};
 }
+/// log_softmax(a): a - log(sum(e^a)) along the last axis, computed as stably as softmax; a's
+/// shape, float or double, rank >= 1. Gradient: g - softmax(a) sum(g), the sum along the
+/// last axis.
 template <expression A>
 auto log_softmax(const A& a) {
   return softmax_node<true, A>{{}, a};
@@ -77,6 +83,10 @@ struct softmax_xent_node : expr_base {
 };
 
 /// Per-example loss -log softmax(logits)[label]; mean() it for the usual scalar loss.
+/// logits [N, C] float or double, labels int32 [N] -> [N]; the Ns must agree (a compile
+/// error where static, else a shape_error), a label outside [0, C) is an index_error. Gradient:
+/// (softmax(logits) - one_hot(labels)) g, row by row, to the logits (C must be static);
+/// none to the labels.
 template <expression L, expression Y>
 auto softmax_cross_entropy(const L& logits, const Y& labels) {
   return softmax_xent_node<L, Y>{{}, logits, labels};

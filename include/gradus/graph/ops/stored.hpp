@@ -23,6 +23,9 @@ struct stored_node : expr_base {
   bool operator==(const stored_node&) const = default;
 };
 
+/// stored(a): a's value as it lies in a buffer, the same dtype and shape: a itself where a
+/// has a buffer already (a leaf, kernel or view), else a view of a materialised once.
+/// Gradient: g passes through unchanged.
 template <expression A>
 auto stored(const A& a) {
   if constexpr (has_storage_v<A>) return a;  // a leaf, kernel or view is read from its buffer already
