@@ -144,7 +144,8 @@ class session final : private variable_source {
   /// The training step counter: optimizers read it (Adam's bias correction, learning-rate
   /// schedules) and advance it; checkpoints save and restore it.
   std::int64_t global_step() const override { return global_step_; }
-  /// Sets the step counter (restoring a checkpoint does; so may a program resuming by hand).
+  /// Sets the step counter: training steps advance it by one, restore_checkpoint sets the
+  /// saved one.
   void set_global_step(std::int64_t s) { global_step_ = s; }
 
   /// check_numerics (tf.debugging.check_numerics for every node): every run scans its feeds,
@@ -331,6 +332,7 @@ struct session_access {
 
 /// assign(s, v, tensor): set v's value in s (allocated on first assignment). The tensor's
 /// dtype must be v's (a compile error otherwise) and its shape v's (a feed_error naming v).
+/// The documented spelling; the member s.assign(v, x) is a deprecated alias (removed in 0.2).
 template <class Backend, fixed_string Name, class T, index_t... E, tensor_like X>
 void assign(session<Backend>& s, const variable<Name, T, E...>& v, const X& x) {
   detail::session_access::assign(s, v, x);
@@ -338,7 +340,7 @@ void assign(session<Backend>& s, const variable<Name, T, E...>& v, const X& x) {
 
 /// declare(s, v): make v known to s (its name, dtype and shape) without giving it a value:
 /// checkpoints list it, restore() fills it, and a run that reads it before it is assigned,
-/// initialised or restored is an error naming it.
+/// initialised or restored is an error naming it. The member s.declare(v) is a deprecated alias.
 template <class Backend, fixed_string Name, class T, index_t... E>
 void declare(session<Backend>& s, const variable<Name, T, E...>& v) {
   detail::session_access::declare(s, v);
@@ -346,6 +348,7 @@ void declare(session<Backend>& s, const variable<Name, T, E...>& v) {
 
 /// value(s, v): a host view of v's current value in s: the storage itself where the
 /// backend's memory is the host's, else a copy made now (valid until the next value() of v).
+/// Throws feed_error where s holds no v. The member s.value(v) is a deprecated alias.
 template <class Backend, fixed_string Name, class T, index_t... E>
 tensor_view<const T> value(const session<Backend>& s, const variable<Name, T, E...>& v) {
   return detail::session_access::value(s, v);
