@@ -347,7 +347,7 @@ class model {
   /// Training steps taken, restored ones included.
   std::int64_t global_step() const { return s_.global_step(); }
   /// The session holding the model's variables ("dnn/hiddenlayer_0/w", ..., "dnn/logits/b",
-  /// or "linear/linear_model/w" and "/b") and the optimizer's state.
+  /// or "linear/linear_model/w" and "linear/linear_model/b") and the optimizer's state.
   session<Backend>& get_session() { return s_; }
   /// The configuration it was made with.
   const run_config& config() const { return cfg_; }

@@ -146,7 +146,7 @@ struct scalar_plan {
   T v;  ///< the value
   /// Nothing to position.
   GRADUS_HD void set_row(const index_t*, std::size_t) {}
-  /// v.
+  /// v, whatever j.
   GRADUS_HD T eval(index_t) const { return v; }
   /// V copies of v.
   template <int V>

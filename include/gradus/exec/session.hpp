@@ -115,10 +115,9 @@ class session final : private variable_source {
   }
 
  public:
-  /// Deprecated: write gradus::assign(s, v, x). The spelling of 0.1: the same operations as
-  /// the free functions gradus::assign, declare and value (below), which every session
-  /// operation now uses (initialize, minimize, checkpoints, weights). Kept for one release;
-  /// removed in 0.2.
+  /// Deprecated alias of gradus::assign(s, v, x), the spelling of 0.1: the free functions
+  /// gradus::assign, declare and value (below) are what every session operation now uses
+  /// (initialize, minimize, checkpoints, weights). Kept for one release; removed in 0.2.
   template <fixed_string Name, class T, index_t... E, tensor_like X>
   [[deprecated("gradus 0.2 removes session::assign: write gradus::assign(s, v, x)")]]
   void assign(const variable<Name, T, E...>& v, const X& x) { assign_impl(v, x); }
