@@ -36,34 +36,41 @@
 
 namespace gradus::data {
 
+/// What the label column holds.
 enum class csv_label {
   class_index,   ///< int32 labels >= 0 (below num_classes when that is set) in csv_table::labels
   float_target,  ///< float labels in csv_table::targets (regression)
 };
 
+/// How read_csv and parse_csv read a file (designated initialisers: `{.label = "target"}`).
 struct csv_options {
   std::string label{};                  ///< the label column's name; empty: no label column
-  csv_label label_as = csv_label::class_index;
+  csv_label label_as = csv_label::class_index;  ///< class labels (int32) or float targets
   std::int32_t num_classes = 0;         ///< > 0: class labels must be below it
-  char delimiter = ',';
+  char delimiter = ',';                 ///< the field separator (not a quote, a space or a line end)
   std::vector<std::string> use{};       ///< feature columns, in this order; empty: every other column
   std::vector<std::string> skip{};      ///< columns to leave out (never parsed)
   bool allow_nonfinite = false;         ///< accept nan / inf / infinity in features and float targets
 };
 
+/// A CSV file read: float features [rows, cols()] and the label column, if any.
 struct csv_table {
-  std::string path;
+  std::string path;                     ///< the file (parse_csv's name), as named in errors
   std::vector<std::string> columns;     ///< the feature columns, in the order of x's columns
   std::string label_name;               ///< empty when there is no label column
-  index_t rows = 0;
+  index_t rows = 0;                     ///< data rows (blank lines skipped); a file with none is an error
   std::vector<float> x;                 ///< [rows, cols()], row-major
   std::vector<std::int32_t> labels;     ///< [rows] with csv_label::class_index
   std::vector<float> targets;           ///< [rows] with csv_label::float_target
 
+  /// Feature columns: columns.size().
   index_t cols() const { return static_cast<index_t>(columns.size()); }
+  /// The features' dims, {rows, cols()}.
   dims shape() const { return dims{rows, cols()}; }
+  /// x as a view of shape(), to feed a placeholder; valid while the table lives unchanged.
   tensor_view<const float> features() const { return {x.data(), shape()}; }
-  /// The features and class labels as a dataset of examples of shape {cols}.
+  /// The features and class labels as a dataset of examples of shape {cols} (moved out of
+  /// the table). Throws data_error where the table has no class labels.
   dataset to_dataset() && {
     if (label_name.empty() || labels.size() != static_cast<std::size_t>(rows))
       throw data_error("gradus: CSV file '" + path + "': to_dataset needs int32 class labels (csv_options::label " +
@@ -296,6 +303,8 @@ inline csv_table parse_csv(std::string_view text, const std::string& name, const
   return t;
 }
 
+/// Reads the CSV file at path (see parse_csv). Throws data_error where it cannot be opened
+/// or read, or its text is not what opt asks for (naming the line and column).
 inline csv_table read_csv(const std::string& path, const csv_options& opt = {}) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw data_error("gradus: CSV file '" + path + "': cannot open it");

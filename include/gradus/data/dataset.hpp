@@ -35,15 +35,25 @@
 
 namespace gradus::data {
 
+/// One batch of a dataset: views into the iterator's buffers, valid until it moves on.
 struct minibatch {
   tensor_view<const float> x;         ///< [n, example...]
   tensor_view<const std::int32_t> y;  ///< [n]
 };
 
+/// Examples in memory: float features of one shape and an int32 label each, held once and
+/// shared by every view that shuffle, shard, map and normalize make (each view copies only
+/// its order and its maps, so views are cheap values).
 class dataset {
  public:
+  /// f(x, examples, example_size): rewrites a batch's features in place, x holding
+  /// examples * example_size floats.
   using transform = std::function<void(float* x, index_t examples, index_t example_size)>;
 
+  /// y.size() examples of shape `example`, their features row-major in x, with label y[i]
+  /// each. Throws shape_error unless x.size() == y.size() * example.numel() with a
+  /// non-empty example, and gradus::error for an example of rank max_rank (a batch adds an
+  /// axis).
   dataset(std::vector<float> x, const dims& example, std::vector<std::int32_t> y)
       : store_(std::make_shared<storage>()) {
     adopt(x.size(), "feature values", example, std::move(y));
@@ -59,17 +69,24 @@ class dataset {
     store_->scale = scale;
   }
 
+  /// Examples in this view.
   index_t size() const { return static_cast<index_t>(order_.size()); }
+  /// The shape of one example (a batch's features are [n, example_shape()...]).
   const dims& example_shape() const { return store_->example; }
   /// the position of each example of this view in the original data
   const std::vector<std::int64_t>& order() const { return order_; }
 
+  /// This view in an order permuted by a Fisher-Yates shuffle seeded with (seed, epoch):
+  /// the same order for the same seed and epoch on every platform and standard library.
   dataset shuffle(std::uint64_t seed, std::uint64_t epoch = 0) const {
     dataset d = *this;
     std::mt19937_64 rng(seed * 0x9e3779b97f4a7c15ull + epoch + 1);
     for (std::size_t i = d.order_.size(); i > 1; --i) std::swap(d.order_[i - 1], d.order_[rng() % i]);
     return d;
   }
+  /// Every world-th example of this view from the rank-th on: world shards, disjoint and
+  /// together covering it (after a shuffle with the same seed on every rank). Throws
+  /// gradus::error unless 0 <= rank < world.
   dataset shard(index_t rank, index_t world) const {
     if (world < 1 || rank < 0 || rank >= world)
       throw error("gradus: dataset::shard: need 0 <= rank < world, got rank " + std::to_string(rank) + ", world " +
@@ -86,6 +103,7 @@ class dataset {
     d.maps_.push_back(std::move(f));
     return d;
   }
+  /// map((x - mean) / stddev) over every feature. Throws gradus::error unless stddev > 0.
   dataset normalize(float mean, float stddev) const {
     if (!(stddev > 0)) throw error("gradus: dataset::normalize: stddev must be > 0");
     return map([mean, inv = 1.0f / stddev](float* x, index_t n, index_t per) {
@@ -94,6 +112,8 @@ class dataset {
   }
 
   class batches;
+  /// This view's minibatches of `size` examples, in order; the last, smaller one is kept
+  /// unless drop_remainder. Throws gradus::error when size < 1.
   batches batch(index_t size, bool drop_remainder = false) const;
 
   /// Copies examples [first, first + n) of this view into xb / yb and applies the maps.
@@ -142,10 +162,14 @@ class dataset {
 /// The minibatches of a dataset view, in order; iterate with a range-for.
 class dataset::batches {
  public:
+  /// d's batches of `size` examples; drop: leave out the last partial batch. Throws
+  /// gradus::error when size < 1.
   batches(dataset d, index_t size, bool drop) : d_(std::move(d)), size_(size), drop_(drop) {
     if (size < 1) throw error("gradus: dataset::batch: size must be >= 1, got " + std::to_string(size));
   }
+  /// How many batches an iteration gives.
   index_t count() const { return drop_ ? d_.size() / size_ : (d_.size() + size_ - 1) / size_; }
+  /// Examples per batch (the last may hold fewer unless the remainder is dropped).
   index_t batch_size() const { return size_; }
   /// Prepare up to n batches ahead on a background thread.
   batches prefetch(int n) const {
@@ -156,7 +180,10 @@ class dataset::batches {
   }
 
   class iterator;
+  /// An iteration from the first batch (with prefetch, its producer thread starts here).
+  /// The iterator refers to this object, which must outlive it.
   iterator begin() const;
+  /// The end of an iteration: iterator == end() once the last batch is passed.
   std::default_sentinel_t end() const { return {}; }
 
   /// Batch k into the buffers (k < count()); returns its size.
@@ -168,6 +195,7 @@ class dataset::batches {
     d_.fill(k * size_, n, xb.data(), yb.data());
     return n;
   }
+  /// The first n examples of buffers xb / yb (as fill left them) as a minibatch.
   minibatch view(index_t n, const std::vector<float>& xb, const std::vector<std::int32_t>& yb) const {
     dims xs;
     xs.rank = d_.example_shape().rank + 1;
@@ -175,6 +203,7 @@ class dataset::batches {
     for (std::size_t i = 0; i < d_.example_shape().rank; ++i) xs.d[i + 1] = d_.example_shape().d[i];
     return {{xb.data(), xs}, {yb.data(), dims{n}}};
   }
+  /// Batches prepared ahead (0: none, no thread).
   int prefetch_depth() const { return prefetch_; }
 
  private:
@@ -194,17 +223,20 @@ inline dataset::batches dataset::batch(index_t size, bool drop_remainder) const 
 /// mid-epoch); an exception in the producer is rethrown by the consumer's next step.
 class dataset::batches::iterator {
  public:
-  using value_type = minibatch;
-  using difference_type = std::ptrdiff_t;
+  using value_type = minibatch;            ///< what `*it` gives
+  using difference_type = std::ptrdiff_t;  ///< required of an input iterator; never used
 
   iterator() = default;
+  /// Positioned on b's first batch (starting the producer thread where b prefetches).
   explicit iterator(const batches* b) : b_(b), st_(std::make_unique<state>()) {
     const int depth = b_->prefetch_depth();
     st_->slots.resize(static_cast<std::size_t>(depth) + 1);
     if (depth > 0) st_->producer = std::thread([s = st_.get(), b = b_] { produce(*s, *b); });
     advance();
   }
+  /// Takes over the other iterator's buffers and producer thread.
   iterator(iterator&&) noexcept = default;
+  /// Stops this iterator's producer, then takes over o's buffers and producer.
   iterator& operator=(iterator&& o) noexcept {
     if (this != &o) {
       stop();
@@ -218,12 +250,16 @@ class dataset::batches::iterator {
   }
   ~iterator() { stop(); }
 
+  /// The current batch: views valid until the iterator moves on.
   minibatch operator*() const { return cur_; }
+  /// The next batch (waiting for the producer with prefetch; rethrows its exception).
   iterator& operator++() {
     advance();
     return *this;
   }
+  /// As ++it, returning nothing (the iterator is move-only: there is no copy to return).
   void operator++(int) { advance(); }
+  /// Whether every batch has been passed.
   bool operator==(std::default_sentinel_t) const { return done_; }
 
  private:

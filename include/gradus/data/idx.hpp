@@ -20,12 +20,16 @@
 
 namespace gradus::data {
 
+/// An IDX file's contents: its uint8 values and their shape.
 struct idx_file {
-  std::string path;
-  dims shape;
+  std::string path;  ///< the file read
+  dims shape;        ///< the extents from the header (MNIST images: {N, 28, 28}; labels: {N})
   std::vector<std::uint8_t> bytes;  ///< shape.numel() values, C order
 };
 
+/// Reads an IDX file of type 0x08 (uint8). Throws data_error where it cannot be opened, or
+/// naming the byte offset where it departs from the format: bad magic, another type code,
+/// a rank outside 1 to max_rank, more than 2^40 values, a truncated file, trailing bytes.
 inline idx_file read_idx(const std::string& path) {
   auto fail = [&](std::uint64_t offset, const std::string& what) -> data_error {
     return data_error("gradus: IDX file '" + path + "', byte " + std::to_string(offset) + ": " + what);

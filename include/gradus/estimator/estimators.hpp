@@ -60,6 +60,7 @@ struct hidden {};
 
 namespace estimator {
 
+/// How an estimator trains and where it keeps its checkpoint (tf.estimator.RunConfig).
 struct run_config {
   std::uint64_t seed = 1;           ///< initial variables and the shuffling of each epoch
   index_t batch_size = 64;          ///< per rank
@@ -67,20 +68,22 @@ struct run_config {
   parallel::data_parallel_options data_parallel = {};  ///< buckets, overlap, replica checks
 };
 
+/// What train() did.
 struct train_result {
   std::int64_t global_step = 0;  ///< after training
   double mean_loss = 0;          ///< over the last epoch's batches (this rank's)
   index_t examples = 0;          ///< trained on by this rank, all epochs
-  double seconds = 0;
+  double seconds = 0;            ///< wall-clock time of the epochs (the checkpoint's write not included)
 };
 
+/// evaluate()'s metrics over the examples given; those that do not apply to the model stay 0.
 struct eval_result {
   double loss = 0;      ///< the training loss over the examples (mean)
   double accuracy = 0;  ///< classifiers: fraction of argmax == label
-  double mse = 0;       ///< regressors: mean squared error (= loss) and mean absolute error
-  double mae = 0;
-  index_t examples = 0;
-  std::int64_t global_step = 0;
+  double mse = 0;       ///< regressors: mean squared error (= loss)
+  double mae = 0;       ///< regressors: mean absolute error, over every output
+  index_t examples = 0;  ///< examples evaluated
+  std::int64_t global_step = 0;  ///< the model's global step when evaluated
 };
 
 namespace detail {
@@ -169,6 +172,11 @@ struct regression_head {
 
 }  // namespace detail
 
+/// A premade model: the class behind dnn_classifier, dnn_regressor, linear_classifier and
+/// linear_regressor (name it through those). It owns its session, the training step on
+/// Comm and optimizer Opt, and a checkpoint in run_config::model_dir. With a communicator
+/// of several ranks, construction and train() are collective: every rank makes the model
+/// and trains it with the same config. Not thread-safe (its session).
 template <class Body, class Head, index_t In, class Backend, class Comm, class Opt>
 class model {
   static_assert(parallel::communicator<Comm>, "gradus: estimator: Comm is not a communicator policy");
@@ -184,8 +192,11 @@ class model {
                                              std::declval<const Opt&>()));
 
  public:
-  static constexpr index_t inputs = In;
+  static constexpr index_t inputs = In;  ///< features per example
 
+  /// Initialises the variables from cfg.seed, restores model_dir/model.npz where it exists
+  /// (variables, optimizer state, global step), then broadcasts rank 0's variables. Throws
+  /// gradus::error when cfg.batch_size < 1, and what restore_checkpoint throws.
   explicit model(run_config cfg = {}, const Opt& opt = {}, Comm comm = {})
       : cfg_(std::move(cfg)),
         comm_(std::move(comm)),
@@ -203,7 +214,12 @@ class model {
     step_.broadcast_variables();  // evaluate() and predict() before training see rank 0's
   }
 
-  /// ---- training --------------------------------------------------------------------
+  // ---- training --------------------------------------------------------------------
+
+  /// Trains for epochs passes over x, each shuffled with (seed, epoch) and sharded across
+  /// the ranks, in batches of run_config::batch_size; writes the checkpoint after (rank 0,
+  /// with a model_dir). Throws shape_error for mismatched shapes and gradus::error for a
+  /// class label out of range or epochs < 0.
   /// x [n, In], y [n] int32 classes (classifiers) or [n, Out] / [n] (Out == 1) targets.
   train_result train(tensor_view<const float> x, tensor_view<const label_type> y, int epochs = 1) {
     const index_t n = check_inputs("train", x, y);
@@ -241,7 +257,11 @@ class model {
     });
   }
 
-  /// ---- evaluation and prediction ----------------------------------------------------
+  // ---- evaluation and prediction ----------------------------------------------------
+
+  /// The loss and metrics over every example of x, y (shapes as train's; not sharded: each
+  /// rank evaluates all of them), in batches of 1024. Throws shape_error or gradus::error
+  /// for x and y as train does.
   eval_result evaluate(tensor_view<const float> x, tensor_view<const label_type> y) {
     const index_t n = check_inputs("evaluate", x, y);
     eval_result r;
@@ -265,6 +285,8 @@ class model {
     r.global_step = s_.global_step();
     return r;
   }
+  /// Classifiers: the loss and accuracy over every example of ds, in order, in batches of
+  /// 1024. The dataset's examples must have In values each (not checked here, unlike train's).
   eval_result evaluate(const data::dataset& ds)
     requires Head::classifier
   {
@@ -314,13 +336,22 @@ class model {
     return r;
   }
 
-  /// ---- state ---------------------------------------------------------------------------
+  // ---- state ---------------------------------------------------------------------------
+
+  /// Writes the variables, optimizer state and global step to file (save_checkpoint).
   void save(const std::filesystem::path& file) const { save_checkpoint(s_, file); }
+  /// Reads them back from file (restore_checkpoint; its errors leave the model unchanged).
   void restore(const std::filesystem::path& file) { restore_checkpoint(s_, file); }
+  /// model_dir/model.npz: where the model is restored from and saved to.
   std::filesystem::path checkpoint_file() const { return cfg_.model_dir / "model.npz"; }
+  /// Training steps taken, restored ones included.
   std::int64_t global_step() const { return s_.global_step(); }
+  /// The session holding the model's variables ("dnn/hiddenlayer_0/w", ..., "dnn/logits/b",
+  /// or "linear/linear_model/w" and "linear/linear_model/b") and the optimizer's state.
   session<Backend>& get_session() { return s_; }
+  /// The configuration it was made with.
   const run_config& config() const { return cfg_; }
+  /// The communicator its training steps use.
   Comm& communicator() { return comm_; }
 
  private:

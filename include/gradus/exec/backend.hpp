@@ -191,7 +191,7 @@ void queue_copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
 /// (also when the owner's constructor throws). Allocate and free with the session bound.
 template <class B>
 struct device_buffer {
-  void* data = nullptr;
+  void* data = nullptr;  ///< B::allocate's memory, or null before the first reserve or grow
   std::size_t capacity = 0;  ///< bytes
   device_buffer() = default;
   device_buffer(const device_buffer&) = delete;
@@ -199,6 +199,8 @@ struct device_buffer {
   ~device_buffer() {
     if (data) B::deallocate(data);
   }
+  /// At least `bytes` bytes (1 for 0) of device memory, reallocated when it is too small:
+  /// the contents are then lost. Returns data.
   void* reserve(std::size_t bytes) {  // discards the contents when it grows
     if (data && bytes <= capacity) return data;
     if (data) B::deallocate(data);
@@ -207,6 +209,8 @@ struct device_buffer {
     capacity = bytes ? bytes : 1;
     return data;
   }
+  /// At least `bytes` bytes (1 for 0) of device memory, the contents kept (copied with
+  /// B::copy): a reallocation takes max(bytes, 2 * capacity). Returns data.
   void* grow(std::size_t bytes) {  // keeps the contents; at least doubles when it grows
     if (data && bytes <= capacity) return data;
     const std::size_t want = bytes > 2 * capacity ? bytes : 2 * capacity;
@@ -226,10 +230,13 @@ template <class B>
 class host_buffer {
  public:
   host_buffer() = default;
+  /// Allocates `bytes` bytes: B::allocate_host's where B queues copies, else zeroed host memory.
   explicit host_buffer(std::size_t bytes) { resize(bytes); }
   host_buffer(const host_buffer&) = delete;
   host_buffer& operator=(const host_buffer&) = delete;
+  /// Takes o's bytes; o is left empty.
   host_buffer(host_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  /// Frees this buffer's bytes and takes o's; o is left empty.
   host_buffer& operator=(host_buffer&& o) noexcept {
     if (this != &o) {
       release();
@@ -239,6 +246,7 @@ class host_buffer {
     return *this;
   }
   ~host_buffer() { release(); }
+  /// Reallocates to `bytes` bytes unless it already has that size; the contents are lost.
   void resize(std::size_t bytes) {  // discards the contents
     if (bytes == n_) return;
     release();
@@ -246,8 +254,11 @@ class host_buffer {
     else p_ = new std::byte[bytes ? bytes : 1]();
     n_ = bytes;
   }
+  /// The bytes (null for a default-constructed or moved-from buffer).
   std::byte* data() { return p_; }
+  /// The bytes (null for a default-constructed or moved-from buffer).
   const std::byte* data() const { return p_; }
+  /// Bytes held (as asked of the constructor or resize).
   std::size_t size() const { return n_; }
 
  private:

@@ -30,6 +30,9 @@
 
 namespace gradus {
 
+/// The plan and buffers of one output set on Backend: what session::run builds on an output
+/// set's first run and reuses afterwards (a pipeline stage builds its own, with a cut). Not
+/// thread-safe: one run at a time, and each run overwrites the buffers the last returned.
 template <class Backend, class... Outs>
 class compiled_graph final : public graph_engine<Backend> {
   using engine = graph_engine<Backend>;
@@ -50,8 +53,13 @@ class compiled_graph final : public graph_engine<Backend> {
     this->finish_plan();
   }
 
+  /// Whether o is the output set this graph was planned for (its nodes compared with `==`).
   bool same_outputs(const std::tuple<Outs...>& o) const { return outs_ == o; }
 
+  /// Binds the feeds (placeholder = tensor, or stage_input) and the variables of vars, runs
+  /// every step and returns a host view of each output (one view, or a tuple), valid until
+  /// the next run. Throws feed_error for a placeholder left unfed, fed twice or fed the wrong
+  /// shape, or a variable without a value; numerics_error where vars asks for check_numerics.
   template <class... Feeds>
   auto run(const variable_source& vars, const Feeds&... feeds) {
     return run_hooked(vars, no_output_hook{}, feeds...);

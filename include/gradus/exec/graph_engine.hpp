@@ -47,12 +47,17 @@ inline constexpr bool has_offset = []<std::size_t... I>(std::index_sequence<I...
 }(std::make_index_sequence<K>{});
 }  // namespace detail
 
+/// The part of a compiled graph that depends on its backend alone: the slot and step tables,
+/// the planner that fills them, the step functions, feeding and the numerics checks.
+/// compiled_graph derives from it and adds its outputs; its public members (stats,
+/// for_each_step, owned_bytes) are compiled_graph's, the rest is the executor's own.
 template <class Backend>
 class graph_engine : public graph_base {
  public:
   graph_engine(const graph_engine&) = delete;
   graph_engine& operator=(const graph_engine&) = delete;
 
+  /// Steps by kind and the op trace, as planned.
   const graph_stats& stats() const override { return stats_; }
 
   /// Each step's label (what it computes: "'matmul'", "the fused pass tanh(add(...))"), the
@@ -90,30 +95,34 @@ class graph_engine : public graph_base {
       if (s.owned && s.data) Backend::deallocate(s.data);
   }
 
+  /// A buffer of the graph: a step's result, a fed leaf, a variable's storage or a view.
   struct slot {
-    void* data = nullptr;
+    void* data = nullptr;  ///< the backend's memory; null while a leaf is unbound
     std::size_t capacity = 0;  ///< bytes owned (0: external or alias)
-    bool owned = false;
-    dims d;
+    bool owned = false;        ///< allocated by ensure and freed with the graph
+    dims d;                    ///< dims of the value now held
   };
   /// index of the first NaN or infinity among n elements at p, or -1
   using scan_fn = index_t (*)(const void* p, index_t n);
+  /// One materialised node: run_kernel, run_view or run_elementwise instantiated for it.
   struct step {
-    void (*fn)(graph_engine&, const step&);
-    const void* node;
-    int slot;
+    void (*fn)(graph_engine&, const step&);  ///< runs the step
+    const void* node;  ///< the node (of the type fn was instantiated for), owned by the outputs
+    int slot;          ///< the slot it writes
     std::size_t first;  ///< first entry of `inputs_` this step reads
     scan_fn scan;       ///< null for views (their values were checked where they were made)
-    std::string_view dtype;
+    std::string_view dtype;  ///< dtype_name of the result
   };
+  /// A placeholder or variable of the graph: one slot per name.
   struct named_leaf {
-    std::string_view name;
-    std::string_view dtype;
+    std::string_view name;   ///< the leaf's name
+    std::string_view dtype;  ///< dtype_name of its elements
     dims expected;  ///< static dims, `dyn` where bound by the feed
-    int slot;
-    std::type_index type;
-    scan_fn scan;
+    int slot;              ///< its slot
+    std::type_index type;  ///< its node type: two different leaves of one name are an error
+    scan_fn scan;          ///< check_numerics' scan for its dtype
   };
+  /// scan_fn for T: Backend::first_nonfinite for a real dtype, else -1 (nothing to find).
   template <class T>
   static index_t scan(const void* p, index_t n) {
     if constexpr (real_dtype<T>) return Backend::first_nonfinite(static_cast<const T*>(p), n);
@@ -130,22 +139,24 @@ class graph_engine : public graph_base {
   int cut_stage_ = -1;                 ///< the pipeline stage this graph runs, or -1 (all of it)
   std::size_t first_part_steps_ = 0;   ///< run_part 0: the steps of the first output
   std::vector<char> first_part_reads_;  ///< per placeholder: whether those steps read it
+  /// A node of another stage, fed by stage_input.
   struct boundary {                    // a node of another stage, fed by stage_input
-    int slot;
-    dims expected;
-    std::string_view dtype;
+    int slot;                ///< its slot
+    dims expected;           ///< static dims, `dyn` where bound by the feed
+    std::string_view dtype;  ///< dtype_name of its elements
   };
-  std::vector<boundary> boundaries_;
+  std::vector<boundary> boundaries_;  ///< a cut graph's inputs from other stages
   std::vector<int> out_slots_;                         ///< per output
   std::vector<std::vector<std::size_t>> ready_after_;  ///< per step: the outputs it finishes
   std::vector<std::size_t> ready_first_;               ///< outputs no step writes (leaves)
-  std::vector<slot> slots_;
-  std::vector<step> steps_;
-  std::vector<int> inputs_;
-  detail::node_registry registry_;
-  std::vector<named_leaf> placeholders_, variables_;
+  std::vector<slot> slots_;  ///< in topological order
+  std::vector<step> steps_;  ///< in execution order
+  std::vector<int> inputs_;  ///< the slots each step reads, step after step (step::first)
+  detail::node_registry registry_;  ///< node to slot, by structure: equal nodes share a slot
+  /// The placeholders, which a run binds from its feeds.
+  std::vector<named_leaf> placeholders_, variables_;  ///< the variables, bound from the session's storage
   std::vector<std::string> slot_labels_;  ///< what each slot holds, for errors
-  graph_stats stats_;
+  graph_stats stats_;  ///< filled while planning
 
   /// After the outputs are planned (out_slots_ and first_part_steps_ set): the tables derived
   /// from the plan.
@@ -179,6 +190,7 @@ class graph_engine : public graph_base {
       if (!slots_[p.slot].data) throw not_fed(p);
     bind_variables(vars);
   }
+  /// The error for placeholder p left unfed: its name, shape and dtype.
   static feed_error not_fed(const named_leaf& p) {
     return feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) + " " +
                       std::string(p.dtype) + " was not fed");
@@ -201,6 +213,8 @@ class graph_engine : public graph_base {
     for (auto& p : placeholders_) slots_[p.slot].data = nullptr;
     for (auto& b : boundaries_) slots_[b.slot].data = nullptr;
   }
+  /// Part 0 (the first output's steps) or part 1 (the rest), its feeds bound. Throws
+  /// feed_error for a placeholder the part reads or a stage input that was not fed.
   void run_bound_part(const variable_source& vars, int part) {
     const std::size_t from = part == 0 ? 0 : first_part_steps_, to = part == 0 ? first_part_steps_ : steps_.size();
     for (std::size_t i = 0; i < placeholders_.size(); ++i) {
@@ -225,6 +239,7 @@ class graph_engine : public graph_base {
 
   // ---- planning -----------------------------------------------------------------------
 
+  /// A new slot for n, registered (for its twins) and labelled for errors.
   template <class N>
   int new_slot(const N& n) {
     slots_.push_back({});
@@ -235,6 +250,8 @@ class graph_engine : public graph_base {
     else slot_labels_.push_back(detail::quoted("", N::op_name));
     return s;
   }
+  /// The slot of the leaf named like n in list (a new one the first time); what is
+  /// "placeholder" or "variable". Throws gradus::error where two different leaves share the name.
   template <class N>
   int named(std::vector<named_leaf>& list, const N& n, const char* what) {
     for (const auto& l : list) {
@@ -296,6 +313,7 @@ class graph_engine : public graph_base {
     boundaries_.push_back({s, static_dims<shape_t<N>>(), dtype_name<value_t<N>>()});
     return s;
   }
+  /// A step that runs fn on n, reading the slots reads, into a new slot; counted in stats_.
   template <class N>
   int add_step(const N& n, const std::vector<int>& reads, void (*fn)(graph_engine&, const step&)) {
     const int s = new_slot(n);
@@ -343,6 +361,8 @@ class graph_engine : public graph_base {
 
   // ---- check_numerics -----------------------------------------------------------------
 
+  /// "NaN at element i", "+Inf ..." or "-Inf ...": element i of the buffer at p (copied to
+  /// the host), read as dtype ("float32" or else double).
   static std::string nonfinite_at(const void* p, index_t i, std::string_view dtype) {
     double v = 0;
     if (dtype == "float32") {
@@ -354,6 +374,8 @@ class graph_engine : public graph_base {
     }
     return std::string(v != v ? "NaN" : v > 0 ? "+Inf" : "-Inf") + " at element " + std::to_string(i);
   }
+  /// The first NaN or infinity in a placeholder or variable before the run: a
+  /// numerics_error naming it.
   void check_leaves(std::int64_t global_step) const {
     for (const auto* list : {&placeholders_, &variables_})
       for (const auto& l : *list) {
@@ -418,6 +440,10 @@ class graph_engine : public graph_base {
     }
   }
 
+  /// Binds feed f (placeholder = tensor) to the placeholder of its name (on a device backend,
+  /// copied into that placeholder's device buffer). Throws feed_error where f names no
+  /// placeholder, differs from it in dtype or static shape, has a shape that does not fit,
+  /// or feeds it twice.
   template <class F>
   void bind(const F& f) {
     for (auto& p : placeholders_) {
@@ -449,6 +475,7 @@ class graph_engine : public graph_base {
     }
     throw feed_error("gradus: feed '" + std::string(F::name.view()) + "' names no placeholder of this graph");
   }
+  /// The address a zero-size feed is bound to where its data() is null (bound, never read).
   template <class T>
   static inline T zero_size_sentinel{};
   /// A cut stage's input: the value of another stage's placed node for this run.
@@ -476,6 +503,8 @@ class graph_engine : public graph_base {
     sl.d = f.d;
   }
 
+  /// Slot s as a buffer of d.numel() T (at least one), reallocated when too small; sets its
+  /// dims to d.
   template <class T>
   T* ensure(int s, const dims& d) {
     slot& sl = slots_[static_cast<std::size_t>(s)];
@@ -490,12 +519,15 @@ class graph_engine : public graph_base {
     }
     return static_cast<T*>(sl.data);
   }
+  /// Slot s's data and dims as a view (the backend's memory).
   template <class T>
   tensor_view<const T> view_of(int s) const {
     const slot& sl = slots_[static_cast<std::size_t>(s)];
     return {static_cast<const T*>(sl.data), sl.d};
   }
 
+  /// A kernel node's step: dims from infer over its operands' dims, the buffer ensured, then
+  /// N::compute on Backend (skipped for an empty result).
   template <class N>
   static void run_kernel(graph_engine& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);
@@ -533,6 +565,8 @@ class graph_engine : public graph_base {
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }
 
+  /// The broadcast dims of fused subtree n, reading its slots' dims from inputs_[cursor] on
+  /// (cursor advanced past them). Throws shape_error where operands do not broadcast.
   template <class N>
   dims fused_dims(const N& n, std::size_t& cursor) const {
     if constexpr (N::kind == node_kind::scalar) {
@@ -558,6 +592,9 @@ class graph_engine : public graph_base {
     }
   }
 
+  /// The elementwise plan (exec/plan.hpp) of fused subtree n over output dims out: a
+  /// leaf_plan per slot read (from inputs_[cursor] on), a scalar_plan per scalar (a
+  /// shape_scalar's value taken from its operand's dims).
   template <class N>
   auto make_plan(const N& n, std::size_t& cursor, const dims& out) const {
     using T = value_t<N>;
@@ -581,6 +618,8 @@ class graph_engine : public graph_base {
     }
   }
 
+  /// A fused elementwise subtree's step: its dims, its buffer, then one Backend::assign pass
+  /// over its plan with loop axes collapsed.
   template <class N>
   static void run_elementwise(graph_engine& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);

@@ -17,9 +17,9 @@ namespace gradus {
 
 /// Storage the session owns for one variable.
 struct variable_storage {
-  void* data = nullptr;
-  dims d;
-  std::string_view dtype;
+  void* data = nullptr;     ///< the backend's memory (device memory on a GPU), d.numel() elements
+  dims d;                   ///< the variable's shape
+  std::string_view dtype;   ///< dtype_name of its element type ("float32", ...)
   bool initialized = false;  ///< declared storage has no value until assigned or restored
 };
 
@@ -36,11 +36,13 @@ inline std::string quoted(std::string_view prefix, std::string_view name) {
 
 /// What a graph asks of its session: variables by name, and how to run.
 struct variable_source {
+  /// The storage of the variable or state tensor called name, or null where there is none.
   virtual const variable_storage* find_variable(std::string_view name) const = 0;
   /// check_numerics: after every step, the step's result is scanned for NaN and infinity
   /// (and every feed and variable before the first step); the first one found stops the
   /// run with a numerics_error. global_step: named in that error.
   virtual bool check_numerics() const { return false; }
+  /// The training step counter, named in a numerics_error (0 unless overridden).
   virtual std::int64_t global_step() const { return 0; }
 
  protected:
@@ -56,6 +58,7 @@ struct graph_stats {
   std::size_t views = 0;         ///< reshapes and other no-copy steps
   std::vector<const char*> trace;  ///< op name of every step, in execution order
 
+  /// How many steps of the trace ran op (an op name such as "matmul").
   std::size_t count(std::string_view op) const {
     return static_cast<std::size_t>(std::count_if(trace.begin(), trace.end(), [&](const char* o) { return op == o; }));
   }
@@ -63,11 +66,15 @@ struct graph_stats {
 
 /// run()'s hook type when no one listens for outputs.
 struct no_output_hook {
+  /// Ignores output i's buffer.
   void operator()(std::size_t, void*) const {}
 };
 
+/// A compiled graph with its output types erased: what a session caches and asks for
+/// stats (every compiled_graph derives from it).
 struct graph_base {
   virtual ~graph_base() = default;
+  /// What one run of this graph executes (fixed when it is planned).
   virtual const graph_stats& stats() const = 0;
 };
 
@@ -76,9 +83,9 @@ struct graph_base {
 template <class N, class T>
 struct stage_input {
   using feed_tag = void;  ///< is_feed_v (exec/session.hpp)
-  const N& node;
-  const T* data;
-  dims d;
+  const N& node;  ///< the placed node whose value this is (matched by structure, not address)
+  const T* data;  ///< its value, d.numel() elements of host memory, read during the run
+  dims d;         ///< its dims (checked against the node's static shape)
 };
 
 }  // namespace gradus

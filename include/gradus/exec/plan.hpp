@@ -27,7 +27,8 @@ namespace gradus {
 /// Iteration space of a fused pass after merging dims: rows of the last extent.
 struct loop_shape {
   std::size_t rank = 1;  ///< >= 1
-  std::array<index_t, max_rank> d{};
+  std::array<index_t, max_rank> d{};  ///< extents; the first rank are used
+  /// Elements per row: the last used extent, d[rank - 1].
   GRADUS_HD index_t inner() const {  // d[rank - 1], by constant indices (row_index says why)
     index_t n = d[0];
     GRADUS_UNROLL
@@ -35,6 +36,7 @@ struct loop_shape {
       if (k + 1 == rank) n = d[k];
     return n;
   }
+  /// Number of rows: the product of the extents before the last (1 at rank 1).
   GRADUS_HD index_t rows() const {
     index_t r = 1;
     for (std::size_t i = 0; i + 1 < rank; ++i) r *= d[i];
@@ -63,15 +65,18 @@ struct loop_shape {
 /// V consecutive elements of a row, evaluated by one thread.
 template <class T, int V>
 struct lanes {
-  T v[V];
+  T v[V];  ///< element j + k in v[k]
 };
 
+/// A plan's leaf: an input buffer of T, read through strides (so broadcast axes cost no
+/// copy).
 template <class T>
 struct leaf_plan {
-  const T* base;
+  const T* base;  ///< the buffer's first element
   std::array<index_t, max_rank> strides;  ///< in elements, 0 on broadcast axes
-  const T* cur;
+  const T* cur;   ///< the current row's first element (set_row)
   index_t inner;  ///< stride of the last loop axis: 1, or 0 when broadcast
+  /// Positions cur on the row whose leading indices are idx[0, nlead).
   /// (A constant trip count, as loop_shape::row_index's: strides stays in registers.)
   GRADUS_HD void set_row(const index_t* idx, std::size_t nlead) {
     cur = base;
@@ -82,7 +87,10 @@ struct leaf_plan {
       if (k == nlead) inner = strides[k];
     }
   }
+  /// Element j of the current row.
   GRADUS_HD T eval(index_t j) const { return cur[j * inner]; }
+  /// Elements [j, j + V) of the current row (one aligned vector load on a GPU: only where
+  /// lanes_ok).
   template <int V>
   GRADUS_HD lanes<T, V> eval_lanes(index_t j) const {
     lanes<T, V> r{};
@@ -110,6 +118,8 @@ struct leaf_plan {
       if (strides[k] % V != 0) return false;
     return true;
   }
+  /// Elements [j, j + B::size) of the current row as a SIMD batch B (unaligned load, or the
+  /// one element broadcast).
   template <class B>
   B load(index_t j) const {
     return inner ? B::load_unaligned(cur + j) : B(*cur);
@@ -123,42 +133,55 @@ struct leaf_plan {
     for (std::size_t k = 0; k < B::size; ++k) lanes[k] = cur[j + std::min<index_t>(static_cast<index_t>(k), n - 1)];
     return B::load_aligned(lanes);
   }
+  /// Calls f(strides), which collapse_loop reads and rewrites as it merges axes.
   template <class F>
   void for_each_leaf(F&& f) {
     f(strides);
   }
 };
 
+/// A plan's constant leaf: every element is v.
 template <class T>
 struct scalar_plan {
-  T v;
+  T v;  ///< the value
+  /// Nothing to position.
   GRADUS_HD void set_row(const index_t*, std::size_t) {}
+  /// v, whatever j.
   GRADUS_HD T eval(index_t) const { return v; }
+  /// V copies of v.
   template <int V>
   GRADUS_HD lanes<T, V> eval_lanes(index_t) const {
     lanes<T, V> r{};
     for (int k = 0; k < V; ++k) r.v[k] = v;
     return r;
   }
+  /// Always true: a constant needs no alignment.
   bool lanes_ok(std::size_t, index_t) const { return true; }
+  /// v in every lane.
   template <class B>
   B load(index_t) const {
     return B(v);
   }
+  /// v in every lane.
   template <class B>
   B load_tail(index_t, index_t) const {
     return B(v);
   }
+  /// No strides: f is not called.
   template <class F>
   void for_each_leaf(F&&) {}
 };
 
+/// f applied to one sub-plan's elements (an elementwise node of one operand: neg, exp, ...).
 template <class F, class P>
 struct unary_plan {
-  F f;
-  P p;
+  F f;  ///< the node's functor, called on scalars and on SIMD batches
+  P p;  ///< the operand's plan
+  /// Positions the operand's leaves on a row (leaf_plan::set_row).
   GRADUS_HD void set_row(const index_t* idx, std::size_t n) { p.set_row(idx, n); }
+  /// f of the operand's element j.
   GRADUS_HD auto eval(index_t j) const { return f(p.eval(j)); }
+  /// f of each of the operand's elements [j, j + V).
   template <int V>
   GRADUS_HD auto eval_lanes(index_t j) const {
     const auto x = p.template eval_lanes<V>(j);
@@ -166,31 +189,40 @@ struct unary_plan {
     for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k]);
     return r;
   }
+  /// Whether every leaf allows eval_lanes at V.
   bool lanes_ok(std::size_t rank, index_t V) const { return p.lanes_ok(rank, V); }
+  /// f of the operand's batch at j.
   template <class B>
   B load(index_t j) const {
     return f(p.template load<B>(j));
   }
+  /// f of the operand's padded batch of the last n elements from j.
   template <class B>
   B load_tail(index_t j, index_t n) const {
     return f(p.template load_tail<B>(j, n));
   }
+  /// g(strides) of every leaf, left to right.
   template <class G>
   void for_each_leaf(G&& g) {
     p.for_each_leaf(g);
   }
 };
 
+/// f applied to two sub-plans' elements (add, mul, maximum, ...; broadcast by the leaves'
+/// strides).
 template <class F, class PA, class PB>
 struct binary_plan {
-  F f;
-  PA a;
-  PB b;
+  F f;   ///< the node's functor, called on scalars and on SIMD batches
+  PA a;  ///< the first operand's plan
+  PB b;  ///< the second operand's plan
+  /// Positions both operands' leaves on a row.
   GRADUS_HD void set_row(const index_t* idx, std::size_t n) {
     a.set_row(idx, n);
     b.set_row(idx, n);
   }
+  /// f of the operands' elements j.
   GRADUS_HD auto eval(index_t j) const { return f(a.eval(j), b.eval(j)); }
+  /// f of the operands' elements [j, j + V), lane by lane.
   template <int V>
   GRADUS_HD auto eval_lanes(index_t j) const {
     const auto x = a.template eval_lanes<V>(j);
@@ -199,15 +231,19 @@ struct binary_plan {
     for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k], y.v[k]);
     return r;
   }
+  /// Whether every leaf allows eval_lanes at V.
   bool lanes_ok(std::size_t rank, index_t V) const { return a.lanes_ok(rank, V) && b.lanes_ok(rank, V); }
+  /// f of the operands' batches at j.
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j));
   }
+  /// f of the operands' padded batches of the last n elements from j.
   template <class B>
   B load_tail(index_t j, index_t n) const {
     return f(a.template load_tail<B>(j, n), b.template load_tail<B>(j, n));
   }
+  /// g(strides) of every leaf, left to right.
   template <class G>
   void for_each_leaf(G&& g) {
     a.for_each_leaf(g);
@@ -215,18 +251,22 @@ struct binary_plan {
   }
 };
 
+/// f applied to three sub-plans' elements (where(cond, a, b)).
 template <class F, class PA, class PB, class PC>
 struct ternary_plan {
-  F f;
-  PA a;
-  PB b;
-  PC c;
+  F f;   ///< the node's functor, called on scalars and on SIMD batches
+  PA a;  ///< the first operand's plan
+  PB b;  ///< the second operand's plan
+  PC c;  ///< the third operand's plan
+  /// Positions the three operands' leaves on a row.
   GRADUS_HD void set_row(const index_t* idx, std::size_t n) {
     a.set_row(idx, n);
     b.set_row(idx, n);
     c.set_row(idx, n);
   }
+  /// f of the operands' elements j.
   GRADUS_HD auto eval(index_t j) const { return f(a.eval(j), b.eval(j), c.eval(j)); }
+  /// f of the operands' elements [j, j + V), lane by lane.
   template <int V>
   GRADUS_HD auto eval_lanes(index_t j) const {
     const auto x = a.template eval_lanes<V>(j);
@@ -236,17 +276,21 @@ struct ternary_plan {
     for (int k = 0; k < V; ++k) r.v[k] = f(x.v[k], y.v[k], z.v[k]);
     return r;
   }
+  /// Whether every leaf allows eval_lanes at V.
   bool lanes_ok(std::size_t rank, index_t V) const {
     return a.lanes_ok(rank, V) && b.lanes_ok(rank, V) && c.lanes_ok(rank, V);
   }
+  /// f of the operands' batches at j.
   template <class B>
   B load(index_t j) const {
     return f(a.template load<B>(j), b.template load<B>(j), c.template load<B>(j));
   }
+  /// f of the operands' padded batches of the last n elements from j.
   template <class B>
   B load_tail(index_t j, index_t n) const {
     return f(a.template load_tail<B>(j, n), b.template load_tail<B>(j, n), c.template load_tail<B>(j, n));
   }
+  /// g(strides) of every leaf, left to right.
   template <class G>
   void for_each_leaf(G&& g) {
     a.for_each_leaf(g);

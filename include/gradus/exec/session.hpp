@@ -42,10 +42,16 @@ struct no_binding {  // a guard that guards nothing (user-provided destructor: n
 };
 }  // namespace detail
 
+/// Owns the variables (and optimizer state) of a model on Backend, by name, and the compiled
+/// graph of every output set it has run: `s.run(outputs..., feeds...)` plans an output set
+/// on its first run and reuses the plan and its buffers afterwards. Its operations are the
+/// free functions taking it first: gradus::assign, declare and value (below), initialize,
+/// minimize, the checkpoint and weights functions. Not copyable, and not thread-safe (its
+/// graph cache and buffers): one thread at a time, or a session per thread.
 template <class Backend>
 class session final : private variable_source {
  public:
-  using backend_type = Backend;
+  using backend_type = Backend;  ///< the compute backend, e.g. cpu_simd or cuda
   session() = default;
   session(const session&) = delete;
   session& operator=(const session&) = delete;
@@ -109,15 +115,17 @@ class session final : private variable_source {
   }
 
  public:
-  /// The spelling of 0.1: the same operations as the free functions gradus::assign, declare
-  /// and value (below), which every session operation now uses (initialize, minimize,
-  /// checkpoints, weights). Kept for one release; removed in 0.2.
+  /// Deprecated alias of gradus::assign(s, v, x), the spelling of 0.1: the free functions
+  /// gradus::assign, declare and value (below) are what every session operation now uses
+  /// (initialize, minimize, checkpoints, weights). Kept for one release; removed in 0.2.
   template <fixed_string Name, class T, index_t... E, tensor_like X>
   [[deprecated("gradus 0.2 removes session::assign: write gradus::assign(s, v, x)")]]
   void assign(const variable<Name, T, E...>& v, const X& x) { assign_impl(v, x); }
+  /// Deprecated alias of gradus::declare(s, v), removed in 0.2.
   template <fixed_string Name, class T, index_t... E>
   [[deprecated("gradus 0.2 removes session::declare: write gradus::declare(s, v)")]]
   void declare(const variable<Name, T, E...>& v) { declare_impl(v); }
+  /// Deprecated alias of gradus::value(s, v), removed in 0.2.
   template <fixed_string Name, class T, index_t... E>
   [[deprecated("gradus 0.2 removes session::value: write gradus::value(s, v)")]]
   tensor_view<const T> value(const variable<Name, T, E...>& v) const { return value_impl(v); }
@@ -135,6 +143,8 @@ class session final : private variable_source {
   /// The training step counter: optimizers read it (Adam's bias correction, learning-rate
   /// schedules) and advance it; checkpoints save and restore it.
   std::int64_t global_step() const override { return global_step_; }
+  /// Sets the step counter: training steps advance it by one, restore_checkpoint sets the
+  /// saved one.
   void set_global_step(std::int64_t s) { global_step_ = s; }
 
   /// check_numerics (tf.debugging.check_numerics for every node): every run scans its feeds,
@@ -174,12 +184,13 @@ class session final : private variable_source {
 
   /// Every tensor the session holds (variables and optimizer state), by name.
   struct entry {
-    std::string_view name;
-    std::string_view dtype;
-    dims shape;
+    std::string_view name;   ///< "w", or an optimizer's "w/adam_m"; valid while the session holds it
+    std::string_view dtype;  ///< dtype_name of the elements ("float32", ...)
+    dims shape;              ///< the tensor's dims
     void* data;  ///< device memory
-    bool initialized;
+    bool initialized;        ///< false for a tensor declared but not yet assigned or restored
   };
+  /// Every tensor the session holds, sorted by name (an entry per variable and state tensor).
   std::vector<entry> entries() const {
     std::vector<entry> r;
     for (const auto& [name, v] : variables_) r.push_back({name, v.dtype, v.d, v.data, v.initialized});
@@ -192,6 +203,7 @@ class session final : private variable_source {
     it->second.initialized = true;
   }
 
+  /// How many compiled graphs the session caches (one per distinct output set it has run).
   std::size_t graph_count() const {
     std::size_t n = 0;
     for (const auto& [t, v] : graphs_) n += v.size();
@@ -319,6 +331,7 @@ struct session_access {
 
 /// assign(s, v, tensor): set v's value in s (allocated on first assignment). The tensor's
 /// dtype must be v's (a compile error otherwise) and its shape v's (a feed_error naming v).
+/// The documented spelling; the member s.assign(v, x) is a deprecated alias (removed in 0.2).
 template <class Backend, fixed_string Name, class T, index_t... E, tensor_like X>
 void assign(session<Backend>& s, const variable<Name, T, E...>& v, const X& x) {
   detail::session_access::assign(s, v, x);
@@ -326,7 +339,7 @@ void assign(session<Backend>& s, const variable<Name, T, E...>& v, const X& x) {
 
 /// declare(s, v): make v known to s (its name, dtype and shape) without giving it a value:
 /// checkpoints list it, restore() fills it, and a run that reads it before it is assigned,
-/// initialised or restored is an error naming it.
+/// initialised or restored is an error naming it. The member s.declare(v) is a deprecated alias.
 template <class Backend, fixed_string Name, class T, index_t... E>
 void declare(session<Backend>& s, const variable<Name, T, E...>& v) {
   detail::session_access::declare(s, v);
@@ -334,6 +347,7 @@ void declare(session<Backend>& s, const variable<Name, T, E...>& v) {
 
 /// value(s, v): a host view of v's current value in s: the storage itself where the
 /// backend's memory is the host's, else a copy made now (valid until the next value() of v).
+/// Throws feed_error where s holds no v. The member s.value(v) is a deprecated alias.
 template <class Backend, fixed_string Name, class T, index_t... E>
 tensor_view<const T> value(const session<Backend>& s, const variable<Name, T, E...>& v) {
   return detail::session_access::value(s, v);

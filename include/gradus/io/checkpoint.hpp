@@ -66,7 +66,7 @@ struct checkpoint_options {
   int world_size = 0;
   /// A pipeline's stage (stages > 0): save records both; restore refuses a file of another
   /// stage count or stage, and a file without them (a whole model's).
-  int stages = 0, stage = 0;
+  int stages = 0, stage = 0;  ///< this rank's stage, 0 to stages - 1 (with stages > 0)
   /// The session's tensors the file holds (save) or must hold (restore), by name; empty: all.
   std::vector<std::string> only = {};
 };

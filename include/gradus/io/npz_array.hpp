@@ -20,17 +20,17 @@ struct npz_array_ref {
   std::string name;        ///< the key numpy.load gives it; may contain '/'
   std::string_view dtype;  ///< "float32", "float64", "int32", "int64" or "uint8"
   dims shape;              ///< rank 0 is a scalar
-  const void* data = nullptr;
+  const void* data = nullptr;  ///< the elements (may be null when shape.numel() is 0)
 };
 
 /// One array read back: bytes holds shape.numel() elements of dtype, C order, little-endian.
 /// Arrays stored as other types (float16, bool, big-endian, Fortran order, ...) are converted
 /// on load into these (io/stored_type.hpp): dtype is what bytes holds, never the file's type.
 struct npz_array {
-  std::string name;
+  std::string name;   ///< the array's key in the file ("w", "dnn/logits/w", "global_step")
   std::string dtype;  ///< "float32", "float64", "int32", "int64" or "uint8"
-  dims shape;
-  std::vector<std::byte> bytes;
+  dims shape;         ///< rank 0 is a scalar
+  std::vector<std::byte> bytes;  ///< shape.numel() * npz_itemsize(dtype) bytes
 };
 
 /// Bytes per element of a dtype name, 0 for a name gradus::io does not store.

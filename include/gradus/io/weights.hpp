@@ -51,8 +51,9 @@ namespace gradus {
 /// session, nor optimizer state, nor checkpoint bookkeeping.
 enum class extra_arrays { refuse, ignore };
 
+/// How load_weights treats the file (designated initialisers: `{.extra = extra_arrays::ignore}`).
 struct weights_options {
-  extra_arrays extra = extra_arrays::refuse;
+  extra_arrays extra = extra_arrays::refuse;  ///< refuse (the default) or ignore arrays the session has no use for
 };
 
 namespace detail {
