@@ -26,7 +26,7 @@
 
 namespace gradus::parallel {
 
-/// A communicator chosen at run time (a program's --comm option), what the data-parallel
+/// A communicator chosen at run time (a program's `--comm` option), what the data-parallel
 /// step and the pipeline take: the policy's collectives, its key-value store where it holds
 /// the variables (a parameter server), and its point-to-point sends where it has them, all
 /// sharing one policy object, each operation one virtual call. Default-constructed: `local`,

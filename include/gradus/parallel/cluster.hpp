@@ -116,7 +116,7 @@ struct spec {
   std::string source = "default";    ///< the format read: "TF_CONFIG", "torchrun", "slurm", "openmpi", "gradus-json", "default"
   /// Which job this process belongs to, so that ranks of two jobs sent to one rendezvous port
   /// do not meet: GRADUS_JOB_ID (gradus-run sets one per job), else "torchrun " followed by
-  /// TORCHELASTIC_RUN_ID (torchrun's --rdzv-id), else "slurm " followed by SLURM_JOB_ID and,
+  /// TORCHELASTIC_RUN_ID (torchrun's `--rdzv-id`), else "slurm " followed by SLURM_JOB_ID and,
   /// where set, "." SLURM_STEP_ID; empty when none is set (ranks started by hand: a second
   /// claim of a rank is then refused alone).
   std::string job_id;
