@@ -42,16 +42,21 @@ struct run_mismatch_error : error {
   using error::error;
   std::string field;           ///< the first field that differs
   int rank = -1;               ///< the lowest rank that differs from rank 0
-  std::string value, value0;   ///< its value there and on rank 0
+  /// \var value
+  /// The field's value on rank `rank` (empty where that rank has no field there).
+  std::string value, value0;   ///< the field's value on rank 0 (empty where it has none there)
 };
 
 }  // namespace gradus
 
 namespace gradus::parallel {
 
+/// One field of a run fingerprint or a replica check (agree()): a name and its value as
+/// exact text, "optimizer.lr" = "0.05". A NUL in either is sent as a space.
 struct run_field {
-  std::string name;
-  std::string value;
+  std::string name;   ///< what the field is: "world_size", "optimizer.lr", "tensor w1"
+  std::string value;  ///< its value, compared as text
+  /// Same name and same value.
   friend bool operator==(const run_field&, const run_field&) = default;
 };
 

@@ -22,6 +22,14 @@
 
 namespace gradus::parallel {
 
+/// Any `collectives` policy (collectives.hpp: the ring, MPI, a parameter server's collectives,
+/// `local`) behind one virtual call per operation, so that code taking it is compiled once for
+/// every policy. Copies share one policy object. Every operation but rank(), world_size() and
+/// name() is a collective: every rank of the group calls it, in the same order, and it
+/// returns on a rank once that rank's part is done. The policy's errors pass through
+/// unchanged: one that cannot finish (a dead or silent peer, past its timeout) throws
+/// `comm_error` naming the peer rather than blocking forever (MPI leaves a dead rank to
+/// mpirun).
 class any_collectives {
   struct iface {
     virtual ~iface() = default;
@@ -66,31 +74,47 @@ class any_collectives {
   explicit any_collectives(std::shared_ptr<iface> p) : p_(std::move(p)) {}
 
  public:
+  /// A new C built from args, owned by this holder and its copies.
   template <collectives C, class... A>
   static any_collectives make(A&&... args) {
     return share(std::make_shared<C>(std::forward<A>(args)...));
   }
+  /// The policy c points to, shared with its other holders (any_communicator gives one object
+  /// to its collectives, its store and its point-to-point).
   template <collectives C>
   static any_collectives share(std::shared_ptr<C> c) {
     return any_collectives(std::make_shared<holder<C>>(std::move(c)));
   }
 
+  /// This rank in the group: 0 .. world_size() - 1.
   int rank() const { return p_->rank(); }
+  /// The number of ranks in the group.
   int world_size() const { return p_->world_size(); }
+  /// The policy's name, its `C::name` ("local", "ring", "ring-group", "mpi", "parameter_server").
   const char* name() const { return p_->name(); }
+  /// Every rank's x summed, in place on every rank. T: float or double (no other type
+  /// compiles); x in host memory, the same length on every rank (0 included).
   template <class T>
   void allreduce_sum(std::span<T> x) {
     p_->allreduce_sum(x);
   }
+  /// The sum of every rank's x divided by world_size(), in place (T: float or double).
   template <class T>
   void allreduce_average(std::span<T> x) {
     p_->allreduce_average(x);
   }
+  /// Rank root's x into every other rank's x, in place. T: float, double or std::byte; the
+  /// same length on every rank.
   template <class T>
   void broadcast(std::span<T> x, int root) {
     p_->broadcast(x, root);
   }
+  /// Returns once every rank of the group has entered it.
   void barrier() { p_->barrier(); }
+  /// MPI_Comm_split: every rank calls it; the ranks that pass the same color (>= 0) form a
+  /// new group, ranked by key (ties by their rank here), and each gets that group's
+  /// collectives. Throws `error` ("split (sub-groups) is not supported yet") where the policy
+  /// makes no sub-groups (the parameter server).
   any_collectives split(int color, int key) { return p_->split(color, key); }
 };
 static_assert(splittable<any_collectives>);

@@ -26,6 +26,12 @@
 
 namespace gradus::parallel {
 
+/// A communicator chosen at run time (a program's `--comm` option), what the data-parallel
+/// step and the pipeline take: the policy's collectives, its key-value store where it holds
+/// the variables (a parameter server), and its point-to-point sends where it has them, all
+/// sharing one policy object, each operation one virtual call. Default-constructed: `local`,
+/// the world of one. Copies share the policy. The collectives follow any_collectives' rules
+/// (every rank calls them, in the same order; the policy's errors pass through).
 class any_communicator {
   any_collectives coll_;
   any_key_value_store store_;  ///< empty: the policy holds no variables
@@ -35,6 +41,9 @@ class any_communicator {
 
  public:
   any_communicator() : any_communicator(make<local>()) {}
+  /// A new C built from args; its store and its point-to-point are offered where C is a
+  /// `key_value_store` or a `point_to_point`. Throws what C's constructor throws (a failed
+  /// rendezvous).
   template <class C, class... A>
   static any_communicator make(A&&... args) {
     auto c = std::make_shared<C>(std::forward<A>(args)...);
@@ -45,35 +54,56 @@ class any_communicator {
     return {any_collectives::share(std::move(c)), std::move(s), std::move(p)};
   }
 
+  /// This rank: 0 .. world_size() - 1.
   int rank() const { return coll_.rank(); }
+  /// The number of ranks (workers, for a parameter server).
   int world_size() const { return coll_.world_size(); }
+  /// The wrapped policy's name ("local", "ring", "mpi", "parameter_server").
   const char* name() const { return coll_.name(); }
+  /// Every rank's x summed, in place on every rank (T: float or double; a collective).
   template <class T>
   void allreduce_sum(std::span<T> x) {
     coll_.allreduce_sum(x);
   }
+  /// The sum of every rank's x divided by world_size(), in place (T: float or double).
   template <class T>
   void allreduce_average(std::span<T> x) {
     coll_.allreduce_average(x);
   }
+  /// Rank root's x into every other rank's x, in place (T: float, double or std::byte).
   template <class T>
   void broadcast(std::span<T> x, int root) {
     coll_.broadcast(x, root);
   }
+  /// Returns once every rank has entered it.
   void barrier() { coll_.barrier(); }
+  /// The collectives of this rank's sub-group (any_collectives::split: every rank calls it);
+  /// throws `error` where the policy makes no sub-groups.
   any_collectives split(int color, int key) { return coll_.split(color, key); }
 
+  /// Whether the policy has send/recv (the ring, MPI, `local`; not the parameter server).
   bool has_point_to_point() const { return static_cast<bool>(p2p_); }
+  /// x (bytes, float or double) to rank `to`; returns once x may be reused. Throws `error`
+  /// naming the policy where it has no point-to-point (has_point_to_point() is false), and
+  /// what the policy throws (a dead peer: `comm_error`).
   template <class T>
   void send(std::span<const T> x, int to) {
     peers().send(x, to);
   }
+  /// Fills x with the next message from rank `from`, which must hold exactly x.size()
+  /// elements (a mismatch throws, naming the peer and both sizes). Throws `error` where the
+  /// policy has no point-to-point, and what the policy throws (a dead or silent peer:
+  /// `comm_error`).
   template <class T>
   void recv(std::span<T> x, int from) {
     peers().recv(x, from);
   }
 
+  /// Whether the policy holds the variables (a parameter server): the data-parallel step
+  /// then pushes and pulls through store() instead of averaging gradients.
   bool holds_variables() const { return static_cast<bool>(store_); }
+  /// The policy's key-value store. Throws `error` ("... is not a parameter server (store)")
+  /// where holds_variables() is false.
   any_key_value_store& store() {
     if (!store_) throw error(std::string("gradus: ") + name() + " is not a parameter server (store)");
     return store_;

@@ -27,6 +27,12 @@
 
 namespace gradus::parallel {
 
+/// Any `key_value_store` (key_value_store.hpp: a parameter server) behind one virtual call per
+/// operation, so that the data-parallel step is compiled once for every store. It offers the
+/// concept's optional parts whether or not the store has them (each call says what it does
+/// without). Copies share one store; a default-constructed one holds none (false), and any
+/// other call on it is undefined. T is float or double throughout (no other type compiles).
+/// The store's errors pass through unchanged.
 class any_key_value_store {
   struct iface {
     virtual ~iface() = default;
@@ -128,52 +134,93 @@ class any_key_value_store {
   std::shared_ptr<iface> p_;
 
  public:
-  any_key_value_store() = default;
+  any_key_value_store() = default;  ///< none (operator bool: false)
+  /// The store c points to, shared with its other holders (any_communicator's collectives).
   template <key_value_store C>
   static any_key_value_store share(std::shared_ptr<C> c) {
     any_key_value_store s;
     s.p_ = std::make_shared<holder<C>>(std::move(c));
     return s;
   }
+  /// Whether it holds a store.
   explicit operator bool() const { return p_ != nullptr; }
 
+  /// The store's name, its `C::name` ("parameter_server").
   const char* name() const { return p_->name(); }
+  /// Declares variable `key` and offers its first value x (the store keeps the first it gets:
+  /// rank 0's). Every worker declares every variable, in the same order, before its first
+  /// push or pull.
   template <class T>
   void initialize(std::string_view key, std::span<const T> x) {
     p_->initialize(key, x);
   }
+  /// As initialize(key, x), with the optimizer's state tensors (slots, each as long as x)
+  /// and the global step: a resumed checkpoint goes on where it stopped. A store without
+  /// state initialization takes x alone (its optimizer starts fresh).
   template <class T>
   void initialize(std::string_view key, std::span<const T> x, std::vector<std::span<const T>> slots, std::int64_t step) {
     p_->initialize(key, x, std::move(slots), step);
   }
+  /// This worker's gradient x of variable `key` for this step.
   template <class T>
   void push(std::string_view key, std::span<const T> x) {
     p_->push(key, x);
   }
+  /// The variable's value into x. When it returns is the store's mode: BSP waits for every
+  /// worker's push of this step, bounded staleness for all but the last few steps, async for
+  /// nothing.
   template <class T>
   void pull(std::string_view key, std::span<T> x) {
     p_->pull(key, x);
   }
+  /// The store's whole state of a variable: its values into x, each optimizer state tensor
+  /// into slots; returns the optimizer steps applied. Consistent only while no worker pushes
+  /// (between two barriers). A store without snapshots is pulled instead (x only, slots
+  /// untouched) and -1 returned.
   template <class T>
   std::int64_t snapshot(std::string_view key, std::span<T> x, std::vector<std::span<T>> slots) {
     return p_->snapshot(key, x, std::move(slots));
   }
+  /// This worker's step is over: its clock advances on the store.
   void step_done() { p_->step_done(); }
+  /// The optimizer the store applies: its name and its settings() as text, before the first
+  /// initialize. Does nothing where the store takes none.
   void set_optimizer(std::string name, std::map<std::string, std::string> settings) { p_->set_optimizer(std::move(name), std::move(settings)); }
+  /// The learning rate of the pushes that follow (the worker's schedule at its step). Does
+  /// nothing where the store takes none.
   void set_learning_rate(double lr) { p_->set_learning_rate(lr); }
+  /// Whether the store moves sparse rows (`row_store`: set_rows, push_rows, pull_rows).
   bool has_rows() const { return p_->has_rows(); }
+  /// Declares variable `key` a table of rows of row_elements elements (after initialize,
+  /// before the first push or pull): push_rows and pull_rows then move rows only. Throws
+  /// `error` ("... does not move sparse rows (set_rows)") where has_rows() is false.
   void set_rows(std::string_view key, std::size_t row_elements) { p_->set_rows(key, row_elements); }
+  /// A sparse gradient: rows (sorted, unique) and their values, rows.size() rows of the
+  /// table's row length. Throws `error` where has_rows() is false.
   template <class T>
   void push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
     p_->push_rows(key, rows, values);
   }
+  /// Brings table (this worker's whole copy of the variable) up to date, moving only the rows
+  /// that changed since its last pull_rows. Waits as pull does. Throws `error` where
+  /// has_rows() is false.
   template <class T>
   void pull_rows(std::string_view key, std::span<T> table) {
     p_->pull_rows(key, table);
   }
-  /// false, a throw, and a plain barrier where the store takes no restarted worker back
+  /// Whether this process takes the place of a worker the job lost (`rejoin_store`): it must
+  /// rejoin_job() before its first push or pull and skip the start-up collectives the others
+  /// ran. Always false where the store takes no restarted worker back.
   bool restarted() { return p_->restarted(); }
+  /// A restarted worker's return: waits for the workers' next join point, then returns the
+  /// step to go on from, or nothing when the job ended first. Throws `error` ("... takes no
+  /// restarted worker back (rejoin_job)") where the store takes none.
   std::optional<std::int64_t> rejoin_job() { return p_->rejoin_job(); }
+  /// A barrier of every worker where restarted workers waiting in rejoin_job() are taken
+  /// back: returns their ranks (every worker then compares the run fingerprint with them).
+  /// Call it where every worker stands at the same step with no collective in flight. Where
+  /// the store takes no restarted worker back: a plain barrier, returning none (`error` where
+  /// it has no barrier either).
   std::vector<int> join_point() { return p_->join_point(); }
 };
 static_assert(key_value_store<any_key_value_store>);

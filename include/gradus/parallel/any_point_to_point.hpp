@@ -13,6 +13,10 @@
 
 namespace gradus::parallel {
 
+/// Any `point_to_point` policy (point_to_point.hpp) behind one virtual call per send or
+/// receive, so that a pipeline's stages are compiled once for every transport. Copies share
+/// one policy object; a default-constructed one holds none (false), and any other call on it
+/// is undefined. The policy's errors pass through unchanged.
 class any_point_to_point {
   struct iface {
     virtual ~iface() = default;
@@ -45,23 +49,34 @@ class any_point_to_point {
 
  public:
   any_point_to_point() = default;  ///< none (operator bool: false)
+  /// Whether it holds a policy.
   explicit operator bool() const { return p_ != nullptr; }
+  /// A new C built from args, owned by this holder and its copies.
   template <point_to_point C, class... A>
   static any_point_to_point make(A&&... args) {
     return share(std::make_shared<C>(std::forward<A>(args)...));
   }
+  /// The policy c points to, shared with its other holders.
   template <point_to_point C>
   static any_point_to_point share(std::shared_ptr<C> c) {
     return any_point_to_point(std::make_shared<holder<C>>(std::move(c)));
   }
 
+  /// This rank: 0 .. world_size() - 1.
   int rank() const { return p_->rank(); }
+  /// The number of ranks.
   int world_size() const { return p_->world_size(); }
+  /// The policy's name, its `C::name`.
   const char* name() const { return p_->name(); }
+  /// x to rank `to` (T: std::byte, float or double); returns once x may be reused. Messages
+  /// between one pair of ranks arrive in the order they were sent.
   template <class T>
   void send(std::span<const T> x, int to) {
     p_->send(x, to);
   }
+  /// Fills x with the next message from rank `from`, which must hold exactly x.size()
+  /// elements: a mismatch throws, naming the peer and both sizes. A dead or silent peer
+  /// throws (`comm_error` naming it) instead of blocking forever.
   template <class T>
   void recv(std::span<T> x, int from) {
     p_->recv(x, from);

@@ -78,27 +78,31 @@ namespace gradus::cluster {
 
 /// A host and a port, as written "host:port" or "[v6addr]:port".
 struct endpoint {
-  std::string host;
-  int port = 0;
+  std::string host;  ///< a host name or address; an IPv6 address without its brackets
+  int port = 0;      ///< 1-65535 once parsed (parse_endpoint)
   /// "host:port", with brackets around an IPv6 address
   std::string str() const {
     return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(port);
   }
 };
 
+/// Where this process stands in a job, as cluster::from_env() reads it from the launcher's
+/// environment: its rank and the world's size, the workers on its host, where the ranks
+/// meet, the parameter-server tasks, and where each came from (for errors). A
+/// default-constructed one is a world of one: rank 0 of 1, meeting at 127.0.0.1:29500.
 struct spec {
   int rank = 0;              ///< index in the worker world; -1 for ps and evaluator tasks
   int world_size = 1;        ///< number of workers (the all-reduce world)
   int local_rank = 0;        ///< index among this host's workers
   int local_world_size = 1;  ///< workers on this host
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
+  std::string master_addr = "127.0.0.1";  ///< the rendezvous host: rank 0's (rendezvous())
+  int master_port = 29500;                ///< the rendezvous port
   /// Where master_addr and master_port came from: a variable ("MASTER_ADDR", "MASTER_PORT",
   /// "GRADUS_MASTER_ADDR", "GRADUS_MASTER_PORT"), an entry ("TF_CONFIG cluster.chief[0]",
   /// "TF_CONFIG cluster.worker[0]", "GRADUS_CLUSTER workers[0]", "SLURM_JOB_NODELIST (first
   /// node)"), a rule ("29500 + SLURM_JOB_ID mod 10000") or "default 127.0.0.1" / "default 29500".
   std::string master_addr_from = "default 127.0.0.1";
-  std::string master_port_from = "default 29500";
+  std::string master_port_from = "default 29500";  ///< where master_port came from (as master_addr_from)
   /// GRADUS_BIND_ADDR: the interface rank 0's rendezvous and every data socket listen on (an
   /// address, an interface name, or "*" for every one); empty: chosen from the rendezvous
   /// address (ring_options::bind_host).
@@ -107,16 +111,20 @@ struct spec {
                                    /// (TF_CONFIG, GRADUS_CLUSTER); empty otherwise
   std::vector<std::string> nodes;  ///< Slurm: the expanded node list (one per node, not per rank)
   std::vector<std::string> ps;     ///< parameter-server tasks, "host:port"
-  std::string task_type = "worker";  // "chief", "worker", "ps" or "evaluator"
+  std::string task_type = "worker";  ///< "chief" (TF_CONFIG's), "worker", "ps" or "evaluator"
   int task_index = 0;                ///< index within task_type
-  std::string source = "default";    // "TF_CONFIG", "torchrun", "slurm", "openmpi", "gradus-json", "default"
+  std::string source = "default";    ///< the format read: "TF_CONFIG", "torchrun", "slurm", "openmpi", "gradus-json", "default"
   /// Which job this process belongs to, so that ranks of two jobs sent to one rendezvous port
-  /// do not meet: GRADUS_JOB_ID (gradus-run sets one per job), else TORCHELASTIC_RUN_ID
-  /// (torchrun's --rdzv-id), else SLURM_JOB_ID.SLURM_STEP_ID; empty when none is set (ranks
-  /// started by hand: a second claim of a rank is then refused alone).
+  /// do not meet: GRADUS_JOB_ID (gradus-run sets one per job), else "torchrun " followed by
+  /// TORCHELASTIC_RUN_ID (torchrun's `--rdzv-id`), else "slurm " followed by SLURM_JOB_ID and,
+  /// where set, "." SLURM_STEP_ID; empty when none is set (ranks started by hand: a second
+  /// claim of a rank is then refused alone).
   std::string job_id;
 
+  /// Whether this process is a member of the worker world: a chief or a worker, not a ps or
+  /// evaluator task (whose rank is -1).
   bool is_worker() const { return task_type == "worker" || task_type == "chief"; }
+  /// Whether this process is the worker of rank 0: TF_CONFIG's chief, else worker 0.
   bool is_chief() const { return is_worker() && rank == 0; }
   /// Where the ranks meet: "tcp://master_addr:master_port".
   std::string rendezvous() const { return "tcp://" + endpoint{master_addr, master_port}.str(); }

@@ -29,6 +29,8 @@ class comm_worker {
     cv_.notify_all();
     thread_.join();
   }
+  /// Queues task to run after every task submitted before it; returns at once. Once a task
+  /// has failed, the tasks submitted until wait() rethrows that failure are dropped unrun.
   void submit(std::function<void()> task) {
     {
       std::lock_guard lk(m_);

@@ -66,6 +66,8 @@ struct job_finished : error {
   using error::error;
 };
 
+/// How a data_parallel_step reduces the gradients (parallel::minimize's opts). The step's
+/// constructor throws `error` where bucket_bytes is 0 or check_replicas_every is negative.
 struct data_parallel_options {
   std::size_t bucket_bytes = default_bucket_bytes;  ///< 25 MiB, as PyTorch DDP's bucket_cap_mb
   bool overlap = true;  ///< false: reduce every bucket after the backward pass, on the caller's thread's turn
@@ -78,8 +80,8 @@ struct data_parallel_options {
 struct comm_stats {
   double wait_seconds = 0;    ///< the training thread blocked on collectives after its backward pass
   double reduce_seconds = 0;  ///< inside the communicator's collectives (background thread)
-  std::int64_t steps = 0;
-  std::int64_t collectives = 0;
+  std::int64_t steps = 0;        ///< runs so far (a world of one's included)
+  std::int64_t collectives = 0;  ///< bucket all-reduces issued (one per bucket and step)
   std::int64_t bytes = 0;  ///< gradient bytes all-reduced by this rank
 };
 
@@ -90,8 +92,14 @@ class data_parallel_step {
   using ps_type = std::conditional_t<std::is_same_v<store_type, no_store>, no_ps_worker, ps_worker<store_type, Comm, Step>>;
 
  public:
-  using loss_type = typename Step::loss_type;
+  using loss_type = typename Step::loss_type;  ///< what run() returns: the loss's element type
 
+  /// The step: a train_step of loss over the variables vs in s, with opt, reduced through
+  /// comm. Nothing is communicated yet (the first run() does it); comm and s must outlive the
+  /// step. Over a world of more than one without a store that moves rows, sparse gradients
+  /// are reduced densely (set_sparse_as_dense). Throws `error` for bad opts or a variable
+  /// that is not float32 or float64, and, over a parameter server, where an optimizer state
+  /// tensor is missing from the session (at the first run).
   template <class Session, class Loss, class Opt, class... Vs>
   data_parallel_step(Comm& comm, data_parallel_options opts, Session& s, const Loss& loss, const Opt& opt,
                      const Vs&... vs)
@@ -105,6 +113,10 @@ class data_parallel_step {
   /// One synchronous training step on this rank's batch: the loss of that batch (before
   /// the update). The first run broadcasts rank 0's variables and optimizer state first
   /// (or, over a parameter server, offers them and pulls the servers' values).
+  /// Every rank calls it, once per step. Throws what a collective or the store threw (a dead
+  /// or silent peer: `comm_error` naming it, by the communicator's timeout where it has one),
+  /// `run_mismatch_error` on the first run where the ranks' run fingerprints differ (on every
+  /// rank), and `job_finished` for a restarted worker that came back after the job ended.
   template <class... Feeds>
   loss_type run(const Feeds&... feeds) {
     const auto bound = step_.owner().bind();  // copies on the session's stream (a GPU's)
@@ -227,12 +239,18 @@ class data_parallel_step {
   /// (gradient_buckets waits for that; the worker's thread, the last member, stops first).
   ~data_parallel_step() = default;
 
+  /// Waits, reduce time, steps, collectives and bytes, cumulative over the runs so far.
   const comm_stats& stats() const { return stats_; }
   /// The last run's gradients, averaged over the world (what the optimizer applied).
   std::span<gradient_buffer> gradients() { return step_.gradients(); }
+  /// The gradient buckets planned: the all-reduces of each step.
   std::size_t bucket_count() const { return buckets_.size(); }
+  /// This rank's train_step (its gradients, its settings); running it directly skips the
+  /// reduction.
   Step& local_step() { return step_; }
+  /// The communicator it reduces through.
   Comm& communicator() { return comm_; }
+  /// The optimizer's learning rate at the session's global step (its schedule's value).
   double learning_rate() const { return step_.learning_rate(); }
 
  private:

@@ -28,17 +28,25 @@ namespace gradus::parallel {
 /// The default bucket size: as PyTorch DDP's bucket_cap_mb = 25.
 inline constexpr std::size_t default_bucket_bytes = std::size_t{25} << 20;
 
+/// The data-parallel step's gradient buckets (the plan at the top of this file): host
+/// buffers (pinned on a GPU) of one dtype each, filled as the gradients are final and
+/// averaged in place through the collectives. Step is the train_step whose variables make
+/// the plan. arrived() and upload() run on the training thread, average() on the
+/// communicator's, on a bucket arrived() has handed on.
 template <class Step>
 class gradient_buckets {
   using backend = typename std::remove_cvref_t<decltype(std::declval<Step&>().owner())>::backend_type;
 
  public:
+  /// Plans and allocates the buckets: at most bucket_bytes each unless one gradient alone is
+  /// larger. Throws `error` where a variable's dtype is not float32 or float64.
   explicit gradient_buckets(std::size_t bucket_bytes) { plan(bucket_bytes); }
   gradient_buckets(const gradient_buckets&) = delete;
   gradient_buckets& operator=(const gradient_buckets&) = delete;
   /// The last upload's copies read the buckets: they must have been done.
   ~gradient_buckets() { uploaded_.wait(); }
 
+  /// The number of buckets (each one all-reduce a step).
   std::size_t size() const { return buckets_.size(); }
   /// Before a backward pass: every bucket waits for all of its gradients.
   void begin_step() {

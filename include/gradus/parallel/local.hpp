@@ -17,31 +17,45 @@
 
 namespace gradus::parallel {
 
+/// A world of one: the policy a trainer runs on when it runs alone. Every collective is the
+/// identity, split() gives a world of one again, and a message sent to itself (rank 0) waits
+/// in a queue for its recv. It is `collectives`, `splittable` and `point_to_point`; not
+/// thread-safe (its queue has no lock).
 struct local {
-  static constexpr const char* name = "local";
+  static constexpr const char* name = "local";  ///< the policy's name (any_collectives::name())
+  /// Always 0.
   int rank() const { return 0; }
+  /// Always 1.
   int world_size() const { return 1; }
+  /// The identity: the sum over a world of one.
   template <class T>
   void allreduce_sum(std::span<T>) {}
+  /// The identity: the average over a world of one.
   template <class T>
   void allreduce_average(std::span<T>) {}
+  /// The identity. Throws `error` where root is not 0.
   template <class T>
   void broadcast(std::span<T>, int root) {
     if (root != 0) throw error("gradus: local communicator: broadcast from rank " + std::to_string(root) + " of a world of 1");
   }
+  /// Returns at once.
   void barrier() {}
-  /// Every color is this rank's own group of one.
+  /// Every color is this rank's own group of one. Throws `error` for a color below 0.
   local split(int color, int) const {
     if (color < 0) throw error("gradus: local communicator: split with color " + std::to_string(color) + " (colors are >= 0)");
     return {};
   }
 
+  /// A copy of x queued for this rank's own recv. Throws `error` where `to` is not 0.
   template <class T>
   void send(std::span<const T> x, int to) {
     if (to != 0) throw error("gradus: local communicator: send to rank " + std::to_string(to) + " of a world of 1");
     const auto* p = reinterpret_cast<const std::byte*>(x.data());
     sent_.emplace_back(p, p + x.size_bytes());
   }
+  /// The oldest queued message into x. Throws `error` where `from` is not 0, where nothing
+  /// is queued (it would wait forever), or where the message's size in bytes is not x's (the
+  /// message stays queued).
   template <class T>
   void recv(std::span<T> x, int from) {
     if (from != 0) throw error("gradus: local communicator: recv from rank " + std::to_string(from) + " of a world of 1");

@@ -39,6 +39,12 @@
 
 namespace gradus::parallel {
 
+/// The data-parallel step's second way of finishing a gradient (the top of this file):
+/// through a key-value store that holds the variables. Store is the store's type (a
+/// parameter server, any_key_value_store), Comm the communicator of the workers' barriers,
+/// Step the train_step. Every call to the store runs on the step's communicator thread, in
+/// order; a failure there is rethrown by the next call that waits for it. data_parallel_step
+/// drives it: a program calls the step's pull_state() and pull_variables().
 template <class Store, class Comm, class Step>
 class ps_worker {
   using backend = typename std::remove_cvref_t<decltype(std::declval<Step&>().owner())>::backend_type;
@@ -54,7 +60,9 @@ class ps_worker {
   ps_worker(const ps_worker&) = delete;
   ps_worker& operator=(const ps_worker&) = delete;
 
+  /// Whether there is a store (false: the step averages instead).
   bool active() const { return store_ != nullptr; }
+  /// Whether start() has run: the variables are on the store.
   bool started() const { return on_server_; }
 
   /// optimizer_fields: {"optimizer", name} then {"optimizer.<setting>", value}...
@@ -103,6 +111,9 @@ class ps_worker {
     if constexpr (requires { store_->restarted(); }) return active() && store_->restarted();
     else return false;
   }
+  /// For a restart (restarted()): waits for the workers' next join point, then returns the
+  /// step to go on from; nothing when the job ended first, or where the store takes no
+  /// restarted worker back.
   std::optional<std::int64_t> rejoin() {
     std::optional<std::int64_t> at;
     if constexpr (requires { store_->rejoin_job(); }) on_worker([&] { at = store_->rejoin_job(); });
@@ -131,6 +142,10 @@ class ps_worker {
     });
   }
 
+  /// After the backward pass: this worker's step done on the store, every variable pulled
+  /// back into the session (the store's optimizer has applied the update; the pull waits as
+  /// the store's mode says), and the session's global step advanced by one. Rethrows a failed
+  /// push or pull.
   void end_step() {
     worker_.submit([this] { store_->step_done(); });
     pull_all();
@@ -297,18 +312,29 @@ class ps_worker {
 /// The data-parallel step's stand-in where the communicator can hold no variables: never
 /// active, so the step's store branches fold away at compile time.
 struct no_ps_worker {
+  /// false: no store.
   static constexpr bool active() { return false; }
+  /// false: never started.
   static constexpr bool started() { return false; }
+  /// false: sparse gradients are reduced densely.
   static constexpr bool moves_rows() { return false; }
+  /// Nothing (never called: not active()).
   template <class Fields>
   void start(const Fields&, bool = false) {}
+  /// Nothing (never called: not active()).
   void begin_step() {}
+  /// Nothing (never called: not active()).
   template <class Gradient>
   void arrived(std::size_t, const Gradient&) {}
+  /// Nothing (never called: not active()).
   void end_step() {}
+  /// No state to pull: no rank came back.
   static std::vector<int> pull_state() { return {}; }
+  /// Nothing: every rank already holds the same variables.
   void pull_variables() {}
+  /// false: no store takes restarts back.
   static constexpr bool restarted() { return false; }
+  /// Nothing to rejoin.
   static std::optional<std::int64_t> rejoin() { return std::nullopt; }
 };
 

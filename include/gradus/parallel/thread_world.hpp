@@ -45,6 +45,13 @@ struct thread_boxes {
 };
 }  // namespace detail
 
+/// Ranks that are threads of one process, with a mailbox for every ordered pair:
+/// point-to-point (in order per pair), sub-groups (split) and collectives over them.
+/// pipeline_in_process runs a pipeline's stages on it; tests run whole pipelines on it. Each
+/// thread uses its own rank's object (world()[k] for rank k); the objects of one world share
+/// its mailboxes under a lock. Every wait is bounded by the world's timeout and then throws
+/// `comm_error` naming the peer "silent"; once a rank calls abort(), every wait of the world,
+/// now or later, ends at once with `comm_error` naming that rank "gone".
 class thread_world {
  public:
   /// World rank `rank` of `members.size()`; members are world ranks, channel tells groups apart.
@@ -62,10 +69,13 @@ class thread_world {
     return r;
   }
 
+  /// This rank in its group (the world, or a split's group).
   int rank() const { return me_; }
+  /// The number of ranks in the group.
   int world_size() const { return static_cast<int>(members_.size()); }
+  /// "threads".
   std::string name() const { return "threads"; }
-  std::size_t messages_sent = 0;
+  std::size_t messages_sent = 0;  ///< messages this object has sent, its collectives' included
 
   /// The world rank that aborted first, or -1.
   int failed_rank() const {
@@ -81,6 +91,8 @@ class thread_world {
     b_->cv.notify_all();
   }
 
+  /// A copy of x into the mailbox to rank `to` of the group; returns at once (any T). Throws
+  /// `error` where `to` is not a rank of the group.
   template <class T>
   void send(std::span<const T> x, int to) {
     check(to, "send to");
@@ -93,6 +105,11 @@ class thread_world {
     ++messages_sent;
     b_->cv.notify_all();
   }
+  /// The next message from rank `from` into x, waiting up to the world's timeout. Throws
+  /// `comm_error` (peer `from`, "silent") at the timeout; `comm_error` naming the failed rank
+  /// "gone" once a rank of the world called abort() and nothing is queued (queued messages are
+  /// still delivered); `error` where `from` is not a rank of the group or the message's size
+  /// in bytes is not x's (the message is consumed).
   template <class T>
   void recv(std::span<T> x, int from) {
     check(from, "recv from");
@@ -116,6 +133,9 @@ class thread_world {
     if (!v.empty()) std::memcpy(x.data(), v.data(), v.size());
   }
 
+  /// Every member's x summed, in place: the group's first member receives the others'
+  /// buffers, adds them in member order and sends the sum back, so every member gets the same
+  /// bits. Every member calls it; waits and errors are recv's.
   template <class T>
   void allreduce_sum(std::span<T> x) {
     if (me_ == 0) {
@@ -130,11 +150,14 @@ class thread_world {
       recv(x, 0);
     }
   }
+  /// allreduce_sum, then divided by world_size() on every member.
   template <class T>
   void allreduce_average(std::span<T> x) {
     allreduce_sum(x);
     for (auto& v : x) v /= static_cast<T>(world_size());
   }
+  /// Rank root's x into every other member's x (root sends it to each in turn). Every member
+  /// calls it.
   template <class T>
   void broadcast(std::span<T> x, int root) {
     if (me_ == root) {
@@ -144,6 +167,7 @@ class thread_world {
       recv(x, root);
     }
   }
+  /// Returns once every member has entered it (an all-reduce of one int).
   void barrier() {
     int b = 0;
     allreduce_sum(std::span<int>(&b, 1));

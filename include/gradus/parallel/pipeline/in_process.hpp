@@ -25,7 +25,7 @@
 // concurrently: a stage's transfers overlap the other stages' compute.
 //
 // Failures: a stage that throws aborts the world, every other stage's wait ends at once, and
-// run() rethrows the failing stage's error (the first in stage order, if several); the step
+// run() rethrows the failing stage's error (the one that failed first, if several); the step
 // is then unusable (its stages are mid-batch): make a new one. Results: stats(k), and
 // gather_variables() brings every stage's variables into the first session (to evaluate or
 // save the whole model); save_checkpoint/restore_checkpoint write one file per stage
@@ -50,6 +50,13 @@
 
 namespace gradus::parallel {
 
+/// The S stages of a placed loss run by S threads of this process over a thread_world, stage
+/// K in the K-th session (pipeline_in_process() makes it; see the top of this file). Each
+/// call runs every stage at once, stage 0 on the caller's thread, and returns when all are
+/// done. A stage that throws aborts the world (the others' waits end at once) and the call
+/// rethrows the error of the stage that failed first; after a failed run() the object is
+/// mid-batch and unusable. Not copyable or movable: the stages hold its mailboxes and log
+/// streams.
 template <int S, class Loss, class Opt, class... Backends>
 class in_process_pipeline {
   static_assert(sizeof...(Backends) == S, "gradus: pipeline_in_process<S>: give one session per stage (S sessions)");
@@ -97,6 +104,8 @@ class in_process_pipeline {
     return loss;
   }
 
+  /// What stage `stage`'s last step measured. Throws `error` where stage is not in
+  /// 0 .. S - 1.
   const pipeline_stats& stats(int stage) const {
     const pipeline_stats* r = nullptr;
     [&]<int... K>(std::integer_sequence<int, K...>) {
@@ -109,9 +118,15 @@ class in_process_pipeline {
   void gather_variables() {
     on_stages([&]<int K>() { std::get<K>(stages_)->gather_variables(); });
   }
+  /// One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz"
+  /// (pipeline/checkpoint.hpp), each stage's thread writing its own.
   void save_checkpoint(const std::filesystem::path& file) {
     on_stages([&]<int K>() { save_pipeline_checkpoint(*std::get<K>(stages_), file); });
   }
+  /// Every stage's file: true when restored, false when no stage file exists yet. Throws
+  /// `error`, naming the cause, where the files are of another stage count or a whole
+  /// model's, some are missing, they hold different global steps, or a stage could not
+  /// restore its own.
   bool restore_checkpoint(const std::filesystem::path& file) {
     bool r = false;
     on_stages([&]<int K>() {
@@ -122,7 +137,7 @@ class in_process_pipeline {
   }
 
  private:
-  /// f.template operator()<K>() for every stage K, stage K on thread K (stage 0 on this one),
+  /// `f.template operator()<K>()` for every stage K, stage K on thread K (stage 0 on this one),
   /// all joined; a stage that throws aborts the world (the others' waits end), and its error
   /// is rethrown once every thread has ended.
   template <class F>

@@ -34,12 +34,15 @@ constexpr double layer_cost() {
   else return 0.0;
 }
 
+/// N layers cut into S contiguous stages (balanced_cut): each layer's stage, and each
+/// stage's cost and first and last layer.
 template <std::size_t N, int S>
 struct stage_cut {
   std::array<int, N> stage{};     ///< per layer
   std::array<double, S> cost{};   ///< per stage
   std::array<int, S> first{};     ///< each stage's first layer
   std::array<int, S> last{};      ///< and its last
+  /// The most expensive stage's cost: the pipeline's pace, which the cut minimises.
   double max_cost() const {
     double m = 0;
     for (double c : cost) m = c > m ? c : m;

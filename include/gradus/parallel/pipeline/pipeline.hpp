@@ -51,30 +51,45 @@ namespace gradus::parallel {
 template <class Comm>
 class pipeline_step {
  public:
+  /// Holds the stage p (what pipeline() makes).
   explicit pipeline_step(std::unique_ptr<pipeline_base<Comm>> p) : p_(std::move(p)) {}
   /// One training step over the batch the feeds hold (every rank, the same call): the
-  /// batch's loss (the last stage's, sent to the others).
+  /// batch's loss (the last stage's, sent to the others). Fails as pipeline_base::run_raw
+  /// says: every error names this stage, the micro-batch and the peer.
   template <class... Feeds>
   double run(const Feeds&... feeds) {
     const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), dtype_name<typename Feeds::value_type>(), feeds.data,
                                                      feeds.d, sizeof(typename Feeds::value_type)}...};
     return p_->run_raw(std::span<const detail::raw_feed>(raw, sizeof...(Feeds)));
   }
+  /// What this rank's last step measured (time computing, bubble, bytes sent and received,
+  /// activations held), and its stage and replica.
   const pipeline_stats& stats() const { return p_->stats(); }
   /// Fields every rank must agree on (batch size, epochs, data seed...), compared with the
   /// pipeline's shape and the optimizer at the first run: ranks that differ fail at once, each
   /// naming the field and both values (agree.hpp). Set before the first run.
   void set_run_fingerprint(std::vector<run_field> fields) { p_->set_run_fingerprint(std::move(fields)); }
+  /// What the ranks compare before their first step: the world size, the pipeline's shape
+  /// (stages, micro-batches, schedule, re-materialisation), the optimizer and its
+  /// hyper-parameters, and the program's fields.
   std::vector<run_field> run_fingerprint() const { return p_->run_fingerprint(); }
   /// Every stage's variables into rank 0's session (every rank calls it).
   void gather_variables() { p_->gather_variables(); }
-  /// One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz" (pipeline/checkpoint.hpp;
-  /// every rank calls them). restore: false when no stage file exists yet.
+  /// One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz" (pipeline/checkpoint.hpp),
+  /// written by replica 0 of each stage. Every rank calls it.
   void save_checkpoint(const std::filesystem::path& file) { save_pipeline_checkpoint(*p_, file); }
+  /// Every stage's file, read by replica 0 of the stage and broadcast to its replicas: true
+  /// when restored, false when no stage file exists yet. Every rank calls it (one
+  /// all-reduce), and every rank throws `error`, naming the cause, where the files are of
+  /// another stage count or a whole model's, some are missing, they hold different global
+  /// steps, or a stage could not restore its own.
   bool restore_checkpoint(const std::filesystem::path& file) { return restore_pipeline_checkpoint(*p_, file); }
-  /// Two numbers of every rank, on rank 0 in rank order (every rank calls it).
+  /// Numbers of every rank (each gives as many), on rank 0 in rank order; the other ranks get
+  /// their own back. Every rank calls it.
   std::vector<std::vector<double>> gather_report(const std::vector<double>& mine) { return p_->gather_report(mine); }
+  /// This rank in the world: stage rank % S of replica rank / S.
   int rank() const { return p_->rank(); }
+  /// Every rank of every stage and replica: S x R.
   int world_size() const { return p_->world_size(); }
 
  private:
@@ -82,6 +97,11 @@ class pipeline_step {
 };
 
 /// The pipeline of an S-stage placed loss, this rank's stage made (see the top of this file).
+/// Every rank of the world calls it together (the neighbours exchange and compare their
+/// shapes), with the same S, options, loss and optimizer. Throws `error` where S does not
+/// divide the world, the options are invalid, this rank's session cannot run its stage's
+/// device, stage replicas need a split the communicator lacks, or a neighbour runs another
+/// shape (naming the peer and both values); a transfer's failure as `comm_error`.
 template <int S, class Backend, class Comm, expression Loss, class Opt>
 pipeline_step<Comm> pipeline(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt) {
   static_assert(point_to_point<Comm>, "gradus: pipeline: the communicator has no point-to-point send/recv");

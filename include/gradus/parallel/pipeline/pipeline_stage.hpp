@@ -107,6 +107,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
                 "gradus: pipeline: a stage's variables must have its output's dtype");
 
  public:
+  /// Stage K on this rank of comm: declares its variables and their optimizer slots in s,
+  /// splits its replicas into a sub-group (R > 1), and compares the pipeline's shape with its
+  /// neighbours (a send and a receive each way: every rank constructs its stage together).
+  /// Throws `error` where S does not divide the world, the options are invalid, the session's
+  /// backend cannot run the stage's device, replicas need a split Comm lacks, or a neighbour
+  /// runs another shape; the optimizer's validate() error for bad hyper-parameters.
   pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
       : base(comm, S, o, optimizer_fields(opt)), s_(s), g_(loss), opt_(opt) {
     opt_.validate();
@@ -161,6 +167,10 @@ class pipeline_stage final : public pipeline_base<Comm> {
       if (replicas_) broadcast_variables(*replicas_, s_, file_options().only);
   }
 
+  /// One training step of stage K (pipeline_base::run_raw): the schedule's passes over the
+  /// micro-batches, the weighted gradient sums, the replicas' average, the tied and clipped
+  /// gradients, one optimizer update and the global step advanced; then the batch's loss
+  /// from the last stage.
   double run_raw(std::span<const detail::raw_feed> feeds) override {
     using clock = std::chrono::steady_clock;
     const auto t0 = clock::now();

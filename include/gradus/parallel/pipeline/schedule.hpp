@@ -32,9 +32,11 @@ inline schedule_kind parse_schedule(std::string_view s) {
   throw error("gradus: pipeline: unknown schedule '" + std::string(s) + "'; use gpipe or 1f1b");
 }
 
+/// One operation of a stage's schedule: the forward or the backward pass of one micro-batch.
 struct pipeline_op {
-  bool forward;
+  bool forward;  ///< true: the forward pass; false: the backward
   int micro;  ///< 0 .. M - 1
+  /// The same pass of the same micro-batch.
   bool operator==(const pipeline_op&) const = default;
 };
 

@@ -165,13 +165,16 @@ struct placeholder_of_shape<Name, T, shape<E...>> {
 };
 }  // namespace detail
 
-/// The placed node stage K < S - 1 computes; the loss itself for K = S - 1.
+/// The placed node stage K < S - 1 computes; the loss itself for K = S - 1. A stage but the
+/// last without exactly one `on<stage<K>>(...)` node in Loss is a compile-time error.
 template <int K, int S, class Loss>
 struct stage_output {
+  /// Every node of Loss placed on stage K (a type list).
   using placed = typename detail::placed_on<K, detail::type_list<>, Loss>::type;
   static_assert(K == S - 1 || detail::list_size<placed>::value == 1,
                 "gradus: pipeline: each stage but the last needs exactly one on<stage<K>>(...) output in the loss "
                 "(stage K and the loss's type are above)");
+  /// The node type stage K computes.
   using type = typename std::conditional_t<K == S - 1, std::type_identity<Loss>, detail::list_front<placed>>::type;
 };
 template <int K, int S, class Loss>
@@ -239,11 +242,12 @@ class stage_graph {
                 "output): S and the loss's type are above");
 
  public:
-  using output_t = stage_output_t<K, S, Loss>;
+  using output_t = stage_output_t<K, S, Loss>;  ///< the node this stage computes
+  /// The previous stage's output: the node this stage's input replaces (void for stage 0).
   using input_t = std::conditional_t<K == 0, void, stage_output_t<K == 0 ? 0 : K - 1, S, Loss>>;
-  using value_type = value_t<output_t>;
-  using variables = stage_variables_t<K, S, Loss>;
-  static constexpr bool last = K == S - 1;
+  using value_type = value_t<output_t>;  ///< the output's element type (the stage's variables have it too)
+  using variables = stage_variables_t<K, S, Loss>;  ///< a std::tuple of the variables this stage reads
+  static constexpr bool last = K == S - 1;  ///< whether this stage computes the loss
   /// The adjoint this stage's output receives: 1 for the loss, else what the next stage sent.
   using adjoint_t = std::conditional_t<last, scalar<value_type>,
                                        typename detail::placeholder_of_shape<"pipeline_dy", value_type, shape_t<output_t>>::type>;
@@ -286,7 +290,11 @@ class stage_graph {
   };
 
  public:
+  /// The compiled graph of the stage's outputs: [0] its output, [1 + i] variable i's gradient
+  /// (its G where deferred), then the input's gradient (K > 0), then each deferred variable's
+  /// X (rows_output). Forward is run_part 0, backward run_part 1.
   using graph_t = typename graph_of<outputs_t>::type;
+  /// The number of variables this stage reads.
   static constexpr std::size_t variable_count = std::tuple_size_v<variables>;
   /// Per variable: whether its gradient is deferred (X^T G over the batch's rows), and the
   /// output holding its X (outputs 1 + i hold G; X follows the input's gradient).
@@ -305,6 +313,7 @@ class stage_graph {
   static constexpr std::array<int, variable_count> tie_key = []<class... Vs>(std::tuple<Vs...>*) {
     return std::array<int, variable_count>{detail::tie_key_of<Vs, S, Loss>(std::make_integer_sequence<int, S>{})...};
   }(static_cast<variables*>(nullptr));
+  /// Per variable: the output holding its X where its gradient is deferred, else 0.
   static constexpr std::array<std::size_t, variable_count> rows_output = [] {
     std::array<std::size_t, variable_count> r{};
     std::size_t next = 1 + variable_count + (K > 0 ? 1 : 0);
@@ -312,6 +321,8 @@ class stage_graph {
     return r;
   }();
 
+  /// Stage K's share of loss: its output node copied out of loss's tree and the expressions
+  /// of its outputs; the graphs are compiled on first use (graph()).
   explicit stage_graph(const Loss& loss) : out_(find_output(loss)), outs_(outputs(out_)) {
     if constexpr (K > 0) input_ = detail::find_node<input_t>(out_);
   }
@@ -323,7 +334,9 @@ class stage_graph {
     while (graphs_.size() <= i) graphs_.push_back(std::make_unique<graph_t>(outs_, K));
     return *graphs_[i];
   }
+  /// The graphs made so far (one per micro-batch slot used).
   std::size_t graphs() const { return graphs_.size(); }
+  /// The stage's output node.
   const output_t& output() const { return out_; }
   /// The previous stage's output (K > 0): the node a stage_input feeds.
   const auto& input() const

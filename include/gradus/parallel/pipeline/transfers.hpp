@@ -23,11 +23,17 @@
 
 namespace gradus::parallel {
 
+/// How a pipeline runs (pipeline(), pipeline_in_process()). Every rank gives the same: the
+/// neighbours compare micro_batches, schedule and rematerialize at construction and refuse a
+/// mismatch, naming both values.
 struct pipeline_options {
+  /// M, the micro-batches each batch is split into: at least 1 (else the constructor throws
+  /// `error`) and at most the batch's rows (else run() throws).
   int micro_batches = 1;
-  schedule_kind schedule = schedule_kind::gpipe;
+  schedule_kind schedule = schedule_kind::gpipe;  ///< gpipe or 1f1b (schedule.hpp)
   /// GPipe's re-materialisation: keep only each micro-batch's stage input and recompute its
-  /// forward pass in the backward (one graph's activations alive instead of M).
+  /// forward pass in the backward (one graph's activations alive instead of M). GPipe's only:
+  /// with 1f1b the constructor throws `error`.
   bool rematerialize = false;
   /// TensorFlow's log_device_placement: where set, each rank writes there after its first
   /// step every node of its stage's graph with the stage and rank it ran on, and after every
@@ -37,12 +43,28 @@ struct pipeline_options {
 
 /// What one step of one rank measured.
 struct pipeline_stats {
+  /// \var stage
+  /// This rank's stage: rank % stages.
+  /// \var stages
+  /// S, the pipeline's stages.
+  /// \var replica
+  /// This rank's pipeline replica: rank / stages.
+  /// \var replicas
+  /// R, the pipeline replicas: world size / stages.
+  /// \var micro_batches
+  /// M, the micro-batches of a batch.
   int stage = 0, stages = 1, replica = 0, replicas = 1, micro_batches = 1;
   double step_seconds = 0;     ///< wall time of the last step
   double compute_seconds = 0;  ///< of which computing
+  /// The share of the last step's wall time not spent computing (waiting for the other
+  /// stages, and the transfers): 1 - compute_seconds / step_seconds; 0 before the first step.
   double bubble_fraction() const { return step_seconds > 0 ? 1 - compute_seconds / step_seconds : 0; }
-  std::uint64_t bytes_sent = 0, bytes_received = 0;  ///< the last step's activations and gradients (headers apart)
-  std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  ///< of bytes_sent: to the next stage, to the previous
+  /// \var bytes_sent
+  /// The bytes of activations and gradients this rank sent in the last step (headers apart).
+  std::uint64_t bytes_sent = 0, bytes_received = 0;  ///< the bytes of activations and gradients it received in the last step
+  /// \var activation_bytes_sent
+  /// Of bytes_sent: the activations, to the next stage.
+  std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  ///< of bytes_sent: the gradients, to the previous stage
   std::size_t peak_activation_bytes = 0;             ///< the graphs in flight and stashed inputs, at most
   std::size_t deferred_bytes = 0;  ///< the deferred weight gradients' stash (rows of X and G of the whole batch)
   double gradient_norm = 0;        ///< with clip_global_norm: the last step's norm over every stage's gradients
@@ -92,11 +114,21 @@ inline std::string msg_name(pipe_msg k) {
 template <class Comm>
 class pipeline_base {
  protected:
-  using pipe_msg = detail::pipe_msg;
+  using pipe_msg = detail::pipe_msg;  ///< what a message is (its header's kind)
 
  public:
   virtual ~pipeline_base() = default;
+  /// One training step of this rank's stage over the batch the feeds hold (every feed's
+  /// first axis is the batch): the batch's loss, sent by the last stage to the others.
+  /// pipeline_step::run() calls it; every rank of the pipeline runs it at the same step.
+  /// Throws `feed_error` for a feed without the batch's rows, a placeholder not fed or fed
+  /// another dtype; `comm_error` naming this stage, the micro-batch and the peer when a
+  /// transfer fails (a dead or silent peer, at the communicator's deadline); `error` for a
+  /// message of another kind, step or size; `run_mismatch_error` at the first step where the
+  /// ranks' run fingerprints differ. A failed step leaves the pipeline mid-batch.
   virtual double run_raw(std::span<const detail::raw_feed> feeds) = 0;
+  /// Every stage's variables into rank 0's session (replica 0's stages send theirs): rank 0
+  /// then holds the whole model. Every rank calls it.
   virtual void gather_variables() = 0;
   /// This stage's checkpoint file (io/checkpoint.hpp's format: its variables, their optimizer
   /// slots, the global step, the stage layout); pipeline/checkpoint.hpp runs them on every rank.
@@ -105,8 +137,11 @@ class pipeline_base {
   virtual void broadcast_to_replicas() = 0;  ///< replica 0's tensors and step to the stage's replicas
   /// A sum over every rank (pipeline/checkpoint.hpp's agreement on what each stage found).
   void allreduce_sum(std::span<double> x) { comm_.allreduce_sum(x); }
+  /// What this rank's last step measured, and where it stands (stage, replica).
   const pipeline_stats& stats() const { return stats_; }
+  /// This rank in the world: stage rank % S of replica rank / S.
   int rank() const { return comm_.rank(); }
+  /// Every rank of every stage and replica: S x R.
   int world_size() const { return comm_.world_size(); }
 
   /// Fields every rank must agree on besides the pipeline's shape (the neighbours compare
@@ -166,10 +201,16 @@ class pipeline_base {
     ops_ = schedule_for(o.schedule, stats_.stage, stages, o.micro_batches);
   }
 
+  /// The previous stage's rank in this replica (where not first()).
   int prev_rank() const { return comm_.rank() - 1; }
+  /// The next stage's rank in this replica (where not last()).
   int next_rank() const { return comm_.rank() + 1; }
+  /// Whether this is stage 0 (it reads the placeholders' feeds, receives no activations).
   bool first() const { return stats_.stage == 0; }
+  /// Whether this is stage S - 1 (it computes the loss).
   bool last() const { return stats_.stage == stats_.stages - 1; }
+  /// The head of this rank's errors: "gradus: pipeline stage K (rank r), micro-batch m: "
+  /// (without the micro-batch where micro < 0).
   std::string where(int micro) const {
     return "gradus: pipeline stage " + std::to_string(stats_.stage) + " (rank " + std::to_string(comm_.rank()) + ")" +
            (micro >= 0 ? ", micro-batch " + std::to_string(micro) : std::string()) + ": ";
@@ -210,6 +251,8 @@ class pipeline_base {
       compare(next_rank(), theirs);
     }
   }
+  /// check_config's value i as text: the schedule's name, "on"/"off" for
+  /// re-materialisation, else the number.
   static std::string value_name(int i, std::int64_t v) {
     if (i == 2) return std::string(schedule_name(static_cast<schedule_kind>(v)));
     if (i == 3) return v ? "on" : "off";
@@ -261,6 +304,8 @@ class pipeline_base {
     if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_received += into.size() * sizeof(T);
     return d;
   }
+  /// Receives a message of `kind` for `micro` from `from` into x, whose size it must have:
+  /// else throws `error` naming the peer and both counts. Fails as recv_into does.
   template <class T>
   void recv_values(pipe_msg kind, int micro, std::span<T> x, int from) {
     std::vector<T> v;
@@ -275,6 +320,9 @@ class pipeline_base {
     if (const auto* c = dynamic_cast<const comm_error*>(&e)) throw comm_error(doing + ": " + e.what(), peer, c->peer_state);
     throw comm_error(doing + ": " + e.what(), peer, "");
   }
+  /// Throws `error` where h is not a pipeline message's header (another job's), or not the
+  /// kind, micro-batch and step (but for the configuration) expected from `from`: a rank
+  /// running another schedule or micro-batch count.
   void check_header(const detail::pipe_header& h, pipe_msg kind, int micro, int from) const {
     const detail::pipe_header want;
     if (h.magic != want.magic || h.nd < 0 || h.nd > static_cast<std::int64_t>(max_rank))
@@ -287,13 +335,15 @@ class pipeline_base {
                   "; do the ranks run the same --micro-batches and schedule?");
   }
 
-  Comm& comm_;
-  pipeline_options o_;
-  std::vector<run_field> optimizer_fields_, extra_fields_;
-  pipeline_stats stats_;
-  std::vector<pipeline_op> ops_;
-  std::int64_t step_ = 0;
-  bool fingerprint_checked_ = false;
+  Comm& comm_;         ///< the whole world's communicator (every stage and replica)
+  pipeline_options o_;  ///< the options this rank runs with
+  /// \var optimizer_fields_
+  /// The optimizer's name and hyper-parameters, for the run fingerprint (optimizer_fields()).
+  std::vector<run_field> optimizer_fields_, extra_fields_;  ///< the program's fingerprint fields (set_run_fingerprint)
+  pipeline_stats stats_;           ///< what this rank measured, and where it stands
+  std::vector<pipeline_op> ops_;   ///< this stage's operations for one batch (schedule_for)
+  std::int64_t step_ = 0;          ///< steps run so far; every message carries it
+  bool fingerprint_checked_ = false;  ///< whether the ranks compared the run fingerprint
 };
 
 
