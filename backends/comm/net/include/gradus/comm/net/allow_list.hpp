@@ -46,8 +46,11 @@ class allow_list {
     if (it == ranks_.end()) return std::nullopt;
     return it->second;
   }
+  /// How many keys are listed.
   std::size_t size() const { return ranks_.size(); }
+  /// Whether no key is listed (a CURVE server with an empty list would accept nobody).
   bool empty() const { return ranks_.empty(); }
+  /// Every listed key (Z85) with its rank (any_rank: every one), ordered by key.
   const std::map<std::string, int>& entries() const { return ranks_; }
 
   /// One line of the file format: "<key> <rank>", with an optional comment.
@@ -81,6 +84,9 @@ class allow_list {
     }
     return out;
   }
+  /// Reads the allow-list file at `path` (the format above). Throws gradus::error when the
+  /// file cannot be read or a line is malformed (naming the file and the line), or when a key
+  /// is listed twice.
   static allow_list load(const std::string& path) { return parse(detail_security::read_file(path, "allow-list"), path); }
 
  private:

@@ -38,6 +38,10 @@ namespace gradus::net {
 
 /// A CURVE key pair, each key as 40 characters of Z85 text.
 struct key_pair {
+  /// \var public_key
+  /// The public key: 40 characters of Z85, safe to give out (allow-lists, .pub files).
+  /// \var secret_key
+  /// The secret key: 40 characters of Z85; keep it private (.key files are mode 0600).
   std::string public_key, secret_key;
 };
 

@@ -19,14 +19,19 @@
 
 namespace gradus::net {
 
+/// The clock of every deadline in gradus::net.
 using clock = std::chrono::steady_clock;
 
+/// Owns a file descriptor: closes it when destroyed or assigned over. Move-only.
 struct unique_fd {
-  int fd = -1;
+  int fd = -1;  ///< the descriptor, or -1 for none
+  /// Owns `f` (-1: nothing).
   explicit unique_fd(int f = -1) : fd(f) {}
   unique_fd(const unique_fd&) = delete;
   unique_fd& operator=(const unique_fd&) = delete;
+  /// Takes `o`'s descriptor; `o` holds none afterwards.
   unique_fd(unique_fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  /// Closes this one's descriptor, then takes `o`'s; `o` holds none afterwards.
   unique_fd& operator=(unique_fd&& o) noexcept {
     if (this != &o) {
       if (fd >= 0) ::close(fd);
@@ -53,11 +58,15 @@ inline std::string errno_message(int e) {
   return text ? std::string(text) : "Unknown error " + std::to_string(e);
 }
 
+/// The milliseconds from now to `deadline`, clamped to [0, cap]: what one poll may wait.
 inline int ms_left(clock::time_point deadline, int cap) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(left, 0, cap));
 }
 
+/// Waits until `fd` is ready for `events` (POLLIN, POLLOUT, as poll's), polling at most
+/// 100 ms at a time; throws gradus::comm_error starting with `doing` when poll fails or
+/// `deadline` passes first.
 inline void wait_fd(int fd, short events, clock::time_point deadline, const std::string& doing) {
   while (true) {
     pollfd p{fd, events, 0};
