@@ -240,7 +240,7 @@ class mpi_allreduce {
   }
 
   /// A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
-  /// mpi_allreduce: <op> failed on rank r of n: <MPI_Error_string>". For a program's own
+  /// mpi_allreduce: `<op>` failed on rank r of n: `<MPI_Error_string>`". For a program's own
   /// calls on comm(): comm.check(MPI_Allgather(..., comm.comm()), "MPI_Allgather of 4 float64").
   void check(int rc, const std::string& op) const {
     if (rc != MPI_SUCCESS) fail(rc, op);

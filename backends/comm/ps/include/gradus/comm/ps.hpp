@@ -679,7 +679,7 @@ namespace ps {
 /// Serves as parameter-server task `c.task_index` of the cluster spec (its address is
 /// c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
 /// the chief ends the job, applying the optimizer on the compute policy Compute
-/// (serve<cpu_simd>(spec)). Throws server::job_failure()'s reason when the job failed.
+/// (`serve<cpu_simd>(spec)`). Throws server::job_failure()'s reason when the job failed.
 template <class Compute, class Spec>
 void serve(const Spec& c, server_options o = {}) {
   if (c.task_type != "ps") throw error("gradus: ps::serve: this process is a '" + c.task_type + "' task, not a ps task");

@@ -53,12 +53,12 @@ class allow_list {
   /// Every listed key (Z85) with its rank (any_rank: every one), ordered by key.
   const std::map<std::string, int>& entries() const { return ranks_; }
 
-  /// One line of the file format: "<key> <rank>", with an optional comment.
+  /// One line of the file format: `"<key> <rank>"`, with an optional comment.
   static std::string line(const std::string& public_key, int rank, std::string_view comment = {}) {
     return public_key + " " + detail_security::rank_text(rank) + (comment.empty() ? "" : "  # " + std::string(comment)) + "\n";
   }
 
-  /// Reads the "<public key> <rank>" format; errors name `origin` and the line.
+  /// Reads the `"<public key> <rank>"` format; errors name `origin` and the line.
   static allow_list parse(std::string_view text, const std::string& origin) {
     allow_list out;
     std::map<std::string, int> first_line;

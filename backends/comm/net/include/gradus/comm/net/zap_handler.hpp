@@ -36,7 +36,7 @@ struct refusal {
 };
 
 /// Answers libzmq's ZAP requests (RFC 27) for every socket of one ZeroMQ context: a CURVE
-/// client key in the allow-list is accepted (200) with User-Id "worker:<rank>" (or
+/// client key in the allow-list is accepted (200) with User-Id `"worker:<rank>"` (or
 /// "worker:*" for any_rank); everything else is refused (400). Runs a thread that owns a
 /// REP socket bound at inproc://zeromq.zap.01.
 ///

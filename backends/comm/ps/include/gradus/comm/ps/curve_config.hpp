@@ -73,7 +73,7 @@ using env_reader = std::function<const char*(const char*)>;
 inline const char* process_env(const char* name) { return std::getenv(name); }
 
 namespace detail_security {
-/// `text` with "{<name>}" replaced by `value` (a launcher gives every process one
+/// `text` with `"{<name>}"` replaced by `value` (a launcher gives every process one
 /// environment: keys/w{rank} names each worker's own key pair).
 inline std::string expand(std::string text, const std::string& name, int value, const char* variable) {
   const std::string token = "{" + name + "}";

@@ -119,7 +119,7 @@ struct ps_options {
 };
 
 /// Sets `o.consistency` (and, for ssp, `o.staleness`) from "async", "bsp" or "ssp:S" (also
-/// "ssp" = ssp:0 and "ssp<S>"). Throws gradus::error for any other text, or for a bound S
+/// "ssp" = ssp:0 and `"ssp<S>"`). Throws gradus::error for any other text, or for a bound S
 /// that is not an integer in [0, 1000000].
 inline void parse_consistency(const std::string& text, ps_options& o) {
   if (text == "async") o.consistency = ps::mode::async;
