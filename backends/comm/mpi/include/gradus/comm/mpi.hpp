@@ -79,7 +79,7 @@ struct mpi_options {
 };
 
 /// The communicator policy over MPI (target gradus::mpi; `<gradus/comm/mpi.hpp>`): for jobs
-/// launched by mpirun / mpiexec or srun --mpi. Collectives (parallel::communicator) are
+/// launched by mpirun / mpiexec or srun `--mpi`. Collectives (parallel::communicator) are
 /// MPI_Allreduce (MPI_SUM) and MPI_Bcast, in place, on float and double spans (broadcast also
 /// of bytes), any length including 0; split() makes sub-groups (parallel::splittable), and
 /// send() / recv() move messages between two ranks (parallel::point_to_point).
@@ -93,9 +93,11 @@ struct mpi_options {
 /// gradus' own: a dead peer is MPI's (or mpirun's) to report. The top of this header has the
 /// details.
 ///
-///     gradus::mpi_allreduce comm(gradus::cluster::from_env());
-///     comm.broadcast(std::span(weights), 0);
-///     comm.allreduce_average(std::span(gradients));
+/// ```
+/// gradus::mpi_allreduce comm(gradus::cluster::from_env());
+/// comm.broadcast(std::span(weights), 0);
+/// comm.allreduce_average(std::span(gradients));
+/// ```
 class mpi_allreduce {
  public:
   /// The communicator's name in messages and in the type-erased holders (`--comm mpi`).

@@ -76,8 +76,10 @@ namespace gradus {
 /// its address and the operation, and leaves the communicator unusable. A server that
 /// restarts is rejoined (ps_options::reconnect_timeout). One thread at a time.
 ///
-///     auto comm = gradus::parameter_server<gradus::ps_ssp<4>>(gradus::cluster::from_env());
-///     auto step = gradus::parallel::minimize(comm, {}, s, loss, gradus::adam{}, w, b);
+/// ```
+/// auto comm = gradus::parameter_server<gradus::ps_ssp<4>>(gradus::cluster::from_env());
+/// auto step = gradus::parallel::minimize(comm, {}, s, loss, gradus::adam{.lr = 1e-3}, w, b);
+/// ```
 template <class Mode = ps_dynamic>
 class parameter_server {
  public:

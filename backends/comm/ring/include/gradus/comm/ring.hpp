@@ -89,9 +89,11 @@ void scale(T* __restrict dst, T factor, std::size_t n) {
 /// freeing the failed collective's buffers. One call at a time (it may move between
 /// threads); its sub-groups share that rule.
 ///
-///     gradus::ring_allreduce comm({.rank = r, .world_size = n, .rendezvous = "tcp://10.0.0.1:29500"});
-///     comm.broadcast(std::span(weights), 0);
-///     comm.allreduce_average(std::span(gradients));
+/// ```
+/// gradus::ring_allreduce comm({.rank = r, .world_size = n, .rendezvous = "tcp://10.0.0.1:29500"});
+/// comm.broadcast(std::span(weights), 0);
+/// comm.allreduce_average(std::span(gradients));
+/// ```
 class ring_allreduce {
  public:
   /// The communicator's name in messages and in the type-erased holders (`--comm ring`).

@@ -269,12 +269,15 @@ inline std::string key_prefix(const std::string& path) {
   return path;
 }
 
+/// The text of a .pub file for `public_key`: two comment lines naming `name`, then the key.
 inline std::string public_key_file_text(const std::string& public_key, std::string_view name) {
   return "# gradus CURVE public key of '" + std::string(name) +
          "' (gradus-keygen). Share it: servers list workers' keys in their allow-list,\n"
          "# workers are given the servers' keys.\n" +
          public_key + "\n";
 }
+/// The text of a .key file for `kp`: a comment line naming `name`, then
+/// `"public-key = ..."` and `"secret-key = ..."` lines.
 inline std::string secret_key_file_text(const key_pair& kp, std::string_view name) {
   return "# gradus CURVE key pair of '" + std::string(name) +
          "' (gradus-keygen). SECRET: keep it on the host that uses it, mode 0600.\n"

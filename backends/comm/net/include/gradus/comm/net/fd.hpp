@@ -44,14 +44,15 @@ struct unique_fd {
   }
 };
 
-/// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
-/// does not require it to be thread-safe), and these messages are made on the ring's and the
-/// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
-/// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0.
 namespace fd_detail {
 inline const char* strerror_text(const char* gnu, const char*) { return gnu; }
 inline const char* strerror_text(int xsi, const char* buf) { return xsi == 0 ? buf : nullptr; }
 }  // namespace fd_detail
+/// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
+/// does not require it to be thread-safe), and these messages are made on the ring's and the
+/// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
+/// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0. Thread-safe;
+/// `"Unknown error <e>"` when there is no text.
 inline std::string errno_message(int e) {
   char buf[256] = {};
   const char* text = fd_detail::strerror_text(::strerror_r(e, buf, sizeof buf), buf);

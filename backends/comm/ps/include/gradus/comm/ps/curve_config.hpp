@@ -69,7 +69,10 @@ struct curve_client_config {
   }
 };
 
+/// Reads an environment variable by name: its value, or null when it is not set (tests pass
+/// their own).
 using env_reader = std::function<const char*(const char*)>;
+/// The process's environment (std::getenv): the default env_reader.
 inline const char* process_env(const char* name) { return std::getenv(name); }
 
 namespace detail_security {

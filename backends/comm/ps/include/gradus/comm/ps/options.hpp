@@ -42,7 +42,7 @@ struct ps_ssp {
   static constexpr int staleness = S;              ///< the bound S, in steps
 };
 /// The mode chosen at run time: `parameter_server<ps_dynamic>` (the default) takes it from
-/// ps_options::consistency and ps_options::staleness (a program's --consistency option,
+/// ps_options::consistency and ps_options::staleness (a program's `--consistency` option,
 /// through parse_consistency).
 struct ps_dynamic {};
 
@@ -81,7 +81,7 @@ struct ps_options {
   /// positive and well above a step's time.
   std::chrono::milliseconds timeout{60000};
   /// A server whose connection closes (its process died) may come back: restarted (gradus-run
-  /// --max-restarts) and reloaded from the last checkpoint. The worker opens a new
+  /// `--max-restarts`) and reloaded from the last checkpoint. The worker opens a new
   /// connection, says it rejoins at its step, declares its shards again and resends what the
   /// old server left unanswered; it fails when the server is not back within this time
   /// (0: at once, 1 s after the connection closed). Default 30 s; the examples set it to
@@ -90,7 +90,7 @@ struct ps_options {
   /// This process takes the place of a worker the job lost (async and ssp): it says so in its
   /// hello, and rejoin_job() waits at server 0 for the workers' next join point (an epoch's
   /// end) for at most rejoin_timeout. From a cluster spec: GRADUS_RESTART_COUNT > 0, which
-  /// gradus-run --max-restarts sets on a restart.
+  /// gradus-run `--max-restarts` sets on a restart.
   bool restarted = false;
   /// How long rejoin_job() waits at server 0 for the other workers' next join point (an
   /// epoch's end). Default 15 minutes: an epoch may be long. Past it rejoin_job() throws

@@ -21,6 +21,7 @@ namespace gradus::ps {
 
 /// The consistency modes (server.hpp says what each guarantees).
 enum class mode : std::uint8_t { async = 0, bsp = 1, ssp = 2 };
+/// "async", "bsp" or "ssp".
 inline const char* mode_name(mode m) { return m == mode::async ? "async" : m == mode::bsp ? "bsp" : "ssp"; }
 
 /// A variable's state read back from a checkpoint, for a restarted server (server_options::restore).
@@ -78,7 +79,7 @@ struct server_options {
   /// come back to it (their hello says they rejoin). Empty: a restarted server has nothing
   /// to serve, and tells the rejoining workers so. ps::serve sets it from the checkpoint
   /// the program names when the process is a restart (GRADUS_RESTART_COUNT, gradus-run
-  /// --max-restarts).
+  /// `--max-restarts`).
   restore_source restore;
   /// Where the server's log lines go (workers joining and lost, refused clients, dropped
   /// messages, restores), each without its newline; called on the server's thread. Default:

@@ -28,10 +28,11 @@ struct ring_options {
   int world_size = 1;
   /// Where the ranks meet: rank 0 binds it, the others connect to it and register
   /// (rank, data address, hostname); rank 0 answers with the whole table.
-  ///   "tcp://127.0.0.1:29500"      between processes or hosts (a host name, or an IPv6
-  ///                                address in brackets: "tcp://[fd00::1]:29500")
-  ///   "ipc:///tmp/gradus-job/rdv"  between processes on one host
-  ///   "inproc://job"               ranks as threads sharing `context`
+  /// - "tcp://127.0.0.1:29500": between processes or hosts (a host name, or an IPv6
+  ///   address in brackets: "tcp://[fd00::1]:29500")
+  /// - "ipc:///tmp/gradus-job/rdv": between processes on one host
+  /// - "inproc://job": ranks as threads sharing `context`
+  ///
   /// A tcp host is resolved (getaddrinfo) before rank 0 binds it: a numeric address is bound
   /// as given; "localhost", or any name that resolves only to loopback addresses, binds
   /// each of them (127.0.0.1 and ::1 when both resolve, so that a rank reaches it whichever
@@ -45,14 +46,15 @@ struct ring_options {
   /// Where `rendezvous` came from, for errors: e.g. "MASTER_ADDR=node1 and MASTER_PORT=29500
   /// (torchrun)" (cluster::spec::rendezvous_origin()); empty: the options themselves.
   std::string origin;
-  /// The data path (examples: --comm-transport; GRADUS_COMM_TRANSPORT overrides "auto"):
-  ///   "auto"     shm when every rank reports the same machine and network namespace, else
-  ///              tcp; inproc for an inproc:// rendezvous
-  ///   "shm"      shared memory between ranks of one host: a memfd segment per neighbour
-  ///              pair, copied into once and reduced from in place (shm_path.hpp)
-  ///   "tcp"      direct non-blocking TCP sockets between neighbours (tcp_path.hpp)
-  ///   "zmq"      ZeroMQ sockets, ipc on one host, else tcp ("zmq-ipc", "zmq-tcp" force one;
-  ///              "ipc" is the old name of "zmq-ipc"); "inproc" for ranks as threads
+  /// The data path (examples: `--comm-transport`; GRADUS_COMM_TRANSPORT overrides "auto"):
+  /// - "auto": shm when every rank reports the same machine and network namespace, else
+  ///   tcp; inproc for an inproc:// rendezvous
+  /// - "shm": shared memory between ranks of one host: a memfd segment per neighbour
+  ///   pair, copied into once and reduced from in place (shm_path.hpp)
+  /// - "tcp": direct non-blocking TCP sockets between neighbours (tcp_path.hpp)
+  /// - "zmq": ZeroMQ sockets, ipc on one host, else tcp ("zmq-ipc", "zmq-tcp" force one;
+  ///   "ipc" is the old name of "zmq-ipc"); "inproc" for ranks as threads
+  ///
   /// Whatever the path, ZeroMQ carries the rendezvous, heartbeats and aborts. ipc sockets are
   /// Linux abstract sockets (`"ipc://@gradus-ring-..."`: nothing on the filesystem, gone with
   /// the process) unless the rendezvous is an ipc:// path. Any other value, or inproc with a
@@ -79,7 +81,7 @@ struct ring_options {
   /// is dropped by ZeroMQ heartbeats after timeout - 2 s (at least 3 s), so that its own
   /// neighbours blame it before every other rank's wait times out: a rank may be paused
   /// (SIGSTOP, a debugger) for up to that long and the job goes on. Default 30 s (the
-  /// examples' --comm-timeout). A wait that runs out throws gradus::comm_error naming the
+  /// examples' `--comm-timeout`). A wait that runs out throws gradus::comm_error naming the
   /// peer, and the communicator is unusable afterwards. Not validated: keep it positive and
   /// well above a collective's time.
   std::chrono::milliseconds timeout{30000};
@@ -105,7 +107,7 @@ struct ring_options {
   /// element type, trading precision (11 significant bits per hop; |values| above 65504
   /// become infinity) for half the bytes. Every rank still ends with the same bits (the
   /// owner of a chunk rounds its own copy as the others receive it). Broadcasts are never
-  /// compressed. Examples: --comm-compress fp16. Any other value throws gradus::error from
+  /// compressed. Examples: `--comm-compress` fp16. Any other value throws gradus::error from
   /// the constructor. Default "none".
   std::string compress = "none";
   /// Background I/O threads of an owned context (default 1; values below 1 count as 1).

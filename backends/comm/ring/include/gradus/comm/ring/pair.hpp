@@ -29,6 +29,7 @@ enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float
 /// How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
 /// all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
 enum class algo_code : std::uint16_t { ring = 0, gather = 1 };
+/// "the ring" or "an all-gather of whole buffers", as errors name an algo_code.
 inline const char* algo_name(algo_code a) { return a == algo_code::gather ? "an all-gather of whole buffers" : "the ring"; }
 
 /// "allreduce_sum", "broadcast", ...: an op_code as messages name it.
