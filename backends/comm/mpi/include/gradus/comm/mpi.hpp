@@ -88,8 +88,8 @@ struct mpi_options {
 /// fatal: a failing MPI call throws gradus::comm_error naming the operation, the element
 /// count and dtype, this rank and MPI's error text. The first mpi_allreduce of a process
 /// initializes MPI (MPI_THREAD_SERIALIZED) unless the program did; the last one finalizes
-/// it if it initialized it, after which no other can be made (MPI cannot be initialized
-/// twice). One call at a time per process (MPI_THREAD_SERIALIZED); there is no timeout of
+/// it if an mpi_allreduce initialized it, and after MPI_Finalize none can be made (MPI
+/// cannot be initialized twice). One call at a time per process (MPI_THREAD_SERIALIZED); there is no timeout of
 /// gradus' own: a dead peer is MPI's (or mpirun's) to report. The top of this header has the
 /// details.
 ///

@@ -49,7 +49,7 @@ using namespace net::detail_security;
 /// A ps task's CURVE settings: its key pair and the client keys it accepts.
 struct curve_server_config {
   key_pair keys;       ///< the task's own key pair; workers dial with its public key
-  allow_list allowed;  ///< the worker keys it accepts, each with the rank it may act as (non-empty)
+  allow_list allowed;  ///< the worker keys it accepts, each with the rank it may act as (empty: nobody can connect; curve_server_from_env refuses that)
 };
 /// A worker's CURVE settings: its key pair and the servers' public keys (one shared by every
 /// server, or one per server in task order).
