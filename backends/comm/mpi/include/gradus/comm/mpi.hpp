@@ -70,16 +70,43 @@
 
 namespace gradus {
 
+/// Settings of an mpi_allreduce (its constructors take them).
 struct mpi_options {
-  /// Elements per MPI call; a longer buffer goes in pieces (MPI counts are int). Below
-  /// INT_MAX only to test the pieces.
+  /// Elements per MPI call; a longer buffer goes in pieces (MPI counts are int). Default and
+  /// maximum INT_MAX; lower only to test the pieces. 0 or more than INT_MAX: the constructor
+  /// throws gradus::error.
   std::size_t max_count = static_cast<std::size_t>(INT_MAX);
 };
 
+/// The communicator policy over MPI (target gradus::mpi; `<gradus/comm/mpi.hpp>`): for jobs
+/// launched by mpirun / mpiexec or srun `--mpi`. Collectives (parallel::communicator) are
+/// MPI_Allreduce (MPI_SUM) and MPI_Bcast, in place, on float and double spans (broadcast also
+/// of bytes), any length including 0; split() makes sub-groups (parallel::splittable), and
+/// send() / recv() move messages between two ranks (parallel::point_to_point).
+///
+/// Everything runs on a duplicate of MPI_COMM_WORLD (comm()) whose errors are returned, not
+/// fatal: a failing MPI call throws gradus::comm_error naming the operation, the element
+/// count and dtype, this rank and MPI's error text. The first mpi_allreduce of a process
+/// initializes MPI (MPI_THREAD_SERIALIZED) unless the program did; the last one finalizes
+/// it if an mpi_allreduce initialized it, and after MPI_Finalize none can be made (MPI
+/// cannot be initialized twice). One call at a time per process (MPI_THREAD_SERIALIZED); there is no timeout of
+/// gradus' own: a dead peer is MPI's (or mpirun's) to report. The top of this header has the
+/// details.
+///
+/// ```
+/// gradus::mpi_allreduce comm(gradus::cluster::from_env());
+/// comm.broadcast(std::span(weights), 0);
+/// comm.allreduce_average(std::span(gradients));
+/// ```
 class mpi_allreduce {
  public:
+  /// The communicator's name in messages and in the type-erased holders (`--comm mpi`).
   static constexpr const char* name = "mpi";
 
+  /// Joins MPI_COMM_WORLD: rank and world size are MPI's. Initializes MPI on first use (see
+  /// the class); throws gradus::error for a bad `options.max_count`, for an MPI that was
+  /// finalized already or gives a thread level below MPI_THREAD_SERIALIZED, and
+  /// gradus::comm_error when an MPI call fails.
   explicit mpi_allreduce(mpi_options options = {}) : opt_(options) {
     if (opt_.max_count == 0 || opt_.max_count > static_cast<std::size_t>(INT_MAX))
       throw error("gradus: mpi_allreduce: max_count = " + std::to_string(opt_.max_count) + " (must be 1 ... INT_MAX)");
@@ -129,7 +156,9 @@ class mpi_allreduce {
     if (owns_) release();
   }
 
+  /// This process's rank in comm(), 0 ... world_size() - 1.
   int rank() const { return rank_; }
+  /// The number of ranks in comm().
   int world_size() const { return world_; }
   /// The duplicated communicator (MPI_ERRORS_RETURN), for a program's own MPI calls.
   MPI_Comm comm() const { return comm_; }
@@ -155,6 +184,7 @@ class mpi_allreduce {
                   std::to_string(world_) + " (rank " + std::to_string(rank_) + ")");
     pieces(x, "MPI_Bcast from rank " + std::to_string(root), [&](T* p, int n) { return MPI_Bcast(p, n, type<T>(), root, comm_); });
   }
+  /// Returns once every rank has entered it (MPI_Barrier).
   void barrier() { check(MPI_Barrier(comm_), "MPI_Barrier"); }
 
   /// The collectives of this rank's group (every rank calls it): MPI_Comm_split(comm(),
@@ -212,7 +242,7 @@ class mpi_allreduce {
   }
 
   /// A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
-  /// mpi_allreduce: <op> failed on rank r of n: <MPI_Error_string>". For a program's own
+  /// mpi_allreduce: `<op>` failed on rank r of n: `<MPI_Error_string>`". For a program's own
   /// calls on comm(): comm.check(MPI_Allgather(..., comm.comm()), "MPI_Allgather of 4 float64").
   void check(int rc, const std::string& op) const {
     if (rc != MPI_SUCCESS) fail(rc, op);

@@ -63,22 +63,59 @@
 
 namespace gradus {
 
+/// A worker's communicator for parameter servers over ZeroMQ (target gradus::ps;
+/// `<gradus/comm/ps.hpp>`): a key-value store (parallel::parameter_server_policy) whose
+/// variables live, sharded, on the job's ps tasks, which apply the optimizer to the pushed
+/// gradients; plus collectives through server 0. `Mode` is the consistency: ps_async,
+/// ps_bsp, `ps_ssp<S>`, or ps_dynamic (the default: ps_options::consistency at run time).
+///
+/// Every variable is declared (initialize) in the same order on every worker before the
+/// first push or pull; payloads move in chunks of ps_options::chunk_bytes, those of 64 KiB
+/// and more zero-copy (the caller keeps the bytes unchanged until the handle completes).
+/// Every wait has a deadline (ps_options::timeout); its gradus::comm_error names the server,
+/// its address and the operation, and leaves the communicator unusable. A server that
+/// restarts is rejoined (ps_options::reconnect_timeout). One thread at a time.
+///
+/// ```
+/// auto comm = gradus::parameter_server<gradus::ps_ssp<4>>(gradus::cluster::from_env());
+/// auto step = gradus::parallel::minimize(comm, {}, s, loss, gradus::adam{.lr = 1e-3}, w, b);
+/// ```
 template <class Mode = ps_dynamic>
 class parameter_server {
  public:
+  /// The communicator's name in messages and in the type-erased holders.
   static constexpr const char* name = "parameter_server";
 
+  /// The requests one asynchronous call posted, to wait() on.
   struct handle {
-    std::uint64_t first = 0, last = 0;  ///< request ids [first, last)
+    /// \var first
+    /// The id of the first request posted.
+    /// \var last
+    /// One past the id of the last request posted: the requests are [first, last).
+    std::uint64_t first = 0, last = 0;
   };
+  /// What this worker has done so far (stats()).
   struct client_stats {
+    /// \var pushes
+    /// Push calls (push, push_async, push_pull, push_rows), each counted once whatever its chunks.
+    /// \var pulls
+    /// Pull calls (pull, pull_async, push_pull, pull_rows), each counted once.
+    /// \var bytes_pushed
+    /// Gradient bytes sent (for push_rows with their 8-byte row indices).
+    /// \var bytes_pulled
+    /// Variable bytes asked for by dense pulls, plus the bytes of the rows pull_rows received.
     std::uint64_t pushes = 0, pulls = 0, bytes_pushed = 0, bytes_pulled = 0;
     std::uint64_t max_staleness = 0;  ///< ssp/bsp: the largest clock - (clock the values were known to include)
-    double wait_seconds = 0;
+    double wait_seconds = 0;  ///< seconds spent in wait() (so in pull and pull_rows too)
     std::uint64_t rejoins = 0;  ///< servers this worker rejoined after they restarted
     bool rejoined_job = false;  ///< this process took a lost worker's place (rejoin_job)
   };
 
+  /// Connects to every server in `o.servers` and says hello, waiting for their answers
+  /// (ZeroMQ retries, so the servers may start after the workers). Throws gradus::error for
+  /// options that are wrong (no servers, a rank outside the world, chunk_bytes below 64) or
+  /// a hello the servers refuse, and gradus::comm_error when a server does not answer within
+  /// `o.timeout`.
   explicit parameter_server(ps_options o) : o_(std::move(o)) { connect(); }
   /// From a cluster spec (cluster::from_env): the servers are its ps tasks.
   template <class Spec>
@@ -130,35 +167,49 @@ class parameter_server {
     }
   }
 
+  /// This worker's rank, 0 ... world_size() - 1 (0: the chief).
   int rank() const { return o_.rank; }
+  /// How many workers the job has.
   int world_size() const { return o_.world_size; }
+  /// The consistency mode in use (Mode's, or ps_options::consistency with ps_dynamic).
   ps::mode consistency() const { return mode_; }
+  /// The ssp staleness bound in steps; 0 for async and bsp.
   int staleness() const { return staleness_; }
+  /// How many ps tasks hold the variables.
   int servers() const { return static_cast<int>(o_.servers.size()); }
+  /// This worker's counters so far.
   const client_stats& stats() const { return stats_; }
+  /// This worker's step count: step_done() calls so far, from the step a resumed
+  /// initialize() or rejoin_job() started it at. Pushes and pulls carry it.
   std::uint64_t clock() const { return clock_; }
   /// Whether the chief's destructor ends the servers' run (default true; false keeps them
   /// serving for another client, as tests do).
   void set_shutdown_on_exit(bool v) { shutdown_on_exit_ = v; }
 
-  /// ---- collectives, through server 0 ----
+  // ---- collectives, through server 0 ----
+  /// x <- the elementwise sum of every live worker's x (float or double), summed by server 0;
+  /// in pieces of chunk_bytes. Every worker calls it, in the same order.
   template <class T>
   void allreduce_sum(std::span<T> x) {
     collective(ps::wire::coll_op::sum, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
   }
+  /// x <- the sum divided by the number of workers that took part, as allreduce_sum.
   template <class T>
   void allreduce_average(std::span<T> x) {
     collective(ps::wire::coll_op::average, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
   }
+  /// x <- worker `root`'s x, through server 0. A root outside the world throws
+  /// gradus::error; a root that is gone fails the collective on every worker.
   template <class T>
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= o_.world_size)
       throw error("gradus: parameter_server: broadcast from rank " + std::to_string(root) + " of " + std::to_string(o_.world_size));
     collective(ps::wire::coll_op::broadcast, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), root);
   }
+  /// Returns once every live worker has entered it (at server 0).
   void barrier() { collective(ps::wire::coll_op::barrier, {}, ps::wire::dtype::none, 0, 0); }
 
-  /// ---- a lost worker's restart (async, ssp; server_rejoin.hpp) ----
+  // ---- a lost worker's restart (async, ssp; server_rejoin.hpp) ----
   /// Whether this process takes the place of a worker the job lost (ps_options::restarted, and
   /// the servers lost it): it must rejoin_job() before its first push or pull, and skip the
   /// start-up collectives the others ran (the data-parallel step does both).
@@ -180,7 +231,7 @@ class parameter_server {
     return ranks;
   }
 
-  /// ---- the parameter-server interface (parallel::parameter_server_policy) ----
+  // ---- the parameter-server interface (parallel::parameter_server_policy) ----
   /// The optimizer the servers apply: its name and settings() text (data_parallel_step
   /// sends them before the first initialize).
   void set_optimizer(std::string opt, std::map<std::string, std::string> settings) {
@@ -249,7 +300,7 @@ class parameter_server {
     return updates;
   }
 
-  /// ---- sparse rows (an embedding table's rows + indices, as TF's IndexedSlices) ----
+  // ---- sparse rows (an embedding table's rows + indices, as TF's IndexedSlices) ----
   /// Declares variable `key` a table of rows of `row_elements` elements (after initialize,
   /// before the first push or pull): its shards hold whole rows, and push_rows / pull_rows
   /// move rows only.
@@ -320,12 +371,17 @@ class parameter_server {
     hd.last = next_id_;
     return hd;
   }
+  /// pull_rows_async, then waits for it and for everything posted before it.
   template <class T>
   void pull_rows(std::string_view key, std::span<T> table) {
     const auto h = pull_rows_async(key, table);
     wait({first_open(), h.last});
   }
 
+  /// Posts the gradient of variable `key` (grad.size() and T must be the declared ones, else
+  /// gradus::error) to the servers of its shards, in chunks, at this worker's clock and
+  /// learning rate, and returns at once; `grad` must stay unchanged until the handle
+  /// completes (wait). The servers apply it as the mode says.
   template <class T>
   handle push_async(std::string_view key, std::span<const T> grad) {
     flush();
@@ -342,6 +398,10 @@ class parameter_server {
     hd.last = next_id_;
     return hd;
   }
+  /// Asks the servers for variable `key` into `out` (the declared size and T, else
+  /// gradus::error), and returns at once; `out` is written as the answers arrive and is
+  /// complete when the handle is. In bsp and ssp the servers answer once the mode allows
+  /// (this worker's clock).
   template <class T>
   handle pull_async(std::string_view key, std::span<T> out) {
     flush();
@@ -366,6 +426,10 @@ class parameter_server {
     const auto b = pull_async(key, out);
     return {a.first, b.last};
   }
+  /// Waits until every request of `h` is answered and its zero-copy bytes are released.
+  /// Throws gradus::comm_error when a server does not answer within ps_options::timeout
+  /// plus 2 s (the communicator is then unusable), and gradus::error with the server's
+  /// reason when it refused a request.
   void wait(handle h) {
     const auto t0 = std::chrono::steady_clock::now();
     for (std::uint64_t id = h.first; id < h.last; ++id) wait_id(id, t0 + peer_wait(), nullptr, true);
@@ -374,6 +438,8 @@ class parameter_server {
   /// Everything posted so far has completed.
   void wait_all() { wait({first_open(), next_id_}); }
 
+  /// push_async without a handle: a later pull, pull_rows or wait_all waits for its
+  /// completion, and `grad` must stay unchanged until then.
   template <class T>
   void push(std::string_view key, std::span<const T> grad) {
     (void)push_async(key, grad);
@@ -615,7 +681,7 @@ namespace ps {
 /// Serves as parameter-server task `c.task_index` of the cluster spec (its address is
 /// c.ps[c.task_index]; GRADUS_BIND_ADDR / spec.bind_addr picks another interface) until
 /// the chief ends the job, applying the optimizer on the compute policy Compute
-/// (serve<cpu_simd>(spec)). Throws server::job_failure()'s reason when the job failed.
+/// (`serve<cpu_simd>(spec)`). Throws server::job_failure()'s reason when the job failed.
 template <class Compute, class Spec>
 void serve(const Spec& c, server_options o = {}) {
   if (c.task_type != "ps") throw error("gradus: ps::serve: this process is a '" + c.task_type + "' task, not a ps task");

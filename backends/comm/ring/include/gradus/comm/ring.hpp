@@ -75,12 +75,35 @@ void scale(T* __restrict dst, T factor, std::size_t n) {
 
 }  // namespace ring::detail
 
+/// The communicator policy of synchronous data parallelism (target gradus::ring;
+/// `<gradus/comm/ring.hpp>`): ranks on a ring that meet through rank 0
+/// (ring_options::rendezvous) and move data over shared memory, direct TCP or ZeroMQ
+/// (ring_options::transport). Collectives (parallel::communicator) on float and double spans
+/// (broadcast also of bytes), any length including 0, in place; every rank ends with the
+/// same bits. Point-to-point send / recv between any two ranks (parallel::point_to_point)
+/// and sub-groups by split (parallel::splittable) run over a mesh beside the ring.
+///
+/// Every wait has a deadline (ring_options::timeout); a dead or silent peer, or ranks that
+/// run different collectives, make every rank throw gradus::comm_error naming the peer
+/// within seconds. After a comm_error the communicator is unusable: destroy it before
+/// freeing the failed collective's buffers. One call at a time (it may move between
+/// threads); its sub-groups share that rule.
+///
+/// ```
+/// gradus::ring_allreduce comm({.rank = r, .world_size = n, .rendezvous = "tcp://10.0.0.1:29500"});
+/// comm.broadcast(std::span(weights), 0);
+/// comm.allreduce_average(std::span(gradients));
+/// ```
 class ring_allreduce {
  public:
+  /// The communicator's name in messages and in the type-erased holders (`--comm ring`).
   static constexpr const char* name = "ring";
 
   /// Rendezvous through rank 0, connect to the ring neighbours and check the ring end to
-  /// end (a barrier), all within options.timeout.
+  /// end (a barrier), all within options.timeout. Throws gradus::error for options that are
+  /// wrong (ring_options says which), and gradus::comm_error when the ring cannot form (a
+  /// rank missing at the timeout, a refused registration, an address that cannot be bound
+  /// or reached).
   explicit ring_allreduce(const ring_options& options)
       : opt_(checked(options)),
         link_(std::make_unique<ring::zmq_ring>(options)),
@@ -92,7 +115,7 @@ class ring_allreduce {
   }
   /// From a cluster spec (gradus::cluster::from_env(): TF_CONFIG, torchrun, Slurm, OpenMPI,
   /// GRADUS_CLUSTER): its rank, world size and rendezvous; the rest from `base`.
-  ///   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());  // gradus/parallel/trainer.hpp
+  /// `g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());` (gradus/parallel/trainer.hpp)
   template <class Spec>
     requires requires(const Spec& c) {
       { c.rank } -> std::convertible_to<int>;
@@ -105,7 +128,9 @@ class ring_allreduce {
   ring_allreduce& operator=(const ring_allreduce&) = delete;
   ~ring_allreduce() = default;
 
+  /// This process's rank, 0 ... world_size() - 1.
   int rank() const { return link_->rank(); }
+  /// How many ranks the ring has.
   int world_size() const { return link_->world_size(); }
   /// The data path in use: "shm" (shared memory), "tcp" (direct sockets), "zmq-ipc" or
   /// "zmq-tcp" (ZeroMQ), "inproc" (threads), or "none" for a world of one.
@@ -141,9 +166,11 @@ class ring_allreduce {
     run(fp, [&] { token_ring(fp); });
   }
 
-  /// ---- point-to-point (parallel::point_to_point) ----
-  /// x to rank `to` (any rank, this one included); returns once x may be reused (bytes of
-  /// 64 KiB and more once they are in the kernel, smaller ones at once, copied). Messages
+  // ---- point-to-point (parallel::point_to_point) ----
+  /// x to rank `to` (any rank, this one included); returns once x may be reused: between
+  /// processes of one host once it is copied into the pair's shared-memory segment, over
+  /// ZeroMQ at once (copied) below 8 MiB (ring::mesh::copy_below) and once in the kernel
+  /// from there. A rank outside the world throws gradus::error. Messages
   /// from one rank to another arrive in the order they were sent; they do not interleave
   /// with collectives, which may run between a send and its recv.
   template <parallel::broadcast_element T>
@@ -174,7 +201,7 @@ class ring_allreduce {
     });
   }
 
-  /// ---- sub-groups (parallel::splittable) ----
+  // ---- sub-groups (parallel::splittable) ----
   /// MPI_Comm_split: every rank calls it (a collective on this communicator); the ranks that
   /// pass the same color (>= 0) form a group, ranked by key, ties by their rank here. The
   /// group's collectives and point-to-point run over this communicator's mesh. A sub-group

@@ -95,9 +95,11 @@ inline bool is_loopback_address(const std::string& numeric) {
 /// The numeric addresses `host` resolves to, in the resolver's order, without duplicates;
 /// when there are none, `failure` says why.
 struct resolution {
-  std::vector<std::string> addresses;
-  std::string failure;
+  std::vector<std::string> addresses;  ///< numeric IPv4 / IPv6 addresses, without brackets
+  std::string failure;                 ///< why there are none (the resolver's text); empty when there are some
 };
+/// Resolves `host` (a name or a numeric address) with getaddrinfo, IPv4 and IPv6 alike.
+/// Never throws: a failure is in resolution::failure.
 inline resolution resolve(const std::string& host) {
   resolution out;
   addrinfo hints{};
@@ -120,6 +122,7 @@ inline resolution resolve(const std::string& host) {
   return out;
 }
 
+/// This host's name (gethostname), or "unknown-host" when it cannot be read.
 inline std::string hostname() {
   std::array<char, 256> buf{};
   if (::gethostname(buf.data(), buf.size() - 1) != 0) return "unknown-host";

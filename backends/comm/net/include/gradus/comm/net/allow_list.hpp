@@ -46,16 +46,19 @@ class allow_list {
     if (it == ranks_.end()) return std::nullopt;
     return it->second;
   }
+  /// How many keys are listed.
   std::size_t size() const { return ranks_.size(); }
+  /// Whether no key is listed (a CURVE server with an empty list would accept nobody).
   bool empty() const { return ranks_.empty(); }
+  /// Every listed key (Z85) with its rank (any_rank: every one), ordered by key.
   const std::map<std::string, int>& entries() const { return ranks_; }
 
-  /// One line of the file format: "<key> <rank>", with an optional comment.
+  /// One line of the file format: `"<key> <rank>"`, with an optional comment.
   static std::string line(const std::string& public_key, int rank, std::string_view comment = {}) {
     return public_key + " " + detail_security::rank_text(rank) + (comment.empty() ? "" : "  # " + std::string(comment)) + "\n";
   }
 
-  /// Reads the "<public key> <rank>" format; errors name `origin` and the line.
+  /// Reads the `"<public key> <rank>"` format; errors name `origin` and the line.
   static allow_list parse(std::string_view text, const std::string& origin) {
     allow_list out;
     std::map<std::string, int> first_line;
@@ -81,6 +84,9 @@ class allow_list {
     }
     return out;
   }
+  /// Reads the allow-list file at `path` (the format above). Throws gradus::error when the
+  /// file cannot be read or a line is malformed (naming the file and the line), or when a key
+  /// is listed twice.
   static allow_list load(const std::string& path) { return parse(detail_security::read_file(path, "allow-list"), path); }
 
  private:

@@ -73,7 +73,7 @@ inline void make_curve_client(zmq::socket_t& s, const key_pair& client, const st
 }
 
 /// The rank a message's connection was authenticated as: the ZAP handler's User-Id
-/// "worker:<rank>" (any_rank for "worker:*"). Nothing for a connection that was not
+/// `"worker:<rank>"` (any_rank for `"worker:*"`). Nothing for a connection that was not
 /// authenticated (NULL mechanism, or no gradus ZAP handler). Read it from a frame that came
 /// over the wire: on a ROUTER, parts[1] and later, not the routing-id frame the ROUTER
 /// makes itself (it carries no metadata).

@@ -38,6 +38,10 @@ namespace gradus::net {
 
 /// A CURVE key pair, each key as 40 characters of Z85 text.
 struct key_pair {
+  /// \var public_key
+  /// The public key: 40 characters of Z85, safe to give out (allow-lists, .pub files).
+  /// \var secret_key
+  /// The secret key: 40 characters of Z85; keep it private (.key files are mode 0600).
   std::string public_key, secret_key;
 };
 
@@ -90,7 +94,7 @@ inline std::vector<std::pair<int, std::string>> content_lines(std::string_view t
   return out;
 }
 
-/// A key file line: "public-key = <key>", "secret-key = <key>", or a bare key (name "").
+/// A key file line: `"public-key = <key>"`, `"secret-key = <key>"`, or a bare key (name "").
 /// Fails (nullopt) when it is none of these.
 struct key_line {
   std::string name, value;
@@ -258,19 +262,22 @@ inline void check_key_pair(const key_pair& kp, const std::string& origin) {
     throw error("gradus: " + origin + ": the public key does not belong to the secret key (a file edited or mixed up with another's?)");
 }
 
-/// The file names of a key pair: "<prefix>.key" and "<prefix>.pub". A path that already
+/// The file names of a key pair: `"<prefix>.key"` and `"<prefix>.pub"`. A path that already
 /// ends in ".key" or ".pub" names the pair by its prefix.
 inline std::string key_prefix(const std::string& path) {
   if (path.size() > 4 && (path.ends_with(".key") || path.ends_with(".pub"))) return path.substr(0, path.size() - 4);
   return path;
 }
 
+/// The text of a .pub file for `public_key`: two comment lines naming `name`, then the key.
 inline std::string public_key_file_text(const std::string& public_key, std::string_view name) {
   return "# gradus CURVE public key of '" + std::string(name) +
          "' (gradus-keygen). Share it: servers list workers' keys in their allow-list,\n"
          "# workers are given the servers' keys.\n" +
          public_key + "\n";
 }
+/// The text of a .key file for `kp`: a comment line naming `name`, then
+/// `"public-key = ..."` and `"secret-key = ..."` lines.
 inline std::string secret_key_file_text(const key_pair& kp, std::string_view name) {
   return "# gradus CURVE key pair of '" + std::string(name) +
          "' (gradus-keygen). SECRET: keep it on the host that uses it, mode 0600.\n"
@@ -278,7 +285,7 @@ inline std::string secret_key_file_text(const key_pair& kp, std::string_view nam
          "secret-key = " + kp.secret_key + "\n";
 }
 
-/// Writes <prefix>.key (mode 0600) and <prefix>.pub (0644), each atomically. Refuses to
+/// Writes `<prefix>.key` (mode 0600) and `<prefix>.pub` (0644), each atomically. Refuses to
 /// replace either file unless `overwrite`.
 inline void save_key_pair(const std::string& path, const key_pair& kp, bool overwrite = false) {
   const std::string prefix = key_prefix(path);
@@ -294,7 +301,7 @@ inline void save_key_pair(const std::string& path, const key_pair& kp, bool over
   detail_security::write_file_atomically(prefix + ".pub", public_key_file_text(kp.public_key, name), 0644, overwrite);
 }
 
-/// The public key in a .pub file (a bare key line, or "public-key = <key>"), or the public
+/// The public key in a .pub file (a bare key line, or `"public-key = <key>"`), or the public
 /// key of a .key file.
 inline std::string load_public_key(const std::string& path) {
   const std::string text = detail_security::read_file(path, "CURVE public key");
@@ -315,7 +322,7 @@ inline std::string load_public_key(const std::string& path) {
   return key;
 }
 
-/// The key pair in <prefix>.key (`path` is the prefix or the .key file itself). Refused
+/// The key pair in `<prefix>.key` (`path` is the prefix or the .key file itself). Refused
 /// when group or others may access the file, when a key is not Z85, or when the public key
 /// does not belong to the secret key.
 inline key_pair load_key_pair(const std::string& path) {

@@ -19,14 +19,19 @@
 
 namespace gradus::net {
 
+/// The clock of every deadline in gradus::net.
 using clock = std::chrono::steady_clock;
 
+/// Owns a file descriptor: closes it when destroyed or assigned over. Move-only.
 struct unique_fd {
-  int fd = -1;
+  int fd = -1;  ///< the descriptor, or -1 for none
+  /// Owns `f` (-1: nothing).
   explicit unique_fd(int f = -1) : fd(f) {}
   unique_fd(const unique_fd&) = delete;
   unique_fd& operator=(const unique_fd&) = delete;
+  /// Takes `o`'s descriptor; `o` holds none afterwards.
   unique_fd(unique_fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  /// Closes this one's descriptor, then takes `o`'s; `o` holds none afterwards.
   unique_fd& operator=(unique_fd&& o) noexcept {
     if (this != &o) {
       if (fd >= 0) ::close(fd);
@@ -39,25 +44,30 @@ struct unique_fd {
   }
 };
 
-/// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
-/// does not require it to be thread-safe), and these messages are made on the ring's and the
-/// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
-/// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0.
 namespace fd_detail {
 inline const char* strerror_text(const char* gnu, const char*) { return gnu; }
 inline const char* strerror_text(int xsi, const char* buf) { return xsi == 0 ? buf : nullptr; }
 }  // namespace fd_detail
+/// strerror(e)'s text, through strerror_r: strerror may hand every thread one buffer (POSIX
+/// does not require it to be thread-safe), and these messages are made on the ring's and the
+/// parameter server's threads. Either strerror_r: GNU's (glibc with _GNU_SOURCE, as g++ and
+/// clang++ compile C++) returns the text; XSI's fills the buffer and returns 0. Thread-safe;
+/// `"Unknown error <e>"` when there is no text.
 inline std::string errno_message(int e) {
   char buf[256] = {};
   const char* text = fd_detail::strerror_text(::strerror_r(e, buf, sizeof buf), buf);
   return text ? std::string(text) : "Unknown error " + std::to_string(e);
 }
 
+/// The milliseconds from now to `deadline`, clamped to [0, cap]: what one poll may wait.
 inline int ms_left(clock::time_point deadline, int cap) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - clock::now()).count();
   return static_cast<int>(std::clamp<long long>(left, 0, cap));
 }
 
+/// Waits until `fd` is ready for `events` (POLLIN, POLLOUT, as poll's), polling at most
+/// 100 ms at a time; throws gradus::comm_error starting with `doing` when poll fails or
+/// `deadline` passes first.
 inline void wait_fd(int fd, short events, clock::time_point deadline, const std::string& doing) {
   while (true) {
     pollfd p{fd, events, 0};

@@ -14,6 +14,7 @@
 
 namespace gradus::net {
 
+/// How often a socket pings its peer (ZMQ_HEARTBEAT_IVL): every second.
 inline constexpr int heartbeat_interval_ms = 1000;
 
 /// The heartbeat timeout of a communicator whose waits last `timeout`: a peer may pause for
@@ -25,6 +26,10 @@ inline int heartbeat_timeout_for(std::chrono::milliseconds timeout) {
   return static_cast<int>(std::min<long long>(t, std::numeric_limits<int>::max()));
 }
 
+/// Turns on ZMTP heartbeats on `s` (before it connects or binds): a ping every second, and a
+/// connection that answers nothing for `timeout` is dropped. `ask_peer_too`: the peer drops
+/// it as well after `timeout` without pings from here (ZMQ_HEARTBEAT_TTL; timeouts above
+/// 6553.5 s are left to each side's own).
 inline void set_heartbeats(zmq::socket_t& s, std::chrono::milliseconds timeout, bool ask_peer_too = false) {
   const int ms = static_cast<int>(timeout.count());
   s.set(zmq::sockopt::heartbeat_ivl, heartbeat_interval_ms);

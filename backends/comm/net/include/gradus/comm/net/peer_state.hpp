@@ -28,6 +28,8 @@ enum class reach {
   refused,  ///< nothing listens there: the process died or closed its communicator
   unknown,  ///< no answer within the wait (unreachable), or not a tcp:// or ipc:// address
 };
+/// Dials `endpoint` (tcp://, or ipc:// with an abstract name or a path) once, sends
+/// nothing, and says what answered within `wait_ms` milliseconds. Never throws.
 inline reach probe(const std::string& endpoint, int wait_ms) {
   const std::string scheme = scheme_of(endpoint);
   sockaddr_storage addr{};

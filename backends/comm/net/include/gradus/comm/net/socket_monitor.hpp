@@ -23,13 +23,20 @@
 
 namespace gradus::net {
 
+/// The connection events of one ZeroMQ socket (zmq_socket_monitor), read without waiting:
+/// how a communicator learns at once that a peer's connection closed or that a handshake
+/// failed. Poll poll_item() beside the owner's sockets, then take the events with next().
+/// Call stop() (or destroy the monitor) before the watched socket closes. Move-only; not
+/// thread-safe (the owner's thread uses it).
 class socket_monitor {
  public:
+  /// One connection event.
   struct event {
-    std::uint16_t id = 0;     // ZMQ_EVENT_*
-    std::uint32_t value = 0;  // the event's value: a file descriptor, an error number
+    std::uint16_t id = 0;     ///< which event: one ZMQ_EVENT_* bit
+    std::uint32_t value = 0;  ///< the event's value: a file descriptor, an error number
   };
 
+  /// No socket watched: converts to false, and next() returns nothing.
   socket_monitor() = default;
   /// Reports `events` (ZMQ_EVENT_* bits) of `watched`; made before `watched` binds or
   /// connects, so that no event is missed. `name` goes into the inproc:// endpoint's name.
@@ -41,9 +48,11 @@ class socket_monitor {
     reader_->set(zmq::sockopt::linger, 0);
     reader_->connect(ep);
   }
+  /// Takes over `o`'s watch; `o` watches nothing afterwards.
   socket_monitor(socket_monitor&& o) noexcept : watched_(std::exchange(o.watched_, nullptr)), reader_(std::move(o.reader_)) {
     o.reader_.reset();
   }
+  /// Stops this monitor's own watch, then takes over `o`'s; `o` watches nothing afterwards.
   socket_monitor& operator=(socket_monitor&& o) noexcept {
     if (this != &o) {
       stop();
@@ -64,7 +73,10 @@ class socket_monitor {
     reader_.reset();
   }
 
+  /// Whether it watches a socket (false when default-made, moved from or stopped).
   explicit operator bool() const { return reader_.has_value(); }
+  /// A ZMQ_POLLIN item for zmq::poll: ready when an event waits for next(). Only while the
+  /// monitor watches a socket (operator bool).
   zmq::pollitem_t poll_item() { return {reader_->handle(), 0, ZMQ_POLLIN, 0}; }
 
   /// The next event that has arrived, without waiting; nothing when none has.

@@ -36,7 +36,7 @@ struct refusal {
 };
 
 /// Answers libzmq's ZAP requests (RFC 27) for every socket of one ZeroMQ context: a CURVE
-/// client key in the allow-list is accepted (200) with User-Id "worker:<rank>" (or
+/// client key in the allow-list is accepted (200) with User-Id `"worker:<rank>"` (or
 /// "worker:*" for any_rank); everything else is refused (400). Runs a thread that owns a
 /// REP socket bound at inproc://zeromq.zap.01.
 ///
@@ -48,8 +48,11 @@ struct refusal {
 /// milliseconds (a message on an inproc pair).
 class zap_handler {
  public:
+  /// Where libzmq sends its ZAP requests (RFC 27): bound by the handler in its context.
   static constexpr const char* endpoint = "inproc://zeromq.zap.01";
 
+  /// Starts answering for `ctx` with the keys of `allowed`. Throws gradus::error when this
+  /// libzmq cannot do CURVE (require_curve) or when `ctx` already has a ZAP handler.
   zap_handler(zmq::context_t& ctx, allow_list allowed) : allowed_(std::move(allowed)), zap_(ctx, zmq::socket_type::rep) {
     require_curve();
     zap_.set(zmq::sockopt::linger, 0);
@@ -110,8 +113,11 @@ class zap_handler {
     return h;
   }
 
+  /// Handshakes accepted so far (a client reconnecting counts again). Any thread.
   std::uint64_t accepted() const { return accepted_.load(std::memory_order_relaxed); }
+  /// Handshakes refused so far, malformed requests not counted. Any thread.
   std::uint64_t refused() const { return refused_.load(std::memory_order_relaxed); }
+  /// The allow-list it checks keys against (fixed for its life).
   const allow_list& allowed() const { return allowed_; }
 
   /// The latest refusal, for a server's log.

@@ -17,9 +17,10 @@ namespace gradus::net {
 
 /// Completion of one zero-copy send: set when ZeroMQ lets go of the bytes.
 struct send_flag {
-  std::atomic<bool> done{false};
+  std::atomic<bool> done{false};  ///< true once ZeroMQ released the bytes (set with release order)
 };
 
+/// Payloads of this many bytes (64 KiB) and more go zero-copy; smaller ones are copied.
 inline constexpr std::size_t zero_copy_from = std::size_t{64} << 10;
 
 /// ZeroMQ's free callback: marks the send complete and drops the callback's reference.

@@ -48,14 +48,17 @@ using namespace net::detail_security;
 
 /// A ps task's CURVE settings: its key pair and the client keys it accepts.
 struct curve_server_config {
-  key_pair keys;
-  allow_list allowed;
+  key_pair keys;       ///< the task's own key pair; workers dial with its public key
+  allow_list allowed;  ///< the worker keys it accepts, each with the rank it may act as (empty: nobody can connect; curve_server_from_env refuses that)
 };
 /// A worker's CURVE settings: its key pair and the servers' public keys (one shared by every
 /// server, or one per server in task order).
 struct curve_client_config {
-  key_pair keys;
-  std::vector<std::string> server_public_keys;
+  key_pair keys;  ///< the worker's own key pair; its public key must be in the servers' allow-list
+  std::vector<std::string> server_public_keys;  ///< Z85: one for every server, or one per server in task order
+  /// The public key of server `server` (its index among the ps tasks): the single key when
+  /// one is given, else the one at that index. Throws gradus::error when none is given, or
+  /// when several are and `server` is past the last.
   const std::string& server_key(std::size_t server) const {
     if (server_public_keys.empty()) throw error("gradus: curve_client_config: no server public key");
     if (server_public_keys.size() == 1) return server_public_keys.front();
@@ -66,11 +69,14 @@ struct curve_client_config {
   }
 };
 
+/// Reads an environment variable by name: its value, or null when it is not set (tests pass
+/// their own).
 using env_reader = std::function<const char*(const char*)>;
+/// The process's environment (std::getenv): the default env_reader.
 inline const char* process_env(const char* name) { return std::getenv(name); }
 
 namespace detail_security {
-/// `text` with "{<name>}" replaced by `value` (a launcher gives every process one
+/// `text` with `"{<name>}"` replaced by `value` (a launcher gives every process one
 /// environment: keys/w{rank} names each worker's own key pair).
 inline std::string expand(std::string text, const std::string& name, int value, const char* variable) {
   const std::string token = "{" + name + "}";

@@ -9,7 +9,7 @@
 // space (ps-lite's default range split sends every small key to server 0): a variable
 // larger than the per-server share is cut into contiguous pieces of about that share, and
 // the pieces and the small variables are placed largest first on the least-loaded server.
-// Replace it with any function of the same signature (parameter_server_options::partition).
+// Replace it with any function of the same signature (ps_options::partition).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -22,24 +22,33 @@
 
 namespace gradus::ps {
 
+/// One variable of the table a partitioner places, as the workers declare it.
 struct variable_info {
-  std::string name;
-  std::size_t elements = 0;
-  std::size_t element_bytes = 4;
+  std::string name;               ///< the variable's name (its key)
+  std::size_t elements = 0;       ///< elements in the whole variable
+  std::size_t element_bytes = 4;  ///< bytes per element: 4 (float32) or 8 (float64)
   /// > 1: the variable is a table of rows of this many elements, pushed and pulled as
   /// sparse rows: every shard holds whole rows
   std::size_t row_elements = 0;
 };
 
+/// A contiguous element range of one variable, held by one server.
 struct shard {
   std::size_t var = 0;     ///< index into the variable table
   std::size_t offset = 0;  ///< first element
   std::size_t count = 0;   ///< elements (> 0)
-  int server = 0;
+  int server = 0;          ///< the ps task that holds it: 0 ... servers - 1
 };
 
+/// Maps the variable table and the number of servers to shards (ps_options::partition):
+/// every element of every variable exactly once, whole rows for a table of rows. It must be
+/// deterministic: every worker computes the map alone.
 using partitioner = std::function<std::vector<shard>(const std::vector<variable_info>&, int servers)>;
 
+/// The default partitioner: a variable larger than the per-server share of the bytes is cut
+/// into contiguous pieces of about that share (between rows, for a table of rows), and the
+/// pieces and the small variables go largest first onto the least-loaded server (ties: the
+/// lower index). Variables of 0 elements get no shard; no servers (<= 0): no shards.
 inline std::vector<shard> balanced_by_bytes(const std::vector<variable_info>& vars, int servers) {
   std::vector<shard> pieces;
   if (servers <= 0) return pieces;

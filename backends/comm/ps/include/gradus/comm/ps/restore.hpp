@@ -19,6 +19,12 @@
 
 namespace gradus::ps {
 
+/// A restore_source (server_options::restore) over the checkpoint `file` the chief writes. It
+/// reads the file once, at its first call (a restarted server's first shard), and throws
+/// gradus::error there when the file does not exist or holds no int64 "global_step"; a call
+/// throws when the variable is neither float32 nor float64, or when one of the optimizer's
+/// state tensors is missing or of another dtype; a variable the file does not hold gives
+/// nothing. Thread-safe.
 inline restore_source restore_from_checkpoint(std::filesystem::path file) {
   struct cache {
     std::once_flag once;

@@ -65,9 +65,21 @@
 
 namespace gradus::ps {
 
+/// One parameter-server task: holds its shards of the variables, applies the workers'
+/// gradients with the optimizer they name (on the compute policy `Compute`, e.g.
+/// gradus::cpu_simd), answers pulls as the consistency mode allows, and runs the workers'
+/// collectives (server 0). One thread serves it, in run(); ps::serve is the usual entry
+/// point, which makes one from a cluster spec and turns a failed job into an exception.
+/// The top of this header says what each mode guarantees and what happens when a worker is
+/// lost.
 template <class Compute>
 class server {
  public:
+  /// Binds `o.address` in `ctx` (a ROUTER socket; every address a name resolves to), with
+  /// CURVE and its ZAP handler when `o.curve` is set. Throws gradus::comm_error when a name
+  /// cannot be resolved or an endpoint bound, and gradus::error for an address without a
+  /// port, a libzmq without CURVE, or a context whose ZAP handler has another allow-list.
+  /// Serves nothing until run().
   server(zmq::context_t& ctx, server_options o) : o_(std::move(o)), sock_(ctx, zmq::socket_type::router) {
     sock_.set(zmq::sockopt::linger, 0);
     sock_.set(zmq::sockopt::ipv6, 1);
@@ -100,6 +112,7 @@ class server {
 
   /// The endpoint actually bound (with the port the system chose for ":0").
   const std::string& endpoint() const { return bound_; }
+  /// The counters; their fields are atomics, readable from another thread while run() serves.
   const server_stats& stats() const { return stats_; }
   /// Makes run() return within its poll interval (100 ms), from any thread: what a killed
   /// process looks like to the workers once the server is destroyed (tests).

@@ -16,6 +16,10 @@
 
 namespace gradus::ps {
 
+/// The optimizer a worker's config names, rebuilt from `name` and its `settings` text.
+/// Throws gradus::error for clipping by the global norm (clip_global_norm other than 0),
+/// for an optimizer the servers do not apply (the message lists those they do), and for a
+/// setting the optimizer does not have or whose text does not parse.
 inline any_optimizer server_optimizer(const std::string& name, const optimizer_settings& settings) {
   constexpr std::string_view who = "gradus: parameter server";
   if (const auto it = settings.find("clip_global_norm"); it != settings.end()) {

@@ -10,37 +10,58 @@ class context_t;
 
 namespace gradus {
 
+/// What a ring_allreduce is told: its rank and world, where the ranks meet, the data path,
+/// the deadlines and sizes. The constructor from a cluster spec fills rank, world_size,
+/// rendezvous and origin, and job_id and bind_host where they are empty. Every rank must be
+/// given the same world_size, transport, segment_bytes, small_bytes and compress.
+/// A world of one makes no connection: only its rank, world_size and compress are checked.
 struct ring_options {
+  /// This process's rank, 0 ... world_size - 1 (default 0); rank 0 holds the rendezvous.
+  /// Outside that range the constructor throws gradus::error; a second process registering
+  /// a rank that is there already is refused alone (its constructor throws
+  /// gradus::comm_error) while rank 0 goes on waiting.
   int rank = 0;
+  /// How many ranks the ring has (default 1: a world of one, whose collectives return at
+  /// once). Below 1 the constructor throws gradus::error. A rank registering with another
+  /// world_size than rank 0's fails the rendezvous: every rank that registered, and rank 0,
+  /// throw gradus::comm_error naming it.
   int world_size = 1;
   /// Where the ranks meet: rank 0 binds it, the others connect to it and register
   /// (rank, data address, hostname); rank 0 answers with the whole table.
-  ///   "tcp://127.0.0.1:29500"      between processes or hosts (a host name, or an IPv6
-  ///                                address in brackets: "tcp://[fd00::1]:29500")
-  ///   "ipc:///tmp/gradus-job/rdv"  between processes on one host
-  ///   "inproc://job"               ranks as threads sharing `context`
+  /// - "tcp://127.0.0.1:29500": between processes or hosts (a host name, or an IPv6
+  ///   address in brackets: "tcp://[fd00::1]:29500")
+  /// - "ipc:///tmp/gradus-job/rdv": between processes on one host
+  /// - "inproc://job": ranks as threads sharing `context`
+  ///
   /// A tcp host is resolved (getaddrinfo) before rank 0 binds it: a numeric address is bound
   /// as given; "localhost", or any name that resolves only to loopback addresses, binds
   /// each of them (127.0.0.1 and ::1 when both resolve, so that a rank reaches it whichever
   /// family its resolver prefers); this host's own name, and any other name, binds every
   /// interface (IPv6 and IPv4), because Debian maps the host's own name to 127.0.1.1 while
   /// other hosts reach it at its real address. The other ranks connect to the first
-  /// address their own resolver returns.
+  /// address their own resolver returns. Another scheme (or none) throws gradus::error; a
+  /// name that does not resolve throws gradus::comm_error. Rank 0 waits up to `timeout` for
+  /// every rank to register, then names the missing ones.
   std::string rendezvous;
   /// Where `rendezvous` came from, for errors: e.g. "MASTER_ADDR=node1 and MASTER_PORT=29500
   /// (torchrun)" (cluster::spec::rendezvous_origin()); empty: the options themselves.
   std::string origin;
-  /// The data path (examples: --comm-transport; GRADUS_COMM_TRANSPORT overrides "auto"):
-  ///   "auto"     shm when every rank reports the same machine and network namespace, else
-  ///              tcp; inproc for an inproc:// rendezvous
-  ///   "shm"      shared memory between ranks of one host: a memfd segment per neighbour
-  ///              pair, copied into once and reduced from in place (shm_path.hpp)
-  ///   "tcp"      direct non-blocking TCP sockets between neighbours (tcp_path.hpp)
-  ///   "zmq"      ZeroMQ sockets, ipc on one host, else tcp ("zmq-ipc", "zmq-tcp" force one;
-  ///              "ipc" is the old name of "zmq-ipc"); "inproc" for ranks as threads
+  /// The data path (examples: `--comm-transport`; GRADUS_COMM_TRANSPORT overrides "auto"):
+  /// - "auto": shm when every rank reports the same machine and network namespace, else
+  ///   tcp; inproc for an inproc:// rendezvous
+  /// - "shm": shared memory between ranks of one host: a memfd segment per neighbour
+  ///   pair, copied into once and reduced from in place (shm_path.hpp)
+  /// - "tcp": direct non-blocking TCP sockets between neighbours (tcp_path.hpp)
+  /// - "zmq": ZeroMQ sockets, ipc on one host, else tcp ("zmq-ipc", "zmq-tcp" force one;
+  ///   "ipc" is the old name of "zmq-ipc"); "inproc" for ranks as threads
+  ///
   /// Whatever the path, ZeroMQ carries the rendezvous, heartbeats and aborts. ipc sockets are
-  /// Linux abstract sockets ("ipc://@gradus-ring-...": nothing on the filesystem, gone with
-  /// the process) unless the rendezvous is an ipc:// path.
+  /// Linux abstract sockets (`"ipc://@gradus-ring-..."`: nothing on the filesystem, gone with
+  /// the process) unless the rendezvous is an ipc:// path. Any other value, or inproc with a
+  /// rendezvous that is not inproc:// (and the reverse), throws gradus::error. Every rank must
+  /// ask for the same path, and "shm" needs every rank on one machine: otherwise the
+  /// rendezvous fails (gradus::comm_error on every rank, naming the one that differs).
+  /// Default "auto".
   std::string transport = "auto";
   /// The interface to listen on: rank 0's tcp rendezvous and every rank's tcp data socket
   /// (an ephemeral port). A numeric address, an interface name ("eth0"), a host name (its
@@ -59,10 +80,15 @@ struct ring_options {
   /// half a second instead. A peer that answers nothing at all (stopped, hung, unreachable)
   /// is dropped by ZeroMQ heartbeats after timeout - 2 s (at least 3 s), so that its own
   /// neighbours blame it before every other rank's wait times out: a rank may be paused
-  /// (SIGSTOP, a debugger) for up to that long and the job goes on.
+  /// (SIGSTOP, a debugger) for up to that long and the job goes on. Default 30 s (the
+  /// examples' `--comm-timeout`). A wait that runs out throws gradus::comm_error naming the
+  /// peer, and the communicator is unusable afterwards. Not validated: keep it positive and
+  /// well above a collective's time.
   std::chrono::milliseconds timeout{30000};
   /// Messages carry at most this many bytes: a collective streams segment by segment, so
-  /// sending, receiving and reducing overlap.
+  /// sending, receiving and reducing overlap. Default 1 MiB; the shared-memory path moves at
+  /// most 256 KiB a slot. Below 64 the constructor throws gradus::error. Must be the same on
+  /// every rank (a rank that disagrees fails its collectives, naming the segment).
   std::size_t segment_bytes = std::size_t{1} << 20;
   /// Latency-bound all-reduces: when (world_size - 1) x the buffer's bytes on the wire is at
   /// most this (and the buffer fits one segment), the ranks pass whole buffers around the
@@ -70,17 +96,22 @@ struct ring_options {
   /// them in rank order, so every rank still ends with the same bits. NCCL and Gloo switch
   /// algorithms by size the same way. 0: always the bandwidth-optimal ring. Must be the
   /// same on every rank (a rank that disagrees is named, as a mismatched collective is).
+  /// Default 32 KiB.
   std::size_t small_bytes = std::size_t{32} << 10;
-  /// The ZeroMQ context to use (required for inproc://); null: the communicator owns one.
+  /// The ZeroMQ context to use (required for inproc://: every thread-rank passes the same;
+  /// without one an inproc:// rendezvous throws gradus::error); it must outlive the
+  /// communicator. Null (default): the communicator owns one, with io_threads I/O threads.
   zmq::context_t* context = nullptr;
   /// Gradient compression of allreduce_sum / allreduce_average: "none", or "fp16" (Horovod's
   /// Compression.fp16): every segment travels as IEEE half precision and is summed in the
   /// element type, trading precision (11 significant bits per hop; |values| above 65504
   /// become infinity) for half the bytes. Every rank still ends with the same bits (the
   /// owner of a chunk rounds its own copy as the others receive it). Broadcasts are never
-  /// compressed. Examples: --comm-compress fp16.
+  /// compressed. Examples: `--comm-compress` fp16. Any other value throws gradus::error from
+  /// the constructor. Default "none".
   std::string compress = "none";
-  /// Background I/O threads of an owned context.
+  /// Background I/O threads of an owned context (default 1; values below 1 count as 1).
+  /// Unused when `context` is given.
   int io_threads = 1;
 };
 

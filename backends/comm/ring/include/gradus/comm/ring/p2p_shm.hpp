@@ -53,34 +53,46 @@
 
 namespace gradus::ring {
 
-struct p2p_header;  ///< point_to_point.hpp
+struct p2p_header;  // point_to_point.hpp
 
+/// Shared-memory channels of the point-to-point mesh between two ranks of one host: the
+/// segment layout, its writer and reader, and the listener that takes a peer's offer of one.
+/// The top of this header has the protocol.
 namespace p2p_shm {
 
 constexpr std::uint64_t magic = 0x67703273686d3031;  ///< "gp2shm01"
 constexpr std::uint32_t slot_count = 32;              ///< a power of two
-constexpr std::size_t slot_bytes = std::size_t{256} << 10;
+constexpr std::size_t slot_bytes = std::size_t{256} << 10;  ///< payload bytes a slot holds: 256 KiB
 constexpr std::size_t slot_room = 256;    ///< a slot's chunk header (and the message's p2p_header), padded
 constexpr std::size_t first_slot = 4096;  ///< after the segment header
-constexpr std::size_t slot_stride = slot_room + slot_bytes;
-constexpr std::size_t segment_bytes = first_slot + slot_count * slot_stride;
+constexpr std::size_t slot_stride = slot_room + slot_bytes;                   ///< bytes from one slot to the next
+constexpr std::size_t segment_bytes = first_slot + slot_count * slot_stride;  ///< a whole segment: about 8 MiB
 
+/// The start of a segment, shared by its writer and its reader.
 struct segment_header {
-  std::uint64_t magic;
+  std::uint64_t magic;  ///< p2p_shm::magic, written by the writer
+  /// \var writer_rank
+  /// The rank that writes (sends) into the segment.
+  /// \var reader_rank
+  /// The rank that reads (receives) from it; its reader checks that it is its own.
   std::int32_t writer_rank, reader_rank;
   std::uint64_t target;  ///< hash of the reader's point-to-point address
   alignas(64) std::atomic<std::uint32_t> head;  ///< slots published (wraps)
-  std::atomic<std::uint32_t> reader_sleeps;
+  std::atomic<std::uint32_t> reader_sleeps;     ///< 1 while the reader sleeps on `head` (the writer then wakes it)
   alignas(64) std::atomic<std::uint32_t> tail;  ///< slots released (wraps)
 };
 static_assert(sizeof(segment_header) <= first_slot);
 
 /// What the writer sends with the segment's descriptor.
 struct offer_msg {
-  std::uint64_t magic = p2p_shm::magic;
+  std::uint64_t magic = p2p_shm::magic;  ///< p2p_shm::magic
+  /// \var writer_rank
+  /// The offering rank, which will write.
+  /// \var reader_rank
+  /// The rank offered to, which will read; it drops an offer addressed to another rank.
   std::int32_t writer_rank = -1, reader_rank = -1;
-  std::uint64_t target = 0;
-  std::uint64_t bytes = 0;
+  std::uint64_t target = 0;  ///< hash_of the reader's point-to-point address
+  std::uint64_t bytes = 0;   ///< the segment's size: segment_bytes
 };
 
 /// FNV-1a of a point-to-point address: names its listener, checked in the segment.
@@ -89,12 +101,16 @@ inline std::uint64_t hash_of(std::string_view s) {
   for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
   return h;
 }
+/// The abstract unix socket name (`"@gradus-p2p-"` and 16 hex digits) of the listener for
+/// the point-to-point address `address`.
 inline std::string listener_name(std::string_view address) {
   static const char* hex = "0123456789abcdef";
   std::string n = "@gradus-p2p-";
   for (std::uint64_t h = hash_of(address), i = 0; i < 16; ++i, h >>= 4) n += hex[h & 15];
   return n;
 }
+/// Whether shared memory may be used: false when GRADUS_P2P_SHM=0 is set (every pair then
+/// stays on ZeroMQ).
 inline bool enabled() {
   const char* e = std::getenv("GRADUS_P2P_SHM");
   return !(e && std::string_view(e) == "0");
@@ -105,18 +121,22 @@ template <class Header>
 struct chunk {
   std::uint64_t bytes = 0;  ///< payload bytes in this slot
   std::uint32_t first = 0;  ///< 1: the message's first slot (`header` valid)
-  std::uint32_t reserved = 0;
-  Header header{};
+  std::uint32_t reserved = 0;  ///< padding, 0
+  Header header{};             ///< the message's header, in its first slot only
 };
 
 /// One end's view of a segment.
 class segment {
  public:
+  /// Maps the segment of memfd `fd` (segment_bytes long); `init`: the writer's end, which
+  /// writes a fresh header. Throws gradus::comm_error when it cannot be mapped.
   segment(int fd, bool init) : map_(fd, segment_bytes) {
     if (!map_.ok()) throw comm_error(std::string("gradus: ring_allreduce: cannot map a point-to-point segment: ") + net::errno_message(errno));
     if (init) new (map_.base) segment_header{};
   }
+  /// The shared header at the segment's start.
   segment_header& header() const { return *static_cast<segment_header*>(map_.base); }
+  /// Slot `i` modulo slot_count: its chunk header, then slot_room bytes on, its payload.
   std::byte* slot(std::uint32_t i) const { return static_cast<std::byte*>(map_.base) + first_slot + (i & (slot_count - 1)) * slot_stride; }
 
  private:
@@ -187,8 +207,12 @@ class writer {
 template <class Header>
 class reader {
  public:
+  /// Maps the segment of memfd `fd` that rank `from` offered; throws gradus::comm_error when
+  /// it cannot be mapped.
   reader(int fd, int from) : seg_(fd, false), from_(from) {}
+  /// The writing peer's rank.
   int from() const { return from_; }
+  /// The segment's shared header (the mesh checks its magic and ranks).
   const segment_header& header() const { return seg_.header(); }
 
   /// Takes the slots published so far; on_message(header, body) for each message completed.
@@ -241,6 +265,8 @@ class reader {
     if (sh.head.load(std::memory_order_seq_cst) == seen) shm_detail::futex_wait(sh.head, seen, wait);
     sh.reader_sleeps.store(0, std::memory_order_relaxed);
   }
+  /// Whether the writer broke the slot protocol (a chunk out of order or too large): the
+  /// mesh then fails with an error naming the peer.
   bool broken() const { return broken_; }
 
  private:
@@ -257,7 +283,11 @@ class reader {
 /// it too early.
 class listener {
  public:
+  /// No listener: accept() returns nothing, and peers use ZeroMQ.
   listener() = default;
+  /// Listens for the offers to point-to-point address `address`. Never throws: when the
+  /// socket cannot be made (or shared memory is disabled) there is no listener, and peers
+  /// use ZeroMQ, slower but not wrong.
   explicit listener(const std::string& address) : target_(hash_of(address)) {
     if (!enabled()) return;
     fd_ = net::unique_fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -267,6 +297,7 @@ class listener {
     if (fd_.fd < 0 || ::bind(fd_.fd, reinterpret_cast<const sockaddr*>(&un), len) != 0 || ::listen(fd_.fd, 64) != 0)
       fd_ = net::unique_fd();
   }
+  /// The listening socket, for poll; -1 when there is none.
   int fd() const { return fd_.fd; }
 
   /// Every offer that has arrived: (writer rank, the segment's descriptor). An offer whose

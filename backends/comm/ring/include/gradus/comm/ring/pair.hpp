@@ -18,17 +18,21 @@
 
 namespace gradus::ring {
 
+/// The clock of every deadline in gradus::ring.
 using clock = std::chrono::steady_clock;
 
 /// split: the ring's exchange of (color, key) for ring_allreduce::split; allgather: a
 /// sub-group's (ring/sub_group.hpp), whose collectives carry these codes too.
 enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier, split, allgather };
+/// The element type of a collective's buffer, or of what travels (float16: fp16 compression).
 enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float16 };
 /// How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
 /// all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
 enum class algo_code : std::uint16_t { ring = 0, gather = 1 };
+/// "the ring" or "an all-gather of whole buffers", as errors name an algo_code.
 inline const char* algo_name(algo_code a) { return a == algo_code::gather ? "an all-gather of whole buffers" : "the ring"; }
 
+/// "allreduce_sum", "broadcast", ...: an op_code as messages name it.
 inline const char* op_name(op_code o) {
   switch (o) {
     case op_code::connect: return "connect";
@@ -41,6 +45,7 @@ inline const char* op_name(op_code o) {
   }
   return "unknown op";
 }
+/// "float32", "float64", "bytes", "float16" or "none".
 inline const char* dtype_name(dtype_code d) {
   switch (d) {
     case dtype_code::float32: return "float32";
@@ -58,11 +63,12 @@ inline const char* dtype_name(dtype_code d) {
 struct fingerprint {
   std::uint64_t seq = 0;    ///< the collective's number on this communicator (0: connect)
   std::uint64_t count = 0;  ///< elements
-  op_code op = op_code::connect;
-  dtype_code dtype = dtype_code::none;
+  op_code op = op_code::connect;        ///< which collective
+  dtype_code dtype = dtype_code::none;  ///< the caller's element type (none: barrier, connect)
   std::int32_t root = 0;    ///< broadcast's root, 0 otherwise
   dtype_code wire = dtype_code::none;  ///< what the data travels as, when not dtype (fp16 compression)
   algo_code algo = algo_code::ring;    ///< all-reduces: how (ring_options::small_bytes)
+  /// Every field equal: the two ranks run the same collective the same way.
   friend bool operator==(const fingerprint&, const fingerprint&) = default;
 };
 
@@ -76,6 +82,7 @@ inline std::string to_string(const fingerprint& f) {
   return s;
 }
 
+/// What a ring frame carries.
 enum class frame_kind : std::uint16_t {
   data = 1,   ///< one segment of a collective
   abort = 2,  ///< a rank failed; the payload is its error message. Forwarded along the ring.
@@ -85,30 +92,32 @@ enum class frame_kind : std::uint16_t {
 /// The first frame of every message; the payload (a segment, or an abort's text) follows.
 struct frame_header {
   static constexpr std::uint32_t magic_value = 0x67726e67;  ///< "grng"
-  std::uint32_t magic = magic_value;
-  frame_kind kind = frame_kind::data;
-  std::uint16_t version = 1;
+  std::uint32_t magic = magic_value;  ///< magic_value; a frame without it is refused as malformed (gradus::comm_error)
+  frame_kind kind = frame_kind::data;  ///< data, abort or leave
+  std::uint16_t version = 1;           ///< the frame format's version; not checked on receipt (the rendezvous refuses another protocol first)
   std::int32_t from = -1;    ///< the sending rank; for abort, the rank where the failure began
   std::uint32_t step = 0;    ///< ring step within the collective
   std::uint64_t segment = 0; ///< segment within the step
   std::uint64_t bytes = 0;   ///< payload bytes
-  fingerprint fp;
+  fingerprint fp;            ///< the collective it belongs to: the receiver checks it against its own
 };
 static_assert(std::is_trivially_copyable_v<frame_header>);
 
 /// A received message. `payload` stays valid while `storage` lives; dropping the message
 /// lets a zero-copy sender reuse its bytes.
 struct message {
-  frame_header header;
-  std::span<const std::byte> payload;
-  std::shared_ptr<void> storage;
+  frame_header header;                 ///< as the peer sent it
+  std::span<const std::byte> payload;  ///< header.bytes bytes, inside `storage`
+  std::shared_ptr<void> storage;       ///< owns the payload's memory (a ZeroMQ message, a buffer, a shared-memory slot)
 };
 
 /// The connection to one peer rank on the ring.
 class pair {
  public:
   virtual ~pair() = default;
+  /// The peer's rank.
   virtual int peer() const = 0;
+  /// The peer's address as errors name it (its data address: shm://, tcp://, ipc://...).
   virtual const std::string& address() const = 0;
 
   /// Posts header + payload to the peer without copying the payload and returns a ticket;
@@ -116,6 +125,7 @@ class pair {
   /// collective fails lets go of every posted payload before the error reaches the caller,
   /// who may free its buffer at once.
   virtual std::uint64_t send(const frame_header& h, std::span<const std::byte> payload) = 0;
+  /// Whether the send of `ticket` (and every earlier one) has released its bytes; never waits.
   virtual bool sent(std::uint64_t ticket) = 0;
   /// Waits until every send up to and including `ticket` has released its bytes.
   virtual void wait_sent(std::uint64_t ticket, clock::time_point deadline, std::string_view doing) = 0;
@@ -129,10 +139,14 @@ class pair {
 template <class Path>
 class path_pair final : public pair {
  public:
+  /// The pair to rank `peer` of `path`, which must outlive it; `address` names the peer in errors.
   path_pair(Path& path, int peer, std::string address) : path_(&path), peer_(peer), address_(std::move(address)) {}
+  /// The peer's rank.
   int peer() const override { return peer_; }
+  /// The peer's address, as given.
   const std::string& address() const override { return address_; }
   std::uint64_t send(const frame_header& h, std::span<const std::byte> payload) override { return path_->send(peer_, h, payload); }
+  /// Path::sent for this peer.
   bool sent(std::uint64_t ticket) override { return path_->sent(peer_, ticket); }
   void wait_sent(std::uint64_t ticket, clock::time_point deadline, std::string_view doing) override {
     path_->wait_sent(peer_, ticket, deadline, doing);
@@ -169,7 +183,9 @@ class control {
 class data_path {
  public:
   virtual ~data_path() = default;
+  /// The pair to the left neighbour (rank - 1), which this rank receives from.
   virtual pair& left() = 0;
+  /// The pair to the right neighbour (rank + 1), which this rank sends to.
   virtual pair& right() = 0;
   /// Sends `leave` after this rank's last data, in the data's own order; false when it could
   /// not within `wait` (the caller then sends it over ZeroMQ). Never throws.

@@ -71,8 +71,9 @@
 
 namespace gradus::ring {
 
+/// What a point-to-point message carries.
 enum class p2p_kind : std::uint16_t {
-  data = 1,
+  data = 1,   ///< a send's payload, or one step of a sub-group's collective
   leave = 2,  ///< the sender's communicator was destroyed; sent after its last message
   abort = 3,  ///< the sender's communicator failed; the payload is its error
 };
@@ -80,15 +81,15 @@ enum class p2p_kind : std::uint16_t {
 /// The first frame of every point-to-point message; the payload follows.
 struct p2p_header {
   static constexpr std::uint32_t magic_value = 0x70327067;  ///< "gp2p"
-  std::uint32_t magic = magic_value;
-  p2p_kind kind = p2p_kind::data;
+  std::uint32_t magic = magic_value;     ///< magic_value; a message without it is malformed (gradus::comm_error)
+  p2p_kind kind = p2p_kind::data;        ///< data, leave or abort
   dtype_code dtype = dtype_code::bytes;  ///< of the payload's elements
   std::int32_t from = -1;                ///< the sending rank (of the whole communicator)
   std::uint32_t channel = 0;             ///< channel_of(group, collective); 0: the communicator's send/recv
   std::uint64_t count = 0;               ///< elements in the payload
   std::uint64_t bytes = 0;               ///< payload bytes
   std::uint32_t step = 0;                ///< a sub-group's collectives: the step within it
-  std::uint32_t reserved = 0;
+  std::uint32_t reserved = 0;            ///< padding, 0
   fingerprint fp;                        ///< a sub-group's collectives: which one (zero for send/recv)
 };
 static_assert(std::is_trivially_copyable_v<p2p_header>);
@@ -97,6 +98,7 @@ static_assert(std::is_trivially_copyable_v<p2p_header>);
 /// communicator, whose collectives run on the ring instead).
 constexpr std::uint32_t channel_of(std::uint32_t group, bool collective) { return 2 * group + (collective ? 1u : 0u); }
 
+/// Bytes per element of `d`: 4, 8 or 2; 1 for bytes and none.
 inline std::size_t dtype_bytes(dtype_code d) {
   switch (d) {
     case dtype_code::float32: return 4;
@@ -109,13 +111,22 @@ inline std::size_t dtype_bytes(dtype_code d) {
 /// "1000 float32", "0 bytes"
 inline std::string elements(std::uint64_t count, dtype_code d) { return std::to_string(count) + " " + dtype_name(d); }
 
+/// A received point-to-point message, queued until a recv takes it.
 struct p2p_message {
-  p2p_header header;
-  zmq::message_t body;
+  p2p_header header;     ///< as the sender wrote it (from and bytes filled in by its mesh)
+  zmq::message_t body;   ///< the payload's memory (a ZeroMQ message, or a copy out of shared memory)
   std::size_t skip = 0;  ///< the header's bytes before the payload, when both came as one frame
+  /// The payload: body without its first `skip` bytes.
   std::span<const std::byte> payload() const { return {static_cast<const std::byte*>(body.data()) + skip, body.size() - skip}; }
 };
 
+/// One rank's point-to-point connections to every other rank of a ring communicator (the
+/// mesh beside the ring): behind ring_allreduce::send / recv and its sub-groups. Messages
+/// wait in per-(channel, source) queues until asked for; a connection is made to a peer the
+/// first time this rank sends to it or waits for it, over shared memory between processes of
+/// one host and over ZeroMQ otherwise. A dead or silent peer fails a wait on it with
+/// gradus::comm_error naming it. The top of this header has the protocol. Not thread-safe:
+/// the communicator's one-call-at-a-time rule covers it.
 class mesh {
  public:
   /// A world of one: messages to itself only.
@@ -166,7 +177,9 @@ class mesh {
   /// a copy of 1 MiB is ~50 us.
   static constexpr std::size_t copy_below = std::size_t{8} << 20;
 
+  /// This rank.
   int rank() const { return rank_; }
+  /// How many ranks the communicator has.
   int world_size() const { return world_; }
   /// How messages to `peer` travel: "shared memory", "zeromq", or "" before the first one.
   std::string_view path_to(int peer) const {
@@ -277,9 +290,10 @@ class mesh {
     }
     return q.front();
   }
+  /// Drops the message next() returned for (from, channel); its reference becomes invalid.
   void pop(int from, std::uint32_t channel) { queue(channel, from).pop_front(); }
 
-  /// "gradus: ring_allreduce: <doing> on rank r: "
+  /// `"gradus: ring_allreduce: <doing> on rank r: "`
   std::string prefix(std::string_view doing) const {
     return "gradus: ring_allreduce: " + std::string(doing) + " on rank " + std::to_string(rank_) + ": ";
   }

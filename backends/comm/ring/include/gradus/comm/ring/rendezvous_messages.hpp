@@ -25,6 +25,7 @@
 
 namespace gradus::ring {
 
+/// The first line of a registration: the protocol and its version (another is refused).
 inline constexpr std::string_view registration_magic = "gradus-ring/7";
 
 /// "a\nb\n" -> {"a", "b"}; a last line without '\n' counts, an empty last piece does not.
@@ -64,12 +65,27 @@ inline std::optional<int> parse_int(std::string_view s) {
   return v;
 }
 
+/// What rank k tells rank 0 at the rendezvous.
 struct registration {
+  /// \var rank
+  /// The registering rank (rank 0 refuses one outside [0, world) or already present).
+  /// \var world
+  /// Its world_size (rank 0 refuses one that differs from its own).
   int rank = -1, world = -1;
+  /// \var host
+  /// Its host name (net::hostname()).
+  /// \var machine
+  /// Its machine and network namespace (net::machine_and_netns()): ranks that share it may
+  /// use shared memory and ipc.
+  /// \var want
+  /// The transport it asks for (ring_options::transport): every rank must ask for the same.
+  /// \var job
+  /// Its job id (ring_options::job_id; may be empty): rank 0 refuses a rank of another job.
   std::string host, machine, want, job;
-  std::vector<std::string> addrs;
+  std::vector<std::string> addrs;  ///< every address it listens on, each with its scheme (tcp://, ipc://, shm://, tcpd://, p2p+...)
 };
 
+/// A registration as the text rank k sends: one field a line, then one address a line.
 inline std::string format_registration(const registration& r) {
   std::string s = std::string(registration_magic) + "\n" + std::to_string(r.rank) + "\n" + std::to_string(r.world) + "\n" +
                   r.host + "\n" + r.machine + "\n" + r.want + "\n" + r.job + "\n";
@@ -95,12 +111,25 @@ inline std::optional<registration> parse_registration(std::string_view body, std
 /// Whether a transport has a data path of its own (its addresses travel in the answer).
 inline bool has_data_path(std::string_view transport) { return transport == "shm" || transport == "tcp"; }
 
+/// What rank 0 tells every rank once all have registered.
 struct answer {
+  /// \var transport
+  /// The data path chosen: "shm", "tcp", "zmq-ipc", "zmq-tcp" or "inproc".
+  /// \var zmq_scheme
+  /// The scheme of the ZeroMQ sockets (control plane, and data for zmq-*): tcp, ipc or inproc.
   std::string transport, zmq_scheme;
+  /// \var table
+  /// Every rank's ZeroMQ data address, by rank.
+  /// \var p2p_table
+  /// Every rank's point-to-point address (ring::mesh), by rank.
+  /// \var data_table
+  /// Every rank's address on its own data path (shm:// or tcpd://), by rank; empty for the
+  /// ZeroMQ paths.
   std::vector<std::string> table, p2p_table, data_table;
   std::vector<int> local_ranks;  ///< how many ranks share each rank's machine
 };
 
+/// An answer as the text rank 0 sends ("ok", then one field a line).
 inline std::string format_answer(const answer& a) {
   std::string s = "ok\n" + a.transport + "\n" + a.zmq_scheme + "\n";
   for (const auto* t : {&a.table, &a.p2p_table, &a.data_table})
@@ -112,6 +141,7 @@ inline std::string format_answer(const answer& a) {
   return s + "\n";
 }
 
+/// A refusal as the text rank 0 sends ("error", then the reason).
 inline std::string format_refusal(std::string_view reason) { return "error\n" + std::string(reason); }
 
 /// Rank 0's reply in `body` to a rank of a world of `world`: an answer; or nullopt with

@@ -117,7 +117,7 @@ struct mapping {
   }
 };
 
-/// "@gradus-shm-..." -> an abstract unix socket address
+/// `"@gradus-shm-..."` -> an abstract unix socket address
 inline socklen_t abstract_address(const std::string& name, sockaddr_un& un) {
   un = {};
   un.sun_family = AF_UNIX;
@@ -138,9 +138,11 @@ struct hello {
 }  // namespace shm_detail
 
 /// This rank's listener for the shared-memory hand-over: bound before the rendezvous, its
-/// name advertised there ("shm://@gradus-shm-...").
+/// name advertised there (`"shm://@gradus-shm-..."`).
 class shm_listener {
  public:
+  /// Binds and listens on `"@gradus-shm-<unique>-rank<rank>"`. Throws gradus::comm_error when
+  /// it cannot.
   shm_listener(const std::string& unique, int rank) : name_("@gradus-shm-" + unique + "-rank" + std::to_string(rank)) {
     fd_.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     sockaddr_un un;
@@ -149,7 +151,9 @@ class shm_listener {
       throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank) + " cannot listen on the unix socket " + name_ +
                        " for its shared-memory segment: " + net::errno_message(errno));
   }
+  /// The address to advertise: `"shm://@gradus-shm-..."`.
   std::string address() const { return "shm://" + name_; }
+  /// The listening socket.
   int fd() const { return fd_.fd; }
 
  private:
@@ -157,12 +161,17 @@ class shm_listener {
   net::unique_fd fd_;
 };
 
-
+/// The ring's shared-memory data path (transport "shm"): this rank's segment, which its left
+/// neighbour writes into, and its right neighbour's, which it writes into. The top of this
+/// header has the slot protocol; zmq_ring makes it at set-up and drives it through its pairs.
 class shm_path final : public data_path {
  public:
   /// Hands this rank's segment to its left neighbour and maps its right neighbour's, within
-  /// `deadline`. `left_address` / `right_address`: the neighbours' shm:// listeners; `shown_*`:
-  /// how errors name them.
+  /// `deadline`. `mine`: this rank's listener; `right_listener`: the right neighbour's shm://
+  /// address; `shown_*`: how errors name the neighbours; `slot_bytes`: the payload room of a
+  /// slot (the neighbours must agree); `crowded`: more ranks than cores on this machine
+  /// (waits yield at once). Throws gradus::comm_error when a step fails or the deadline
+  /// passes.
   shm_path(control& ctl, int rank, int left, int right, shm_listener& mine, const std::string& right_listener,
            std::string shown_left, std::string shown_right, std::size_t slot_bytes, bool crowded, clock::time_point deadline)
       : ctl_(&ctl), rank_(rank), crowded_(crowded), reader_(std::make_shared<reader_state>()) {
@@ -229,7 +238,9 @@ class shm_path final : public data_path {
     right_.emplace(*this, right, std::move(shown_right));
   }
 
+  /// The pair to the left neighbour, read from this rank's segment.
   pair& left() override { return *left_; }
+  /// The pair to the right neighbour, written into its segment.
   pair& right() override { return *right_; }
   std::size_t segment_bytes(std::size_t) const override { return writer_->header().slot_bytes; }
 

@@ -48,16 +48,28 @@
 
 namespace gradus::ring {
 
+/// The collectives (parallel::communicator) and point-to-point of one group of ranks that
+/// ring_allreduce::split(color, key) made, as MPI_Comm_split: ranks and roots are group
+/// ranks. Everything runs over the parent's point-to-point mesh on the group's own channels;
+/// every member ends a collective with the same bits. It must not outlive its parent (using
+/// it afterwards throws gradus::error), shares the parent's one-call-at-a-time rule, timeout
+/// and failures (a comm_error here breaks the parent, and the reverse). The top of this
+/// header has the algorithms.
 class sub_group {
  public:
+  /// The communicator's name in messages and in the type-erased holders.
   static constexpr const char* name = "ring-group";
 
+  /// Moves the group; the moved-from one has no parent left (using it throws gradus::error).
   sub_group(sub_group&&) noexcept = default;
+  /// Moves another group into this one; that one has no parent left (using it throws gradus::error).
   sub_group& operator=(sub_group&&) noexcept = default;
   sub_group(const sub_group&) = delete;
   sub_group& operator=(const sub_group&) = delete;
 
+  /// This rank's rank in the group, 0 ... world_size() - 1 (ordered by split's key).
   int rank() const { return me_; }
+  /// How many members the group has.
   int world_size() const { return static_cast<int>(members_.size()); }
   /// The members as ranks of the whole communicator, in group-rank order.
   const std::vector<int>& members() const { return members_; }
@@ -161,6 +173,8 @@ class sub_group {
     h.count = x.size();
     parent().run_as([&] { return doing; }, [&] { net().send(members_[static_cast<std::size_t>(to)], h, std::as_bytes(x), deadline(), doing); });
   }
+  /// x <- the next message from group rank `from` in this group, which must hold x.size()
+  /// elements of T (else gradus::error, the message stays queued), as ring_allreduce::recv.
   template <parallel::broadcast_element T>
   void recv(std::span<T> x, int from) {
     (void)parent();

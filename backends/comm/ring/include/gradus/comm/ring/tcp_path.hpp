@@ -94,6 +94,8 @@ inline void tune(int fd) {
 /// ZeroMQ data socket bound ("0.0.0.0" / "::": every interface), an ephemeral port.
 class tcp_listener {
  public:
+  /// Binds an ephemeral port on `numeric_host` and listens. Throws gradus::comm_error when it
+  /// cannot.
   tcp_listener(const std::string& numeric_host, int rank) {
     addrinfo hints{};
     hints.ai_socktype = SOCK_STREAM;
@@ -117,7 +119,9 @@ class tcp_listener {
     ::getsockname(fd_.fd, reinterpret_cast<sockaddr*>(&a), &len);
     port_ = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
   }
+  /// The port the system chose.
   int port() const { return port_; }
+  /// The listening socket.
   int fd() const { return fd_.fd; }
 
  private:
@@ -125,12 +129,15 @@ class tcp_listener {
   int port_ = 0;
 };
 
-
+/// The ring's direct-TCP data path (transport "tcp"): one non-blocking socket to each
+/// neighbour, written and read from the collective's own thread. The top of this header says
+/// how; zmq_ring makes it at set-up and drives it through its pairs.
 class tcp_path final : public data_path {
  public:
   /// Dials the right neighbour at (numeric) `right_host`:`right_port`, accepts the left one on
   /// `mine`, and checks both by a hello, within `deadline`. `max_payload`: the largest frame
-  /// payload a neighbour may send (a segment).
+  /// payload a neighbour may send (a segment). Throws gradus::comm_error when a step fails or
+  /// the deadline passes.
   tcp_path(control& ctl, int rank, int world, int left, int right, tcp_listener& mine, const std::string& right_host,
            const std::string& right_port, std::string shown_left, std::string shown_right, std::size_t max_payload,
            bool crowded, clock::time_point deadline)
@@ -199,7 +206,9 @@ class tcp_path final : public data_path {
     right_.emplace(*this, right, std::move(shown_right));
   }
 
+  /// The pair to the left neighbour, the socket it dialled.
   pair& left() override { return *left_; }
+  /// The pair to the right neighbour, the socket this rank dialled.
   pair& right() override { return *right_; }
 
   bool leave(std::chrono::milliseconds wait) noexcept override {

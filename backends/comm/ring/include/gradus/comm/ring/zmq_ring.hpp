@@ -128,10 +128,14 @@ class mesh;
 /// ranks both views face the same peer.
 class zmq_pair final : public pair {
  public:
+  /// The pair to rank `peer` over `ring`'s sockets; `address` names the peer in errors.
   zmq_pair(zmq_ring& ring, int peer, std::string address) : ring_(&ring), peer_(peer), address_(std::move(address)) {}
+  /// The peer's rank.
   int peer() const override { return peer_; }
+  /// The peer's data address.
   const std::string& address() const override { return address_; }
   std::uint64_t send(const frame_header& h, std::span<const std::byte> payload) override;
+  /// Whether ZeroMQ has released the bytes of the send of `ticket` and of every earlier one.
   bool sent(std::uint64_t ticket) override;
   void wait_sent(std::uint64_t ticket, clock::time_point deadline, std::string_view doing) override;
   message recv(clock::time_point deadline, std::string_view doing) override;
@@ -142,8 +146,18 @@ class zmq_pair final : public pair {
   std::string address_;
 };
 
+/// The running ring of one rank: the rendezvous' outcome, its ZeroMQ sockets (a PULL for its
+/// data address, a PUSH to its right neighbour) and their connection events, the abort and
+/// leave messages, blame of a dead or silent neighbour, and the zero-copy sends in flight.
+/// It is the control plane (ring::control) of the shared-memory and direct-TCP data paths
+/// and the data path itself for the ZeroMQ transports. ring_allreduce owns one; the top of
+/// this header says how failures are detected.
 class zmq_ring final : public control {
  public:
+  /// Checks rank and world_size (gradus::error), then, for a world of more than one, forms
+  /// the ring: rendezvous, sockets, and the data path ring_options::transport asks for (the
+  /// set-up is zmq_ring_setup.hpp). Throws gradus::error for options that are wrong and
+  /// gradus::comm_error when the ring cannot form within `o.timeout`.
   explicit zmq_ring(const ring_options& o)
       : rank_(o.rank),
         world_(o.world_size),
@@ -204,18 +218,27 @@ class zmq_ring final : public control {
     }
   }
 
+  /// This process's rank.
   int rank() const { return rank_; }
+  /// How many ranks the ring has.
   int world_size() const { return world_; }
+  /// The data path in use: "shm", "tcp", "zmq-ipc", "zmq-tcp", "inproc", or "none" for a
+  /// world of one.
   const std::string& transport() const { return transport_; }
-  /// Every rank's data address: shm://@name (the unix socket its segment was handed over on),
-  /// tcp://host:port (direct TCP, or ZeroMQ's), ipc://..., inproc://...
+  /// Every rank's data address, by rank: `shm://@name` (the unix socket its segment was
+  /// handed over on), `tcp://host:port` (direct TCP, or ZeroMQ's), `ipc://...`,
+  /// `inproc://...`.
   const std::vector<std::string>& addresses() const { return shown_table_.empty() ? table_ : shown_table_; }
+  /// The pair to the left neighbour (received from), on the data path in use. Not for a
+  /// world of one.
   pair& left() { return path_ ? path_->left() : *left_; }
+  /// The pair to the right neighbour (sent to), on the data path in use. Not for a world of
+  /// one.
   pair& right() { return path_ ? path_->right() : *right_; }
   /// The segment a collective streams in: the data path's choice for `asked`.
   std::size_t segment_bytes(std::size_t asked) const { return path_ ? path_->segment_bytes(asked) : asked; }
 
-  /// ---- control, for the data paths ----
+  // ---- control, for the data paths ----
   void poll(std::string_view doing, bool left_idle, bool right_busy) override {
     pump(0);
     if (left_idle)

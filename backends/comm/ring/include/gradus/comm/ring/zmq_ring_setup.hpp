@@ -52,7 +52,7 @@
 
 namespace gradus::ring {
 
-/// "127.0.0.1:29500", "[::1]:29500", "*:29500 (every interface)", "ipc://@name"
+/// "127.0.0.1:29500", "[::1]:29500", "*:29500 (every interface)", `"ipc://@name"`
 inline std::string zmq_ring::shown(const std::string& endpoint) {
   if (net::scheme_of(endpoint) != "tcp") return endpoint;
   const std::string rest = endpoint.substr(6);
