@@ -22,8 +22,8 @@ namespace gradus {
 /// global_step): `schedule(step)` is the rate of the update that step applies, so a restored
 /// checkpoint resumes the schedule where it stopped. Made by the factories below (or
 /// constant_lr, step_lr, exponential_lr, cosine_lr), or implicitly from a number, which is a
-/// constant schedule: an optimizer's `lr` field takes either. A value type, immutable once
-/// made; its methods are const and safe to call from any thread.
+/// constant schedule: an optimizer's `lr` field takes either. A small value type; its member
+/// functions are const and safe to call from any thread.
 class lr_schedule {
  public:
   /// Which formula: constant, step, exponential or cosine (the factories of those names).
