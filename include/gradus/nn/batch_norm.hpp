@@ -78,17 +78,27 @@ struct moving_average_node : expr_base {
 
 namespace nn {
 
+/// Batch normalisation over the channel axis 1 of `[N, C]` or `[N, C, H, W]` inputs of dtype
+/// `T`: `y = (x - mean) / sqrt(var + eps) * gamma + beta` per channel, where mean and var are
+/// the batch's (over every axis but 1, var biased) in train() and the moving averages in
+/// eval(), as tf.layers.batch_normalization and torch.nn.BatchNorm2d. Variables:
+/// `Name + "/gamma"`, `Name + "/beta"` (trained), `Name + "/moving_mean"` and
+/// `Name + "/moving_var"` (no gradient reaches them; checkpoints keep them), each `[C]`. An
+/// input of another rank, channel count or dtype is a compile error.
 template <fixed_string Name, index_t C, class T = float>
 struct batch_norm {
   static_assert(C > 0, "gradus: nn::batch_norm: the channel count must be positive");
-  variable<Name + "/gamma", T, C> gamma;
-  variable<Name + "/beta", T, C> beta;
-  variable<Name + "/moving_mean", T, C> moving_mean;
-  variable<Name + "/moving_var", T, C> moving_var;
+  variable<Name + "/gamma", T, C> gamma;              ///< per-channel scale, `[C]` (first value 1)
+  variable<Name + "/beta", T, C> beta;                ///< per-channel shift, `[C]` (first value 0)
+  variable<Name + "/moving_mean", T, C> moving_mean;  ///< moving average of the batch means, `[C]` (first value 0)
+  variable<Name + "/moving_var", T, C> moving_var;    ///< moving average of the unbiased batch variances, `[C]` (first value 1)
   double decay = 0.9;  ///< TensorFlow's momentum; PyTorch's momentum 0.1 is 1 - decay
-  double eps = 1e-5;
+  double eps = 1e-5;   ///< added to the variance before the square root
 
-  /// Normalised by the batch's statistics; updates the moving averages when run.
+  /// Normalised by the batch's statistics (x `[N, C]` or `[N, C, H, W]` -> the same shape).
+  /// Each run of an expression containing it also updates the moving averages in the session,
+  /// once per run: `moving = decay * moving + (1 - decay) * stat`, the variance made unbiased
+  /// by `n / (n - 1)` for n values per channel (as PyTorch's running_var).
   template <expression X>
   auto train(const X& x) const {
     check<X>();
@@ -98,7 +108,7 @@ struct batch_norm {
                      moving_average_node<decltype(var), decltype(moving_var), X>{{}, var, moving_var, x, decay, true};
     return (x - mu) * rsqrt(var + T(eps)) * per_channel<X>(gamma) + per_channel<X>(beta) + upd;
   }
-  /// Normalised by the moving averages (evaluation, inference).
+  /// Normalised by the moving averages (evaluation, inference); x keeps its shape.
   template <expression X>
   auto eval(const X& x) const {
     check<X>();
@@ -106,6 +116,8 @@ struct batch_norm {
            per_channel<X>(beta);
   }
 
+  /// Sets gamma to 1, beta to 0, moving_mean to 0 and moving_var to 1 in `s` (`seed` is
+  /// unused by these constant initializers).
   template <class Backend>
   void initialize(session<Backend>& s, std::uint64_t seed = 0) const {
     gradus::initialize(s, gamma, init::constant{1}, seed);

@@ -34,27 +34,47 @@
 namespace gradus {
 
 namespace init {
+/// Every element 0.
 struct zeros {};
+/// Every element `value`.
 struct constant {
-  double value = 0;
+  double value = 0;  ///< the value of every element (default 0)
 };
+/// Uniform in `[lo, hi)` (default `[-0.05, 0.05)`); lo > hi is a gradus::error.
 struct uniform {
-  double lo = -0.05, hi = 0.05;
+  /// the least value (default -0.05)
+  double lo = -0.05, hi = 0.05;  ///< the bound above every value (default 0.05)
 };
+/// Normal with mean `mean` (default 0) and standard deviation `stddev` (default 0.05); a
+/// negative stddev is a gradus::error.
 struct normal {
-  double mean = 0, stddev = 0.05;
+  /// the mean (default 0)
+  double mean = 0, stddev = 0.05;  ///< the standard deviation, >= 0 (default 0.05)
 };
+/// `mean + stddev * z`, z standard normal redrawn while `|z| > 2`, so that every value lies
+/// within 2 stddev of the mean (TensorFlow's truncated_normal); defaults mean 0, stddev
+/// 0.05; a negative stddev is a gradus::error.
 struct truncated_normal {
-  double mean = 0, stddev = 0.05;
+  /// the mean (default 0)
+  double mean = 0, stddev = 0.05;  ///< the standard deviation before truncation, >= 0 (default 0.05)
 };
+/// Glorot (Xavier) uniform: uniform in `[-b, b)`, `b = sqrt(6 / (fan_in + fan_out))` (see fans_of).
 struct glorot_uniform {};
+/// Glorot (Xavier) normal: normal with mean 0 and stddev `sqrt(2 / (fan_in + fan_out))`.
 struct glorot_normal {};
+/// He (Kaiming) uniform, for ReLU layers: uniform in `[-b, b)`, `b = sqrt(6 / fan_in)`.
 struct he_uniform {};
+/// He (Kaiming) normal, for ReLU layers: normal with mean 0 and stddev `sqrt(2 / fan_in)`.
 struct he_normal {};
 
+/// A tensor's fan-in and fan-out, as the Glorot and He initializers read them.
 struct fans {
-  double in, out;
+  /// fan-in
+  double in, out;  ///< fan-out
 };
+/// The fans of a variable of dims `d`, by PyTorch's rules: a scalar has 1 and 1; a rank-1
+/// tensor its length for both; a matrix `[in, out]` (as `x @ W` uses it) in and out; a
+/// rank >= 3 convolution kernel `[out, in, k...]` has `in * prod(k)` and `out * prod(k)`.
 inline fans fans_of(const dims& d) {
   if (d.rank == 0) return {1, 1};
   if (d.rank == 1) return {static_cast<double>(d.d[0]), static_cast<double>(d.d[0])};
@@ -74,11 +94,16 @@ inline std::uint64_t stream_seed(std::uint64_t seed, std::string_view name) {
   return z ^ (z >> 31);
 }
 
+/// The initializers' random numbers: std::mt19937_64, whose sequence the standard fixes, with
+/// transforms to floating point of its own, so that the values do not depend on the standard
+/// library. Not thread-safe; one per variable.
 class generator {
  public:
+  /// A generator seeded with `seed` (the initializers pass stream_seed(seed, name)).
   explicit generator(std::uint64_t seed) : e_(seed) {}
   /// uniform in [0, 1), 53 random bits
   double unit() { return static_cast<double>(e_() >> 11) * 0x1.0p-53; }
+  /// Uniform in `[lo, hi)`: `lo + (hi - lo) * unit()`.
   double uniform(double lo, double hi) { return lo + (hi - lo) * unit(); }
   /// standard normal, Box-Muller (both values of a pair are used)
   double normal() {
@@ -100,6 +125,10 @@ class generator {
   bool has_spare_ = false;
 };
 
+/// The `d.numel()` values, row-major, of dtype `T` that initializer `how` gives the variable
+/// named `name` of dims `d` with `seed` (what gradus::initialize assigns). Throws gradus::error
+/// naming the variable for invalid parameters (uniform with lo > hi, a negative stddev); an
+/// unknown initializer type is a compile error.
 template <class T, class I>
 std::vector<T> values(const I& how, const dims& d, std::uint64_t seed, std::string_view name) {
   std::vector<T> v(static_cast<std::size_t>(d.numel()));
@@ -150,7 +179,10 @@ std::vector<T> values(const I& how, const dims& d, std::uint64_t seed, std::stri
 }
 }  // namespace init
 
-/// initialize(session, v, initializer, seed): give v its initial value.
+/// initialize(session, v, initializer, seed): give v its initial value, computed on the host
+/// by init::values and assigned to v in `s` (replacing any value it had). The values depend
+/// only on the initializer, the seed and v's name and shape. Throws gradus::error naming v
+/// for invalid initializer parameters.
 template <class Backend, fixed_string Name, class T, index_t... E, class I>
 void initialize(session<Backend>& s, const variable<Name, T, E...>& v, const I& how, std::uint64_t seed) {
   const dims d = static_dims<shape<E...>>();

@@ -22,23 +22,34 @@
 
 namespace gradus::nn {
 
+/// Softmax cross-entropy, the mean over the batch of `-log softmax(logits[n])[labels[n]]`: a
+/// scalar expression of the logits' dtype. logits `[N, C]` float or double, labels int32 `[N]`
+/// (class indices in `[0, C)`, an index_error when run otherwise; a batch-size mismatch is a
+/// shape_error). Its gradient with respect to the logits is `(softmax(logits) - one_hot(labels)) / N`,
+/// which needs C static (a compile error otherwise); the labels get none.
 template <expression L, expression Y>
 auto softmax_cross_entropy_loss(const L& logits, const Y& labels) {
   return mean(softmax_cross_entropy(logits, labels));
 }
 
+/// Mean squared error, `mean((pred - target)^2)` over every element: a scalar expression.
+/// pred and target have the same dtype and broadcast-compatible shapes.
 template <expression P, expression Q>
 auto mse(const P& pred, const Q& target) {
   return mean(square(pred - target));
 }
 
+/// Binary cross-entropy on logits, `mean(softplus(z) - y * z)` over every element, which is
+/// `-y log sigmoid(z) - (1 - y) log(1 - sigmoid(z))` computed without overflow for any z: a
+/// scalar expression. z are logits, y targets in [0, 1] of z's dtype and shape.
 template <expression Z, expression Y>
 auto binary_cross_entropy_with_logits(const Z& z, const Y& y) {
   return mean(softplus(z) - y * z);
 }
 
 /// The predicted class of each row of [N, C] scores (first maximum on ties). Scores and
-/// labels below are any tensor_like: a run's result, an xt::xtensor, a tensor_view.
+/// labels below are any tensor_like: a run's result, an xt::xtensor, a tensor_view. Scores of
+/// another rank are a shape_error.
 template <tensor_like S>
 std::vector<std::int32_t> predictions(const S& scores_in) {
   const auto scores = as_view(scores_in, "scores of predictions");
@@ -71,7 +82,9 @@ auto checked_labels(const char* what, index_t n, const L& labels_in, index_t cla
 }
 }  // namespace detail
 
-/// Fraction of rows whose highest score is the label (0 for an empty batch).
+/// Fraction of rows of scores `[N, C]` whose highest score is the label, labels integer `[N]`
+/// (0 for an empty batch). Labels of another shape are a shape_error, a label outside
+/// `[0, C)` an index_error.
 template <tensor_like S, tensor_like L>
 double accuracy(const S& scores, const L& labels_in) {
   const auto p = predictions(scores);
@@ -83,7 +96,9 @@ double accuracy(const S& scores, const L& labels_in) {
   return static_cast<double>(hits) / static_cast<double>(n);
 }
 
-/// counts[true_label * C + predicted], C x C, row-major; accumulates into `counts`.
+/// counts[true_label * C + predicted], C x C, row-major; accumulates into `counts` (an empty
+/// vector is sized and zeroed first; one of another size is a shape_error). Labels as for
+/// accuracy.
 template <tensor_like S, tensor_like L>
 void confusion_matrix(const S& scores, const L& labels_in, std::vector<std::int64_t>& counts) {
   const auto p = predictions(scores);

@@ -87,12 +87,28 @@ inline void prefetch([[maybe_unused]] const void* p) {
 /// What run() did: steps per thread (their sum is how far the session's global_step moved),
 /// each thread's mean loss over its steps (NaN without steps), and the wall time.
 struct hogwild_report {
-  std::vector<std::int64_t> steps;
-  std::vector<double> mean_loss;
-  std::int64_t total_steps = 0;
-  double seconds = 0;
+  std::vector<std::int64_t> steps;  ///< steps each thread took, by thread index
+  std::vector<double> mean_loss;    ///< each thread's mean loss over its steps (NaN for none)
+  std::int64_t total_steps = 0;     ///< the sum of steps: how far the session's global_step moved
+  double seconds = 0;               ///< wall time from just before the threads start until all joined
 };
 
+/// Hogwild! (Niu, Recht, Ré and Wright 2011): plain SGD by several threads of one process
+/// that share the variables `Vs...` of the session and update them without locks, for
+/// sparse models (embedding_lookup, `nn::embedding<..., Sparse = true>`). Made by hogwild().
+///
+/// Each worker thread has its own session and train_step over a private copy of the
+/// variables. A step copies in from the shared storage the rows its batch names (every
+/// element of a dense variable), computes the gradients on the copy, and writes
+/// `w -= lr * (scale * g + weight_decay * w)` into the shared elements those gradients cover;
+/// every shared access is a relaxed std::atomic_ref load or store, so two threads updating
+/// the same element at once may lose one update, as Hogwild! allows. The learning rate is
+/// the optimizer's schedule at a shared step counter that becomes the session's global_step;
+/// clip_global_norm clips each worker step's own gradients.
+///
+/// Needs a backend whose storage is host memory (cpu_simd) and a dtype with lock-free
+/// atomics (compile errors otherwise); memory: one copy of every variable the loss reads per
+/// thread. Movable, not copyable; it refers to the session, which must outlive it.
 template <class Backend, class Loss, class... Vs>
 class hogwild_trainer {
   /// The workers' threads read and write the shared variables with atomics on the host.
@@ -108,16 +124,20 @@ class hogwild_trainer {
                 "gradus: hogwild: the variables' dtype has no lock-free atomic access on this target");
 
  public:
-  using loss_type = typename step_t::loss_type;
+  using loss_type = typename step_t::loss_type;  ///< the loss's dtype, what worker::step() returns
 
   /// One thread's handle: its index, and step(feeds...) — one lock-free SGD step on the
   /// shared variables, returning the batch's loss (computed on the values it read).
   class worker {
    public:
-    std::size_t thread() const { return thread_; }
-    std::size_t threads() const { return threads_; }
-    std::int64_t steps() const { return steps_; }
+    std::size_t thread() const { return thread_; }    ///< this thread's index, in [0, threads())
+    std::size_t threads() const { return threads_; }  ///< how many threads run
+    std::int64_t steps() const { return steps_; }     ///< steps this worker took in this run()
 
+    /// One lock-free SGD step on the batch `feeds` (as for session::run: `x = tensor, ...`):
+    /// reads the shared values it needs, computes the gradients, writes the update; returns
+    /// the batch's loss before the update. After another worker has failed it throws an
+    /// internal exception that ends this worker's function (run() catches it; let it pass).
     template <class... Feeds>
     loss_type step(const Feeds&... feeds) {
       if (stop_->load(std::memory_order_relaxed)) throw detail::hogwild_stopped{};
@@ -219,6 +239,10 @@ class hogwild_trainer {
     double loss_sum_ = 0;
   };
 
+  /// `threads` workers for training `vs...` of `s` on `loss` with `opt`. Throws gradus::error
+  /// when opt is invalid (sgd::validate), has momentum (plain SGD only: momentum is state the
+  /// threads would share), or threads is outside [1, max_threads]. Each worker's session
+  /// checks numerics if `s` did when the trainer was made. Prefer hogwild().
   hogwild_trainer(session<Backend>& s, const Loss& loss, const sgd& opt, std::size_t threads, const Vs&... vs)
       : s_(s) {
     opt.validate();
@@ -239,13 +263,17 @@ class hogwild_trainer {
   }
   hogwild_trainer(const hogwild_trainer&) = delete;
   hogwild_trainer& operator=(const hogwild_trainer&) = delete;
-  hogwild_trainer(hogwild_trainer&&) noexcept = default;
+  hogwild_trainer(hogwild_trainer&&) noexcept = default;  ///< moves the workers; the session stays the same
 
-  static constexpr std::size_t max_threads = 1024;
-  std::size_t threads() const { return workers_.size(); }
+  static constexpr std::size_t max_threads = 1024;         ///< the most threads a trainer runs
+  std::size_t threads() const { return workers_.size(); }  ///< how many worker threads run() starts
 
   /// Runs fn(worker&) on each of threads() new threads and joins them. The workers start
-  /// from the session's current values (every variable the loss reads) and global_step.
+  /// from the session's current values (every variable the loss reads: each needs a value,
+  /// else a feed_error naming it) and global_step. fn must not use the session while it
+  /// runs. If a worker throws, the others stop at their next step, the updates made so far
+  /// stay (global_step counts them), and run() throws a gradus::error naming the thread,
+  /// with the worker's exception nested (std::rethrow_if_nested).
   template <class Fn>
   hogwild_report run(Fn&& fn) {
     // before any thread starts: each worker's copy of the variables the loss reads (plain
@@ -341,6 +369,8 @@ template <class Backend, expression Loss, class... Vs>
 auto hogwild(session<Backend>& s, const Loss& loss, const sgd& opt, std::size_t threads, const Vs&... vs) {
   return hogwild_trainer<Backend, Loss, Vs...>(s, loss, opt, threads, vs...);
 }
+/// hogwild(session, loss, sgd, threads): Hogwild! training of every variable the loss reads
+/// (variables_of_t).
 template <class Backend, expression Loss>
 auto hogwild(session<Backend>& s, const Loss& loss, const sgd& opt, std::size_t threads) {
   return [&]<class... Vs>(std::tuple<Vs...>*) {

@@ -95,14 +95,27 @@ struct adam_rule {
 };
 }  // namespace opt_detail
 
+/// Stochastic gradient descent with optional momentum, Nesterov momentum, L2 weight decay
+/// and global-norm clipping, as PyTorch's SGD; set the fields by name,
+/// `sgd{.lr = 0.1, .momentum = 0.9}`. Per element, with g the (clipped) gradient:
+///
+///     d = g + weight_decay * w
+///     momentum == 0:  w -= lr * d                                   (no state)
+///     otherwise:      m = momentum * m + d
+///                     w -= lr * (nesterov ? d + momentum * m : m)   (state "<variable>/momentum", from 0)
+///
+/// lr is `lr(step)`, the schedule at the session's global_step.
 struct sgd {
-  lr_schedule lr = 0.01;
-  double momentum = 0;
-  bool nesterov = false;
-  double weight_decay = 0;
-  double clip_global_norm = 0;
+  lr_schedule lr = 0.01;         ///< learning rate: a number or a schedule (default 0.01)
+  double momentum = 0;           ///< momentum factor, in [0, 1) (default 0: none)
+  bool nesterov = false;         ///< Nesterov momentum (default false; needs momentum > 0)
+  double weight_decay = 0;       ///< L2 penalty factor added to the gradient, >= 0 (default 0)
+  double clip_global_norm = 0;   ///< clip the step's gradients to this global L2 norm (default 0: off)
 
-  static constexpr const char* name = "sgd";
+  static constexpr const char* name = "sgd";  ///< its name in a description and in settings
+  /// Throws gradus::error, naming the field, when momentum is outside [0, 1), weight_decay
+  /// or clip_global_norm negative or not finite, or nesterov is set without momentum.
+  /// minimize() and the other trainers call it before the first step.
   void validate() const {
     opt_detail::check_range(name, "momentum", momentum, 0, 1, true);
     opt_detail::check_range(name, "weight_decay", weight_decay, 0, 1e30);
@@ -125,10 +138,15 @@ struct sgd {
   void settings(F&& f) const {
     opt_detail::write_settings(*this, f);
   }
+  /// State tensors per variable: 1 (the momentum buffer) when momentum > 0, else 0.
   int slot_count() const { return momentum > 0 ? 1 : 0; }
+  /// The name of its only state tensor, "momentum" (a checkpoint holds "<variable>/momentum").
   static std::string_view slot_name(int) { return "momentum"; }
 
-  /// Applies the rule to n elements: one fused Backend pass.
+  /// Applies the rule to n elements: one fused Backend pass, in place over the variable's
+  /// storage `w` and its state `slots[0]` (when momentum > 0), reading the gradient `g`
+  /// multiplied by `scale` (the clipping factor, 1 without clipping); `step` is the 0-based
+  /// global step that picks the learning rate. Pointers are in Backend's memory.
   template <class Backend, class T>
   void apply(index_t n, T* w, const T* g, T* const* slots, std::int64_t step, double scale) const {
     const T l = static_cast<T>(lr(step)), wd = static_cast<T>(weight_decay), sc = static_cast<T>(scale);
@@ -142,17 +160,28 @@ struct sgd {
   }
 };
 
-/// adam and adamw: one template, the decay decoupled or not (defaults as PyTorch's).
+/// adam and adamw: one template, the decay decoupled or not (defaults as PyTorch's). Per
+/// element, with g the (clipped) gradient and t = global_step + 1:
+///
+///     d = g + weight_decay * w                       (adam; adamw: d = g)
+///     m = beta1 * m + (1 - beta1) * d                (state "<variable>/adam_m", from 0)
+///     v = beta2 * v + (1 - beta2) * d * d            (state "<variable>/adam_v", from 0)
+///     w = w * (1 - lr * weight_decay)                (adamw only)
+///     w -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+///
+/// lr is `lr(global_step)`. Write gradus::adam or gradus::adamw, `adam{.lr = 1e-3}`.
 template <bool Decoupled>
 struct adam_optimizer {
-  lr_schedule lr = 0.001;
-  double beta1 = 0.9;
-  double beta2 = 0.999;
-  double eps = 1e-8;
-  double weight_decay = Decoupled ? 0.01 : 0;
-  double clip_global_norm = 0;
+  lr_schedule lr = 0.001;                      ///< learning rate: a number or a schedule (default 0.001)
+  double beta1 = 0.9;                          ///< decay of the first-moment average m, in [0, 1) (default 0.9)
+  double beta2 = 0.999;                        ///< decay of the second-moment average v, in [0, 1) (default 0.999)
+  double eps = 1e-8;                           ///< added to the denominator, >= 0 (default 1e-8)
+  double weight_decay = Decoupled ? 0.01 : 0;  ///< L2 term (adam, default 0) or decoupled decay (adamw, default 0.01), >= 0
+  double clip_global_norm = 0;                 ///< clip the step's gradients to this global L2 norm (default 0: off)
 
-  static constexpr const char* name = Decoupled ? "adamw" : "adam";
+  static constexpr const char* name = Decoupled ? "adamw" : "adam";  ///< "adam" or "adamw"
+  /// Throws gradus::error, naming the field, when beta1 or beta2 is outside [0, 1), or eps,
+  /// weight_decay or clip_global_norm negative or not finite.
   void validate() const {
     opt_detail::check_range(name, "beta1", beta1, 0, 1, true);
     opt_detail::check_range(name, "beta2", beta2, 0, 1, true);
@@ -160,6 +189,8 @@ struct adam_optimizer {
     opt_detail::check_range(name, "weight_decay", weight_decay, 0, 1e30);
     opt_detail::check_range(name, "clip_global_norm", clip_global_norm, 0, 1e300);
   }
+  /// f(setting, field) for every hyper-parameter, as sgd::fields (self: an adam_optimizer,
+  /// const or not).
   template <class Self, class F>
   static void fields(Self& self, F&& f) {
     f("lr", self.lr);
@@ -169,13 +200,19 @@ struct adam_optimizer {
     f("weight_decay", self.weight_decay);
     f("clip_global_norm", self.clip_global_norm);
   }
+  /// f(setting, value as exact text) for every hyper-parameter, as sgd::settings.
   template <class F>
   void settings(F&& f) const {
     opt_detail::write_settings(*this, f);
   }
+  /// State tensors per variable: 2, the moment averages m and v.
   int slot_count() const { return 2; }
+  /// "adam_m" for state 0, "adam_v" for state 1 (a checkpoint holds "<variable>/adam_m", ...).
   static std::string_view slot_name(int i) { return i == 0 ? "adam_m" : "adam_v"; }
 
+  /// Applies the rule to n elements: one fused Backend pass, in place over `w`, `slots[0]`
+  /// (m) and `slots[1]` (v), reading the gradient `g` multiplied by `scale` (the clipping
+  /// factor); `step` is the 0-based global step (the bias corrections use `t = step + 1`).
   template <class Backend, class T>
   void apply(index_t n, T* w, const T* g, T* const* slots, std::int64_t step, double scale) const {
     const double l = lr(step), t = static_cast<double>(step + 1);
@@ -191,7 +228,10 @@ struct adam_optimizer {
     Backend::for_each(n, rule, w, g, slots[0], slots[1]);
   }
 };
+/// Adam (Kingma and Ba), weight_decay an L2 term added to the gradient: PyTorch's Adam.
 using adam = adam_optimizer<false>;
+/// AdamW (Loshchilov and Hutter), weight decay decoupled from the gradient (default 0.01):
+/// PyTorch's AdamW.
 using adamw = adam_optimizer<true>;
 
 }  // namespace gradus

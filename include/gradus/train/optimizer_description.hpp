@@ -31,14 +31,19 @@
 
 namespace gradus {
 
+/// An optimizer's hyper-parameters: setting name -> its exact text ("lr" -> "0.001", ...).
 using optimizer_settings = std::map<std::string, std::string>;
 
+/// An optimizer as data: its name ("sgd", "adam", "adamw") and the text of every setting, from
+/// which optimizer_from_description rebuilds it exactly.
 struct optimizer_description {
-  std::string name;
+  std::string name;             ///< the optimizer's `name`: "sgd", "adam" or "adamw"
   optimizer_settings settings;  ///< setting -> its exact text, as settings() writes it
+  /// Equal names and equal settings, text for text.
   bool operator==(const optimizer_description&) const = default;
 };
 
+/// The description of optimizer `o`: `Opt::name` and every setting its settings() writes.
 template <class Opt>
 optimizer_description describe_optimizer(const Opt& o) {
   optimizer_description d{std::string(Opt::name), {}};
@@ -56,6 +61,7 @@ inline constexpr bool alternative_of<Opt, std::variant<Alternatives...>> = (std:
 /// One of the optimizers a description rebuilds, held by value.
 class any_optimizer {
  public:
+  /// The optimizers it may hold, in the order each_kind visits them.
   using variant = std::variant<sgd, adam, adamw>;
 
   any_optimizer() = default;  ///< sgd{}
@@ -68,9 +74,11 @@ class any_optimizer {
   decltype(auto) visit(F&& f) const {
     return std::visit(std::forward<F>(f), opt_);
   }
+  /// The held optimizer's name: "sgd", "adam" or "adamw".
   std::string_view name() const {
     return visit([](const auto& o) { return std::string_view(o.name); });
   }
+  /// The held optimizer's state tensors per variable (its slot_count()).
   int slot_count() const {
     return visit([](const auto& o) { return o.slot_count(); });
   }
@@ -78,6 +86,7 @@ class any_optimizer {
   std::string_view slot_name(int k) const {
     return visit([k](const auto& o) { return std::string_view(o.slot_name(k)); });
   }
+  /// f(setting, value as exact text) for every hyper-parameter of the held optimizer.
   template <class F>
   void settings(F&& f) const {
     visit([&](const auto& o) { o.settings(f); });
@@ -90,12 +99,13 @@ class any_optimizer {
       (f(std::type_identity<std::variant_alternative_t<I, variant>>{}), ...);
     }(std::make_index_sequence<std::variant_size_v<variant>>{});
   }
-  /// Whether `name` is one of them; their names, "sgd, adam, adamw".
+  /// Whether `name` is the name of one of the optimizers it may hold.
   static bool knows(std::string_view name) {
     bool found = false;
     each_kind([&](auto kind) { found = found || name == decltype(kind)::type::name; });
     return found;
   }
+  /// Their names, comma-separated: "sgd, adam, adamw".
   static std::string names() {
     std::string all;
     each_kind([&](auto kind) { all += (all.empty() ? "" : ", ") + std::string(decltype(kind)::type::name); });
@@ -106,6 +116,7 @@ class any_optimizer {
   variant opt_;
 };
 
+/// The description of the optimizer `o` holds (the same as describing that optimizer itself).
 inline optimizer_description describe_optimizer(const any_optimizer& o) {
   return o.visit([](const auto& opt) { return describe_optimizer(opt); });
 }
@@ -184,25 +195,33 @@ inline std::optional<lr_schedule> schedule_text(const std::string& text) {
 }
 }  // namespace opt_detail
 
-/// One field from its setting's text (an error beginning with `who` when it is not one).
+/// One field from its setting's text: a number as strtod reads it (gradus::error, beginning
+/// with `who` and naming the setting and its text, when the whole text is not one).
 inline void read_optimizer_setting(double& field, std::string_view who, std::string_view setting, const std::string& text) {
   const auto v = opt_detail::number_text(text);
   if (!v) opt_detail::bad_setting(who, setting, text, "a number");
   field = *v;
 }
+/// A flag from "true" or "false" (gradus::error, beginning with `who`, for any other text).
 inline void read_optimizer_setting(bool& field, std::string_view who, std::string_view setting, const std::string& text) {
   const auto v = opt_detail::flag_text(text);
   if (!v) opt_detail::bad_setting(who, setting, text, "true or false");
   field = *v;
 }
+/// A learning rate from a number or a schedule's describe() text, `step(...)`,
+/// `exponential(...)` or `cosine(...)` with each of its parameters once and no other
+/// (gradus::error, beginning with `who`, for any other text; the schedule's own gradus::error
+/// for values it refuses, such as a negative rate).
 inline void read_optimizer_setting(lr_schedule& field, std::string_view who, std::string_view setting, const std::string& text) {
   auto v = opt_detail::schedule_text(text);
   if (!v) opt_detail::bad_setting(who, setting, text, "a number or a schedule (step(...), exponential(...), cosine(...))");
   field = *v;
 }
 
-/// The optimizer `name` with the settings given, validated; a setting it does not have, or a
-/// name no any_optimizer holds, is an error.
+/// The optimizer `name` with the settings given, validated; a setting left out keeps the
+/// optimizer's default. Throws gradus::error: beginning with `who` for a name no any_optimizer
+/// holds, a setting the optimizer does not have, or a text that does not read as its field;
+/// validate()'s or the schedule's own error for a value out of range.
 inline any_optimizer optimizer_from_description(std::string_view name, const optimizer_settings& settings, std::string_view who) {
   std::optional<any_optimizer> built;
   any_optimizer::each_kind([&](auto kind) {
@@ -227,6 +246,7 @@ inline any_optimizer optimizer_from_description(std::string_view name, const opt
   if (!built) throw error(std::string(who) + ": optimizer '" + std::string(name) + "' is not one of " + any_optimizer::names());
   return *built;
 }
+/// optimizer_from_description(d.name, d.settings, who).
 inline any_optimizer optimizer_from_description(const optimizer_description& d, std::string_view who) {
   return optimizer_from_description(d.name, d.settings, who);
 }

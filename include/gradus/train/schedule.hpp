@@ -4,9 +4,9 @@
 //   constant_lr(lr)                                   lr
 //   step_lr(lr, step_size, gamma)                     lr * gamma^floor(step / step_size)
 //   exponential_lr(lr, decay_rate, decay_steps, staircase)  lr * decay_rate^(step / decay_steps)
-//   cosine_lr(lr, total_steps, warmup_steps, min_lr)  linear warm-up from 0 to lr over
-//       warmup_steps, then half a cosine from lr down to min_lr at total_steps (and
-//       min_lr after it)
+//   cosine_lr(lr, total_steps, warmup_steps, min_lr)  linear warm-up, lr * (step + 1) /
+//       (warmup_steps + 1) for step < warmup_steps, then half a cosine from lr down to
+//       min_lr at total_steps (and min_lr after it)
 // An optimizer's `lr` field takes a schedule or a plain number (a constant schedule).
 #include <cmath>
 #include <cstdint>
@@ -18,13 +18,25 @@
 
 namespace gradus {
 
+/// A learning rate as a pure function of the 0-based step counter (the session's
+/// global_step): `schedule(step)` is the rate of the update that step applies, so a restored
+/// checkpoint resumes the schedule where it stopped. Made by the factories below (or
+/// constant_lr, step_lr, exponential_lr, cosine_lr), or implicitly from a number, which is a
+/// constant schedule: an optimizer's `lr` field takes either. A small value type; its member
+/// functions are const and safe to call from any thread.
 class lr_schedule {
  public:
+  /// Which formula: constant, step, exponential or cosine (the factories of those names).
   enum class kind { constant, step, exponential, cosine };
 
+  /// The constant rate `lr` (default 0.01), also an implicit conversion from a number. Throws
+  /// gradus::error unless lr is finite and >= 0; every factory checks its lr the same way.
   lr_schedule(double lr = 0.01) : lr_(lr) { check(); }  // NOLINT: a number is a constant schedule
 
+  /// `lr` at every step.
   static lr_schedule constant(double lr) { return lr_schedule(lr); }
+  /// `lr * gamma^floor(step / step_size)`: lr multiplied by gamma every step_size steps
+  /// (PyTorch's StepLR). Throws gradus::error when step_size <= 0.
   static lr_schedule step(double lr, std::int64_t step_size, double gamma) {
     lr_schedule s(lr);
     s.kind_ = kind::step;
@@ -33,6 +45,9 @@ class lr_schedule {
     if (step_size <= 0) throw error("gradus: step_lr: step_size must be positive, got " + std::to_string(step_size));
     return s;
   }
+  /// `lr * decay_rate^(step / decay_steps)`, the exponent floored when `staircase` (default
+  /// false: a smooth decay), as TensorFlow's exponential_decay. Throws gradus::error when
+  /// decay_steps <= 0 or decay_rate <= 0.
   static lr_schedule exponential(double lr, double decay_rate, std::int64_t decay_steps, bool staircase = false) {
     lr_schedule s(lr);
     s.kind_ = kind::exponential;
@@ -44,6 +59,11 @@ class lr_schedule {
     if (!(decay_rate > 0)) throw error("gradus: exponential_lr: decay_rate must be positive");
     return s;
   }
+  /// Linear warm-up, then cosine decay: `lr * (step + 1) / (warmup_steps + 1)` for
+  /// step < warmup_steps (warmup_steps defaults to 0: none); then
+  /// `min_lr + (lr - min_lr) * (1 + cos(pi * (step - warmup_steps) / (total_steps - warmup_steps))) / 2`,
+  /// from lr down to min_lr (default 0) at total_steps; min_lr from total_steps on. Throws
+  /// gradus::error unless 0 <= warmup_steps < total_steps.
   static lr_schedule cosine(double lr, std::int64_t total_steps, std::int64_t warmup_steps = 0, double min_lr = 0) {
     lr_schedule s(lr);
     s.kind_ = kind::cosine;
@@ -75,10 +95,11 @@ class lr_schedule {
     }
     return lr_;
   }
-  kind type() const { return kind_; }
-  double base() const { return lr_; }
+  kind type() const { return kind_; }  ///< which formula
+  double base() const { return lr_; }  ///< the `lr` it was made with (the peak rate of a cosine schedule)
   /// Every parameter, exactly: "0.05", "cosine(lr=0.01, total_steps=1920, warmup_steps=0,
-  /// min_lr=0)". Data-parallel ranks compare it (dist/agree.hpp).
+  /// min_lr=0)". Data-parallel ranks compare it (parallel/agree.hpp), and
+  /// optimizer_from_description reads it back.
   std::string describe() const {
     const auto n = [](double v) { return shortest_text(v); };
     switch (kind_) {
@@ -107,13 +128,18 @@ class lr_schedule {
   bool staircase_ = false;
 };
 
+/// lr_schedule::constant: `lr` at every step.
 inline lr_schedule constant_lr(double lr) { return lr_schedule::constant(lr); }
+/// lr_schedule::step: `lr * gamma^floor(step / step_size)`.
 inline lr_schedule step_lr(double lr, std::int64_t step_size, double gamma) {
   return lr_schedule::step(lr, step_size, gamma);
 }
+/// lr_schedule::exponential: `lr * decay_rate^(step / decay_steps)`, floored exponent when `staircase`.
 inline lr_schedule exponential_lr(double lr, double decay_rate, std::int64_t decay_steps, bool staircase = false) {
   return lr_schedule::exponential(lr, decay_rate, decay_steps, staircase);
 }
+/// lr_schedule::cosine: linear warm-up over warmup_steps, then half a cosine from lr to
+/// min_lr at total_steps.
 inline lr_schedule cosine_lr(double lr, std::int64_t total_steps, std::int64_t warmup_steps = 0, double min_lr = 0) {
   return lr_schedule::cosine(lr, total_steps, warmup_steps, min_lr);
 }

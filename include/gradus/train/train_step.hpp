@@ -44,6 +44,7 @@
 
 namespace gradus {
 
+/// Whether E is a variable type (`variable<Name, T, Extents...>`), the only leaves minimize() trains.
 template <class E>
 inline constexpr bool is_variable_v = false;
 /// By the tag, not by a partial specialization over variable<N, T, E...>: nvcc's front end
@@ -81,6 +82,7 @@ auto grad_fetches(const G& g) {
 
 /// compute_gradients' hook type when no one listens.
 struct no_gradient_hook {
+  /// Does nothing.
   template <class B>
   void operator()(std::size_t, const B&) const {}
 };
@@ -93,12 +95,25 @@ struct gradient_buffer {
   std::string_view dtype;  ///< "float32" / "float64"
   void* data;              ///< writable: a communicator may reduce into it
   index_t size;            ///< elements in data
-  const std::int32_t* indices = nullptr;
-  index_t rows = 0;
-  index_t row_len = 0;
-  bool sparse() const { return indices != nullptr; }
+  const std::int32_t* indices = nullptr;  ///< sparse: the variable's row of each row of data; dense: nullptr
+  index_t rows = 0;                       ///< sparse: rows in data (`size == rows * row_len`); dense: 0
+  index_t row_len = 0;                    ///< sparse: elements per row; dense: 0
+  bool sparse() const { return indices != nullptr; }  ///< whether it holds sparse rows
 };
 
+/// A training step of loss `Loss` over the variables `Vs...` with optimizer `Opt` (sgd, adam,
+/// adamw) on session `session<Backend>`; made by minimize(). run() is compute_gradients()
+/// (one session run of the loss and every gradient, planned once, allocating nothing after
+/// the first step) then apply_gradients() (one fused optimizer pass per variable, in place
+/// in the session's storage, then global_step + 1). The split is where a data-parallel
+/// trainer all-reduces gradients().
+///
+/// A variable read only through embedding_lookup has a sparse-row gradient: the step updates
+/// only the rows the batch named, lazily (the optimizer state and weight decay of the other
+/// rows untouched), unless set_sparse_as_dense(true).
+///
+/// It refers to the session, which must outlive it; like the session it is not thread-safe.
+/// Neither copyable nor movable: keep the one minimize() returns (`auto step = minimize(...)`).
 template <class Backend, class Opt, class Loss, class... Vs>
 class train_step {
   static_assert(sizeof...(Vs) > 0, "gradus: minimize: name the variables to train");
@@ -138,11 +153,15 @@ class train_step {
   }(std::index_sequence_for<Vs...>{});
 
  public:
-  /// The trained variables, in order: names, dtypes and element counts (a trainer plans its
-  /// gradient buckets from these before the first step).
+  /// How many variables it trains. The arrays below describe them in the order of `Vs...`,
+  /// that of gradients() (a trainer plans its gradient buckets from them before the first
+  /// step).
   static constexpr std::size_t variable_count = sizeof...(Vs);
+  /// The variables' names, `std::array<std::string_view, variable_count>`.
   static constexpr const auto& variable_names() { return names_; }
+  /// The variables' dtypes, "float32" or "float64", `std::array<std::string_view, variable_count>`.
   static constexpr const auto& variable_dtypes() { return dtypes_; }
+  /// The variables' element counts, `std::array<index_t, variable_count>`.
   static constexpr const auto& variable_sizes() { return sizes_; }
   /// Per variable: the elements of one row when its gradient is a sparse-row one (an
   /// embedding table [rows, ...]: a parameter server moves it as rows), else 0.
@@ -158,8 +177,13 @@ class train_step {
   }();
 
  public:
-  using loss_type = value_t<Loss>;
+  using loss_type = value_t<Loss>;  ///< the loss's dtype, float or double: what run() returns
 
+  /// Validates `opt` (its validate(): gradus::error), declares each variable in `s` (see
+  /// gradus::declare), and creates the optimizer's state tensors, `"<variable>/<slot>"`,
+  /// zero-filled unless `s` has them already, so a checkpoint can be restored into `s` before
+  /// the first step. The variables need values (assigned, initialised or restored) only when
+  /// the step runs. Prefer minimize().
   train_step(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs)
       : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(loss, vs...))), fetches_(make_fetches(grads_)) {
     opt_.validate();
@@ -221,6 +245,7 @@ class train_step {
 
   /// Sparse-row gradients as dense ones from the next compute_gradients() on (or back).
   void set_sparse_as_dense(bool on) { sparse_as_dense_ = on; }
+  /// Whether sparse-row gradients are scattered into dense ones (default false).
   bool sparse_as_dense() const { return sparse_as_dense_; }
 
   /// The gradients of the last compute_gradients(), in the order the variables were named.
@@ -257,10 +282,11 @@ class train_step {
   }
   /// The learning rate the next update will use.
   double learning_rate() const { return opt_.lr(s_.global_step()); }
-  const Opt& optimizer() const { return opt_; }
-  const Loss& loss() const { return loss_; }
+  const Opt& optimizer() const { return opt_; }  ///< the optimizer, as given
+  const Loss& loss() const { return loss_; }     ///< the loss expression
+  /// The gradient expressions, one per variable in order, as a std::tuple (grad(loss, vs...)).
   const grads_t& gradient_expressions() const { return grads_; }
-  session<Backend>& owner() const { return s_; }
+  session<Backend>& owner() const { return s_; }  ///< the session it trains in
 
  private:
   /// "; it reaches the loss, the gradient of 'w'": the fetches a numerics_error names
@@ -494,8 +520,7 @@ class train_step {
   bool have_grads_ = false;
 };
 
-/// The variables an expression reads, each once, in order of first appearance (a type
-/// list: std::tuple<variable<...>...>), found by walking the expression's type.
+// The variables an expression reads (variables_of_t, below).
 namespace detail {
 template <class Acc, class... Es>
 struct collect_variables {
@@ -530,6 +555,8 @@ struct collect_variables<Acc, E0, Es...> {
   using type = typename collect_variables<typename append_variable<E0, Acc>::type, Es...>::type;
 };
 }  // namespace detail
+/// The variables an expression reads, each once, in order of first appearance (a type
+/// list: `std::tuple<variable<...>...>`), found by walking the expression's type.
 template <class E>
 using variables_of_t = typename detail::collect_variables<std::tuple<>, E>::type;
 

@@ -31,9 +31,10 @@
 
 namespace gradus::util {
 
+/// A metrics CSV in memory: the column names and the rows, each a value per column.
 struct metrics_table {
-  std::vector<std::string> columns;
-  std::vector<std::vector<double>> rows;
+  std::vector<std::string> columns;       ///< the header's names, in order
+  std::vector<std::vector<double>> rows;  ///< the rows, each `columns.size()` values (NaN where missing)
 
   /// the values of one column (empty when there is no such column)
   std::vector<double> column(std::string_view name) const {
@@ -45,6 +46,7 @@ struct metrics_table {
       }
     return v;
   }
+  /// whether there is a column `name`
   bool has(std::string_view name) const {
     for (const auto& c : columns)
       if (c == name) return true;
@@ -89,16 +91,26 @@ inline metrics_table read_metrics(const std::string& path) {
   return m;
 }
 
+/// A CSV log of training metrics, one row per epoch (or per evaluation): the header once,
+/// each row flushed as soon as it is written, numbers in their shortest round-tripping form.
+/// create() starts a new log, append() resumes one; the object keeps the file open for
+/// appending and every row in table(). Not thread-safe.
 class metrics_log {
  public:
-  /// A new log: the file is replaced and holds the header.
+  /// A new log: the file is replaced and holds the header (parent directories are created).
+  /// Throws gradus::error when `columns` is empty, a name is empty or holds a comma, quote or
+  /// line end, or the file cannot be written (std::filesystem::filesystem_error when it cannot
+  /// be renamed into place).
   static metrics_log create(const std::filesystem::path& path, std::vector<std::string> columns) {
     metrics_log l(path, std::move(columns));
     l.rewrite();
     return l;
   }
 
-  /// Continues the log at `path` (a new one when there is no such file or it is empty).
+  /// Continues the log at `path` (a new one when there is no such file or it is empty): keeps
+  /// the rows whose first column is at most `keep_up_to` (default infinity), drops the others
+  /// and rewrites the file with them. A log whose columns are not `columns` is a data_error,
+  /// as is a file that does not read as a metrics CSV (read_metrics).
   static metrics_log append(const std::filesystem::path& path, std::vector<std::string> columns,
                             double keep_up_to = std::numeric_limits<double>::infinity()) {
     metrics_log l(path, std::move(columns));
@@ -132,7 +144,10 @@ class metrics_log {
     return l;
   }
 
+  /// Appends a row, `log.write({1, 938, 0.31})`: as the vector overload.
   void write(std::initializer_list<double> values) { write(std::vector<double>(values)); }
+  /// Appends a row of one value per column (NaN for a missing one) and flushes it; also adds it
+  /// to table(). Throws gradus::error for a row of another length or when the write fails.
   void write(const std::vector<double>& values) {
     if (values.size() != t_.columns.size())
       throw error("gradus: metrics_log '" + path_.string() + "': a row of " + std::to_string(values.size()) +
@@ -142,8 +157,9 @@ class metrics_log {
     t_.rows.push_back(values);
   }
 
+  /// Every row of the run, the kept old ones and those written since (for a plot).
   const metrics_table& table() const { return t_; }
-  const std::filesystem::path& path() const { return path_; }
+  const std::filesystem::path& path() const { return path_; }  ///< the log's file
 
   /// shortest text that reads back as the same double; "nan", "inf", "-inf" otherwise
   static std::string format(double v) { return shortest_text(v); }

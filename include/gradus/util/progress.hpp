@@ -47,16 +47,25 @@ inline double steady_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+/// A training progress bar in the manner of Keras' Progbar: live, one line redrawn in place
+/// with a carriage return (for a terminal); plain, one line every `options::every` steps and
+/// one per epoch, never a carriage return (for files, pipes and CI logs). Call start_epoch(),
+/// step() per batch, optionally stop() before an evaluation, then end_epoch(metrics). The
+/// loss shown is the mean of the epoch's steps so far. Not thread-safe.
 class progress {
  public:
+  /// How often and how wide it draws.
   struct options {
-    std::int64_t every = 0;               // plain mode: a line every this many steps (0: epoch ends only)
-    double refresh_s = 0.1;               // live mode: the least time between two redraws
-    int width = 30;                       // live mode: characters of the bar
-    double (*clock)() = &steady_seconds;  // seconds; tests pass a fake one
+    std::int64_t every = 0;               ///< plain mode: a line every this many steps (0: epoch ends only)
+    double refresh_s = 0.1;               ///< live mode: the least time between two redraws, in seconds
+    int width = 30;                       ///< live mode: characters of the bar
+    double (*clock)() = &steady_seconds;  ///< the time in seconds; tests pass a fake one
   };
 
+  /// A bar writing to `out`, live (redrawn in place) or plain; pass is_terminal(out) to
+  /// choose by where out goes. Default options.
   progress(std::ostream& out, bool live) : progress(out, live, options{}) {}
+  /// As above, with options `o`. `out` must outlive the bar.
   progress(std::ostream& out, bool live, options o) : out_(&out), live_(live), o_(o) {}
 
   /// epoch is 1-based; steps is the number of steps the epoch will have.
@@ -74,6 +83,8 @@ class progress {
     if (live_) draw(t0_, false);
   }
 
+  /// One step of the epoch: its loss and how many samples it took (for samples/s). Draws
+  /// only when due: live, at most every `refresh_s` seconds; plain, every `every` steps.
   void step(double loss, std::int64_t samples) {
     ++done_;
     samples_ += samples;
@@ -116,11 +127,12 @@ class progress {
     }
   }
 
-  std::int64_t steps_done() const { return done_; }
-  std::int64_t samples_done() const { return samples_; }
+  std::int64_t steps_done() const { return done_; }       ///< steps of the current epoch so far
+  std::int64_t samples_done() const { return samples_; }  ///< samples of the current epoch so far
+  /// The mean loss of the current epoch's steps (0 before the first).
   double mean_loss() const { return done_ ? loss_sum_ / static_cast<double>(done_) : 0.0; }
-  double epoch_seconds() const { return seconds_; }  // of the last ended epoch
-  bool live() const { return live_; }
+  double epoch_seconds() const { return seconds_; }  ///< the duration of the last ended epoch, in seconds
+  bool live() const { return live_; }                ///< whether it redraws one line in place
 
  private:
   static std::string number(double v, int decimals) {

@@ -28,27 +28,51 @@
 
 namespace gradus::util {
 
+/// One curve: point i is (x[i], y[i]), for i below the shorter length; points with a
+/// non-finite coordinate are left out.
 struct plot_series {
-  std::string name;
-  std::vector<double> x, y;
+  std::string name;  ///< its legend entry
+  /// the x coordinates
+  std::vector<double> x, y;  ///< the y coordinates
 };
 
+/// One chart: its titles and curves, drawn in one panel with its own axes and legend.
 struct plot_panel {
-  std::string title, x_label, y_label;
-  std::vector<plot_series> series;
+  /// the title above the panel
+  std::string title, x_label, y_label;  ///< the y axis' title
+  /// \var x_label
+  /// the x axis' title
+  std::vector<plot_series> series;  ///< the curves, coloured in turn from a palette of six
   bool integer_x = false;  ///< ticks on whole numbers only (epochs)
 };
 
+/// Sizes in SVG user units (pixels): each panel's box, and the margins between its edges and
+/// its plot area, which hold the title, tick labels and axis titles.
 struct plot_layout {
-  double panel_width = 480, panel_height = 340;
+  /// a panel's width (default 480); the image is this times the number of panels wide
+  double panel_width = 480, panel_height = 340;  ///< a panel's and the image's height (default 340)
+  /// left margin, for the y tick labels and title (default 64)
   double margin_left = 64, margin_right = 16, margin_top = 36, margin_bottom = 52;
+  /// \var margin_right
+  /// right margin (default 16)
+  /// \var margin_top
+  /// top margin, for the panel's title (default 36)
+  /// \var margin_bottom
+  /// bottom margin, for the x tick labels and title (default 52)
 };
 
 /// An axis from lo to hi with ticks every `step` (1, 2 or 5 times a power of ten, about
 /// five ticks); lo and hi are the data's min and max rounded out to a multiple of step.
 struct nice_axis {
-  double lo = 0, hi = 1, step = 0.2;
+  /// the axis' first value (default 0)
+  double lo = 0, hi = 1, step = 0.2;  ///< the distance between ticks (default 0.2)
+  /// \var hi
+  /// the axis' last value (default 1)
 
+  /// The axis for data in [min, max]: step is 1, 2 or 5 times a power of ten near
+  /// `(max - min) / 5` (at least 1 when `integer`), lo and hi min and max rounded out to
+  /// multiples of it. A single value (max == min) gets an axis around it; non-finite bounds
+  /// give the default axis [0, 1].
   static nice_axis of(double min, double max, bool integer) {
     if (!std::isfinite(min) || !std::isfinite(max)) return {};
     if (max - min <= 0) {  // one value: a unit-wide axis around it
@@ -100,6 +124,13 @@ inline constexpr const char* palette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7
 
 }  // namespace svg_detail
 
+/// The panels side by side as one standalone SVG document (text): each with a frame, ticks
+/// and tick labels, axis titles, one `polyline` per series and a legend in the corner the
+/// curves cross least. Each axis is nice_axis::of the panel's finite data; a panel's plot
+/// area spans `[left, left + plot_w] x [top, top + plot_h]` (the panel less the margins), and
+/// a point (x, y) is drawn at `left + (x - lo) / (hi - lo) * plot_w`,
+/// `top + (hi - y) / (hi - lo) * plot_h` (each axis its own lo, hi), to 2 decimals. Text is
+/// XML-escaped.
 inline std::string svg_plot(const std::vector<plot_panel>& panels, const plot_layout& L = {}) {
   using namespace svg_detail;
   const double W = L.panel_width * static_cast<double>(std::max<std::size_t>(panels.size(), 1)), H = L.panel_height;
@@ -195,7 +226,9 @@ inline std::string svg_plot(const std::vector<plot_panel>& panels, const plot_la
   return s;
 }
 
-/// Two panels from a metrics table with an "epoch" column: loss columns, accuracy columns.
+/// Two panels from a metrics table with an "epoch" column, epochs on x: "loss" with every column
+/// whose name holds "loss", and "accuracy" with every column whose name holds "accuracy"
+/// (without an "epoch" column the curves are empty).
 inline std::vector<plot_panel> training_curves(const metrics_table& m) {
   const std::vector<double> epoch = m.column("epoch");
   plot_panel loss{"loss", "epoch", "loss", {}, true}, acc{"accuracy", "epoch", "accuracy", {}, true};
@@ -206,7 +239,9 @@ inline std::vector<plot_panel> training_curves(const metrics_table& m) {
   return {loss, acc};
 }
 
-/// Writes the SVG atomically (temporary file + rename), so a viewer never sees half of it.
+/// Writes svg_plot(panels, layout) to `path` atomically (temporary file + rename), so a viewer
+/// never sees half of it; parent directories are created. Throws gradus::error when the
+/// temporary file cannot be written.
 inline void write_svg(const std::filesystem::path& path, const std::vector<plot_panel>& panels,
                       const plot_layout& layout = {}) {
   if (path.has_parent_path()) std::filesystem::create_directories(path.parent_path());
