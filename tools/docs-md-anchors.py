@@ -4,16 +4,20 @@
 GitHub gives every heading an anchor (its text, lower-cased, punctuation dropped, spaces as
 hyphens) and the pages link to them: `[below](#reading-a-result)`, `guide.md#weights`.
 Doxygen only knows labels written `{#label}` after a heading, and labels are global. This
-filter gives each heading its GitHub anchor prefixed with the page's name, and rewrites
-the page's links to match, so one Markdown source reads right on GitHub and in the HTML.
-Code fences pass through untouched."""
+filter gives each heading its GitHub anchor prefixed with the page's path, rewrites the
+page's links to match, and closes gaps in heading levels (a `###` under a `#`), which
+Doxygen refuses; so one Markdown source reads right on GitHub and in the HTML. Code fences
+pass through untouched, and `::name` outside code is escaped (Doxygen's link syntax)."""
 import os
 import re
 import sys
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-def stem(path):
-    return re.sub(r'[^a-z0-9]+', '-', os.path.splitext(os.path.basename(path))[0].lower())
+
+def page_id(path):
+    rel = os.path.relpath(os.path.abspath(path), ROOT)
+    return re.sub(r'[^a-z0-9]+', '-', os.path.splitext(rel)[0].lower()).strip('-')
 
 
 def slug(text):
@@ -23,10 +27,16 @@ def slug(text):
 
 
 def main(path):
-    page = path if os.path.basename(path).lower() != 'readme.md' else \
-        os.path.relpath(path).replace(os.sep, '-')
-    me = stem(page)
-    out, fence, seen = [], None, {}
+    me = page_id(path)
+    here = os.path.dirname(os.path.abspath(path))
+    out, fence, seen, levels = [], None, {}, []
+
+    def link(m):
+        target, anchor = m.group(1), m.group(2)
+        if not target:
+            return f'](#{me}-{anchor})'
+        return f'](#{page_id(os.path.join(here, target))}-{anchor})'
+
     for line in open(path, encoding='utf-8').read().split('\n'):
         f = re.match(r'^\s*(```+|~~~+)', line)
         if f:
@@ -37,15 +47,30 @@ def main(path):
             out.append(line)
             continue
         h = re.match(r'^(#{1,6}) +(.*?)\s*$', line)
-        if h and '{#' not in line:
-            s = slug(h.group(2))
-            n = seen.get(s, 0)
-            seen[s] = n + 1
-            line = f'{h.group(1)} {h.group(2)} {{#{me}-{s}{"-%d" % n if n else ""}}}'
-        # [text](#anchor) -> this page's label; [text](other.md#anchor) -> that page's label
-        line = re.sub(r'\]\(#([\w\-]+)\)', lambda m: f'](#{me}-{m.group(1)})', line)
-        line = re.sub(r'\]\(((?:[\w.\-]+/)*)([\w.\-]+)\.md#([\w\-]+)\)',
-                      lambda m: f'](#{stem(m.group(2)) if m.group(2).lower() != "readme" else stem((m.group(1).strip("/").replace("/", "-") + "-readme") if m.group(1).strip("./") else "readme")}-{m.group(3)})', line)
+        if h:
+            level = len(h.group(1))
+            while levels and levels[-1] >= level:
+                levels.pop()
+            shown = (len(levels) + 1) if levels or level == 1 else 1
+            levels.append(level)
+            label = ''
+            if '{#' not in line:
+                s = slug(h.group(2))
+                n = seen.get(s, 0)
+                seen[s] = n + 1
+                label = f' {{#{me}-{s}{"-%d" % n if n else ""}}}'
+            line = '#' * shown + ' ' + h.group(2) + label
+        # [text](#anchor) and [text](other.md#anchor) -> the labels this filter gives them
+        line = re.sub(r'\]\(((?:[\w.\-]+/)*[\w.\-]+\.md)?#([\w\-]+)\)', link, line)
+        # [text](path/README.md) where README.md is the main page
+        line = re.sub(r'\]\(((?:\.\./)+|\./)?README\.md\)',
+                      lambda m: '](@ref index)' if os.path.normpath(os.path.join(here, m.group(0)[2:-1]))
+                      == os.path.join(ROOT, 'README.md') else m.group(0), line)
+        # `::name` after a space or bracket is Doxygen's explicit link (an IPv6 address in a log
+        # line: tcp://[::ffff:127.0.0.1]); escaped outside code spans
+        parts = line.split('`')
+        parts[::2] = [re.sub(r'(?<=[\[\s(])::(?=\w)', r'\\::', p) for p in parts[::2]]
+        line = '`'.join(parts)
         out.append(line)
     sys.stdout.write('\n'.join(out))
 

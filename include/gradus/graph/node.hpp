@@ -62,6 +62,7 @@ inline constexpr bool has_storage_v =
 /// both operands' shapes with a run-time extent spelled `dyn`, and the dimension of each
 /// operand that disagrees (where the op names one: elementwise broadcasting, matmul).
 namespace shape_mismatch {
+/// The type the diagnostic shows a run-time extent in: its one named value, `dyn`.
 enum extent : index_t { dyn = -1 };  ///< an extent bound at run time, as the diagnostic spells it
 /// The first operand's static shape.
 template <auto... E>
@@ -83,21 +84,24 @@ inline constexpr auto shown = [] {
 }();
 template <class S, template <auto...> class As>
 struct show;
+/// `show<shape<E...>, a>::type`: a static shape as the diagnostic prints it as `As<shown<E>...>`.
 template <index_t... E, template <auto...> class As>
 struct show<shape<E...>, As> {
-  using type = As<shown<E>...>;
+  using type = As<shown<E>...>;  ///< the shape as shown
 };
 /// Whether the op names the dimensions that disagree (`Op::where<SA, SB>`).
 template <class Op, class SA, class SB>
 concept names_dimensions = requires { typename Op::template where<SA, SB>; };
+/// The dimensions the op names for shapes SA and SB (`Op::where`), else dimensions_not_named.
 template <class Op, class SA, class SB>
 struct where {
-  using type = dimensions_not_named;
+  using type = dimensions_not_named;  ///< the op names none
 };
+/// An op that names the dimensions: its `where<SA, SB>`.
 template <class Op, class SA, class SB>
   requires names_dimensions<Op, SA, SB>
 struct where<Op, SA, SB> {
-  using type = typename Op::template where<SA, SB>;
+  using type = typename Op::template where<SA, SB>;  ///< the op's dimension_of_a_vs_b
 };
 /// Fails to instantiate when the shapes do not fit: its own name is the diagnostic.
 template <class Op, class A, class B, class Where, bool Fit>
@@ -105,7 +109,7 @@ struct in {
   static_assert(Fit, "gradus: the static shapes of this op's operands do not fit: the op, both shapes (dyn: an "
                      "extent bound at run time) and dimension_of_a_vs_b<i, j> (a's dimension i against b's "
                      "dimension j) are in the gradus::shape_mismatch::in<...> this error instantiates");
-  static constexpr bool value = true;
+  static constexpr bool value = true;  ///< true: the shapes fit
 };
 }  // namespace shape_mismatch
 
