@@ -25,6 +25,7 @@ packages=(
   libzmq3-dev cppzmq-dev   # gradus::ring_allreduce (ZeroMQ through cppzmq)
   iproute2                 # ip netns / veth / tc: the multi-host test in network namespaces
   nftables                 # nft: packet loss and partitions between namespaces (the fault battery)
+  doxygen                  # tools/build-docs.sh: the HTML reference (docs.doxygen, warnings fail it)
   libopenmpi-dev openmpi-bin   # gradus::mpi (mpi_allreduce, --comm mpi) and its tests under mpirun;
                                # benchmarks/allreduce_vs_mpi.sh's MPI_Allreduce
 )
