@@ -4,7 +4,7 @@
 // trainer takes (parallel::minimize, gradus::trainer in trainer.hpp, the estimators):
 //
 //   auto step = g::parallel::minimize(comm, s, loss, g::sgd{.lr = 0.05, .momentum = 0.9});
-//   for (auto [xb, yb] : data.shard(comm.rank(), comm.world_size()).batches(64))
+//   for (auto [xb, yb] : data.shard(comm.rank(), comm.world_size()).batch(64))
 //     step.run(x = xb, y = yb);
 //
 // Each rank runs the same graph on its own shard of the batch; as each gradient is final

@@ -4,7 +4,7 @@
 //
 //   g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());
 //   auto step = t.minimize(loss, g::sgd{.lr = 0.05, .momentum = 0.9});
-//   for (auto [xb, yb] : data.shard(t.rank(), t.world_size()).batches(64))
+//   for (auto [xb, yb] : data.shard(t.rank(), t.world_size()).batch(64))
 //     step.run(x = xb, y = yb);
 //
 // The communicator is built from the constructor's arguments (a cluster spec, options, or
@@ -25,7 +25,7 @@ namespace gradus {
 /// ```
 /// g::trainer<g::cpu_simd, g::ring_allreduce> t(g::cluster::from_env());
 /// auto step = t.minimize(loss, g::sgd{.lr = 0.05, .momentum = 0.9});
-/// for (auto [xb, yb] : data.shard(t.rank(), t.world_size()).batches(64))
+/// for (auto [xb, yb] : data.shard(t.rank(), t.world_size()).batch(64))
 ///   step.run(x = xb, y = yb);
 /// ```
 /// Not copyable: the steps it makes refer to its session and communicator, and must not
