@@ -30,6 +30,7 @@ def main(path):
     me = page_id(path)
     here = os.path.dirname(os.path.abspath(path))
     out, fence, seen, levels = [], None, {}, []
+    out_has_title = [False]
 
     def link(m):
         target, anchor = m.group(1), m.group(2)
@@ -54,7 +55,10 @@ def main(path):
             shown = (len(levels) + 1) if levels or level == 1 else 1
             levels.append(level)
             label = ''
-            if '{#' not in line:
+            if '{#' not in line and not out_has_title[0]:
+                label = f' {{#{me}}}'  # the page's title: the page's own label
+                out_has_title[0] = True
+            elif '{#' not in line:
                 s = slug(h.group(2))
                 n = seen.get(s, 0)
                 seen[s] = n + 1
@@ -62,16 +66,21 @@ def main(path):
             line = '#' * shown + ' ' + h.group(2) + label
         # [text](#anchor) and [text](other.md#anchor) -> the labels this filter gives them
         line = re.sub(r'\]\(((?:[\w.\-]+/)*[\w.\-]+\.md)?#([\w\-]+)\)', link, line)
-        # [text](path/README.md) where README.md is the main page
-        line = re.sub(r'\]\(((?:\.\./)+|\./)?README\.md\)',
-                      lambda m: '](@ref index)' if os.path.normpath(os.path.join(here, m.group(0)[2:-1]))
-                      == os.path.join(ROOT, 'README.md') else m.group(0), line)
+        # [text](path.md): the page's label (the main page's is `index`)
+        def page(m):
+            target = os.path.normpath(os.path.join(here, m.group(1)))
+            if target == os.path.join(ROOT, 'README.md'):
+                return '](@ref index)'
+            return f'](#{page_id(target)})' if os.path.exists(target) else m.group(0)
+        line = re.sub(r'\]\(((?:[\w.\-]+/)*[\w.\-]+\.md)\)', page, line)
         # `::name` after a space or bracket is Doxygen's explicit link (an IPv6 address in a log
         # line: tcp://[::ffff:127.0.0.1]); escaped outside code spans
         parts = line.split('`')
         parts[::2] = [re.sub(r'(?<=[\[\s(])::(?=\w)', r'\\::', p) for p in parts[::2]]
         line = '`'.join(parts)
         out.append(line)
+    if not out_has_title[0]:  # a page of tables only: its file name as its title
+        out.insert(0, f'# {os.path.basename(path)} {{#{me}}}')
     sys.stdout.write('\n'.join(out))
 
 
