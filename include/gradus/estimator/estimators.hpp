@@ -449,12 +449,18 @@ class model {
 template <index_t In, class Hidden, index_t Classes, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using dnn_classifier = estimator::model<estimator::detail::dnn_body<In, Hidden, Classes, float>,
                                         estimator::detail::classification_head<Classes>, In, Backend, Comm, Opt>;
+/// A regressor: `In` float features through ReLU hidden layers (`hidden<H...>`) to `Out` float
+/// outputs, trained on mean squared error against float labels [N, Out].
 template <index_t In, class Hidden, index_t Out = 1, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using dnn_regressor = estimator::model<estimator::detail::dnn_body<In, Hidden, Out, float>,
                                        estimator::detail::regression_head<Out, float>, In, Backend, Comm, Opt>;
+/// A linear classifier (one dense layer, logits of `Classes` >= 2 classes): softmax cross-entropy
+/// against int32 class labels.
 template <index_t In, index_t Classes, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using linear_classifier = estimator::model<estimator::detail::linear_body<In, Classes, float>,
                                            estimator::detail::classification_head<Classes>, In, Backend, Comm, Opt>;
+/// A linear regressor (one dense layer, `In` -> `Out` float outputs): mean squared error against
+/// float labels [N, Out].
 template <index_t In, index_t Out = 1, class Backend = cpu_simd, class Comm = parallel::local, class Opt = adam>
 using linear_regressor = estimator::model<estimator::detail::linear_body<In, Out, float>,
                                           estimator::detail::regression_head<Out, float>, In, Backend, Comm, Opt>;

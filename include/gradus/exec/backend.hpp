@@ -173,7 +173,7 @@ struct event_of<B> {
 template <class B>
 using backend_event = typename detail::event_of<B>::type;
 
-/// A copy between device memory and a host_buffer<B>: queued where the backend can (the
+/// A copy from device memory into a `host_buffer<B>`: queued where the backend can (the
 /// host buffer must then stay untouched until an event recorded after it has passed),
 /// done at once elsewhere.
 template <class B>
@@ -181,6 +181,8 @@ void queue_copy_to_host(void* host_dst, const void* src, std::size_t bytes) {
   if constexpr (backend_async_copies<B>) B::copy_to_host_async(host_dst, src, bytes);
   else B::copy_to_host(host_dst, src, bytes);
 }
+/// The same from a `host_buffer<B>` into device memory: queued where the backend can (the
+/// host buffer must stay untouched until an event recorded after it has passed).
 template <class B>
 void queue_copy_to_device(void* dst, const void* host_src, std::size_t bytes) {
   if constexpr (backend_async_copies<B>) B::copy_to_device_async(dst, host_src, bytes);

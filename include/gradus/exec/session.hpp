@@ -15,6 +15,8 @@
 
 namespace gradus {
 
+/// Whether X is a feed binding (a type with a `feed_tag` member: a placeholder's `feed`, a
+/// pipeline's `stage_input`): the arguments of a session's run that bind data, not expressions.
 template <class X>
 inline constexpr bool is_feed_v = false;
 /// A named concept, not `if constexpr (requires {...})`: inside a generic lambda nvcc's front

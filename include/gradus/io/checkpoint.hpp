@@ -54,10 +54,12 @@
 
 namespace gradus {
 
+/// The names a checkpoint keeps for itself (int64 scalars in the .npz; a session tensor named
+/// like one is refused by save_checkpoint): the step counter, always written.
 inline constexpr std::string_view global_step_key = "global_step";
-inline constexpr std::string_view world_size_key = "gradus/world_size";
-inline constexpr std::string_view stages_key = "gradus/stages";
-inline constexpr std::string_view stage_key = "gradus/stage";
+inline constexpr std::string_view world_size_key = "gradus/world_size";  ///< checkpoint_options::world_size, when > 0
+inline constexpr std::string_view stages_key = "gradus/stages";  ///< a pipeline stage file's stage count
+inline constexpr std::string_view stage_key = "gradus/stage";  ///< a pipeline stage file's stage
 
 /// What a checkpoint records about the job besides the session, and what restore expects.
 struct checkpoint_options {
@@ -198,6 +200,11 @@ host_arrays copy_to_host(const Entries& entries, const std::string& ctx) {
 
 }  // namespace detail
 
+/// Writes every tensor of `s` (or options.only's), the global step and the options' world size
+/// and stage layout to `file`, a .npz, atomically (io::write_npz). Copies out of a device run
+/// on the session's stream. Throws gradus::error, leaving `file` as it was, when a tensor has
+/// no value yet, is named like a reserved key, options.only names a tensor `s` lacks, the
+/// world size is negative or the stage is not one of `stages`, or the write fails.
 template <class Backend>
 void save_checkpoint(const session<Backend>& s, const std::filesystem::path& file,
                      const checkpoint_options& options = {}) {
@@ -222,6 +229,12 @@ void save_checkpoint(const session<Backend>& s, const std::filesystem::path& fil
   io::write_npz(file, arrays);
 }
 
+/// Loads `file` (written by save_checkpoint) into `s`: every tensor (or options.only's) and the
+/// global step, all or nothing. Throws gradus::error, with nothing restored, naming every
+/// difference when the file's names, dtypes or shapes differ from the session's, on a missing
+/// or negative step counter, another world size or stage layout than `options` asks for
+/// (see checkpoint_options), or any NaN or Inf in a tensor; and when the file is unreadable
+/// (io::read_npz).
 template <class Backend>
 void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
                         const checkpoint_options& options = {}) {

@@ -151,6 +151,7 @@ inline void write_npz(const std::filesystem::path& file, std::span<const npz_arr
                              [&](const std::filesystem::path& tmp) { detail::write_zip(tmp, arrays, sizes, ctx); });
 }
 
+/// write_npz of a braced list: `write_npz(file, {{"w", "float32", shape, data}, ...})`.
 inline void write_npz(const std::filesystem::path& file, std::initializer_list<npz_array_ref> arrays) {
   write_npz(file, std::span<const npz_array_ref>(arrays.begin(), arrays.size()));
 }

@@ -187,6 +187,7 @@ inline void write_safetensors(const std::filesystem::path& file, std::span<const
   });
 }
 
+/// write_safetensors of a braced list of arrays, as write_npz takes one.
 inline void write_safetensors(const std::filesystem::path& file, std::initializer_list<npz_array_ref> arrays,
                               const safetensors_metadata& metadata = {}) {
   write_safetensors(file, std::span<const npz_array_ref>(arrays.begin(), arrays.size()), metadata);

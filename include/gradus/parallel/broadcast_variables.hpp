@@ -39,6 +39,10 @@ void with_host_span(T* p, std::size_t n, bool write_back, F&& f) {
 }
 }  // namespace detail
 
+/// Rank 0's values of every float32/float64 tensor of `s` (or only those named in `only`) and
+/// its global step, broadcast to every rank of `comm` (see above); every rank must call it
+/// with the same tensors. Does nothing in a world of one. Throws gradus::error on a tensor of
+/// another dtype.
 template <collectives Comm, class Session>
 void broadcast_variables(Comm& comm, Session& s, const std::vector<std::string>& only = {}) {
   if (comm.world_size() == 1) return;

@@ -339,6 +339,8 @@ auto minimize(Comm& comm, session<Backend>& s, const Loss& loss, const Opt& opt,
     }(static_cast<variables_of_t<Loss>*>(nullptr));
   }
 }
+/// minimize(comm, options, session, loss, optimizer): the data-parallel step over every variable
+/// the loss reads, with `opts` (bucket size, overlap, replica checks).
 template <communicator Comm, class Backend, class Opt, expression Loss>
 auto minimize(Comm& comm, const data_parallel_options& opts, session<Backend>& s, const Loss& loss, const Opt& opt) {
   return [&]<class... Ws>(std::tuple<Ws...>*) {

@@ -76,12 +76,15 @@ concept rejoin_store = requires(C& c) {
 /// (nullptr when it holds none), or none at all (a no_store pointer, always null).
 struct no_store {};
 
+/// A pointer to the store `c` offers (see above): `&c.store()` or null where `c` holds one at
+/// run time, `&c` where `c` is a key_value_store, else a null `no_store*`.
 template <class C>
 auto* key_value_store_of(C& c) {
   if constexpr (requires { c.holds_variables(); c.store(); }) return c.holds_variables() ? &c.store() : nullptr;
   else if constexpr (key_value_store<C>) return &c;
   else return static_cast<no_store*>(nullptr);
 }
+/// The store type key_value_store_of gives for a communicator C (`no_store` where it has none).
 template <class C>
 using key_value_store_t = std::remove_pointer_t<decltype(key_value_store_of(std::declval<C&>()))>;
 

@@ -21,6 +21,10 @@
 
 namespace gradus::parallel {
 
+/// Averages every gradient of `step`'s last compute_gradients() over `comm`'s world, in place
+/// (see above); every rank must call it. Does nothing in a world of one. Throws gradus::error
+/// on a sparse gradient (call set_sparse_as_dense(true) on the step) or a dtype other than
+/// float32/float64.
 template <collectives Comm, class Step>
 void reduce_gradients(Comm& comm, Step& step) {
   if (comm.world_size() == 1) return;

@@ -34,12 +34,17 @@
 
 namespace gradus::parallel {
 
+/// Replica 0 of `p`'s stage writes the stage's file of `file` (stage_checkpoint_file); the other
+/// replicas write nothing. Throws gradus::error as save_checkpoint does.
 template <class Comm>
 void save_pipeline_checkpoint(pipeline_base<Comm>& p, const std::filesystem::path& file) {
   const auto& st = p.stats();
   if (st.replica == 0) p.save_stage_file(stage_checkpoint_file(file, st.stage, st.stages));
 }
 
+/// Restores every stage from its file of `file` (see above); every rank must call it. Returns
+/// false when no stage file exists, true when all were restored; else throws gradus::error on
+/// every rank, naming the cause.
 template <class Comm>
 bool restore_pipeline_checkpoint(pipeline_base<Comm>& p, const std::filesystem::path& file) {
   const auto& st = p.stats();

@@ -27,6 +27,7 @@
 
 namespace gradus::parallel {
 
+/// Layer type L's cost for balanced_cut: its `flops_per_row`, else its `parameters`, else 0.
 template <class L>
 constexpr double layer_cost() {
   if constexpr (requires { L::flops_per_row; }) return static_cast<double>(L::flops_per_row);
@@ -96,6 +97,7 @@ constexpr stage_cut<N, S> balanced_cut(const std::array<double, N>& c) {
   }
   return r;
 }
+/// The balanced cut of the layer types L... into S stages, each costed by layer_cost.
 template <int S, class... L>
 constexpr stage_cut<sizeof...(L), S> balanced_cut() {
   return balanced_cut<S>(std::array<double, sizeof...(L)>{layer_cost<L>()...});

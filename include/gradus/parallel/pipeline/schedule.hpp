@@ -22,10 +22,14 @@
 
 namespace gradus::parallel {
 
+/// A pipeline schedule (above): GPipe, or 1F1B (PipeDream-flush).
 enum class schedule_kind { gpipe, one_f_one_b };
 
+/// "gpipe" or "1f1b": the name parse_schedule reads.
 inline std::string_view schedule_name(schedule_kind k) { return k == schedule_kind::gpipe ? "gpipe" : "1f1b"; }
 
+/// The schedule named "gpipe" or "1f1b" (as a `--schedule` flag gives it); throws gradus::error
+/// naming any other string.
 inline schedule_kind parse_schedule(std::string_view s) {
   if (s == "gpipe") return schedule_kind::gpipe;
   if (s == "1f1b") return schedule_kind::one_f_one_b;

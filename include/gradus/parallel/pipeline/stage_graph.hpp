@@ -177,6 +177,7 @@ struct stage_output {
   /// The node type stage K computes.
   using type = typename std::conditional_t<K == S - 1, std::type_identity<Loss>, detail::list_front<placed>>::type;
 };
+/// `stage_output<K, S, Loss>::type`: the node type stage K of S computes.
 template <int K, int S, class Loss>
 using stage_output_t = typename stage_output<K, S, Loss>::type;
 
