@@ -381,5 +381,12 @@ BOOST_AUTO_TEST_CASE(bad_input_names_what_is_wrong) {
                         g::shape_error, msg("labels of shape (3,) for 4 examples"));
   BOOST_CHECK_EXCEPTION(m.train({x.data(), g::dims{std::array<g::index_t, 2>{4, 3}}}, {y.data(), g::dims{std::array<g::index_t, 1>{4}}}),
                         g::error, msg("label 7 of example 2 is not a class in [0, 5)"));
+  // a dataset of 4-value examples for a 3-feature model: refused by train and evaluate alike
+  // (evaluate used to read it as [m, 3] rows: past the batch's end, or examples mixed up)
+  const g::data::dataset wide(std::vector<float>(12, 0.5f), g::dims{std::array<g::index_t, 1>{4}}, {0, 1, 2});
+  BOOST_CHECK_EXCEPTION(m.train(wide), g::shape_error,
+                        msg("estimator::train: the dataset's examples have shape (4,), the model takes 3 features"));
+  BOOST_CHECK_EXCEPTION(m.evaluate(wide), g::shape_error,
+                        msg("estimator::evaluate: the dataset's examples have shape (4,), the model takes 3 features"));
   BOOST_TEST(m.global_step() == 0);  // nothing trained on bad input
 }

@@ -245,9 +245,7 @@ class model {
   train_result train(const data::dataset& ds, int epochs = 1)
     requires Head::classifier
   {
-    if (ds.example_shape().numel() != In)
-      throw shape_error("gradus: estimator::train: the dataset's examples have shape " + to_string(ds.example_shape()) +
-                        ", the model takes " + std::to_string(In) + " features");
+    check_examples("train", ds);
     const index_t steps = ds.shard(comm_.rank(), comm_.world_size()).batch(cfg_.batch_size).count();
     return run_epochs(epochs, steps, [&](std::uint64_t epoch, auto&& on_batch) {
       for (auto [xb, yb] : ds.shuffle(cfg_.seed, epoch).shard(comm_.rank(), comm_.world_size()).batch(cfg_.batch_size)) {
@@ -286,10 +284,11 @@ class model {
     return r;
   }
   /// Classifiers: the loss and accuracy over every example of ds, in order, in batches of
-  /// 1024. The dataset's examples must have In values each (not checked here, unlike train's).
+  /// 1024. The dataset's examples must have In values each (a shape_error, as train's).
   eval_result evaluate(const data::dataset& ds)
     requires Head::classifier
   {
+    check_examples("evaluate", ds);
     eval_result r;
     double loss_sum = 0, hits = 0;
     for (auto [xb, yb] : ds.batch(eval_batch)) {
@@ -355,6 +354,12 @@ class model {
   Comm& communicator() { return comm_; }
 
  private:
+  /// A dataset's examples must hold In values each: a shape_error naming op and both shapes.
+  static void check_examples(const char* op, const data::dataset& ds) {
+    if (ds.example_shape().numel() != In)
+      throw shape_error("gradus: estimator::" + std::string(op) + ": the dataset's examples have shape " +
+                        to_string(ds.example_shape()) + ", the model takes " + std::to_string(In) + " features");
+  }
   static constexpr index_t eval_batch = 1024;
 
   run_config cfg_;
