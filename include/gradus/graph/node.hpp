@@ -82,8 +82,11 @@ inline constexpr auto shown = [] {
   else if constexpr (E >= -2147483647 && E <= 2147483647) return static_cast<int>(E);
   else return E;
 }();
+/// An operand description that is not one shape (an RNN's weights): shown as it is.
 template <class S, template <auto...> class As>
-struct show;
+struct show {
+  using type = S;  ///< the description itself
+};
 /// `show<shape<E...>, a>::type`: a static shape as the diagnostic prints it as `As<shown<E>...>`.
 template <index_t... E, template <auto...> class As>
 struct show<shape<E...>, As> {
