@@ -354,7 +354,7 @@ class hogwild_trainer {
   template <fixed_string Name, class T, index_t... E>
   void copy_in(session<Backend>& mine, const variable<Name, T, E...>& v, bool whole) {
     const T* from = s_.template data<T>(Name.view());  // throws, naming it, if it has no value
-    if (whole) mine.assign(v, tensor_view<const T>{from, static_dims<shape<E...>>()});
+    if (whole) gradus::assign(mine, v, tensor_view<const T>{from, static_dims<shape<E...>>()});
   }
 
   session<Backend>& s_;
