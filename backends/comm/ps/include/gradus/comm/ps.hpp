@@ -25,7 +25,7 @@
 // and so does the join point where a lost worker's restart comes back (restarted(),
 // rejoin_job(), join_point(): ps/server_rejoin.hpp says how).
 // The worker's links to its servers (connect, send, wait, rejoin) are ps/client_links.hpp;
-// its modes and options ps/options.hpp. What is left here (about 650 lines) is one concept:
+// its modes and options ps/options.hpp. What is left here (about 710 lines with its doc comments) is one concept:
 // the worker's API, and the variable table and request bookkeeping it keeps for it (its
 // goodbye included, which tells the servers whether it leaves after a failure), plus
 // ps::serve, the server's entry point that turns the job's verdict into an exit status.

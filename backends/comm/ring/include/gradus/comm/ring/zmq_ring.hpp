@@ -31,7 +31,7 @@
 //   rank 3 blames rank 2 (gone): <the error message>
 // Ranks that fail because an abort reached them write nothing.
 //
-// About 600 lines, one concept: the running ring of one rank (its sockets, their events,
+// About 630 lines with its doc comments, one concept: the running ring of one rank (its sockets, their events,
 // the abort and leave messages, blame, zero-copy sends in flight), which the data paths
 // drive through `control`; its set-up is zmq_ring_setup.hpp.
 #include <zmq.hpp>
