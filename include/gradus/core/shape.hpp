@@ -157,12 +157,6 @@ struct broadcast_result {
     }
     return r;
   }
-  /// Whether SA and SB broadcast: what every elementwise op checks at compile time.
-  static constexpr bool ok = [] {
-    bool o = true;
-    compute(o);
-    return o;
-  }();
   /// The first dimension, counted from the trailing end, whose extents do not broadcast
   /// (rank when all do).
   static constexpr std::size_t first_mismatch = [] {
@@ -173,6 +167,8 @@ struct broadcast_result {
     }
     return rank;
   }();
+  /// Whether SA and SB broadcast: what every elementwise op checks at compile time.
+  static constexpr bool ok = first_mismatch == rank;
   /// The broadcast extents (compute's), the array shape_of_array reads.
   static constexpr std::array<index_t, rank> value = [] {
     bool o = true;

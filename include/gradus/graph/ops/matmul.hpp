@@ -42,8 +42,13 @@ struct matmul_extents {
   static constexpr index_t k_b = ranks_ok ? SB::extents[rb - 2] : 0;
   static constexpr index_t batch_a = ra == 3 ? SA::extents[0] : 1;
   static constexpr index_t batch_b = rb == 3 ? SB::extents[0] : 1;
-  static constexpr bool ok = ranks_ok && (k_a == dyn || k_b == dyn || k_a == k_b) &&
-                             (ra != 3 || rb != 3 || batch_a == dyn || batch_b == dyn || batch_a == batch_b);
+  static constexpr bool inner_ok = k_a == dyn || k_b == dyn || k_a == k_b;  ///< the inner extents agree
+  static constexpr bool ok =
+      ranks_ok && inner_ok && (ra != 3 || rb != 3 || batch_a == dyn || batch_b == dyn || batch_a == batch_b);
+  /// The dimensions a diagnostic names: the inner ones (a's last, b's second to last) where
+  /// they differ, else the batch ones; -1 for ranks other than 2 or 3.
+  static constexpr int bad_a = !ranks_ok ? -1 : !inner_ok ? static_cast<int>(ra) - 1 : 0;
+  static constexpr int bad_b = !ranks_ok ? -1 : !inner_ok ? static_cast<int>(rb) - 2 : 0;  ///< b's, as bad_a
   static constexpr std::array<index_t, rank> value = [] {
     std::array<index_t, rank> r{};
     if constexpr (ranks_ok) {
@@ -61,20 +66,10 @@ struct matmul {
   static constexpr const char* name = "matmul";
   template <class SA, class SB>
   static constexpr bool fits = detail::matmul_extents<SA, SB>::ok;
-  /// The inner dimensions (a's last, b's second to last), or the batch dimensions where those
-  /// agree; (-1, -1) for ranks other than 2 or 3.
+  /// The dimensions that disagree: detail::matmul_extents' bad_a and bad_b.
   template <class SA, class SB>
-  using where = shape_mismatch::dimension_of_a_vs_b<
-      !detail::matmul_extents<SA, SB>::ranks_ok ? -1
-      : (detail::matmul_extents<SA, SB>::k_a != detail::matmul_extents<SA, SB>::k_b &&
-         detail::matmul_extents<SA, SB>::k_a != dyn && detail::matmul_extents<SA, SB>::k_b != dyn)
-          ? static_cast<int>(SA::rank) - 1
-          : 0,
-      !detail::matmul_extents<SA, SB>::ranks_ok ? -1
-      : (detail::matmul_extents<SA, SB>::k_a != detail::matmul_extents<SA, SB>::k_b &&
-         detail::matmul_extents<SA, SB>::k_a != dyn && detail::matmul_extents<SA, SB>::k_b != dyn)
-          ? static_cast<int>(SB::rank) - 2
-          : 0>;
+  using where = shape_mismatch::dimension_of_a_vs_b<detail::matmul_extents<SA, SB>::bad_a,
+                                                    detail::matmul_extents<SA, SB>::bad_b>;
 };
 }  // namespace op
 
