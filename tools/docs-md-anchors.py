@@ -7,7 +7,7 @@ Doxygen only knows labels written `{#label}` after a heading, and labels are glo
 filter gives each heading its GitHub anchor prefixed with the page's path, rewrites the
 page's links to match, and closes gaps in heading levels (a `###` under a `#`), which
 Doxygen refuses; so one Markdown source reads right on GitHub and in the HTML. Code fences
-pass through untouched, and `::name` outside code is escaped (Doxygen's link syntax)."""
+pass through untouched, and `@name` and `::name` outside code are escaped (Doxygen's command and link syntax)."""
 import os
 import re
 import sys
@@ -73,10 +73,12 @@ def main(path):
                 return '](@ref index)'
             return f'](#{page_id(target)})' if os.path.exists(target) else m.group(0)
         line = re.sub(r'\]\(((?:[\w.\-]+/)*[\w.\-]+\.md)\)', page, line)
-        # `::name` after a space or bracket is Doxygen's explicit link (an IPv6 address in a log
-        # line: tcp://[::ffff:127.0.0.1]); escaped outside code spans
+        # Outside code spans, `@name` is a Doxygen command and `::name` after a space or bracket
+        # its explicit link (a log line: `ipc://@gradus-ring-...`, `tcp://[::ffff:127.0.0.1]`):
+        # escaped (not the `](@ref index)` this filter writes)
         parts = line.split('`')
-        parts[::2] = [re.sub(r'(?<=[\[\s(])::(?=\w)', r'\\::', p) for p in parts[::2]]
+        parts[::2] = [re.sub(r'(?<![\\(])@(?=\w)', r'\\@', re.sub(r'(?<=[\[\s(])::(?=\w)', r'\\::', p))
+                      for p in parts[::2]]
         line = '`'.join(parts)
         out.append(line)
     if not out_has_title[0]:  # a page of tables only: its file name as its title

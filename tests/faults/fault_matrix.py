@@ -115,11 +115,8 @@ def run_case(case, ctx):
 
 
 def cell(s, n=220):
-    s = " ".join(str(s).split())
-    s = s if len(s) <= n else s[:n - 1] + "…"
-    # `|` would end the cell; `@name` and `::name` are Doxygen commands and links outside a
-    # code span (the docs build fails on them): escaped, which GitHub shows as written
-    return s.replace("|", "\\|").replace("@", "\\@").replace("::", "\\::")
+    s = " ".join(str(s).split()).replace("|", "\\|")
+    return s if len(s) <= n else s[:n - 1] + "…"
 
 
 def table(rows, header):
