@@ -158,7 +158,8 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(long_inner_dimension_split_over_threads, T, real_t
 // A few rows against held weights (cpu_simd::hold_weights, cpu_simd/dnnl_matmul.hpp: what a
 // pipeline stage does over its micro-batches): the packed copies give the product of the
 // weights as held; a square matrix and its transpose are two copies (they share a layout);
-// after release_weights, a changed matrix is read again, not its old copy.
+// after release_weights, a changed matrix is read again, not its old copy; refill_weights
+// fills the copies from the new values at once.
 BOOST_AUTO_TEST_CASE(few_rows_against_held_weights) {
   const g::index_t m = 8, k = 96, n = 96;
   const auto a = uniform<float>(m * k, -1, 1);
@@ -185,4 +186,24 @@ BOOST_AUTO_TEST_CASE(few_rows_against_held_weights) {
     for (auto& v : w) v = -2 * v + 0.25f;  // changed after the release
   }
   check(false, "released");
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+  // refill_weights after the holder's own write (a pipeline stage's update): the copies are
+  // reordered from the new values at once and used as they are at the next hold
+  auto& h = g::cpu_dnnl::held();
+  BOOST_TEST_REQUIRE(h.copies.size() == 2u);  // the matrix, and its transpose
+  const auto epoch = g::cpu_dnnl::weights_epoch();
+  for (auto& v : w) v = 0.5f * v - 0.125f;
+  g::cpu_simd::refill_weights(w.data(), w.size() * sizeof(float));
+  BOOST_TEST(h.refilled == 2u);
+  const auto filled = h.filled_on_use;
+  g::cpu_simd::hold_weights(w.data(), w.size() * sizeof(float));
+  check(false, "refilled");
+  check(true, "refilled, transposed");
+  BOOST_TEST(h.filled_on_use == filled, "the refilled copies are used, not filled again");
+  g::cpu_simd::release_weights();
+  BOOST_TEST(g::cpu_dnnl::weights_epoch() == epoch + 1);
+  // a range that holds neither copy's operand refills nothing
+  g::cpu_simd::refill_weights(a.data(), a.size() * sizeof(float));
+  BOOST_TEST(h.refilled == 2u);
+#endif
 }

@@ -5,13 +5,14 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 570 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// (About 610 lines, one concept: a stage's step — its passes, gradient sums, deferred and
 // tied gradients, clipping, update, checkpoint file and placement log — all over the same
 // per-stage state.)
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <concepts>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -71,6 +72,13 @@ struct weight_hold {
     on = false;
   }
   ~weight_hold() { release(); }
+};
+/// ... that can also refill its reused forms of the weights right after the holder wrote
+/// them, keeping them for the next hold while weights_epoch() has not changed (cpu_simd).
+template <class B>
+concept refills_weights = holds_weights<B> && requires(const void* p, std::size_t n) {
+  B::refill_weights(p, n);
+  { B::weights_epoch() } -> std::convertible_to<std::uint64_t>;
 };
 
 template <class T>
@@ -201,6 +209,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
     detail::weight_hold<Backend> hold;
     if constexpr (detail::holds_weights<Backend>)
       if (M > 1) {
+        // the forms refilled after the last update are current only if nothing wrote the
+        // session's tensors and no other holder released on this thread since
+        if constexpr (detail::refills_weights<Backend>)
+          if (!(kept_ && kept_->first == s_.write_epoch() && kept_->second == Backend::weights_epoch()))
+            Backend::release_weights();
+        kept_.reset();
         [&]<class... Vs>(std::tuple<Vs...>*) {
           std::size_t i = 0;
           ((Backend::hold_weights(s_.template data<T>(Vs::name.view()), sizes_[i++] * sizeof(T))), ...);
@@ -264,8 +278,9 @@ class pipeline_stage final : public pipeline_base<Comm> {
         for (std::size_t i = 0; i < nv; ++i) average(i);
       for (const std::size_t i : tied_order)  // in an order every stage agrees on
         tie(i);
+      const bool refill = hold.on;
       hold.release();
-      update(clip_scale());
+      update(clip_scale(), refill);
     });
     // the batch's loss, from the last stage to the others of its pipeline
     if constexpr (last) {
@@ -513,16 +528,24 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->stats_.gradient_norm = std::sqrt(sq);
     return this->stats_.gradient_norm > opt_.clip_global_norm ? opt_.clip_global_norm / this->stats_.gradient_norm : 1.0;
   }
-  void update(double scale) {
+  /// The optimizer's step on every variable; with `refill`, the backend's reused forms of each
+  /// variable (cpu_simd's packed copies) refilled right after its update, while it is in
+  /// cache, and kept for the next step's hold (kept_).
+  void update(double scale, bool refill = false) {
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;
-      ((opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), s_.template data<T>(Vs::name.view()), static_cast<T*>(acc_[i].data),
-                                     slots_[i].data(), step, scale),
-        ++i),
-       ...);
+      const auto one = [&](T* w) {
+        opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), w, static_cast<T*>(acc_[i].data), slots_[i].data(), step, scale);
+        if constexpr (detail::refills_weights<Backend>)
+          if (refill) Backend::refill_weights(w, sizes_[i] * sizeof(T));
+        ++i;
+      };
+      (one(s_.template data<T>(Vs::name.view())), ...);
     }(static_cast<vars_t*>(nullptr));
     s_.set_global_step(step + 1);
+    if constexpr (detail::refills_weights<Backend>)
+      if (refill) kept_.emplace(s_.write_epoch(), Backend::weights_epoch());
   }
   /// After a forward pass: the activations held now — each micro-batch in flight's graph
   /// (its forward buffers; one graph under re-materialisation) and the stage inputs kept.
@@ -576,6 +599,9 @@ class pipeline_stage final : public pipeline_base<Comm> {
   std::vector<T> tied_mine_, tied_theirs_, tied_sum_;  ///< a tied variable's gradient parts (host)
   device_buffer<Backend> scratch_;
   std::optional<sub_t> replicas_;
+  /// after an update that refilled the backend's forms of the weights: the session's
+  /// write_epoch and the backend's weights_epoch then (the next hold keeps them if both agree)
+  std::optional<std::pair<std::uint64_t, std::uint64_t>> kept_;
 };
 
 

@@ -15,7 +15,12 @@
 // holds its weights for the step (hold_weights) and releases them before its update
 // (release_weights); a product whose right operand lies in a held region reorders it into
 // oneDNN's layout once per step and operand (transposed or not), and every micro-batch
-// reuses the copy. Products against anything else stay with OpenBLAS: oneDNN's matmul on
+// reuses the copy. After its update the stage refills its copies (refill_weights), while
+// each variable is still in cache, so the next step's first micro-batch does not reorder
+// cold weights (15-17% of a step at batch 64, benchmarks/results/issue31_*): the copies stay
+// fresh past the release only while weights_epoch() — bumped by every release on the
+// thread — is what the stage read after refilling, and the stage also checks that nothing
+// wrote its session's variables meanwhile (session::write_epoch); else it releases first. Products against anything else stay with OpenBLAS: oneDNN's matmul on
 // GEMM blocks in the row-major layout was tried before and not kept (docs/design.md: the
 // LSTM's 64 x 128 x 128 products ran 15% slower), and its execute allocates (argument
 // lists), which tests/exec/test_alloc.cpp keeps out of a plain step. The packed and the
@@ -38,6 +43,7 @@
 #if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
 #include <omp.h>
 
+#include <atomic>
 #include <memory>
 #include <unordered_map>
 #include <vector>
@@ -46,8 +52,13 @@
 
 namespace gradus::cpu_dnnl {
 
-/// The products taken: at most small_rows rows, n and k at least min_edge.
-constexpr std::int64_t small_rows = 64, min_edge = 64;
+/// The products taken: at most small_rows rows, n and k at least min_edge() (64: below it
+/// OpenBLAS's packing costs little; tests lower it to reach this path with small models).
+constexpr std::int64_t small_rows = 64;
+inline std::atomic<std::int64_t>& min_edge() {
+  static std::atomic<std::int64_t> e{64};
+  return e;
+}
 
 struct matmul_plan {
   bool ta = false, tb = false;
@@ -116,10 +127,16 @@ struct held_weights {
     dim ldb;
     dnnl::memory::desc md;
     dnnl::memory mem;
+    dnnl::primitive reorder;  ///< of the row-major b (src) into mem, the plan's
+    dnnl::memory src;         ///< b as the plan reads it
     bool fresh = false;
   };
   std::vector<region> regions;
   std::vector<copy> copies;
+  std::uint64_t epoch = 0;  ///< release_weights() calls on this thread
+  /// copies filled by a product that found them stale, and by refill_weights (what tests count)
+  std::uint64_t filled_on_use = 0, refilled = 0;
+  dnnl::stream stream;      ///< refill_weights()'s, made on first use
   bool holds(const void* b) const {
     const auto* q = static_cast<const char*>(b);
     for (const auto& r : regions)
@@ -140,12 +157,33 @@ inline void release_weights() {
   auto& h = held();
   h.regions.clear();
   for (auto& c : h.copies) c.fresh = false;
+  ++h.epoch;
+}
+/// How many releases this thread has made: a holder that refilled its copies reads it, and
+/// finds them still its own at its next hold only if it has not changed.
+inline std::uint64_t weights_epoch() { return held().epoch; }
+/// [p, p + bytes) was written (the holder's update): the packed copies of operands inside it
+/// are reordered from it now, and fresh until the next release.
+inline void refill_weights(const void* p, std::size_t bytes) {
+  auto& h = held();
+  const auto* lo = static_cast<const char*>(p);
+  for (auto& c : h.copies) {
+    const auto* q = static_cast<const char*>(c.p);
+    if (q < lo || q >= lo + bytes) continue;
+    cpu_threads::blas_on_one_thread([&] {
+      if (!h.stream) h.stream = dnnl::stream(engine());
+      c.reorder.execute(h.stream, {{DNNL_ARG_FROM, c.src}, {DNNL_ARG_TO, c.mem}});
+      h.stream.wait();
+    });
+    c.fresh = true;
+    ++h.refilled;
+  }
 }
 
 /// See the top of this file.
 inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, dim lda, const float* b, dim ldb, float* c,
                          dim ldc) {
-  if (m > small_rows || n < min_edge || k < min_edge || omp_in_parallel() || !held().holds(b) || !enabled()) return false;
+  if (m > small_rows || n < min_edge() || k < min_edge() || omp_in_parallel() || !held().holds(b) || !enabled()) return false;
   matmul_plan& p = matmul_plan_for(ta, tb, m, n, k, lda, ldb, ldc);
   if (!p.usable) return false;
   auto& h = held();
@@ -154,7 +192,8 @@ inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, 
     if (x.p == b && x.tb == tb && x.ldb == ldb && x.md == p.weights_md) cp = &x;
   if (!cp) {
     if (h.copies.size() >= max_plans) h.copies.erase(h.copies.begin(), h.copies.begin() + max_plans / 2);
-    h.copies.push_back({b, tb, ldb, p.weights_md, dnnl::memory(p.weights_md, engine()), false});
+    h.copies.push_back({b, tb, ldb, p.weights_md, dnnl::memory(p.weights_md, engine()), p.reorder,
+                        dnnl::memory(p.b.get_desc(), engine(), const_cast<float*>(b)), false});
     cp = &h.copies.back();
   }
   p.a.set_data_handle(const_cast<float*>(a));
@@ -162,10 +201,11 @@ inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, 
   p.c.set_data_handle(c);
   p.args[DNNL_ARG_WEIGHTS] = cp->mem;
   cpu_threads::blas_on_one_thread([&] {
-    if (!cp->fresh) p.reorder.execute(p.stream, {{DNNL_ARG_FROM, p.b}, {DNNL_ARG_TO, cp->mem}});
+    if (!cp->fresh) cp->reorder.execute(p.stream, {{DNNL_ARG_FROM, cp->src}, {DNNL_ARG_TO, cp->mem}});
     p.prim.execute(p.stream, p.args);
     p.stream.wait();
   });
+  if (!cp->fresh) ++h.filled_on_use;
   cp->fresh = true;
   return true;
 }
@@ -177,6 +217,8 @@ inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, 
 namespace gradus::cpu_dnnl {
 inline void hold_weights(const void*, std::size_t) {}
 inline void release_weights() {}
+inline std::uint64_t weights_epoch() { return 0; }
+inline void refill_weights(const void*, std::size_t) {}
 inline bool small_matmul(bool, bool, std::int64_t, std::int64_t, std::int64_t, const float*, std::int64_t, const float*,
                          std::int64_t, float*, std::int64_t) {
   return false;

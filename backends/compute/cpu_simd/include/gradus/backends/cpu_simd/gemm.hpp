@@ -27,6 +27,10 @@ struct gemm_section : reduce_section {
   /// (cpu_simd/dnnl_matmul.hpp). Per thread.
   static void hold_weights(const void* p, std::size_t bytes) { cpu_dnnl::hold_weights(p, bytes); }
   static void release_weights() { cpu_dnnl::release_weights(); }
+  /// After the holder's own write of [p, p + bytes): its packed copies refilled now, fresh at
+  /// its next hold while weights_epoch() (releases on this thread) has not changed.
+  static void refill_weights(const void* p, std::size_t bytes) { cpu_dnnl::refill_weights(p, bytes); }
+  static std::uint64_t weights_epoch() { return cpu_dnnl::weights_epoch(); }
 
   /// ---- GEMM (row-major; transposes are flags, never copies) ------------------------------
   /// OpenBLAS runs on one thread (cpu_threads::blas_on_one_thread) and the backend splits the
