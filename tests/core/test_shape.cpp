@@ -132,6 +132,11 @@ BOOST_AUTO_TEST_CASE(runtime_dims) {
   BOOST_TEST(!(g::fits<shape<dyn, 4>>(c)));
   BOOST_TEST(!(g::fits<shape<dyn, 4>>(g::dims{12})));
   BOOST_TEST(g::fits<shape<>>(s));
+  // a list of more extents than a tensor can hold is refused, naming both counts
+  BOOST_TEST(g::dims({1, 2, 3, 4, 5, 6}).rank == g::max_rank);
+  BOOST_CHECK_EXCEPTION((void)g::dims({1, 2, 3, 4, 5, 6, 7}), g::shape_error, [](const g::shape_error& e) {
+    return std::string(e.what()) == "gradus: dims: 7 extents listed, but a tensor has at most 6 (max_rank)";
+  });
 }
 
 BOOST_AUTO_TEST_CASE(runtime_broadcasting) {

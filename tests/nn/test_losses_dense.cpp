@@ -5,6 +5,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "../support/finite_difference.hpp"
@@ -127,5 +129,25 @@ BOOST_AUTO_TEST_CASE(metrics_take_xtensor_scores_and_labels_of_any_integer_type)
     BOOST_FAIL("no error");
   } catch (const g::shape_error& e) {
     BOOST_TEST(std::string(e.what()).find("accuracy: 4 predictions but labels of shape (3,)") != std::string::npos);
+  }
+}
+
+// predictions (so accuracy) choose as g::argmax does: a NaN never wins over a number, wherever
+// it is in the row (a row of NaNs answers 0); scores without classes are refused
+BOOST_AUTO_TEST_CASE(predictions_never_choose_a_nan) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const xt::xtensor<float, 2> scores{{nan, 0.2f, 0.7f}, {0.5f, nan, 0.9f}, {-1, 3, nan}, {nan, nan, nan}};
+  const std::vector<std::int32_t> want{2, 2, 1, 0};
+  BOOST_TEST(g::nn::predictions(scores) == want, boost::test_tools::per_element());
+  g::session<g::cpu_simd> s;
+  g::placeholder<"z", float, 4, 3> z;
+  const auto am = s.run(g::argmax<1>(z), z = g::view(scores.data(), {4, 3}));
+  BOOST_TEST(std::vector<std::int32_t>(am.begin(), am.end()) == want, boost::test_tools::per_element());
+  BOOST_TEST(g::nn::accuracy(scores, xt::xtensor<std::int32_t, 1>{2, 2, 1, 1}) == 0.75);
+  try {
+    (void)g::nn::predictions(xt::xtensor<float, 2>::from_shape({2, 0}));
+    BOOST_FAIL("no error");
+  } catch (const g::shape_error& e) {
+    BOOST_TEST(std::string(e.what()) == "gradus: predictions: scores of (2, 0) have no classes");
   }
 }

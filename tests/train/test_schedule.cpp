@@ -43,4 +43,12 @@ BOOST_AUTO_TEST_CASE(schedules) {
   BOOST_TEST(msg([] { g::cosine_lr(0.1, 10, 10); }).find("cosine_lr: need 0 <= warmup_steps < total_steps") !=
              std::string::npos);
   BOOST_TEST(msg([] { g::constant_lr(std::nan("")); }).find("learning rate must be a finite number") != std::string::npos);
+  // factors that would make a rate negative or infinite
+  BOOST_TEST(msg([] { g::step_lr(0.1, 10, -0.5); }) == "gradus: step_lr: gamma must be a finite number >= 0, got -0.5");
+  BOOST_TEST(msg([] { g::step_lr(0.1, 10, INFINITY); }) == "gradus: step_lr: gamma must be a finite number >= 0, got inf");
+  BOOST_TEST(msg([] { g::exponential_lr(0.1, INFINITY, 10); }) ==
+             "gradus: exponential_lr: decay_rate must be a finite number > 0, got inf");
+  BOOST_TEST(msg([] { g::exponential_lr(0.1, 0, 10); }) == "gradus: exponential_lr: decay_rate must be a finite number > 0, got 0");
+  BOOST_TEST(msg([] { g::cosine_lr(0.1, 10, 0, -0.01); }) == "gradus: cosine_lr: min_lr must be a finite number >= 0, got -0.01");
+  BOOST_TEST(msg([] { g::step_lr(0.1, 10, 0); }) == "no error");  // the rate falls to 0 after 10 steps
 }

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -63,9 +64,12 @@ struct dims {
     static_assert(R <= max_rank, "gradus: rank above max_rank");
     std::copy(a.begin(), a.end(), d.begin());  // (a loop's `i < R` is nvcc's warning 186 at R = 0)
   }
-  /// The listed extents: `dims{2, 3}` is a 2 x 3 shape. At most max_rank of them (not
-  /// checked).
+  /// The listed extents: `dims{2, 3}` is a 2 x 3 shape. More than max_rank of them is a
+  /// shape_error naming both counts.
   constexpr dims(std::initializer_list<index_t> l) : rank(l.size()) {
+    if (l.size() > max_rank)
+      throw shape_error("gradus: dims: " + std::to_string(l.size()) + " extents listed, but a tensor has at most " +
+                        std::to_string(max_rank) + " (max_rank)");
     std::size_t i = 0;
     for (auto v : l) d[i++] = v;
   }

@@ -16,6 +16,7 @@
 
 #include "gradus/core/error.hpp"
 #include "gradus/graph/leaves.hpp"
+#include "gradus/graph/ops/argmax_at.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/softmax.hpp"
@@ -47,7 +48,8 @@ auto binary_cross_entropy_with_logits(const Z& z, const Y& y) {
   return mean(softplus(z) - y * z);
 }
 
-/// The predicted class of each row of [N, C] scores (first maximum on ties). Scores and
+/// The predicted class of each row of [N, C] scores (first maximum on ties; a NaN never
+/// wins over a number, as g::argmax: graph/ops/argmax_at.hpp). Scores and
 /// labels below are any tensor_like: a run's result, an xt::xtensor, a tensor_view. Scores of
 /// another rank are a shape_error.
 template <tensor_like S>
@@ -57,12 +59,8 @@ std::vector<std::int32_t> predictions(const S& scores_in) {
     throw shape_error("gradus: predictions: scores must be [N, C], got " + to_string(scores.shape()));
   const index_t n = scores.shape().d[0], c = scores.shape().d[1];
   std::vector<std::int32_t> r(static_cast<std::size_t>(n));
-  for (index_t i = 0; i < n; ++i) {
-    index_t best = 0;
-    for (index_t k = 1; k < c; ++k)
-      if (scores[i * c + k] > scores[i * c + best]) best = k;
-    r[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(best);
-  }
+  if (c == 0) throw shape_error("gradus: predictions: scores of " + to_string(scores.shape()) + " have no classes");
+  for (index_t i = 0; i < n; ++i) r[static_cast<std::size_t>(i)] = argmax_at(scores.data(), c, 1, i);
   return r;
 }
 

@@ -36,18 +36,21 @@ class lr_schedule {
   /// `lr` at every step.
   static lr_schedule constant(double lr) { return lr_schedule(lr); }
   /// `lr * gamma^floor(step / step_size)`: lr multiplied by gamma every step_size steps
-  /// (PyTorch's StepLR). Throws gradus::error when step_size <= 0.
+  /// (PyTorch's StepLR). Throws gradus::error when step_size <= 0 or gamma is not a finite
+  /// number >= 0 (a negative gamma would make every other stage's rate negative).
   static lr_schedule step(double lr, std::int64_t step_size, double gamma) {
     lr_schedule s(lr);
     s.kind_ = kind::step;
     s.steps_ = step_size;
     s.factor_ = gamma;
     if (step_size <= 0) throw error("gradus: step_lr: step_size must be positive, got " + std::to_string(step_size));
+    if (!(gamma >= 0) || !std::isfinite(gamma))
+      throw error("gradus: step_lr: gamma must be a finite number >= 0, got " + shortest_text(gamma));
     return s;
   }
   /// `lr * decay_rate^(step / decay_steps)`, the exponent floored when `staircase` (default
   /// false: a smooth decay), as TensorFlow's exponential_decay. Throws gradus::error when
-  /// decay_steps <= 0 or decay_rate <= 0.
+  /// decay_steps <= 0 or decay_rate is not a finite number > 0.
   static lr_schedule exponential(double lr, double decay_rate, std::int64_t decay_steps, bool staircase = false) {
     lr_schedule s(lr);
     s.kind_ = kind::exponential;
@@ -56,14 +59,15 @@ class lr_schedule {
     s.staircase_ = staircase;
     if (decay_steps <= 0)
       throw error("gradus: exponential_lr: decay_steps must be positive, got " + std::to_string(decay_steps));
-    if (!(decay_rate > 0)) throw error("gradus: exponential_lr: decay_rate must be positive");
+    if (!(decay_rate > 0) || !std::isfinite(decay_rate))
+      throw error("gradus: exponential_lr: decay_rate must be a finite number > 0, got " + shortest_text(decay_rate));
     return s;
   }
   /// Linear warm-up, then cosine decay: `lr * (step + 1) / (warmup_steps + 1)` for
   /// step < warmup_steps (warmup_steps defaults to 0: none); then
   /// `min_lr + (lr - min_lr) * (1 + cos(pi * (step - warmup_steps) / (total_steps - warmup_steps))) / 2`,
   /// from lr down to min_lr (default 0) at total_steps; min_lr from total_steps on. Throws
-  /// gradus::error unless 0 <= warmup_steps < total_steps.
+  /// gradus::error unless 0 <= warmup_steps < total_steps and min_lr is a finite number >= 0.
   static lr_schedule cosine(double lr, std::int64_t total_steps, std::int64_t warmup_steps = 0, double min_lr = 0) {
     lr_schedule s(lr);
     s.kind_ = kind::cosine;
@@ -73,6 +77,8 @@ class lr_schedule {
     if (warmup_steps < 0 || total_steps <= warmup_steps)
       throw error("gradus: cosine_lr: need 0 <= warmup_steps < total_steps, got warmup_steps=" +
                   std::to_string(warmup_steps) + " total_steps=" + std::to_string(total_steps));
+    if (!(min_lr >= 0) || !std::isfinite(min_lr))
+      throw error("gradus: cosine_lr: min_lr must be a finite number >= 0, got " + shortest_text(min_lr));
     return s;
   }
 

@@ -484,6 +484,28 @@ BOOST_AUTO_TEST_CASE(errors_name_the_server_the_variable_and_the_operation) {
     });
     BOOST_TEST((std::chrono::steady_clock::now() - t0 < 5s));
   }
+  {
+    // options no wait could live with are refused before anything connects
+    const auto refused = [](auto change, const std::string& want) {
+      g::ps_options o;
+      o.servers = {"127.0.0.1:1"};
+      o.consistency = g::ps::mode::ssp;
+      change(o);
+      try {
+        g::parameter_server<g::ps_dynamic> ps(o);
+        BOOST_ERROR("no error for: " << want);
+      } catch (const g::error& e) {
+        BOOST_TEST(std::string(e.what()) == want);
+      }
+    };
+    refused([](g::ps_options& o) { o.timeout = 0ms; },
+            "gradus: parameter_server: timeout must be positive, got 0 ms (ps_options::timeout; the examples' --comm-timeout)");
+    refused([](g::ps_options& o) { o.timeout = -5ms; },
+            "gradus: parameter_server: timeout must be positive, got -5 ms (ps_options::timeout; the examples' --comm-timeout)");
+    refused([](g::ps_options& o) { o.reconnect_timeout = -1ms; },
+            "gradus: parameter_server: reconnect_timeout and rejoin_timeout must be >= 0, got -1 and 900000 ms");
+    refused([](g::ps_options& o) { o.staleness = -1; }, "gradus: parameter_server: staleness -1 is outside [0, 1000000]");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(junk_sent_to_a_server_is_counted_and_dropped_while_training_goes_on) {

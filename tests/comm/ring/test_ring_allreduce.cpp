@@ -634,6 +634,17 @@ BOOST_AUTO_TEST_CASE(mismatched_collectives_name_the_ranks) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_timeout_that_is_not_positive_is_refused) {
+  for (const auto t : {0ms, -1000ms}) {
+    auto o = options(0, 1, "");
+    o.timeout = t;
+    BOOST_CHECK_EXCEPTION(g::ring_allreduce{o}, g::error, [&](const g::error& e) {
+      return std::string(e.what()) == "gradus: ring_allreduce: timeout must be positive, got " + std::to_string(t.count()) +
+                                         " ms (ring_options::timeout; the examples' --comm-timeout)";
+    });
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_world_of_one_is_the_identity) {
   g::ring_allreduce comm(options(0, 1, ""));
   BOOST_TEST(comm.transport() == "none");

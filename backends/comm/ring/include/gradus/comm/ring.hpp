@@ -222,6 +222,9 @@ class ring_allreduce {
   static const ring_options& checked(const ring_options& o) {
     if (o.compress != "none" && o.compress != "fp16")
       throw error("gradus: ring_allreduce: compress '" + o.compress + "' must be none or fp16");
+    if (o.timeout.count() <= 0)  // every wait would fail at once
+      throw error("gradus: ring_allreduce: timeout must be positive, got " + std::to_string(o.timeout.count()) +
+                  " ms (ring_options::timeout; the examples' --comm-timeout)");
     return o;
   }
   template <class Spec>

@@ -27,7 +27,7 @@
 // Before any Thrust header: a g++ or clang++ build that includes this file by mistake gets
 // gradus' message, not "thrust/copy.h: No such file".
 #if !defined(__CUDACC__) && !defined(THRUST_DEVICE_SYSTEM)
-#error "gradus: gradus/backends/cuda.hpp: compile this translation unit as CUDA (.cu or LANGUAGE CUDA, linking gradus::cuda); for the cuda-omp build (host threads) add -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP and CUDA's include directory"
+#error "gradus: gradus/backends/cuda.hpp: compile this translation unit as CUDA (.cu or LANGUAGE CUDA, linking gradus::cuda); for the cuda-omp build (host threads) add -DTHRUST_DEVICE_SYSTEM=THRUST_DEVICE_SYSTEM_OMP and the directory holding thrust/ (CUDA 13: <cuda>/include/cccl; before: <cuda>/include), or link gradus::cuda_omp"
 #endif
 #include "gradus/backends/cuda/random.hpp"
 #include "gradus/gradus.hpp"

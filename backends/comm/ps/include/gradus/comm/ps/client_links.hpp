@@ -46,6 +46,14 @@ inline void parameter_server<Mode>::connect() {
   if (o_.world_size < 1 || o_.rank < 0 || o_.rank >= o_.world_size)
     throw error("gradus: parameter_server: rank " + std::to_string(o_.rank) + " of a world of " + std::to_string(o_.world_size));
   if (o_.chunk_bytes < 64) throw error("gradus: parameter_server: chunk_bytes must be at least 64");
+  if (o_.timeout.count() <= 0)  // every wait would fail at once
+    throw error("gradus: parameter_server: timeout must be positive, got " + std::to_string(o_.timeout.count()) +
+                " ms (ps_options::timeout; the examples' --comm-timeout)");
+  if (o_.reconnect_timeout.count() < 0 || o_.rejoin_timeout.count() < 0)
+    throw error("gradus: parameter_server: reconnect_timeout and rejoin_timeout must be >= 0, got " +
+                std::to_string(o_.reconnect_timeout.count()) + " and " + std::to_string(o_.rejoin_timeout.count()) + " ms");
+  if (mode_ == ps::mode::ssp && (staleness_ < 0 || staleness_ > 1000000))
+    throw error("gradus: parameter_server: staleness " + std::to_string(staleness_) + " is outside [0, 1000000]");
   if (!o_.context) {
     own_ctx_ = std::make_unique<zmq::context_t>(1);
     o_.context = own_ctx_.get();

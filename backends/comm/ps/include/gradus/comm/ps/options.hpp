@@ -68,8 +68,8 @@ struct ps_options {
   /// staleness: a worker that differs fails the whole job at the servers.
   ps::mode consistency = ps::mode::bsp;
   /// The staleness bound S of ssp (steps, default 0) with ps_dynamic; ignored otherwise.
-  /// Outside [0, 1000000] the servers refuse the worker's hello and the constructor throws
-  /// gradus::error.
+  /// Outside [0, 1000000] the constructor throws gradus::error (and a server refuses such a
+  /// hello).
   int staleness = 0;
   /// The longest one wait may last (default 60 s): for the servers' answers to hello, to
   /// the optimizer's settings and to snapshots. Waits that other workers can hold up (wait()
@@ -77,8 +77,8 @@ struct ps_options {
   /// or pull) get 2 s more, so that a server names a silent worker first. A server that
   /// answers nothing, not even heartbeats, for max(3 s, timeout - 2 s) has its connection
   /// dropped. A wait that runs out throws gradus::comm_error naming the server, its address
-  /// and the operation; the communicator is unusable afterwards. Not validated: keep it
-  /// positive and well above a step's time.
+  /// and the operation; the communicator is unusable afterwards. Zero or negative: the
+  /// constructor throws gradus::error. Keep it well above a step's time.
   std::chrono::milliseconds timeout{60000};
   /// A server whose connection closes (its process died) may come back: restarted (gradus-run
   /// `--max-restarts`) and reloaded from the last checkpoint. The worker opens a new
@@ -86,6 +86,7 @@ struct ps_options {
   /// old server left unanswered; it fails when the server is not back within this time
   /// (0: at once, 1 s after the connection closed). Default 30 s; the examples set it to
   /// `timeout`. Past it the wait throws gradus::comm_error saying the server is gone.
+  /// Negative: the constructor throws gradus::error.
   std::chrono::milliseconds reconnect_timeout{30000};
   /// This process takes the place of a worker the job lost (async and ssp): it says so in its
   /// hello, and rejoin_job() waits at server 0 for the workers' next join point (an epoch's
@@ -94,7 +95,7 @@ struct ps_options {
   bool restarted = false;
   /// How long rejoin_job() waits at server 0 for the other workers' next join point (an
   /// epoch's end). Default 15 minutes: an epoch may be long. Past it rejoin_job() throws
-  /// gradus::comm_error naming this option.
+  /// gradus::comm_error naming this option. Negative: the constructor throws gradus::error.
   std::chrono::milliseconds rejoin_timeout{std::chrono::minutes(15)};
   /// Bytes per message of pushes, pulls, snapshots and collectives (default 1 MiB: ZeroMQ
   /// moves 1 MiB messages faster than larger ones); a shard goes in chunks of this many

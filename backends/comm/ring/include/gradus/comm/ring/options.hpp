@@ -82,8 +82,8 @@ struct ring_options {
   /// neighbours blame it before every other rank's wait times out: a rank may be paused
   /// (SIGSTOP, a debugger) for up to that long and the job goes on. Default 30 s (the
   /// examples' `--comm-timeout`). A wait that runs out throws gradus::comm_error naming the
-  /// peer, and the communicator is unusable afterwards. Not validated: keep it positive and
-  /// well above a collective's time.
+  /// peer, and the communicator is unusable afterwards. Zero or negative: the constructor
+  /// throws gradus::error. Keep it well above a collective's time.
   std::chrono::milliseconds timeout{30000};
   /// Messages carry at most this many bytes: a collective streams segment by segment, so
   /// sending, receiving and reducing overlap. Default 1 MiB; the shared-memory path moves at
