@@ -10,7 +10,10 @@
 #              rank 0 must listen on every interface, not on what its name resolves to there;
 #   same-name  every rank keeps this machine's host name: only the network namespaces
 #              differ, so auto must still pick tcp (ipc's abstract sockets do not cross
-#              network namespaces).
+#              network namespaces);
+#   late       rank 0's name is missing from the other ranks' hosts files when they start,
+#              and added 3 s later (a Kubernetes headless service publishes a pod's record
+#              once it runs): ranks 1 and 2 must ask again until it resolves, not fail.
 #   check_netns_hosts.sh <example> <mnist dir>
 # Exits 77 (CTest: skipped) when not root or when namespaces cannot be made. The namespaces
 # and the /etc/netns/<ns> directories are removed on every way out.
@@ -50,7 +53,9 @@ hosts_files() {
       echo "127.0.0.1 localhost"
       echo "::1 localhost ip6-localhost ip6-loopback"
       for ((h = 0; h < np; ++h)); do
-        if [[ $1 == debian && $r -eq 0 && $h -eq 0 ]]; then echo "127.0.1.1 $(name 0)"; else echo "10.78.$net.$((h + 1)) $(name "$h")"; fi
+        if [[ $1 == debian && $r -eq 0 && $h -eq 0 ]]; then echo "127.0.1.1 $(name 0)"
+        elif [[ $1 == late && $r -ne 0 && $h -eq 0 ]]; then :  # published later (run)
+        else echo "10.78.$net.$((h + 1)) $(name "$h")"; fi
       done
     } >"/etc/netns/${tag}n$r/hosts"
   done
@@ -71,6 +76,13 @@ run() {
       >"$work/$mode.$r.out" 2>"$work/$mode.$r.err" </dev/null &
     pids+=($!)
   done
+  if [[ $mode == late ]]; then
+    sleep 3
+    for ((r = 1; r < np; ++r)); do
+      kill -0 "${pids[$r]}" 2>/dev/null || fail "late: rank $r did not wait for $(name 0) to resolve: $(tail -2 "$work/$mode.$r.err")"
+      echo "10.78.$net.1 $(name 0)" >>"/etc/netns/${tag}n$r/hosts"  # appended: the bind mount sees it
+    done
+  fi
   ns_wait "$mode" 90  # bounded: the ranks' own timeouts are 20 s
   local sums
   sums=$(ns_replicas "$mode") || exit 1
@@ -79,3 +91,4 @@ run() {
 
 run debian
 run same-name
+run late

@@ -629,6 +629,12 @@ BOOST_AUTO_TEST_CASE(names_that_do_not_resolve_or_answer_are_named) {
       msg = std::string("not a comm_error: ") + e.what();
     }
     BOOST_TEST(contains(msg, "rank " + std::to_string(r) + " cannot resolve 'no-such-host.invalid' (the rendezvous, from MASTER_ADDR=no-such-host.invalid"), msg);
+    // asked again until the timeout (a name may be published late), not once: 0.1 + 0.2 +
+    // 0.4 s of pauses fit in 1 s, so at least 4 tries
+    BOOST_TEST(contains(msg, " times over "), msg);
+    const auto at = msg.find("(asked ");
+    BOOST_TEST_REQUIRE(at != std::string::npos, msg);
+    BOOST_TEST(std::stoi(msg.substr(at + 7)) >= 4, msg);
   }
   // A name that resolves, but nobody listens there: the error says which address was dialled.
   const std::string port = std::to_string(free_port());

@@ -352,6 +352,7 @@ class zmq_ring final : public control {
   std::string listen_failure(const std::string& endpoint, const std::string& what, const ring_options& o, int err) const;
   std::vector<std::string> listen_hosts(std::string host, bool chosen, const std::string& what) const;
   std::string dial_of(const std::string& endpoint, const std::string& what, std::string& note) const;
+  net::resolution resolve_until_timeout(const std::string& host, const std::string& what, int& tries) const;
   void setup(const ring_options& o);
   std::string bind_tcp_data(const ring_options& o, const std::string& scheme);
   std::string registration(int world, const std::string& host, const std::string& want,

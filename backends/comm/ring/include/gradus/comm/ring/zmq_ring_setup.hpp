@@ -4,6 +4,8 @@
 // other ranks dial, each rank's registration, rank 0's checks and its choice of data path
 // (shared memory, direct TCP or ZeroMQ), and the data paths' own set-up. Included at the
 // end of zmq_ring.hpp (the class and its running half); not a header to include alone.
+// (About 520 lines: one concept, the forming of the ring, whose steps share the addresses
+// and rules described here.)
 //
 // Rendezvous: rank 0 binds a ROUTER at the rendezvous address; every other rank connects a
 // DEALER and registers "rank, world_size, hostname, machine, data addresses"; rank 0 checks
@@ -28,7 +30,10 @@
 //   - ring_options::bind_host (GRADUS_BIND_ADDR) instead, when set: an address, a name,
 //     an interface, or "*".
 // The other ranks resolve the name themselves and connect to the first address their
-// resolver returns (errors name it). Data sockets bind an ephemeral port: rank 0's where
+// resolver returns (errors name it). A name that does not resolve yet, on any rank, is asked
+// again (every 0.1 s, doubling to 1 s) until the timeout: a Kubernetes headless service
+// publishes a pod's record only once the pod runs, so ranks started together race rank 0's
+// record (torchrun's rendezvous retries likewise). Data sockets bind an ephemeral port: rank 0's where
 // its rendezvous listens (advertising the rendezvous host, which every rank can reach);
 // another rank's on the loopback address of the family it reaches rank 0 by when that is
 // a loopback address, else on every interface, advertising its source address on the route
@@ -41,9 +46,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gradus/comm/net/address.hpp"
@@ -98,14 +105,35 @@ inline std::vector<std::string> zmq_ring::listen_hosts(std::string host, bool ch
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   if (host == "*" || net::is_numeric_host(host)) return {host};
   if (chosen && ::if_nametoindex(host.c_str()) != 0) return {host};
-  const auto r = net::resolve(host);
-  if (r.addresses.empty())
-    throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot resolve '" + host + "' (" + what +
-                     "): " + r.failure + " — is the name spelled right, and known to this host's resolver (/etc/hosts, DNS)?");
+  int tries = 0;
+  const auto r = resolve_until_timeout(host, what, tries);
   if (chosen) return r.addresses;
   const bool loopback = std::all_of(r.addresses.begin(), r.addresses.end(), net::is_loopback_address);
   if (loopback && !net::names_this_host(host)) return r.addresses;
   return {"*"};
+}
+
+/// `host`'s addresses, asked again (every 0.1 s, doubling to 1 s) while it resolves to none
+/// and the timeout has not passed (the top of this file says why); then a comm_error naming
+/// it, `what`, the resolver's reason and the tries. `tries`: how many it took.
+inline net::resolution zmq_ring::resolve_until_timeout(const std::string& host, const std::string& what, int& tries) const {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(100);
+  tries = 1;
+  auto r = net::resolve(host);
+  while (r.addresses.empty() && std::chrono::steady_clock::now() + pause < start + timeout_) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::milliseconds(1000));
+    r = net::resolve(host);
+    ++tries;
+  }
+  if (r.addresses.empty()) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot resolve '" + host + "' (" + what +
+                     "): " + r.failure + " (asked " + std::to_string(tries) + " times over " + std::to_string(waited.count()) +
+                     " ms, ring_options::timeout) — is the name spelled right, and known to this host's resolver (/etc/hosts, DNS)?");
+  }
+  return r;
 }
 
 /// Rank != 0: the numeric tcp endpoint to dial for `endpoint` (a name resolved here, the
@@ -115,11 +143,10 @@ inline std::string zmq_ring::dial_of(const std::string& endpoint, const std::str
   if (net::scheme_of(endpoint) != "tcp") return endpoint;
   const std::string host = net::tcp_host_of(endpoint);
   if (host.empty() || net::is_numeric_host(host)) return endpoint;
-  const auto r = net::resolve(host);
-  if (r.addresses.empty())
-    throw comm_error("gradus: ring_allreduce: rank " + std::to_string(rank_) + " cannot resolve '" + host + "' (" + what +
-                     "): " + r.failure + " — is the name spelled right, and known to this host's resolver (/etc/hosts, DNS)?");
-  note = host + " resolved to " + detail::join(r.addresses) + (r.addresses.size() > 1 ? "; the first one dialled" : "");
+  int tries = 0;
+  const auto r = resolve_until_timeout(host, what, tries);
+  if (tries > 1) note = host + " resolved after " + std::to_string(tries) + " tries; ";
+  note += host + " resolved to " + detail::join(r.addresses) + (r.addresses.size() > 1 ? "; the first one dialled" : "");
   return net::tcp_endpoint(r.addresses.front(), net::tcp_port_of(endpoint));
 }
 
