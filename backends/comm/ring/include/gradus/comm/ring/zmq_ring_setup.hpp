@@ -33,8 +33,8 @@
 // resolver returns (errors name it). A name that does not resolve yet, on any rank, is asked
 // again (every 0.1 s, doubling to 1 s) until the timeout: a Kubernetes headless service
 // publishes a pod's record only once the pod runs, so ranks started together race rank 0's
-// record (torchrun's rendezvous retries likewise). Data sockets bind an ephemeral port: rank 0's where
-// its rendezvous listens (advertising the rendezvous host, which every rank can reach);
+// record (torchrun's rendezvous retries likewise). Data sockets bind an ephemeral port:
+// rank 0's where its rendezvous listens (advertising the rendezvous host, which every rank can reach);
 // another rank's on the loopback address of the family it reaches rank 0 by when that is
 // a loopback address, else on every interface, advertising its source address on the route
 // to rank 0. Every socket has ZMQ_IPV6 on, so "[fd00::1]" works anywhere. ipc data sockets

@@ -20,10 +20,11 @@
 // cold weights (15-17% of a step at batch 64, benchmarks/results/issue31_*): the copies stay
 // fresh past the release only while weights_epoch() — bumped by every release on the
 // thread — is what the stage read after refilling, and the stage also checks that nothing
-// wrote its session's variables meanwhile (session::write_epoch); else it releases first. Products against anything else stay with OpenBLAS: oneDNN's matmul on
-// GEMM blocks in the row-major layout was tried before and not kept (docs/design.md: the
-// LSTM's 64 x 128 x 128 products ran 15% slower), and its execute allocates (argument
-// lists), which tests/exec/test_alloc.cpp keeps out of a plain step. The packed and the
+// wrote its session's variables meanwhile (session::write_epoch); else it releases first.
+// Products against anything else stay with OpenBLAS: oneDNN's matmul on GEMM blocks in the
+// row-major layout was tried before and not kept (docs/design.md: the LSTM's 64 x 128 x 128
+// products ran 15% slower), and its execute allocates (argument lists), which
+// tests/exec/test_alloc.cpp keeps out of a plain step. The packed and the
 // row-major kernels gave the same bits on every shape tried (6-64 rows, k 16-784, either
 // transpose).
 //
