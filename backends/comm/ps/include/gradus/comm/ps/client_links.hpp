@@ -6,7 +6,7 @@
 // error names the server, and rejoin a server that came back after its connection closed
 // (a restarted ps task: hello at this worker's clock, the optimizer, its shards, then every
 // unanswered request again). The API those serve (push, pull, rows, snapshots,
-// collectives) is ps.hpp's. About 510 lines, one concept: the link's life — connecting,
+// collectives) is ps.hpp's. About 520 lines, one concept: the link's life — connecting,
 // sending, waiting and rejoining share the link state and the request table, and a
 // restarted process's join (rejoin_job) is one more hello-like exchange on them.
 // Included at the end of ps.hpp; not a header to include alone.
@@ -52,8 +52,9 @@ inline void parameter_server<Mode>::connect() {
   if (o_.reconnect_timeout.count() < 0 || o_.rejoin_timeout.count() < 0)
     throw error("gradus: parameter_server: reconnect_timeout and rejoin_timeout must be >= 0, got " +
                 std::to_string(o_.reconnect_timeout.count()) + " and " + std::to_string(o_.rejoin_timeout.count()) + " ms");
-  if (mode_ == ps::mode::ssp && (staleness_ < 0 || staleness_ > 1000000))
-    throw error("gradus: parameter_server: staleness " + std::to_string(staleness_) + " is outside [0, 1000000]");
+  if (mode_ == ps::mode::ssp && (staleness_ < 0 || staleness_ > ps::max_staleness))
+    throw error("gradus: parameter_server: staleness " + std::to_string(staleness_) + " is outside [0, " +
+                std::to_string(ps::max_staleness) + "]");
   if (!o_.context) {
     own_ctx_ = std::make_unique<zmq::context_t>(1);
     o_.context = own_ctx_.get();

@@ -132,7 +132,7 @@ inline void parse_consistency(const std::string& text, ps_options& o) {
     if (!s.empty() && s.back() == '>') s.pop_back();
     char* end = nullptr;
     const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
-    if ((!s.empty() && *end) || v < 0 || v > 1000000)
+    if ((!s.empty() && *end) || v < 0 || v > ps::max_staleness)
       throw error("gradus: consistency '" + text + "': the staleness bound of ssp:S is an integer >= 0");
     o.staleness = static_cast<int>(v);
   } else {

@@ -23,6 +23,8 @@ namespace gradus::ps {
 enum class mode : std::uint8_t { async = 0, bsp = 1, ssp = 2 };
 /// "async", "bsp" or "ssp".
 inline const char* mode_name(mode m) { return m == mode::async ? "async" : m == mode::bsp ? "bsp" : "ssp"; }
+/// The largest staleness bound of ssp a worker may ask for (workers and servers refuse more).
+inline constexpr int max_staleness = 1000000;
 
 /// A variable's state read back from a checkpoint, for a restarted server (server_options::restore).
 struct restored_variable {

@@ -45,7 +45,7 @@ void server<Compute>::hello(const std::string& id, const wire::header& h, std::s
   };
   const int world = static_cast<int>(integer("world_size", 1, 1 << 16, 0));
   const int rank = static_cast<int>(integer("rank", 0, world - 1, -1));
-  const auto staleness = integer("staleness", 0, 1000000, 0);
+  const auto staleness = integer("staleness", 0, ps::max_staleness, 0);
   // a worker coming back to a restarted server: the step it is at
   const auto rejoin_clock = static_cast<std::uint64_t>(integer("clock", 0, std::int64_t(1) << 53, 0));
   const auto rj = j.find("rejoin");
