@@ -149,8 +149,6 @@ check_closure() {
   done <<<"$out"
 }
 
-# "sm_90 ptx:90" for a program: the machine code and PTX it carries (tools/cuda-archs.py)
-device_code() { python3 "$root/tools/cuda-archs.py" "$1" 2>/dev/null | cut -d' ' -f2-; }
 
 validate() {
   if [[ ! -d $bundle ]]; then
@@ -203,11 +201,17 @@ validate() {
   # the architecture: sm_90 machine code in every CUDA program (PTX for compute_90 or lower
   # would run too, compiled by the driver at start: enough for a rehearsal bundle, which is
   # what CI packs, but not for the bundle a lease runs: that would spend minutes compiling)
-  local cc=${device_cc:-$target_cc} lowest
+  # "sm_90 ptx:90" for each program: the machine code and PTX it carries, read by
+  # tools/cuda-archs.py for all of them at once (one Python start, not one a program)
+  local cc=${device_cc:-$target_cc} lowest line device=()
+  local -A codes=()
   for rel in "${listed[@]}"; do
     [[ -x $bundle/$rel ]] || continue
-    printf '%s\n' "${host_only[@]}" | grep -qx "${rel#bin/}" && continue
-    code=$(device_code "$bundle/$rel")
+    printf '%s\n' "${host_only[@]}" | grep -qx "${rel#bin/}" || device+=("$rel")
+  done
+  while read -r f line; do codes[$f]=$line; done < <(cd "$bundle" && python3 "$root/tools/cuda-archs.py" "${device[@]}" 2>/dev/null)
+  for rel in "${device[@]}"; do
+    code=${codes[$rel]:-}
     lowest=$(grep -oE 'ptx:[0-9]+' <<<"$code" | cut -d: -f2 | sort -n | head -n 1)
     if [[ -z $code ]]; then
       problem "$rel carries no GPU code (tools/cuda-archs.py finds no .nv_fatbin in it): not a CUDA program of the bundle; rebuild it"
@@ -241,13 +245,12 @@ validate() {
     done
   fi
 
-  # every shared library: in the bundle, or one the GPU image provides
+  # every shared library: in the bundle, or one the GPU image provides (ldd lists a program's
+  # whole closure, the libraries' own dependencies included: lib/ is checked through the
+  # programs that load it, and a library no program loads cannot stop one)
   setup_library_path
   for rel in "${listed[@]}"; do
     [[ -x $bundle/$rel ]] && check_closure "$bundle/$rel"
-  done
-  for f in "$bundle"/lib/*.so*; do
-    [[ -e $f ]] && check_closure "$f"
   done
 
   if ((${#problems[@]})); then
