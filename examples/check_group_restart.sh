@@ -20,7 +20,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "check_group_restart: $*" >&2; exit 1; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 json0() { grep -E '^\[[0-9a-z]+\] \{' | tail -1 | sed -E 's/^\[[0-9a-z]+\] //'; }
-args=(--data "$data" --comm ring --epochs 3 --train-limit 24000 --seed 1 --threads 1 --quiet --json)
+args=(--data "$data" --comm ring --epochs 3 --train-limit 12000 --seed 1 --threads 1 --quiet --json)
 ck=$work/run/ckpt.npz
 
 straight=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${args[@]}" 2>"$work/err" | json0) ||
