@@ -133,7 +133,8 @@ inline void parse_consistency(const std::string& text, ps_options& o) {
     char* end = nullptr;
     const long v = s.empty() ? 0 : std::strtol(s.c_str(), &end, 10);
     if ((!s.empty() && *end) || v < 0 || v > ps::max_staleness)
-      throw error("gradus: consistency '" + text + "': the staleness bound of ssp:S is an integer >= 0");
+      throw error("gradus: consistency '" + text + "': the staleness bound of ssp:S is an integer in [0, " +
+                  std::to_string(ps::max_staleness) + "]");
     o.staleness = static_cast<int>(v);
   } else {
     throw error("gradus: consistency '" + text + "' is not async, bsp or ssp:S");
