@@ -153,6 +153,14 @@ BOOST_AUTO_TEST_CASE(torchrun) {
   BOOST_TEST(ps.task_index == 1);
   BOOST_TEST(ps.rank == -1);
   BOOST_TEST(ps.world_size == 2);
+  // a Kubernetes Indexed Job: the pod's JOB_COMPLETION_INDEX is the rank where RANK is not set
+  const auto pod = c::from_env(env{{"JOB_COMPLETION_INDEX", "2"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "train-0.train"}});
+  BOOST_TEST(pod.source == "torchrun");
+  BOOST_TEST(pod.rank == 2);
+  BOOST_TEST(pod.task_index == 2);
+  BOOST_TEST(pod.world_size == 3);
+  BOOST_TEST(pod.rendezvous() == "tcp://train-0.train:29500");
+  BOOST_TEST(c::from_env(env{{"RANK", "0"}, {"JOB_COMPLETION_INDEX", "2"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "a"}}).rank == 0);
 }
 
 BOOST_AUTO_TEST_CASE(slurm) {
@@ -445,7 +453,10 @@ BOOST_AUTO_TEST_CASE(tf_config) {
 BOOST_AUTO_TEST_CASE(torchrun) {
   expect_error(env{{"RANK", "x"}, {"WORLD_SIZE", "2"}}, {"RANK = 'x' is not an integer"});
   expect_error(env{{"RANK", "0"}}, {"WORLD_SIZE missing while RANK is set"});
-  expect_error(env{{"WORLD_SIZE", "2"}}, {"RANK missing while WORLD_SIZE is set"});
+  expect_error(env{{"WORLD_SIZE", "2"}}, {"RANK missing while WORLD_SIZE is set", "JOB_COMPLETION_INDEX gives it"});
+  expect_error(env{{"JOB_COMPLETION_INDEX", "3"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "a"}},
+               {"JOB_COMPLETION_INDEX = 3 but WORLD_SIZE = 3"});
+  expect_error(env{{"JOB_COMPLETION_INDEX", "x"}, {"WORLD_SIZE", "3"}}, {"JOB_COMPLETION_INDEX = 'x' is not an integer"});
   expect_error(env{{"RANK", "2"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}}, {"RANK = 2 but WORLD_SIZE = 2"});
   expect_error(env{{"RANK", "-1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}}, {"RANK = -1 is out of range"});
   expect_error(env{{"RANK", "0"}, {"WORLD_SIZE", "0"}}, {"WORLD_SIZE = 0 is out of range"});

@@ -13,8 +13,10 @@
 //   2. torchrun       RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 //                     MASTER_PORT (gradus-run sets the same). MASTER_ADDR is required when
 //                     WORLD_SIZE > 1; MASTER_PORT defaults to 29500, LOCAL_RANK to 0 and
-//                     LOCAL_WORLD_SIZE to LOCAL_RANK + 1. With GRADUS_ROLE=ps (and no RANK)
-//                     the process is parameter-server task GRADUS_PS_INDEX instead.
+//                     LOCAL_WORLD_SIZE to LOCAL_RANK + 1. Without RANK, a Kubernetes Indexed
+//                     Job's JOB_COMPLETION_INDEX is the rank (WORLD_SIZE and MASTER_ADDR set
+//                     in the pod template). With GRADUS_ROLE=ps (and no RANK) the process is
+//                     parameter-server task GRADUS_PS_INDEX instead.
 //   3. Slurm          SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NODEID,
 //                     SLURM_STEP_TASKS_PER_NODE / SLURM_TASKS_PER_NODE and
 //                     SLURM_STEP_NODELIST / SLURM_JOB_NODELIST (hostlist syntax, expanded
@@ -53,7 +55,7 @@
 //   RANK = 'x' is not an integer
 //   WORLD_SIZE missing while RANK is set
 //
-// About 740 lines, one concept: the cluster spec and its readers. Each launcher's format is
+// About 760 lines, one concept: the cluster spec and its readers. Each launcher's format is
 // a small parser, but they share the precedence above, the checks and the error wording, and
 // a reader of one needs the others' rules (which format wins, what a ps task is); they stay
 // together so that the precedence is read in one place.
@@ -528,12 +530,16 @@ inline spec from_torchrun(const env_lookup& env) {
     s.rank = -1;
     s.task_index = required_int(env, "GRADUS_PS_INDEX", 0, "GRADUS_ROLE=ps");
   } else {
-    if (!has_rank) throw error("RANK missing while WORLD_SIZE is set");
-    s.rank = *int_var(env, "RANK", 0);
+    // a Kubernetes Indexed Job gives each pod JOB_COMPLETION_INDEX (0 .. completions - 1):
+    // the rank, where RANK is not set
+    const char* rank_name = has_rank ? "RANK" : "JOB_COMPLETION_INDEX";
+    if (!env(rank_name))
+      throw error("RANK missing while WORLD_SIZE is set (a Kubernetes Indexed Job: JOB_COMPLETION_INDEX gives it)");
+    s.rank = *int_var(env, rank_name, 0);
     s.task_index = s.rank;
     s.local_rank = int_var(env, "LOCAL_RANK", 0).value_or(0);
     s.local_world_size = int_var(env, "LOCAL_WORLD_SIZE", 1).value_or(s.local_rank + 1);
-    check_ranks(s, "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
+    check_ranks(s, rank_name, "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE");
   }
   if (const auto addr = host_var(env, "MASTER_ADDR")) {
     s.master_addr = *addr;
