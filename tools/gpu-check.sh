@@ -149,7 +149,6 @@ check_closure() {
   done <<<"$out"
 }
 
-
 validate() {
   if [[ ! -d $bundle ]]; then
     say "no bundle at $bundle: build one on a development machine with tools/gpu-bundle.sh (it writes build/gpu-bundle) and send it with the repository (the device tool's carry: [\"build/gpu-bundle\"])"
