@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -91,4 +92,23 @@ BOOST_AUTO_TEST_CASE(append_on_resume_keeps_header_once_and_drops_later_epochs) 
   }
   auto log = gu::metrics_log::create(d.p / "w.csv", cols);
   BOOST_CHECK_THROW(log.write({1, 2}), g::error);
+}
+
+BOOST_AUTO_TEST_CASE(append_keeps_rows_whose_first_column_is_nan) {
+  temp_dir d;
+  const auto f = d.p / "n.csv";
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  {
+    auto log = gu::metrics_log::create(f, {"epoch", "loss"});
+    log.write({1, 0.5});
+    log.write({nan, 0.4});  // an evaluation logged without its epoch
+    log.write({3, 0.3});
+  }
+  BOOST_TEST(gu::metrics_log::append(f, {"epoch", "loss"}).table().rows.size() == 3u);  // everything, by default
+  const auto kept = gu::metrics_log::append(f, {"epoch", "loss"}, 2).table().rows;
+  BOOST_TEST(kept.size() == 2u);
+  BOOST_TEST(kept[0][1] == 0.5);
+  BOOST_TEST(std::isnan(kept[1][0]));
+  BOOST_TEST(kept[1][1] == 0.4);
+  BOOST_TEST(slurp(f) == "epoch,loss\n1,0.5\nnan,0.4\n");
 }

@@ -108,8 +108,8 @@ class metrics_log {
   }
 
   /// Continues the log at `path` (a new one when there is no such file or it is empty): keeps
-  /// the rows whose first column is at most `keep_up_to` (default infinity), drops the others
-  /// and rewrites the file with them. A log whose columns are not `columns` is a data_error,
+  /// the rows whose first column is at most `keep_up_to` (default infinity) or NaN (nothing
+  /// says it came later), drops the others and rewrites the file with them. A log whose columns are not `columns` is a data_error,
   /// as is a file that does not read as a metrics CSV (read_metrics).
   static metrics_log append(const std::filesystem::path& path, std::vector<std::string> columns,
                             double keep_up_to = std::numeric_limits<double>::infinity()) {
@@ -138,8 +138,8 @@ class metrics_log {
     if (old.columns != l.t_.columns)
       throw data_error("gradus: metrics_log '" + path.string() + "': its columns are '" + join(old.columns) +
                        "', this run logs '" + l.header() + "'; use another file or delete it");
-    for (auto& r : old.rows)
-      if (r[0] <= keep_up_to) l.t_.rows.push_back(std::move(r));
+    for (auto& r : old.rows)  // a row whose first column is NaN has no place to judge by: kept
+      if (!(r[0] > keep_up_to)) l.t_.rows.push_back(std::move(r));
     l.rewrite();
     return l;
   }
