@@ -109,8 +109,9 @@ class metrics_log {
 
   /// Continues the log at `path` (a new one when there is no such file or it is empty): keeps
   /// the rows whose first column is at most `keep_up_to` (default infinity) or NaN (nothing
-  /// says it came later), drops the others and rewrites the file with them. A log whose columns are not `columns` is a data_error,
-  /// as is a file that does not read as a metrics CSV (read_metrics).
+  /// says it came later), drops the others and rewrites the file with them. A log whose
+  /// columns are not `columns` is a data_error, as is a file that does not read as a metrics
+  /// CSV (read_metrics).
   static metrics_log append(const std::filesystem::path& path, std::vector<std::string> columns,
                             double keep_up_to = std::numeric_limits<double>::infinity()) {
     metrics_log l(path, std::move(columns));
