@@ -2,6 +2,8 @@
 // results prove the flags right), transposes of computed operands, dedup of equal
 // products, empty extents; against a triple loop with wide accumulation. Batched: test_matmul_batched.
 #define BOOST_TEST_MODULE graph_matmul
+#include <cstring>
+
 #include "../support/matmul_reference.hpp"
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(matmul_2d_with_every_transpose_combination, T, real_types) {
@@ -207,3 +209,43 @@ BOOST_AUTO_TEST_CASE(few_rows_against_held_weights) {
   BOOST_TEST(h.refilled == 2u);
 #endif
 }
+
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+// refill_weights packs a held operand itself (cpu_simd/panel_pack.hpp) into the layout
+// oneDNN's matmul chose: the same bytes as oneDNN's own reorder, padding included, for
+// operands read as they are and transposed, k and n off the layout's blocks, a leading
+// dimension wider than a row, and rows that end off the 8 x 8 tiles.
+BOOST_AUTO_TEST_CASE(packed_rows_match_onednns_reorder) {
+  using dt = dnnl::memory::data_type;
+  struct shape {
+    g::index_t k, n, ldb;
+    bool tb;
+  };
+  const auto& eng = g::cpu_dnnl::engine();
+  dnnl::stream st(eng);
+  for (const auto [k, n, ldb, tb] : {shape{96, 96, 96, false}, shape{96, 96, 96, true}, shape{100, 72, 80, false},
+                                     shape{100, 72, 110, true}, shape{784, 512, 512, false}, shape{784, 512, 784, true},
+                                     shape{37, 13, 41, true}, shape{17, 130, 130, false}}) {
+    BOOST_TEST_CONTEXT("B [" << k << ", " << n << "], ldb " << ldb << (tb ? ", transposed" : "")) {
+      const g::index_t m = 8;
+      const dnnl::memory::desc a_md({m, k}, dt::f32, dnnl::memory::dims{k, 1});
+      const dnnl::memory::desc b_md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
+      const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{n, 1});
+      const dnnl::memory::desc any({k, n}, dt::f32, dnnl::memory::format_tag::any);
+      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any, c_md), eng);
+      const auto panels = g::cpu_dnnl::panels_of(pd.weights_desc(), k, n);
+      BOOST_TEST_REQUIRE(bool(panels), "oneDNN's layout is not cpu_pack's panels");
+      const auto src = uniform<float>((tb ? n : k) * ldb, -1, 1);
+      std::vector<float> zeros(src.size(), 0.0f);
+      dnnl::memory want(pd.weights_desc(), eng), got(pd.weights_desc(), eng);
+      const dnnl::reorder r(dnnl::reorder::primitive_desc(eng, b_md, eng, pd.weights_desc()));
+      r.execute(st, {{DNNL_ARG_FROM, dnnl::memory(b_md, eng, const_cast<float*>(src.data()))}, {DNNL_ARG_TO, want}});
+      r.execute(st, {{DNNL_ARG_FROM, dnnl::memory(b_md, eng, zeros.data())}, {DNNL_ARG_TO, got}});  // the padding
+      st.wait();
+      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, 0, tb ? n : k, static_cast<float*>(got.get_data_handle()));
+      const auto bytes = pd.weights_desc().get_size();
+      BOOST_TEST(std::memcmp(want.get_data_handle(), got.get_data_handle(), bytes) == 0);
+    }
+  }
+}
+#endif

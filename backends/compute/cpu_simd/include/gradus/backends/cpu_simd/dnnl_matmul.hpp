@@ -17,7 +17,9 @@
 // oneDNN's layout once per step and operand (transposed or not), and every micro-batch
 // reuses the copy. After its update the stage refills its copies (refill_weights), while
 // each variable is still in cache, so the next step's first micro-batch does not reorder
-// cold weights (15-17% of a step at batch 64, benchmarks/results/issue31_*): the copies stay
+// cold weights (15-17% of a step at batch 64, benchmarks/results/issue31_*); it packs them
+// itself (cpu_simd/panel_pack.hpp: half oneDNN's reorder time for a transposed operand)
+// where oneDNN's layout is the panels that code knows, else reorders with oneDNN. The copies stay
 // fresh past the release only while weights_epoch() — bumped by every release on the
 // thread — is what the stage read after refilling, and the stage also checks that nothing
 // wrote its session's variables meanwhile (session::write_epoch); else it releases first.
@@ -50,6 +52,7 @@
 #include <vector>
 
 #include "gradus/backends/cpu_simd/dnnl.hpp"
+#include "gradus/backends/cpu_simd/panel_pack.hpp"
 
 namespace gradus::cpu_dnnl {
 
@@ -131,6 +134,8 @@ struct held_weights {
     dnnl::primitive reorder;  ///< of the row-major b (src) into mem, the plan's
     dnnl::memory src;         ///< b as the plan reads it
     bool fresh = false;
+    dim k = 0, n = 0;               ///< B's shape
+    cpu_pack::panel_layout panels;  ///< md as cpu_pack's panels (refill_weights packs them), or none
   };
   std::vector<region> regions;
   std::vector<copy> copies;
@@ -163,19 +168,38 @@ inline void release_weights() {
 /// How many releases this thread has made: a holder that refilled its copies reads it, and
 /// finds them still its own at its next hold only if it has not changed.
 inline std::uint64_t weights_epoch() { return held().epoch; }
+/// md as cpu_pack's panels (k padded to a block, n cut in panels of nb), or none.
+inline cpu_pack::panel_layout panels_of(const dnnl::memory::desc& md, dim k, dim n) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.offset0 != 0 || d.extra.flags != 0 || d.dims[0] != k ||
+      d.dims[1] != n || d.padded_offsets[0] != 0 || d.padded_offsets[1] != 0)
+    return {};
+  const auto& b = d.format_desc.blocking;
+  if (b.inner_nblks != 2 || b.inner_idxs[0] != 0 || b.inner_idxs[1] != 1) return {};
+  const dim kb = b.inner_blks[0], nb = b.inner_blks[1], kp = (k + kb - 1) / kb * kb;
+  if (d.padded_dims[0] != kp || d.padded_dims[1] != (n + nb - 1) / nb * nb || b.strides[0] != kb * nb || b.strides[1] != kp * nb)
+    return {};
+  return {nb, kp};
+}
 /// [p, p + bytes) was written (the holder's update): the packed copies of operands inside it
-/// are reordered from it now, and fresh until the next release.
+/// are filled from it now — by cpu_pack where it knows the copy's layout, else by oneDNN's
+/// reorder — and fresh until the next release.
 inline void refill_weights(const void* p, std::size_t bytes) {
   auto& h = held();
   const auto* lo = static_cast<const char*>(p);
   for (auto& c : h.copies) {
     const auto* q = static_cast<const char*>(c.p);
     if (q < lo || q >= lo + bytes) continue;
-    cpu_threads::blas_on_one_thread([&] {
-      if (!h.stream) h.stream = dnnl::stream(engine());
-      c.reorder.execute(h.stream, {{DNNL_ARG_FROM, c.src}, {DNNL_ARG_TO, c.mem}});
-      h.stream.wait();
-    });
+    if (c.panels) {
+      cpu_pack::pack_rows(c.panels, c.tb, c.k, c.n, static_cast<const float*>(c.p), c.ldb, 0, c.tb ? c.n : c.k,
+                          static_cast<float*>(c.mem.get_data_handle()));
+    } else {
+      cpu_threads::blas_on_one_thread([&] {
+        if (!h.stream) h.stream = dnnl::stream(engine());
+        c.reorder.execute(h.stream, {{DNNL_ARG_FROM, c.src}, {DNNL_ARG_TO, c.mem}});
+        h.stream.wait();
+      });
+    }
     c.fresh = true;
     ++h.refilled;
   }
@@ -193,8 +217,10 @@ inline bool small_matmul(bool ta, bool tb, dim m, dim n, dim k, const float* a, 
     if (x.p == b && x.tb == tb && x.ldb == ldb && x.md == p.weights_md) cp = &x;
   if (!cp) {
     if (h.copies.size() >= max_plans) h.copies.erase(h.copies.begin(), h.copies.begin() + max_plans / 2);
+    // filled below by oneDNN's reorder, which writes (zeroes) the padding that pack_rows skips
     h.copies.push_back({b, tb, ldb, p.weights_md, dnnl::memory(p.weights_md, engine()), p.reorder,
-                        dnnl::memory(p.b.get_desc(), engine(), const_cast<float*>(b)), false});
+                        dnnl::memory(p.b.get_desc(), engine(), const_cast<float*>(b)), false, k, n,
+                        panels_of(p.weights_md, k, n)});
     cp = &h.copies.back();
   }
   p.a.set_data_handle(const_cast<float*>(a));

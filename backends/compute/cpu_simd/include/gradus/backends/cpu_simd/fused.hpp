@@ -1,20 +1,7 @@
 #pragma once
 // cpu_simd: fused passes. assign() evaluates one elementwise plan (exec/plan.hpp) with
 // xsimd batches; for_each() runs an optimizer's rule in place over its arrays.
-// g++ 12 reports its own AVX-512 intrinsics (_mm512_undefined_*) as maybe-uninitialized
-// or uninitialized once inlined (e.g. in xsimd's exp/pow of doubles); the warning's
-// location is the compiler's header, so silencing it before that header is first
-// included keeps user code under -Werror clean.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#include <immintrin.h>
-#pragma GCC diagnostic pop
-#elif defined(__AVX__)
-#include <immintrin.h>  // streaming stores
-#endif
-
+#include "gradus/backends/cpu_simd/intrinsics.hpp"  // first: see there (and streaming stores)
 #include "gradus/backends/cpu_simd/memory.hpp"
 
 namespace gradus::cpu_simd_sections {

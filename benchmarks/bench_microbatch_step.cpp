@@ -1,0 +1,200 @@
+// A pipeline stage's micro-batched step, cut into its parts, against the unsplit step it
+// replaces (issue 31): mnist_deep_mlp's products (784-512x8-10, batch 64) and its SGD
+// momentum update, called on cpu_simd's GEMM as the graph calls them, without the graph.
+//
+// - unsplit: each layer's forward, input-gradient and weight-gradient product on 64 rows
+//   (OpenBLAS), then the update: what one process runs.
+// - M = 2, 4, 8: the weights held (cpu_simd::hold_weights), each micro-batch's forward and
+//   input-gradient products on 64 / M rows against oneDNN's packed copies, the weight
+//   gradients deferred to one product over the batch, the update, each variable's copies
+//   refilled right after it (cpu_simd::refill_weights): a stage's work with no peers.
+// - the update with the refill by cpu_simd (cpu_simd/panel_pack.hpp) against the update
+//   with oneDNN's reorder of each weight and its transpose (the peer it replaced).
+//
+// Each part's time is the median over the rounds of its share of a sample; the ratios are
+// the unsplit step's time over each row's.
+//
+//   bench_microbatch_step [rounds = 9] [steps per sample = 20]
+#include <gradus/backends/cpu_simd.hpp>
+#include <gradus/gradus.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <vector>
+
+#include "bench_common.hpp"
+
+namespace {
+using B = gradus::cpu_simd;
+using clk = std::chrono::steady_clock;
+double since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+
+struct model {
+  static constexpr long batch = 64;
+  std::vector<long> dims{784, 512, 512, 512, 512, 512, 512, 512, 512, 10};
+  std::vector<std::vector<float>> w, v, g, x, d;  // weights, momentum, gradients; activations, their gradients
+  std::size_t layers() const { return dims.size() - 1; }
+  model() {
+    for (std::size_t l = 0; l < layers(); ++l) {
+      const auto n = static_cast<std::size_t>(dims[l] * dims[l + 1]);
+      w.emplace_back(n), v.emplace_back(n, 0.0f), g.emplace_back(n, 0.0f);
+      for (std::size_t i = 0; i < n; ++i) w[l][i] = 0.001f * static_cast<float>(i * 7919 % 201) - 0.1f;
+    }
+    for (std::size_t l = 0; l <= layers(); ++l) {
+      x.emplace_back(static_cast<std::size_t>(batch * dims[l]), 0.5f);
+      d.emplace_back(static_cast<std::size_t>(batch * dims[l]), 0.25f);
+    }
+  }
+  // rows [r0, r0 + r) of layer l: forward (y = relu(x W) scaled down), input gradient (dx = dy W^T)
+  void forward(std::size_t l, long r0, long r) {
+    const long k = dims[l], n = dims[l + 1];
+    float* y = x[l + 1].data() + r0 * n;
+    B::gemm<float>(false, false, r, n, k, 1.0f, x[l].data() + r0 * k, k, 0, w[l].data(), n, 0, 0.0f, y, n, 0, 1);
+    for (long i = 0; i < r * n; ++i) y[i] = y[i] > 0 ? 0.01f * y[i] : 0.0f;
+  }
+  void input_gradient(std::size_t l, long r0, long r) {
+    const long k = dims[l], n = dims[l + 1];
+    B::gemm<float>(false, true, r, k, n, 1.0f, d[l + 1].data() + r0 * n, n, 0, w[l].data(), n, 0, 0.0f, d[l].data() + r0 * k, k, 0, 1);
+  }
+  void weight_gradient(std::size_t l) {
+    const long k = dims[l], n = dims[l + 1];
+    B::gemm<float>(true, false, k, n, batch, 1.0f, x[l].data(), k, 0, d[l + 1].data(), n, 0, 0.0f, g[l].data(), n, 0, 1);
+  }
+  void update(std::size_t l) {
+    const gradus::sgd opt{.lr = 1e-6, .momentum = 0.9};
+    float* slots[] = {v[l].data()};
+    opt.apply<B>(static_cast<gradus::index_t>(w[l].size()), w[l].data(), g[l].data(), slots, 0, 1.0);
+  }
+};
+
+struct parts {
+  double forward = 0, input_gradient = 0, weight_gradient = 0, update = 0;
+};
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 9, steps = argc > 2 ? std::atoi(argv[2]) : 20;
+  B::set_threads(1);
+  model m;
+  const std::size_t L = m.layers();
+  const int ms[] = {2, 4, 8};
+  std::vector<std::vector<parts>> split(4);  // [0] unsplit, [1..3] M = 2, 4, 8: each sample's parts
+  parts now;
+  const auto unsplit = [&] {
+    for (int s = 0; s < steps; ++s) {
+      auto t = clk::now();
+      for (std::size_t l = 0; l < L; ++l) m.forward(l, 0, model::batch);
+      now.forward += since(t), t = clk::now();
+      for (std::size_t l = L; l-- > 0;) {
+        m.input_gradient(l, 0, model::batch);
+        m.weight_gradient(l);
+      }
+      now.input_gradient += since(t), t = clk::now();  // (both gradients: one pass)
+      for (std::size_t l = 0; l < L; ++l) m.update(l);
+      now.update += since(t);
+    }
+  };
+  const auto micro = [&](int M) {
+    const long r = model::batch / M;
+    for (int s = 0; s < steps; ++s) {
+      for (std::size_t l = 0; l < L; ++l) B::hold_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
+      for (int k = 0; k < M; ++k) {  // one stage: each micro-batch's forward, then its backward
+        auto t = clk::now();
+        for (std::size_t l = 0; l < L; ++l) m.forward(l, k * r, r);
+        now.forward += since(t), t = clk::now();
+        for (std::size_t l = L; l-- > 0;) m.input_gradient(l, k * r, r);
+        now.input_gradient += since(t);
+      }
+      auto t = clk::now();
+      for (std::size_t l = L; l-- > 0;) m.weight_gradient(l);
+      now.weight_gradient += since(t), t = clk::now();
+      B::release_weights();
+      for (std::size_t l = 0; l < L; ++l) {
+        m.update(l);
+        B::refill_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
+      }
+      now.update += since(t);
+    }
+  };
+  // the refill's peer: oneDNN's reorder of each weight matrix and its transpose into the layout
+  // the products use (what refill_weights ran before cpu_pack)
+  using dt = dnnl::memory::data_type;
+  const auto& eng = gradus::cpu_dnnl::engine();
+  dnnl::stream st(eng);
+  std::vector<dnnl::reorder> reorders;
+  std::vector<dnnl::memory> from, to;
+  for (std::size_t l = 0; l < L; ++l)
+    for (const bool tb : {false, true}) {
+      const long k = tb ? m.dims[l + 1] : m.dims[l], n = tb ? m.dims[l] : m.dims[l + 1];
+      const dnnl::memory::desc b_md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
+      const dnnl::memory::desc any({k, n}, dt::f32, dnnl::memory::format_tag::any);
+      const dnnl::matmul::primitive_desc pd(
+          dnnl::matmul::desc(dnnl::memory::desc({8, k}, dt::f32, dnnl::memory::dims{k, 1}), any,
+                             dnnl::memory::desc({8, n}, dt::f32, dnnl::memory::dims{n, 1})),
+          eng);
+      reorders.emplace_back(dnnl::reorder::primitive_desc(eng, b_md, eng, pd.weights_desc()));
+      from.emplace_back(b_md, eng, m.w[l].data());
+      to.emplace_back(pd.weights_desc(), eng);
+    }
+  std::vector<bench::candidate> cs;
+  cs.push_back({"unsplit", unsplit});
+  for (int M : ms) cs.push_back({"M = " + std::to_string(M), [&, M] { micro(M); }});
+  cs.push_back({"update + refill (cpu_pack)",
+                [&] {
+                  for (int s = 0; s < steps; ++s)
+                    for (std::size_t l = 0; l < L; ++l) {
+                      m.update(l);
+                      B::refill_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
+                    }
+                },
+                {},
+                [&] {  // (untimed) the copies exist: made by products against the held weights
+                  for (std::size_t l = 0; l < L; ++l) B::hold_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
+                  for (std::size_t l = 0; l < L; ++l) m.forward(l, 0, 8), m.input_gradient(l, 0, 8);
+                  B::release_weights();
+                }});
+  cs.push_back({"update + oneDNN's reorders", [&] {
+                  for (int s = 0; s < steps; ++s)
+                    for (std::size_t l = 0; l < L; ++l) {
+                      m.update(l);
+                      for (std::size_t c = 2 * l; c < 2 * l + 2; ++c) reorders[c].execute(st, from[c], to[c]);
+                      st.wait();
+                    }
+                }});
+  // each sample's parts, recorded after it (run_interleaved times the whole sample)
+  for (std::size_t i = 0; i < 4; ++i) {
+    auto run = cs[i].run;
+    cs[i].run = [&, run, i] {
+      now = {};
+      run();
+      split[i].push_back(now);
+    };
+  }
+  bench::background_load load;
+  bench::run_interleaved(cs, rounds, 1);
+  const auto med = [&](std::size_t i, double parts::*f) {
+    std::vector<double> v;
+    for (const auto& p : split[i]) v.push_back(p.*f);
+    return bench::median(v) / steps * 1e3;
+  };
+  std::printf("mnist_deep_mlp's step, batch 64, one thread (%d rounds of %d steps; medians, ms a step)\n\n", rounds, steps);
+  std::printf("| step | total | forward | input gradient | weight gradient | update (+ refill) | unsplit / this |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
+  const double base = bench::median(cs[0].seconds) / steps * 1e3;
+  for (std::size_t i = 0; i < 4; ++i) {
+    const double total = bench::median(cs[i].seconds) / steps * 1e3;
+    if (i == 0)
+      std::printf("| unsplit (64 rows) | %.2f | %.2f | %.2f (with the weight gradient) | | %.2f | 1 |\n", total,
+                  med(i, &parts::forward), med(i, &parts::input_gradient), med(i, &parts::update));
+    else
+      std::printf("| M = %d (%ld rows) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", ms[i - 1], model::batch / ms[i - 1], total,
+                  med(i, &parts::forward), med(i, &parts::input_gradient), med(i, &parts::weight_gradient),
+                  med(i, &parts::update), base / total);
+  }
+  const double pack = bench::median(cs[4].seconds), dnnl_ = bench::median(cs[5].seconds);
+  std::printf("\nthe update of every variable with its two packed copies refilled: cpu_pack %.2f ms, oneDNN's reorders %.2f ms "
+              "(%.2fx)\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", pack / steps * 1e3,
+              dnnl_ / steps * 1e3, dnnl_ / pack, load.percent());
+}
