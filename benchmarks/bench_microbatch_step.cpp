@@ -5,7 +5,8 @@
 // - unsplit: each layer's forward, input-gradient and weight-gradient product on 64 rows
 //   (OpenBLAS), then the update: what one process runs.
 // - M = 2, 4, 8: the weights held (cpu_simd::hold_weights), each micro-batch's forward and
-//   input-gradient products on 64 / M rows against oneDNN's packed copies, the weight
+//   input-gradient products on 64 / M rows against oneDNN's packed copies (every forward,
+//   then every backward, as GPipe orders one stage's work; M = 8 also in 1F1B's order), the weight
 //   gradients deferred to one product over the batch, the update, each variable's copies
 //   refilled right after it (cpu_simd::refill_weights): a stage's work with no peers.
 // - the update with the refill by cpu_simd (cpu_simd/panel_pack.hpp) against the update
@@ -80,7 +81,7 @@ int main(int argc, char** argv) {
   model m;
   const std::size_t L = m.layers();
   const int ms[] = {2, 4, 8};
-  std::vector<std::vector<parts>> split(4);  // [0] unsplit, [1..3] M = 2, 4, 8: each sample's parts
+  std::vector<std::vector<parts>> split(5);  // unsplit, M = 2, 4, 8, M = 8 in 1F1B's order: each sample's parts
   parts now;
   const auto unsplit = [&] {
     for (int s = 0; s < steps; ++s) {
@@ -96,14 +97,23 @@ int main(int argc, char** argv) {
       now.update += since(t);
     }
   };
-  const auto micro = [&](int M) {
+  const auto micro = [&](int M, bool gpipe) {
     const long r = model::batch / M;
     for (int s = 0; s < steps; ++s) {
       for (std::size_t l = 0; l < L; ++l) B::hold_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
-      for (int k = 0; k < M; ++k) {  // one stage: each micro-batch's forward, then its backward
+      // one stage: GPipe's order (every forward, then every backward) or 1F1B's (with one
+      // stage, each micro-batch's forward and then its backward)
+      for (int k = 0; k < M; ++k) {
         auto t = clk::now();
         for (std::size_t l = 0; l < L; ++l) m.forward(l, k * r, r);
-        now.forward += since(t), t = clk::now();
+        now.forward += since(t);
+        if (gpipe) continue;
+        t = clk::now();
+        for (std::size_t l = L; l-- > 0;) m.input_gradient(l, k * r, r);
+        now.input_gradient += since(t);
+      }
+      for (int k = 0; gpipe && k < M; ++k) {
+        const auto t = clk::now();
         for (std::size_t l = L; l-- > 0;) m.input_gradient(l, k * r, r);
         now.input_gradient += since(t);
       }
@@ -140,7 +150,8 @@ int main(int argc, char** argv) {
     }
   std::vector<bench::candidate> cs;
   cs.push_back({"unsplit", unsplit});
-  for (int M : ms) cs.push_back({"M = " + std::to_string(M), [&, M] { micro(M); }});
+  for (int M : ms) cs.push_back({"M = " + std::to_string(M), [&, M] { micro(M, true); }});
+  cs.push_back({"M = 8, 1F1B", [&] { micro(8, false); }});
   cs.push_back({"update + refill (cpu_pack)",
                 [&] {
                   for (int s = 0; s < steps; ++s)
@@ -164,7 +175,7 @@ int main(int argc, char** argv) {
                     }
                 }});
   // each sample's parts, recorded after it (run_interleaved times the whole sample)
-  for (std::size_t i = 0; i < 4; ++i) {
+  for (std::size_t i = 0; i < split.size(); ++i) {
     auto run = cs[i].run;
     cs[i].run = [&, run, i] {
       now = {};
@@ -183,17 +194,18 @@ int main(int argc, char** argv) {
   std::printf("| step | total | forward | input gradient | weight gradient | update (+ refill) | unsplit / this |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   const double base = bench::median(cs[0].seconds) / steps * 1e3;
-  for (std::size_t i = 0; i < 4; ++i) {
+  for (std::size_t i = 0; i < split.size(); ++i) {
     const double total = bench::median(cs[i].seconds) / steps * 1e3;
     if (i == 0)
       std::printf("| unsplit (64 rows) | %.2f | %.2f | %.2f (with the weight gradient) | | %.2f | 1 |\n", total,
                   med(i, &parts::forward), med(i, &parts::input_gradient), med(i, &parts::update));
     else
-      std::printf("| M = %d (%ld rows) | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", ms[i - 1], model::batch / ms[i - 1], total,
+      std::printf("| M = %d (%ld rows)%s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", i < 4 ? ms[i - 1] : 8,
+                  model::batch / (i < 4 ? ms[i - 1] : 8), i < 4 ? "" : ", 1F1B's order", total,
                   med(i, &parts::forward), med(i, &parts::input_gradient), med(i, &parts::weight_gradient),
                   med(i, &parts::update), base / total);
   }
-  const double pack = bench::median(cs[4].seconds), dnnl_ = bench::median(cs[5].seconds);
+  const double pack = bench::median(cs[5].seconds), dnnl_ = bench::median(cs[6].seconds);
   std::printf("\nthe update of every variable with its two packed copies refilled: cpu_pack %.2f ms, oneDNN's reorders %.2f ms "
               "(%.2fx)\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", pack / steps * 1e3,
               dnnl_ / steps * 1e3, dnnl_ / pack, load.percent());

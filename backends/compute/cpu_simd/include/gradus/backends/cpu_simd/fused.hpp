@@ -22,30 +22,37 @@ struct fused_section : memory_section {
     const bool par = rows * inner >= parallel_threshold && tasks > 1;
     const bool stream =
         can_stream<T>() && static_cast<std::size_t>(rows * inner) * sizeof(T) >= stream_threshold_bytes();
-#pragma omp parallel if (par)
-    {
-      Plan p = plan;
+    struct cursor {  // a thread's copy of the plan, set to its current row
+      Plan p;
       index_t idx[max_rank] = {};
-      index_t cur_row = -1;
-#pragma omp for schedule(static) nowait
-      for (index_t t = 0; t < tasks; ++t) {
-        const index_t row = t / pieces, piece = t % pieces;
-        if (row != cur_row) {
-          ls.row_index(row, idx);
-          p.set_row(idx, nlead);
-          cur_row = row;
-        }
-        const index_t j0 = piece * chunk, j1 = std::min(inner, j0 + chunk);
-        if constexpr (can_stream<T>()) {
-          if (stream) {
-            span_streaming(out + row * inner, p, j0, j1);
-            continue;
-          }
-        }
-        span(out + row * inner, p, j0, j1);
+      index_t row = -1;
+    };
+    const auto task = [&](cursor& c, index_t t) {
+      const index_t row = t / pieces, piece = t % pieces;
+      if (row != c.row) {
+        ls.row_index(row, c.idx);
+        c.p.set_row(c.idx, nlead);
+        c.row = row;
       }
-      // Streaming stores are weakly ordered: make them visible before the region's
-      // closing barrier lets anyone read the output.
+      const index_t j0 = piece * chunk, j1 = std::min(inner, j0 + chunk);
+      if constexpr (can_stream<T>()) {
+        if (stream) return span_streaming(out + row * inner, c.p, j0, j1);
+      }
+      span(out + row * inner, c.p, j0, j1);
+    };
+    // Streaming stores are weakly ordered: the fence makes them visible before anyone (after
+    // the region's closing barrier) reads the output.
+    if (!par) {  // on the calling thread, without a region: one of one thread still costs
+      cursor c{plan};  // libgomp's team set-up (2-3% of a micro-batched step of small passes)
+      for (index_t t = 0; t < tasks; ++t) task(c, t);
+      if (stream) store_fence();
+      return;
+    }
+#pragma omp parallel
+    {
+      cursor c{plan};
+#pragma omp for schedule(static) nowait
+      for (index_t t = 0; t < tasks; ++t) task(c, t);
       if (stream) store_fence();
     }
   }
@@ -63,8 +70,7 @@ struct fused_section : memory_section {
     constexpr index_t W = static_cast<index_t>(B::size);
     const index_t pieces = (n + chunk - 1) / chunk;
     const bool par = n >= parallel_threshold && pieces > 1;
-#pragma omp parallel for schedule(static) if (par)
-    for (index_t t = 0; t < pieces; ++t) {
+    const auto piece = [&](index_t t) {
       const index_t j0 = t * chunk, j1 = std::min(n, j0 + chunk);
       index_t j = j0;
       for (; j + W <= j1; j += W) {
@@ -78,7 +84,13 @@ struct fused_section : memory_section {
         std::apply(rule, v);
         store_tail(v, j, m, p0, p...);
       }
+    };
+    if (!par) {  // (as assign's)
+      for (index_t t = 0; t < pieces; ++t) piece(t);
+      return;
     }
+#pragma omp parallel for schedule(static)
+    for (index_t t = 0; t < pieces; ++t) piece(t);
   }
 
  protected:
