@@ -210,11 +210,12 @@ BOOST_AUTO_TEST_CASE(few_rows_against_held_weights) {
 #endif
 }
 
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
+#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL && defined(__AVX__)
 // refill_weights packs a held operand itself (cpu_simd/panel_pack.hpp) into the layout
 // oneDNN's matmul chose: the same bytes as oneDNN's own reorder, padding included, for
 // operands read as they are and transposed, k and n off the layout's blocks, a leading
-// dimension wider than a row, and rows that end off the 8 x 8 tiles.
+// dimension wider than a row, rows that end off the 16- and 8-row tiles, and the rows packed
+// in two pieces, the second starting inside a tile.
 BOOST_AUTO_TEST_CASE(packed_rows_match_onednns_reorder) {
   using dt = dnnl::memory::data_type;
   struct shape {
@@ -225,7 +226,8 @@ BOOST_AUTO_TEST_CASE(packed_rows_match_onednns_reorder) {
   dnnl::stream st(eng);
   for (const auto [k, n, ldb, tb] : {shape{96, 96, 96, false}, shape{96, 96, 96, true}, shape{100, 72, 80, false},
                                      shape{100, 72, 110, true}, shape{784, 512, 512, false}, shape{784, 512, 784, true},
-                                     shape{37, 13, 41, true}, shape{17, 130, 130, false}}) {
+                                     shape{37, 13, 41, true}, shape{17, 130, 130, false}, shape{100, 72, 100, true},
+                                     shape{512, 512, 512, true}}) {
     BOOST_TEST_CONTEXT("B [" << k << ", " << n << "], ldb " << ldb << (tb ? ", transposed" : "")) {
       const g::index_t m = 8;
       const dnnl::memory::desc a_md({m, k}, dt::f32, dnnl::memory::dims{k, 1});
@@ -242,9 +244,18 @@ BOOST_AUTO_TEST_CASE(packed_rows_match_onednns_reorder) {
       r.execute(st, {{DNNL_ARG_FROM, dnnl::memory(b_md, eng, const_cast<float*>(src.data()))}, {DNNL_ARG_TO, want}});
       r.execute(st, {{DNNL_ARG_FROM, dnnl::memory(b_md, eng, zeros.data())}, {DNNL_ARG_TO, got}});  // the padding
       st.wait();
-      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, 0, tb ? n : k, static_cast<float*>(got.get_data_handle()));
       const auto bytes = pd.weights_desc().get_size();
-      BOOST_TEST(std::memcmp(want.get_data_handle(), got.get_data_handle(), bytes) == 0);
+      const std::vector<char> padded(static_cast<const char*>(got.get_data_handle()),
+                                     static_cast<const char*>(got.get_data_handle()) + bytes);
+      const g::index_t rows = tb ? n : k;
+      auto* out = static_cast<float*>(got.get_data_handle());
+      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, 0, rows, out);
+      BOOST_TEST(std::memcmp(want.get_data_handle(), out, bytes) == 0, "packed at once");
+      std::memcpy(out, padded.data(), bytes);  // again, in two pieces cut off the tiles
+      const g::index_t cut = std::min<g::index_t>(rows, 9);
+      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, 0, cut, out);
+      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, cut, rows, out);
+      BOOST_TEST(std::memcmp(want.get_data_handle(), out, bytes) == 0, "packed in two pieces");
     }
   }
 }

@@ -18,7 +18,7 @@
 // reuses the copy. After its update the stage refills its copies (refill_weights), while
 // each variable is still in cache, so the next step's first micro-batch does not reorder
 // cold weights (15-17% of a step at batch 64, benchmarks/results/issue31_*); it packs them
-// itself (cpu_simd/panel_pack.hpp: half oneDNN's reorder time for a transposed operand)
+// itself (cpu_simd/panel_pack.hpp: 0.6-0.7 of oneDNN's reorders' time, streaming stores)
 // where oneDNN's layout is the panels that code knows, else reorders with oneDNN. The copies stay
 // fresh past the release only while weights_epoch() — bumped by every release on the
 // thread — is what the stage read after refilling, and the stage also checks that nothing
@@ -171,7 +171,7 @@ inline std::uint64_t weights_epoch() { return held().epoch; }
 /// md as cpu_pack's panels (k padded to a block, n cut in panels of nb), or none.
 inline cpu_pack::panel_layout panels_of(const dnnl::memory::desc& md, dim k, dim n) {
   const dnnl_memory_desc_t& d = md.data;
-  if (d.format_kind != dnnl_blocked || d.ndims != 2 || d.offset0 != 0 || d.extra.flags != 0 || d.dims[0] != k ||
+  if (!cpu_pack::packs_fast || d.format_kind != dnnl_blocked || d.ndims != 2 || d.offset0 != 0 || d.extra.flags != 0 || d.dims[0] != k ||
       d.dims[1] != n || d.padded_offsets[0] != 0 || d.padded_offsets[1] != 0)
     return {};
   const auto& b = d.format_desc.blocking;
