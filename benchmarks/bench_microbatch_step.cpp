@@ -57,7 +57,8 @@ struct model {
   }
   void input_gradient(std::size_t l, long r0, long r) {
     const long k = dims[l], n = dims[l + 1];
-    B::gemm<float>(false, true, r, k, n, 1.0f, d[l + 1].data() + r0 * n, n, 0, w[l].data(), n, 0, 0.0f, d[l].data() + r0 * k, k, 0, 1);
+    B::gemm<float>(false, true, r, k, n, 1.0f, d[l + 1].data() + r0 * n, n, 0, w[l].data(), n, 0, 0.0f,
+                   d[l].data() + r0 * k, k, 0, 1);
   }
   void weight_gradient(std::size_t l) {
     const long k = dims[l], n = dims[l + 1];
@@ -206,7 +207,7 @@ int main(int argc, char** argv) {
                   med(i, &parts::update), base / total);
   }
   const double pack = bench::median(cs[5].seconds), dnnl_ = bench::median(cs[6].seconds);
-  std::printf("\nthe update of every variable with its two packed copies refilled: cpu_pack %.2f ms, oneDNN's reorders %.2f ms "
-              "(%.2fx)\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", pack / steps * 1e3,
+  std::printf("\nthe update of every variable with its two packed copies refilled: cpu_pack %.2f ms, "
+              "oneDNN's reorders %.2f ms (%.2fx)\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", pack / steps * 1e3,
               dnnl_ / steps * 1e3, dnnl_ / pack, load.percent());
 }

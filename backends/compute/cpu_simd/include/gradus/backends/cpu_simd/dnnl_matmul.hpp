@@ -171,13 +171,14 @@ inline std::uint64_t weights_epoch() { return held().epoch; }
 /// md as cpu_pack's panels (k padded to a block, n cut in panels of nb), or none.
 inline cpu_pack::panel_layout panels_of(const dnnl::memory::desc& md, dim k, dim n) {
   const dnnl_memory_desc_t& d = md.data;
-  if (!cpu_pack::packs_fast || d.format_kind != dnnl_blocked || d.ndims != 2 || d.offset0 != 0 || d.extra.flags != 0 || d.dims[0] != k ||
-      d.dims[1] != n || d.padded_offsets[0] != 0 || d.padded_offsets[1] != 0)
+  if (!cpu_pack::packs_fast || d.format_kind != dnnl_blocked || d.ndims != 2 || d.offset0 != 0 || d.extra.flags != 0 ||
+      d.dims[0] != k || d.dims[1] != n || d.padded_offsets[0] != 0 || d.padded_offsets[1] != 0)
     return {};
   const auto& b = d.format_desc.blocking;
   if (b.inner_nblks != 2 || b.inner_idxs[0] != 0 || b.inner_idxs[1] != 1) return {};
   const dim kb = b.inner_blks[0], nb = b.inner_blks[1], kp = (k + kb - 1) / kb * kb;
-  if (d.padded_dims[0] != kp || d.padded_dims[1] != (n + nb - 1) / nb * nb || b.strides[0] != kb * nb || b.strides[1] != kp * nb)
+  if (d.padded_dims[0] != kp || d.padded_dims[1] != (n + nb - 1) / nb * nb || b.strides[0] != kb * nb ||
+      b.strides[1] != kp * nb)
     return {};
   return {nb, kp};
 }

@@ -67,12 +67,14 @@ inline void transpose8(const float* src, dim lds, __m256 (&out)[8]) {
 /// Packs memory rows [r0, r1) of `b` into `dst`, laid out as `l`. Not transposed, b holds B
 /// [k, n] (memory row q is B's row q, n long); transposed, b holds B's transpose (memory row
 /// j is B's column j, k long). ldb: b's leading dimension. Not transposed, where dst's
-/// 64-byte lines line up, they are written with streaming stores: the copies are larger than
-/// L2, and a store that first reads each line it overwrites moves twice the bytes.
+/// 64-byte lines line up and the copy is larger than L2, they are written with streaming
+/// stores: a store that first reads each line it overwrites moves twice the bytes.
 inline void pack_rows(const panel_layout& l, bool transposed, dim k, dim n, const float* b, dim ldb, dim r0, dim r1,
                       float* dst) {
   const dim nb = l.nb, panel = l.kp * l.nb;
-  [[maybe_unused]] const bool lines = nb % 16 == 0 && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0;
+  // streaming: a copy of 1 MiB or more (about L2: a smaller one may stay cached for the products)
+  [[maybe_unused]] const bool lines = nb % 16 == 0 && reinterpret_cast<std::uintptr_t>(dst) % 64 == 0 &&
+                                      panel * ((n + nb - 1) / nb) * dim(sizeof(float)) >= dim(1) << 20;
   if (!transposed) {  // each row's pieces of nb columns to their panels
     for (dim q = r0; q < r1; ++q)
       for (dim j0 = 0; j0 < n; j0 += nb) {
