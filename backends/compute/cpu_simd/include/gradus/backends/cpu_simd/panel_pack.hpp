@@ -27,7 +27,6 @@ namespace gradus::cpu_pack {
 
 using dim = std::int64_t;
 
-/// B [k, n] in panels of nb columns, each kp (>= k) rows of nb floats; nb == 0: not a panel layout.
 /// Built without AVX, pack_rows would move one float at a time: oneDNN's reorder packs then.
 inline constexpr bool packs_fast =
 #if defined(__AVX__)
@@ -35,6 +34,8 @@ inline constexpr bool packs_fast =
 #else
     false;
 #endif
+
+/// B [k, n] in panels of nb columns, each kp (>= k) rows of nb floats; nb == 0: not a panel layout.
 struct panel_layout {
   dim nb = 0, kp = 0;
   explicit operator bool() const { return nb > 0; }
