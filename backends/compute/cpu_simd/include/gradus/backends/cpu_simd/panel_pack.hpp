@@ -37,7 +37,9 @@ inline constexpr bool packs_fast =
 
 /// B [k, n] in panels of nb columns, each kp (>= k) rows of nb floats; nb == 0: not a panel layout.
 struct panel_layout {
-  dim nb = 0, kp = 0;
+  dim nb = 0;  ///< columns a panel
+  dim kp = 0;  ///< rows a panel: k padded to the layout's block
+  /// A panel layout (not the empty one that says "reorder with oneDNN").
   explicit operator bool() const { return nb > 0; }
 };
 
