@@ -2,15 +2,13 @@
 // replaces (issue 31): mnist_deep_mlp's products (784-512x8-10, batch 64) and its SGD
 // momentum update, called on cpu_simd's GEMM as the graph calls them, without the graph.
 //
-// - unsplit: each layer's forward, input-gradient and weight-gradient product on 64 rows
-//   (OpenBLAS), then the update: what one process runs.
-// - M = 2, 4, 8: the weights held (cpu_simd::hold_weights), each micro-batch's forward and
-//   input-gradient products on 64 / M rows against oneDNN's packed copies (every forward,
-//   then every backward, as GPipe orders one stage's work; M = 8 also in 1F1B's order), the weight
-//   gradients deferred to one product over the batch, the update, each variable's copies
-//   refilled right after it (cpu_simd::refill_weights): a stage's work with no peers.
-// - the update with the refill by cpu_simd (cpu_simd/panel_pack.hpp) against the update
-//   with oneDNN's reorder of each weight and its transpose (the peer it replaced).
+// - unsplit: each layer's forward, input-gradient and weight-gradient product on 64 rows,
+//   then the update: what one process runs.
+// - M = 2, 4, 8: each micro-batch's forward and input-gradient products on 64 / M rows
+//   (every forward, then every backward, as GPipe orders one stage's work; M = 8 also in
+//   1F1B's order), the weight gradients deferred to one product over the batch, the update:
+//   a stage's work with no peers. Every product of these rows runs on cpu_simd's
+//   register-blocked kernels (cpu_simd/gemm_kernels.hpp) on the weights as stored.
 //
 // Each part's time is the median over the rounds of its share of a sample; the ratios are
 // the unsplit step's time over each row's.
@@ -22,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <vector>
 
 #include "bench_common.hpp"
@@ -101,7 +98,6 @@ int main(int argc, char** argv) {
   const auto micro = [&](int M, bool gpipe) {
     const long r = model::batch / M;
     for (int s = 0; s < steps; ++s) {
-      for (std::size_t l = 0; l < L; ++l) B::hold_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
       // one stage: GPipe's order (every forward, then every backward) or 1F1B's (with one
       // stage, each micro-batch's forward and then its backward)
       for (int k = 0; k < M; ++k) {
@@ -121,60 +117,14 @@ int main(int argc, char** argv) {
       auto t = clk::now();
       for (std::size_t l = L; l-- > 0;) m.weight_gradient(l);
       now.weight_gradient += since(t), t = clk::now();
-      B::release_weights();
-      for (std::size_t l = 0; l < L; ++l) {
-        m.update(l);
-        B::refill_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
-      }
+      for (std::size_t l = 0; l < L; ++l) m.update(l);
       now.update += since(t);
     }
   };
-  // the refill's peer: oneDNN's reorder of each weight matrix and its transpose into the layout
-  // the products use (what refill_weights ran before cpu_pack)
-  using dt = dnnl::memory::data_type;
-  const auto& eng = gradus::cpu_dnnl::engine();
-  dnnl::stream st(eng);
-  std::vector<dnnl::reorder> reorders;
-  std::vector<dnnl::memory> from, to;
-  for (std::size_t l = 0; l < L; ++l)
-    for (const bool tb : {false, true}) {
-      const long k = tb ? m.dims[l + 1] : m.dims[l], n = tb ? m.dims[l] : m.dims[l + 1];
-      const dnnl::memory::desc b_md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, k} : dnnl::memory::dims{n, 1});
-      const dnnl::memory::desc any({k, n}, dt::f32, dnnl::memory::format_tag::any);
-      const dnnl::matmul::primitive_desc pd(
-          dnnl::matmul::desc(dnnl::memory::desc({8, k}, dt::f32, dnnl::memory::dims{k, 1}), any,
-                             dnnl::memory::desc({8, n}, dt::f32, dnnl::memory::dims{n, 1})),
-          eng);
-      reorders.emplace_back(dnnl::reorder::primitive_desc(eng, b_md, eng, pd.weights_desc()));
-      from.emplace_back(b_md, eng, m.w[l].data());
-      to.emplace_back(pd.weights_desc(), eng);
-    }
   std::vector<bench::candidate> cs;
   cs.push_back({"unsplit", unsplit});
   for (int M : ms) cs.push_back({"M = " + std::to_string(M), [&, M] { micro(M, true); }});
   cs.push_back({"M = 8, 1F1B", [&] { micro(8, false); }});
-  cs.push_back({"update + refill (cpu_pack)",
-                [&] {
-                  for (int s = 0; s < steps; ++s)
-                    for (std::size_t l = 0; l < L; ++l) {
-                      m.update(l);
-                      B::refill_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
-                    }
-                },
-                {},
-                [&] {  // (untimed) the copies exist: made by products against the held weights
-                  for (std::size_t l = 0; l < L; ++l) B::hold_weights(m.w[l].data(), m.w[l].size() * sizeof(float));
-                  for (std::size_t l = 0; l < L; ++l) m.forward(l, 0, 8), m.input_gradient(l, 0, 8);
-                  B::release_weights();
-                }});
-  cs.push_back({"update + oneDNN's reorders", [&] {
-                  for (int s = 0; s < steps; ++s)
-                    for (std::size_t l = 0; l < L; ++l) {
-                      m.update(l);
-                      for (std::size_t c = 2 * l; c < 2 * l + 2; ++c) reorders[c].execute(st, from[c], to[c]);
-                      st.wait();
-                    }
-                }});
   // each sample's parts, recorded after it (run_interleaved times the whole sample)
   for (std::size_t i = 0; i < split.size(); ++i) {
     auto run = cs[i].run;
@@ -192,7 +142,7 @@ int main(int argc, char** argv) {
     return bench::median(v) / steps * 1e3;
   };
   std::printf("mnist_deep_mlp's step, batch 64, one thread (%d rounds of %d steps; medians, ms a step)\n\n", rounds, steps);
-  std::printf("| step | total | forward | input gradient | weight gradient | update (+ refill) | unsplit / this |\n");
+  std::printf("| step | total | forward | input gradient | weight gradient | update | unsplit / this |\n");
   std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   const double base = bench::median(cs[0].seconds) / steps * 1e3;
   for (std::size_t i = 0; i < split.size(); ++i) {
@@ -206,8 +156,5 @@ int main(int argc, char** argv) {
                   med(i, &parts::forward), med(i, &parts::input_gradient), med(i, &parts::weight_gradient),
                   med(i, &parts::update), base / total);
   }
-  const double pack = bench::median(cs[5].seconds), dnnl_ = bench::median(cs[6].seconds);
-  std::printf("\nthe update of every variable with its two packed copies refilled: cpu_pack %.2f ms, "
-              "oneDNN's reorders %.2f ms (%.2fx)\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", pack / steps * 1e3,
-              dnnl_ / steps * 1e3, dnnl_ / pack, load.percent());
+  std::printf("\nother processes used %.0f%% of the machine's CPU time during the timed runs\n", load.percent());
 }

@@ -157,106 +157,98 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(long_inner_dimension_split_over_threads, T, real_t
   }
 }
 
-// A few rows against held weights (cpu_simd::hold_weights, cpu_simd/dnnl_matmul.hpp: what a
-// pipeline stage does over its micro-batches): the packed copies give the product of the
-// weights as held; a square matrix and its transpose are two copies (they share a layout);
-// after release_weights, a changed matrix is read again, not its old copy; refill_weights
-// fills the copies from the new values at once.
-BOOST_AUTO_TEST_CASE(few_rows_against_held_weights) {
-  const g::index_t m = 8, k = 96, n = 96;
-  const auto a = uniform<float>(m * k, -1, 1);
-  auto w = uniform<float>(k * n, -1, 1);
-  std::vector<float> c(static_cast<std::size_t>(m * n));
-  const auto check = [&](bool tb, const std::string& what) {
-    g::cpu_simd::gemm(false, tb, m, n, k, 1.0f, a.data(), k, 0, w.data(), n, 0, 0.0f, c.data(), n, 0, 1);
-    double worst = 0;
-    for (g::index_t i = 0; i < m; ++i)
-      for (g::index_t j = 0; j < n; ++j) {
-        double ref = 0;
-        for (g::index_t q = 0; q < k; ++q)
-          ref += double(a[static_cast<std::size_t>(i * k + q)]) * w[static_cast<std::size_t>(tb ? j * n + q : q * n + j)];
-        worst = std::max(worst, std::abs(c[static_cast<std::size_t>(i * n + j)] - ref));
-      }
-    BOOST_TEST(worst <= 1e-4, what << ": largest error " << worst);
-  };
-  for (int round = 0; round < 2; ++round) {
-    g::cpu_simd::hold_weights(w.data(), w.size() * sizeof(float));
-    check(false, "held, round " + std::to_string(round));
-    check(true, "held, transposed, round " + std::to_string(round));
-    check(false, "held again, round " + std::to_string(round));
-    g::cpu_simd::release_weights();
-    for (auto& v : w) v = -2 * v + 0.25f;  // changed after the release
+// cpu_simd's register-blocked kernels (cpu_simd/gemm_kernels.hpp: few rows, or a small right
+// operand) called directly, against a long-double triple loop, over the shapes that reach
+// every tail: rows off the 8-row tile, columns off the 48-, 32- and 16-wide blocks, k off a
+// vector, leading dimensions wider than a row, alpha and beta; C's padding stays unwritten.
+BOOST_AUTO_TEST_CASE(few_row_kernels_against_a_wide_reference) {
+  namespace k_ = g::cpu_gemm;
+  if constexpr (!k_::available) {
+    BOOST_TEST_MESSAGE("built without AVX2 / AVX-512: OpenBLAS takes every product");
+    return;
+  } else {
+    struct layout {
+      bool ta, tb;
+    };
+    int cases = 0;
+    const auto check = [&](layout l, g::index_t m, g::index_t n, g::index_t k, float alpha, float beta, g::index_t pad) {
+      const g::index_t lda = (l.ta ? m : k) + pad, ldb = (l.tb ? k : n) + pad, ldc = n + pad;
+      const auto a = uniform<float>((l.ta ? k : m) * lda, -1, 1), b = uniform<float>((l.tb ? n : k) * ldb, -1, 1);
+      const auto c0 = uniform<float>(m * ldc, -1, 1);
+      auto c = c0;
+      k_::gemm(l.ta, l.tb, m, n, k, alpha, a.data(), lda, b.data(), ldb, beta, c.data(), ldc);
+      double worst = 0;
+      bool padding = true;
+      for (g::index_t i = 0; i < m; ++i)
+        for (g::index_t j = 0; j < ldc; ++j) {
+          const auto at = static_cast<std::size_t>(i * ldc + j);
+          if (j >= n) {
+            padding = padding && c[at] == c0[at];
+            continue;
+          }
+          long double acc = 0, scale = 0;
+          for (g::index_t q = 0; q < k; ++q) {
+            const long double t = static_cast<long double>(a[static_cast<std::size_t>(l.ta ? q * lda + i : i * lda + q)]) *
+                                  b[static_cast<std::size_t>(l.tb ? j * ldb + q : q * ldb + j)];
+            acc += t;
+            scale += std::abs(t);
+          }
+          const long double want = alpha * acc + (beta == 0 ? 0 : beta * static_cast<long double>(c0[at]));
+          worst = std::max(worst, static_cast<double>(std::abs(want - c[at]) / (1 + std::abs(alpha) * scale)));
+        }
+      BOOST_TEST(worst <= 4e-7, (l.ta ? "A^T " : "A ") << (l.tb ? "B^T " : "B ") << m << "x" << n << "x" << k << " alpha "
+                                                         << alpha << " beta " << beta << " pad " << pad << ": error " << worst);
+      BOOST_TEST(padding, "C's padding was written: " << m << "x" << n << "x" << k);
+      ++cases;
+    };
+    for (const layout l : {layout{false, false}, layout{true, false}, layout{false, true}})
+      for (const g::index_t m : {1, 7, 8, 9, 17, 64})
+        for (const g::index_t n : {1, 3, 15, 16, 17, 33, 47, 48, 49, 80, 100})
+          for (const g::index_t k : {1, 5, 16, 17, 70})
+            check(l, m, n, k, 1.0f, 0.0f, (m + n + k) % 3);
+    for (const layout l : {layout{false, false}, layout{true, false}, layout{false, true}}) {
+      check(l, 9, 50, 20, 0.5f, 1.0f, 1);
+      check(l, 9, 50, 20, -2.0f, 0.25f, 0);
+      check(l, 300, 100, 64, 1.0f, 0.0f, 3);  // many row tiles against a small B: a weight gradient's shape
+      check(l, 8, 520, 515, 1.0f, 0.0f, 0);   // a micro-batch against a layer's weights
+    }
+    BOOST_TEST(cases == 3 * 6 * 11 * 5 + 12);
   }
-  check(false, "released");
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
-  // refill_weights after the holder's own write (a pipeline stage's update): the copies are
-  // reordered from the new values at once and used as they are at the next hold
-  auto& h = g::cpu_dnnl::held();
-  BOOST_TEST_REQUIRE(h.copies.size() == 2u);  // the matrix, and its transpose
-  const auto epoch = g::cpu_dnnl::weights_epoch();
-  for (auto& v : w) v = 0.5f * v - 0.125f;
-  g::cpu_simd::refill_weights(w.data(), w.size() * sizeof(float));
-  BOOST_TEST(h.refilled == 2u);
-  const auto filled = h.filled_on_use;
-  g::cpu_simd::hold_weights(w.data(), w.size() * sizeof(float));
-  check(false, "refilled");
-  check(true, "refilled, transposed");
-  BOOST_TEST(h.filled_on_use == filled, "the refilled copies are used, not filled again");
-  g::cpu_simd::release_weights();
-  BOOST_TEST(g::cpu_dnnl::weights_epoch() == epoch + 1);
-  // a range that holds neither copy's operand refills nothing
-  g::cpu_simd::refill_weights(a.data(), a.size() * sizeof(float));
-  BOOST_TEST(h.refilled == 2u);
-#endif
 }
 
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL && defined(__AVX__)
-// refill_weights packs a held operand itself (cpu_simd/panel_pack.hpp) into the layout
-// oneDNN's matmul chose: the same bytes as oneDNN's own reorder, padding included, for
-// operands read as they are and transposed, k and n off the layout's blocks, a leading
-// dimension wider than a row, rows that end off the 16- and 8-row tiles, and the rows packed
-// in two pieces, the second starting inside a tile.
-BOOST_AUTO_TEST_CASE(packed_rows_match_onednns_reorder) {
-  using dt = dnnl::memory::data_type;
-  struct shape {
-    g::index_t k, n, ldb;
-    bool tb;
-  };
-  const auto& eng = g::cpu_dnnl::engine();
-  dnnl::stream st(eng);
-  for (const auto [k, n, ldb, tb] : {shape{96, 96, 96, false}, shape{96, 96, 96, true}, shape{100, 72, 80, false},
-                                     shape{100, 72, 110, true}, shape{784, 512, 512, false}, shape{784, 512, 784, true},
-                                     shape{37, 13, 41, true}, shape{17, 130, 130, false}, shape{100, 72, 100, true},
-                                     shape{512, 512, 512, true}}) {
-    BOOST_TEST_CONTEXT("B [" << k << ", " << n << "], ldb " << ldb << (tb ? ", transposed" : "")) {
-      const g::index_t m = 8;
-      const dnnl::memory::desc a_md({m, k}, dt::f32, dnnl::memory::dims{k, 1});
-      const dnnl::memory::desc b_md({k, n}, dt::f32, tb ? dnnl::memory::dims{1, ldb} : dnnl::memory::dims{ldb, 1});
-      const dnnl::memory::desc c_md({m, n}, dt::f32, dnnl::memory::dims{n, 1});
-      const dnnl::memory::desc any({k, n}, dt::f32, dnnl::memory::format_tag::any);
-      const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, any, c_md), eng);
-      const auto panels = g::cpu_dnnl::panels_of(pd.weights_desc(), k, n);
-      BOOST_TEST_REQUIRE(bool(panels), "oneDNN's layout is not cpu_pack's panels");
-      const auto src = uniform<float>((tb ? n : k) * ldb, -1, 1);
-      std::vector<float> zeros(src.size(), 0.0f);
-      dnnl::memory want(pd.weights_desc(), eng), got(pd.weights_desc(), eng);
-      const dnnl::reorder r(dnnl::reorder::primitive_desc(eng, b_md, eng, pd.weights_desc()));
-      r.execute(st, {{DNNL_ARG_FROM, dnnl::memory(b_md, eng, const_cast<float*>(src.data()))}, {DNNL_ARG_TO, want}});
-      r.execute(st, {{DNNL_ARG_FROM, dnnl::memory(b_md, eng, zeros.data())}, {DNNL_ARG_TO, got}});  // the padding
-      st.wait();
-      const auto bytes = pd.weights_desc().get_size();
-      const std::vector<char> padded(static_cast<const char*>(got.get_data_handle()),
-                                     static_cast<const char*>(got.get_data_handle()) + bytes);
-      const g::index_t rows = tb ? n : k;
-      auto* out = static_cast<float*>(got.get_data_handle());
-      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, 0, rows, out);
-      BOOST_TEST(std::memcmp(want.get_data_handle(), out, bytes) == 0, "packed at once");
-      std::memcpy(out, padded.data(), bytes);  // again, in two pieces cut off the tiles
-      const g::index_t cut = std::min<g::index_t>(rows, 9);
-      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, 0, cut, out);
-      g::cpu_pack::pack_rows(panels, tb, k, n, src.data(), ldb, cut, rows, out);
-      BOOST_TEST(std::memcmp(want.get_data_handle(), out, bytes) == 0, "packed in two pieces");
+// Where the kernels take over from OpenBLAS (takes: what the pipelines' micro-batches and a
+// batch of 64 ask for), and that a micro-batch's rows come out with the whole batch's bits
+// (each output sums its k products in one order whatever the rows around it and the thread
+// count), through cpu_simd::gemm as the graph calls it.
+BOOST_AUTO_TEST_CASE(micro_batch_rows_have_the_whole_batchs_bits) {
+  namespace k_ = g::cpu_gemm;
+  BOOST_TEST(k_::takes(false, false, 8, 512, 512) == k_::available);
+  BOOST_TEST(k_::takes(false, true, 8, 512, 512) == k_::available);
+  BOOST_TEST(k_::takes(true, false, 512, 512, 64) == k_::available);  // X^T G over a batch: B 128 KiB
+  BOOST_TEST(!k_::takes(false, false, 1000, 512, 512));                // many rows, B 1 MiB: OpenBLAS's
+  BOOST_TEST(!k_::takes(false, false, 64, 10, 512));                   // narrower than a block
+  BOOST_TEST(!k_::takes(false, true, 64, 512, 10));                    // dot products of 10
+  BOOST_TEST(!k_::takes(true, true, 8, 512, 512));
+  const g::index_t rows = 64, k = 200, n = 130;
+  const auto x = uniform<float>(rows * k, -1, 1), w = uniform<float>(k * n, -1, 1), wt = transposed(w, 1, k, n);
+  for (const bool tb : {false, true}) {
+    std::vector<float> whole(static_cast<std::size_t>(rows * n)), parts(whole.size()), two(whole.size());
+    const float* b = tb ? wt.data() : w.data();
+    const g::index_t ldb = tb ? k : n;
+    const int threads = g::cpu_simd::threads();
+    g::cpu_simd::set_threads(1);
+    g::cpu_simd::gemm(false, tb, rows, n, k, 1.0f, x.data(), k, 0, b, ldb, 0, 0.0f, whole.data(), n, 0, 1);
+    for (g::index_t r0 = 0; r0 < rows; r0 += 9) {  // micro-batches of 9 rows, the last of 1
+      const g::index_t r = std::min<g::index_t>(9, rows - r0);
+      g::cpu_simd::gemm(false, tb, r, n, k, 1.0f, x.data() + r0 * k, k, 0, b, ldb, 0, 0.0f, parts.data() + r0 * n, n, 0, 1);
     }
+    g::cpu_simd::set_threads(2);
+    g::cpu_simd::gemm(false, tb, rows, n, k, 1.0f, x.data(), k, 0, b, ldb, 0, 0.0f, two.data(), n, 0, 1);
+    g::cpu_simd::set_threads(threads);
+    BOOST_TEST(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)) == 0, "micro-batches, tb " << tb);
+    BOOST_TEST(std::memcmp(whole.data(), two.data(), whole.size() * sizeof(float)) == 0, "two threads, tb " << tb);
+    const auto want = matmul_ref(x, w, 1, rows, k, n, 0, 0);
+    BOOST_TEST(close(g::tensor_view<const float>{whole.data(), g::dims{std::array<g::index_t, 2>{rows, n}}}, want.value,
+                     rtol<float>(), want.scale));
   }
 }
-#endif

@@ -3,9 +3,8 @@
 // unsplit model trained in one session — 2 and 3 stages, GPipe and 1F1B, M = 1, 2, 4, 7 (a
 // batch of 10 not divisible by 4 or 7), with and without re-materialisation, and 2 stages x
 // 2 replicas — plus the bytes across each cut, the activations held, the errors of
-// mismatched ranks, checkpoints per stage, device placements in one process, and the packed
-// weights a stage keeps across steps.
-// (About 750 lines: one translation unit for every pipeline test, because each unit that
+// mismatched ranks, checkpoints per stage and device placements in one process.
+// (About 700 lines: one translation unit for every pipeline test, because each unit that
 // instantiates the pipeline for the shared test model costs ~95 s of g++ in CI; a second
 // one would add that again to both compiler stages.)
 #define BOOST_TEST_MODULE parallel_pipeline
@@ -21,7 +20,6 @@
 #include <array>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <chrono>
 #include <cmath>
 #include <numeric>
@@ -119,25 +117,19 @@ static std::vector<float> values(g::session<g::cpu_simd>& s, const V& v) {
   return {t.data(), t.data() + t.size()};
 }
 
-// Called after each step i of a run, on the thread of rank r (-1: the unsplit reference).
-using between_steps = std::function<void(g::session<g::cpu_simd>&, std::size_t i, int r)>;
-
 // The unsplit model's weights and losses after training on the batches.
 struct trained {
   std::vector<std::vector<float>> w;  // p1/w, p1/b, p2/w, p2/b, p3/w, p3/b
   std::vector<double> losses;
 };
 template <class Loss, class Opt>
-static trained reference(const model& m, const Loss& loss, const Opt& opt, const std::vector<batch>& data, long rows,
-                         const between_steps& between = {}) {
+static trained reference(const model& m, const Loss& loss, const Opt& opt, const std::vector<batch>& data, long rows) {
   g::session<g::cpu_simd> s;
   m.init(s);
   auto step = g::minimize(s, loss, opt);
   trained t;
-  for (std::size_t i = 0; i < data.size(); ++i) {
+  for (std::size_t i = 0; i < data.size(); ++i)
     t.losses.push_back(step.run(m.x = g::view(data[i].x.data(), {rows, 6}), m.y = g::view(data[i].y.data(), {rows})));
-    if (between) between(s, i, -1);
-  }
   t.w = {values(s, m.l1.w), values(s, m.l1.b), values(s, m.l2.w), values(s, m.l2.b), values(s, m.l3.w), values(s, m.l3.b)};
   return t;
 }
@@ -153,7 +145,7 @@ static double max_rel(const std::vector<float>& a, const std::vector<float>& b) 
 template <int S, class Loss, class Opt>
 static std::vector<gp::pipeline_stats> pipelined(const model& m, const Loss& loss, const Opt& opt, const std::vector<batch>& data,
                                                  long rows, gp::pipeline_options o, const trained& ref, double tol,
-                                                 int replicas = 1, const between_steps& between = {}) {
+                                                 int replicas = 1) {
   auto comms = gp::thread_world::world(S * replicas);
   std::vector<gp::pipeline_stats> stats(static_cast<std::size_t>(S * replicas));
   std::vector<std::vector<std::vector<float>>> weights(static_cast<std::size_t>(S * replicas));
@@ -164,12 +156,9 @@ static std::vector<gp::pipeline_stats> pipelined(const model& m, const Loss& los
     auto step = gp::pipeline<S>(comms[static_cast<std::size_t>(r)], o, s, loss, opt);
     const int replica = r / S;
     const long shard = rows / replicas;
-    for (std::size_t i = 0; i < data.size(); ++i) {
-      const auto& b = data[i];
+    for (const auto& b : data)
       losses[static_cast<std::size_t>(r)].push_back(step.run(m.x = g::view(b.x.data() + replica * shard * 6, {shard, 6}),
                                                              m.y = g::view(b.y.data() + replica * shard, {shard})));
-      if (between) between(s, i, r);
-    }
     stats[static_cast<std::size_t>(r)] = step.stats();
     step.gather_variables();  // rank 0 then holds every stage's weights
     weights[static_cast<std::size_t>(r)] = {values(s, m.l1.w), values(s, m.l1.b), values(s, m.l2.w),
@@ -240,59 +229,6 @@ BOOST_AUTO_TEST_CASE(two_stages_equal_the_unsplit_model) {
     pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = 4, .rematerialize = true}, ref, 2e-5);
   }
 }
-
-#if defined(GRADUS_HAVE_DNNL) && GRADUS_HAVE_DNNL
-// cpu_simd's packed weights (cpu_simd/dnnl_matmul.hpp), reached by this small model with the
-// size threshold lowered: a stage refills them after its update and keeps them for the next
-// step's micro-batches, and trains as the unsplit model does; a write to the variables
-// between steps (gradus::assign here; a restore or a program's own write alike) makes the
-// stage pack them again instead of computing with its old copies.
-BOOST_AUTO_TEST_CASE(packed_weights_kept_across_steps_and_packed_again_after_a_write) {
-  struct edge_guard {
-    std::int64_t old = g::cpu_dnnl::min_edge().exchange(4);
-    ~edge_guard() { g::cpu_dnnl::min_edge() = old; }
-  } guard;
-  model m;
-  const auto data = make_batches(4, 10, 13);
-  const g::sgd opt{.lr = 0.1, .momentum = 0.9};
-  for (const bool write : {false, true})
-    for (const auto sched : {gp::schedule_kind::gpipe, gp::schedule_kind::one_f_one_b}) {
-      BOOST_TEST_CONTEXT((write ? "written after step 1, " : "") << gp::schedule_name(sched)) {
-        struct fills {
-          std::size_t copies = 0;
-          std::uint64_t on_use = 0, refilled = 0;
-        };
-        std::array<fills, 2> seen{};
-        const between_steps between = [&](g::session<g::cpu_simd>& s, std::size_t i, int r) {
-          if (write && i == 1) {  // every layer's weights changed, in every session alike
-            const auto rewrite = [&](const auto& v, long rows, long cols) {
-              auto x = values(s, v);
-              for (auto& e : x) e = -0.5f * e + 0.01f;
-              g::assign(s, v, g::view(x.data(), {rows, cols}));
-            };
-            rewrite(m.l1.w, 6, 16);
-            rewrite(m.l2.w, 16, 12);
-            rewrite(m.l3.w, 12, 4);
-          }
-          if (r >= 0 && i + 1 == data.size()) {
-            const auto& h = g::cpu_dnnl::held();
-            seen[static_cast<std::size_t>(r)] = {h.copies.size(), h.filled_on_use, h.refilled};
-          }
-        };
-        const trained ref = reference(m, m.loss2(), opt, data, 10, between);
-        pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = 4, .schedule = sched}, ref, 2e-5, 1, between);
-        for (std::size_t r = 0; r < 2; ++r) {
-          BOOST_TEST_CONTEXT("rank " << r) {
-            BOOST_TEST(seen[r].copies > 0u);  // the packed path was taken
-            // filled once by the first step's micro-batches, and once more after the write
-            BOOST_TEST(seen[r].on_use == (write ? 2 : 1) * seen[r].copies);
-            BOOST_TEST(seen[r].refilled == data.size() * seen[r].copies);  // by every update
-          }
-        }
-      }
-    }
-}
-#endif
 
 BOOST_AUTO_TEST_CASE(three_stages_with_adam) {
   model m;

@@ -46,7 +46,7 @@ std::vector<T> transposed(const std::vector<T>& x, std::size_t batch, std::size_
 struct mkn {
   std::size_t m, k, n;
 };
-// (the last three: few rows against a wide operand, cpu_simd's oneDNN matmul for float)
+// (the last three: few rows against a wide operand, cpu_simd's register-blocked kernels for float)
 constexpr mkn sizes2[] = {{1, 1, 1}, {7, 7, 7},  {3, 1023, 5}, {17, 33, 19},  {16, 16, 16},
                           {1, 7, 1}, {64, 5, 1}, {5, 1, 9},    {8, 512, 96}, {64, 64, 64}, {10, 70, 130}};
 

@@ -108,7 +108,6 @@ class session final : private variable_source {
                     "gradus: session::run: every feed must come after the outputs");
       using outs = std::tuple<std::remove_cvref_t<std::tuple_element_t<O, decltype(all)>>...>;
       const auto bound = bind();
-      ++write_epoch_;  // a run may update variables (a training step)
       auto& g = graph_for<outs>(std::get<O>(all)...);
       last_ = &g;
       if constexpr (has_before_run<Backend>) Backend::before_run();  // e.g. size the thread team
@@ -158,20 +157,11 @@ class session final : private variable_source {
   void set_check_numerics(bool on) { check_numerics_ = on; }
   bool check_numerics() const override { return check_numerics_; }
 
-  /// A count that changes whenever the session's tensors may have been written: every run,
-  /// assign, declare, mark_initialized, and every writable pointer handed out (data, state,
-  /// entries: checkpoints, restores and optimizers write through those). What a cache derived
-  /// from the variables compares to know it is still current (a pipeline stage's packed
-  /// weights, parallel/pipeline/). Graphs run through variables() only read and do not
-  /// count; a pointer from data() or state() must be written before the next session call.
-  std::uint64_t write_epoch() const { return write_epoch_; }
-
   /// Storage by name, for optimizers (their per-variable state) and checkpoints. A state
   /// tensor is created zero-filled and initialised; asking again with another dtype or
   /// shape is an error naming both.
   template <class T>
   T* state(std::string_view name, const dims& d) {
-    ++write_epoch_;
     const auto bound = bind();
     auto& st = storage<T>(name, d);
     if (!st.initialized) {
@@ -184,7 +174,6 @@ class session final : private variable_source {
   /// The device storage of an initialised tensor, by name and dtype.
   template <class T>
   T* data(std::string_view name) {
-    ++write_epoch_;
     auto it = variables_.find(name);
     if (it == variables_.end() || !it->second.initialized)
       throw feed_error("gradus: variable '" + std::string(name) + "' has no value in this session; assign, " +
@@ -205,14 +194,12 @@ class session final : private variable_source {
   };
   /// Every tensor the session holds, sorted by name (an entry per variable and state tensor).
   std::vector<entry> entries() const {
-    ++write_epoch_;  // the entries' data may be written (a restore)
     std::vector<entry> r;
     for (const auto& [name, v] : variables_) r.push_back({name, v.dtype, v.d, v.data, v.initialized});
     return r;
   }
   /// Marks a tensor as holding a value (after a restore wrote it through entries()).
   void mark_initialized(std::string_view name) {
-    ++write_epoch_;
     auto it = variables_.find(name);
     if (it == variables_.end()) throw feed_error("gradus: session holds no tensor named '" + std::string(name) + "'");
     it->second.initialized = true;
@@ -237,7 +224,6 @@ class session final : private variable_source {
       throw feed_error("gradus: assign to variable '" + std::string(Name.view()) + "': expected shape " +
                        to_string(want) + ", got " + to_string(got));
     const auto bound = bind();
-    ++write_epoch_;
     auto& st = storage<T>(Name.view(), want);
     Backend::copy_to_device(st.data, x.data(), static_cast<std::size_t>(want.numel()) * sizeof(T));
     st.initialized = true;
@@ -307,7 +293,6 @@ class session final : private variable_source {
       return it->second;
     }
     const auto bound = bind();
-    ++write_epoch_;
     variable_storage st;
     st.d = d;
     st.dtype = dtype_name<T>();
@@ -326,7 +311,6 @@ class session final : private variable_source {
   mutable std::map<std::string, std::vector<unsigned char>> host_values_;  ///< value()'s copies (device backends)
   std::int64_t global_step_ = 0;
   bool check_numerics_ = false;
-  mutable std::uint64_t write_epoch_ = 0;  ///< write_epoch()
   std::unordered_map<std::type_index, std::vector<std::unique_ptr<graph_base>>> graphs_;
   const graph_base* last_ = nullptr;
 };

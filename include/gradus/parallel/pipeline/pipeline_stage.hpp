@@ -5,7 +5,7 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 610 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// (About 550 lines, one concept: a stage's step — its passes, gradient sums, deferred and
 // tied gradients, clipping, update, checkpoint file and placement log — all over the same
 // per-stage state.)
 #include <algorithm>
@@ -53,32 +53,6 @@ struct sub_group {
 template <splittable C>
 struct sub_group<C> {
   using type = decltype(std::declval<C&>().split(0, 0));
-};
-
-/// A backend that can reuse weights held constant across calls (cpu_simd: packed copies for
-/// small GEMMs), and the hold of a stage's step: its variables, released at the update (or
-/// when the step fails).
-template <class B>
-concept holds_weights = requires(const void* p, std::size_t n) {
-  B::hold_weights(p, n);
-  B::release_weights();
-};
-template <class Backend>
-struct weight_hold {
-  bool on = false;
-  void release() {
-    if constexpr (holds_weights<Backend>)
-      if (on) Backend::release_weights();
-    on = false;
-  }
-  ~weight_hold() { release(); }
-};
-/// ... that can also refill its reused forms of the weights right after the holder wrote
-/// them, keeping them for the next hold while weights_epoch() has not changed (cpu_simd).
-template <class B>
-concept refills_weights = holds_weights<B> && requires(const void* p, std::size_t n) {
-  B::refill_weights(p, n);
-  { B::weights_epoch() } -> std::convertible_to<std::uint64_t>;
 };
 
 template <class T>
@@ -204,23 +178,6 @@ class pipeline_stage final : public pipeline_base<Comm> {
     for (std::size_t m = 1; m < sizes.size(); ++m) offsets[m] = offsets[m - 1] + sizes[m - 1];
     inputs_.resize(static_cast<std::size_t>(M));
     input_dims_.resize(static_cast<std::size_t>(M));
-    // the weights stay as they are until the update: M > 1 micro-batches reuse what the
-    // backend derives from them (M = 1 runs each product once: nothing to reuse)
-    detail::weight_hold<Backend> hold;
-    if constexpr (detail::holds_weights<Backend>)
-      if (M > 1) {
-        // the forms refilled after the last update are current only if nothing wrote the
-        // session's tensors and no other holder released on this thread since
-        if constexpr (detail::refills_weights<Backend>)
-          if (!(kept_ && kept_->first == s_.write_epoch() && kept_->second == Backend::weights_epoch()))
-            Backend::release_weights();
-        kept_.reset();
-        [&]<class... Vs>(std::tuple<Vs...>*) {
-          std::size_t i = 0;
-          ((Backend::hold_weights(s_.template data<T>(Vs::name.view()), sizes_[i++] * sizeof(T))), ...);
-        }(static_cast<vars_t*>(nullptr));
-        hold.on = true;
-      }
     double loss = 0;
     bool first_grad = true;
     stashed_rows_ = 0;
@@ -278,9 +235,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
         for (std::size_t i = 0; i < nv; ++i) average(i);
       for (const std::size_t i : tied_order)  // in an order every stage agrees on
         tie(i);
-      const bool refill = hold.on;
-      hold.release();
-      update(clip_scale(), refill);
+      update(clip_scale());
     });
     // the batch's loss, from the last stage to the others of its pipeline
     if constexpr (last) {
@@ -528,24 +483,18 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->stats_.gradient_norm = std::sqrt(sq);
     return this->stats_.gradient_norm > opt_.clip_global_norm ? opt_.clip_global_norm / this->stats_.gradient_norm : 1.0;
   }
-  /// The optimizer's step on every variable; with `refill`, the backend's reused forms of each
-  /// variable (cpu_simd's packed copies) refilled right after its update, while it is in
-  /// cache, and kept for the next step's hold (kept_).
-  void update(double scale, bool refill = false) {
+  /// The optimizer's step on every variable.
+  void update(double scale) {
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;
       const auto one = [&](T* w) {
         opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), w, static_cast<T*>(acc_[i].data), slots_[i].data(), step, scale);
-        if constexpr (detail::refills_weights<Backend>)
-          if (refill) Backend::refill_weights(w, sizes_[i] * sizeof(T));
         ++i;
       };
       (one(s_.template data<T>(Vs::name.view())), ...);
     }(static_cast<vars_t*>(nullptr));
     s_.set_global_step(step + 1);
-    if constexpr (detail::refills_weights<Backend>)
-      if (refill) kept_.emplace(s_.write_epoch(), Backend::weights_epoch());
   }
   /// After a forward pass: the activations held now — each micro-batch in flight's graph
   /// (its forward buffers; one graph under re-materialisation) and the stage inputs kept.
@@ -599,9 +548,6 @@ class pipeline_stage final : public pipeline_base<Comm> {
   std::vector<T> tied_mine_, tied_theirs_, tied_sum_;  ///< a tied variable's gradient parts (host)
   device_buffer<Backend> scratch_;
   std::optional<sub_t> replicas_;
-  /// after an update that refilled the backend's forms of the weights: the session's
-  /// write_epoch and the backend's weights_epoch then (the next hold keeps them if both agree)
-  std::optional<std::pair<std::uint64_t, std::uint64_t>> kept_;
 };
 
 

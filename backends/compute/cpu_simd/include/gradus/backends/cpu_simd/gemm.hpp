@@ -1,10 +1,9 @@
 #pragma once
-// cpu_simd: GEMM. OpenBLAS on one thread per block, the blocks cut by threads() and the
-// shape only; a long inner dimension cut into slices (split_k); a product of few rows
-// against weights the caller holds (a pipeline stage's, across its micro-batches) through
-// oneDNN's matmul on a packed copy, where oneDNN was found (cpu_simd/dnnl_matmul.hpp: 2.4x
-// OpenBLAS's speed at 8 rows). The cut is protected: the
-// interface is gemm().
+// cpu_simd: GEMM. One thread per block, the blocks cut by threads() and the shape only; a
+// long inner dimension cut into slices (split_k). A block of float of few rows, or against a
+// small right operand, runs on cpu_simd's register-blocked kernels (cpu_simd/gemm_kernels.hpp:
+// 1.1-4x OpenBLAS's speed there, on the operands as stored); every other block on OpenBLAS.
+// The cut is protected: the interface is gemm().
 // CBLAS declarations: xtensor-blas's (xflens) rather than OpenBLAS's <cblas.h>, whose
 // enum and integer types differ; one set of declarations lets a program include this
 // header and <xtensor-blas/xlinalg.hpp> together. The library linked is OpenBLAS.
@@ -16,22 +15,12 @@ char* openblas_get_config(void);
 }
 #include <numeric>
 
-#include "gradus/backends/cpu_simd/dnnl_matmul.hpp"
+#include "gradus/backends/cpu_simd/gemm_kernels.hpp"
 #include "gradus/backends/cpu_simd/reduce.hpp"
 
 namespace gradus::cpu_simd_sections {
 
 struct gemm_section : reduce_section {
-  /// Weights the caller will not change until release_weights() (a pipeline stage's, across
-  /// its micro-batches): products of few rows against them reuse one packed copy per step
-  /// (cpu_simd/dnnl_matmul.hpp). Per thread.
-  static void hold_weights(const void* p, std::size_t bytes) { cpu_dnnl::hold_weights(p, bytes); }
-  static void release_weights() { cpu_dnnl::release_weights(); }
-  /// After the holder's own write of [p, p + bytes): its packed copies refilled now, fresh at
-  /// its next hold while weights_epoch() (releases on this thread) has not changed.
-  static void refill_weights(const void* p, std::size_t bytes) { cpu_dnnl::refill_weights(p, bytes); }
-  static std::uint64_t weights_epoch() { return cpu_dnnl::weights_epoch(); }
-
   /// ---- GEMM (row-major; transposes are flags, never copies) ------------------------------
   /// OpenBLAS runs on one thread (cpu_threads::blas_on_one_thread) and the backend splits the
   /// work itself: the batch's items and each item's output into a grid of row x column blocks, cut
@@ -123,8 +112,8 @@ struct gemm_section : reduce_section {
   template <class T>
   static void blas_gemm(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                         const T* b, index_t ldb, T beta, T* c, index_t ldc) {
-    if constexpr (std::is_same_v<T, float>)  // few rows against held weights (cpu_simd/dnnl_matmul.hpp)
-      if (alpha == T(1) && beta == T(0) && cpu_dnnl::small_matmul(ta, tb, m, n, k, a, lda, b, ldb, c, ldc)) return;
+    if constexpr (std::is_same_v<T, float>)  // few rows, or a small right operand (cpu_simd/gemm_kernels.hpp)
+      if (cpu_gemm::takes(ta, tb, m, n, k)) return cpu_gemm::gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     const auto tra = ta ? CblasTrans : CblasNoTrans, trb = tb ? CblasTrans : CblasNoTrans;
     const auto ib = [](index_t v) { return static_cast<CBLAS_INT>(v); };
     cpu_threads::blas_on_one_thread([&] {
