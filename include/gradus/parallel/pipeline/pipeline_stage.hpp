@@ -230,12 +230,18 @@ class pipeline_stage final : public pipeline_base<Comm> {
       }
     }
     timed([&] {
-      deferred_gradients();
-      if (replicas_)
-        for (std::size_t i = 0; i < nv; ++i) average(i);
-      for (const std::size_t i : tied_order)  // in an order every stage agrees on
-        tie(i);
-      update(clip_scale());
+      // with nothing to do between a gradient and its update (no replicas to average with,
+      // no tied variables, no clipping by the norm over every gradient), each deferred
+      // gradient is computed and applied piece by piece while the piece is in cache
+      const bool fused = !replicas_ && tied_order.empty() && !(opt_.clip_global_norm > 0);
+      if (!fused) {
+        deferred_gradients();
+        if (replicas_)
+          for (std::size_t i = 0; i < nv; ++i) average(i);
+        for (const std::size_t i : tied_order)  // in an order every stage agrees on
+          tie(i);
+      }
+      update(clip_scale(), fused);
     });
     // the batch's loss, from the last stage to the others of its pipeline
     if constexpr (last) {
@@ -414,18 +420,20 @@ class pipeline_stage final : public pipeline_base<Comm> {
   }
   /// The deferred gradients, each one GEMM over the step's stashed rows: X^T G.
   void deferred_gradients() {
-    for (std::size_t i = 0; i < nv; ++i) {
-      if (!graph_t::deferred[i]) continue;
-      T* acc = static_cast<T*>(acc_[i].data);
-      if (stashed_rows_ == 0) {
-        Backend::for_each(static_cast<index_t>(sizes_[i]), detail::scale_rule<T>{T(0)}, acc, acc);
-        continue;
-      }
-      const auto [xc, gc] = cols_[i];
-      const auto m = static_cast<index_t>(xc), n = static_cast<index_t>(gc);
-      Backend::gemm(true, false, m, n, static_cast<index_t>(stashed_rows_), T(1), static_cast<const T*>(stash_x_[i].data), m, 0,
-                    static_cast<const T*>(stash_g_[i].data), n, 0, T(0), acc, n, m * n, 1);
+    for (std::size_t i = 0; i < nv; ++i)
+      if (graph_t::deferred[i]) deferred_gradient(i, 0, stashed_rows_ ? static_cast<index_t>(cols_[i].first) : 0);
+  }
+  /// Rows [r0, r0 + rows) of deferred gradient i (X^T G is [X's columns, G's columns]); the
+  /// whole gradient zero where no rows were stashed.
+  void deferred_gradient(std::size_t i, index_t r0, index_t rows) {
+    T* acc = static_cast<T*>(acc_[i].data);
+    if (stashed_rows_ == 0) {
+      Backend::for_each(static_cast<index_t>(sizes_[i]), detail::scale_rule<T>{T(0)}, acc, acc);
+      return;
     }
+    const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
+    Backend::gemm(true, false, rows, n, static_cast<index_t>(stashed_rows_), T(1), static_cast<const T*>(stash_x_[i].data) + r0,
+                  m, 0, static_cast<const T*>(stash_g_[i].data), n, 0, T(0), acc + r0 * n, n, rows * n, 1);
   }
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
@@ -483,13 +491,30 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->stats_.gradient_norm = std::sqrt(sq);
     return this->stats_.gradient_norm > opt_.clip_global_norm ? opt_.clip_global_norm / this->stats_.gradient_norm : 1.0;
   }
-  /// The optimizer's step on every variable.
-  void update(double scale) {
+  /// The optimizer's step on every variable; `fused`: each deferred gradient computed here,
+  /// in pieces of about 128 KiB of rows, each piece applied right after it (the optimizers'
+  /// rules are elementwise, so the pieces give the whole pass's bits).
+  void update(double scale, bool fused) {
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;
       const auto one = [&](T* w) {
-        opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), w, static_cast<T*>(acc_[i].data), slots_[i].data(), step, scale);
+        T* g = static_cast<T*>(acc_[i].data);
+        if (fused && graph_t::deferred[i] && stashed_rows_ > 0) {
+          const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
+          const index_t piece = std::max<index_t>(16, (index_t(32) * 1024 / std::max<index_t>(n, 1)) / 16 * 16);
+          for (index_t r0 = 0; r0 < m; r0 += piece) {
+            const index_t rows = std::min(piece, m - r0);
+            deferred_gradient(i, r0, rows);
+            std::array<T*, 2> at = slots_[i];
+            for (auto& p : at)
+              if (p) p += r0 * n;
+            opt_.template apply<Backend>(rows * n, w + r0 * n, g + r0 * n, at.data(), step, scale);
+          }
+        } else {
+          if (fused && graph_t::deferred[i]) deferred_gradient(i, 0, 0);
+          opt_.template apply<Backend>(static_cast<index_t>(sizes_[i]), w, g, slots_[i].data(), step, scale);
+        }
         ++i;
       };
       (one(s_.template data<T>(Vs::name.view())), ...);
