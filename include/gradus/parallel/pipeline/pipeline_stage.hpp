@@ -5,7 +5,7 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 550 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// (About 580 lines, one concept: a stage's step — its passes, gradient sums, deferred and
 // tied gradients, clipping, update, checkpoint file and placement log — all over the same
 // per-stage state.)
 #include <algorithm>
