@@ -10,10 +10,10 @@
 // every update (cpu_simd/dnnl_matmul.hpp did that for pipelines: 0.9 ms of an 8 ms step, and
 // twice the weights' bytes in cache). One thread of an AMD EPYC Zen 5, [m, 512] x [512, 512]
 // over eight distinct weight matrices (8 MB, out of L2), GFLOP/s, OpenBLAS / oneDNN on its
-// packed layout / these kernels, g++ 12 -O3 -march=native:
-//   m =  8: 58 / 213 / 231 (B transposed: 56 / 216 / 197)
-//   m = 64: 106 / 242 / 221 (B transposed: 102 / 246 / 202)
-// (benchmarks/results/gemm_kernels-*.md has the whole table.)
+// packed layout / these kernels, g++ 12 -O3 -march=native (benchmarks/bench_gemm_kernels):
+//   m =  8: 50 / 154 / 158 (B transposed: 47 / 160 / 171)
+//   m = 64: 151 / 200 / 177 (B transposed: 135 / 191 / 151)
+// (benchmarks/results/issue31_kernels-*.md has the whole table.)
 //
 // The kernels (C = alpha op(A) op(B) + beta C, every matrix row-major with a leading
 // dimension):
