@@ -200,24 +200,23 @@ inline void rows_dot_block(index_t k, const float* at, const float* b, index_t l
   _Pragma("GCC unroll 16") for (index_t i = 0; i < tile_rows; ++i)
       _Pragma("GCC unroll 16") for (index_t j = 0; j < J; ++j) acc[i][j] = vec::zero();
   const index_t kf = k / vec::width * vec::width;
-  const auto step = [&](index_t p, const vec::reg (&bv)[J]) {
+  const auto step = [&](const vec::reg (&bv)[J]) {
     _Pragma("GCC unroll 16") for (index_t i = 0; i < tile_rows; ++i) {
       vec::reg a = vec::load(at + i * vec::width);
       keep_in_register(a);
       _Pragma("GCC unroll 16") for (index_t j = 0; j < J; ++j) acc[i][j] = vec::fma(a, bv[j], acc[i][j]);
     }
-    (void)p;
   };
   for (index_t p = 0; p < kf; p += vec::width, at += tile_rows * vec::width) {
     vec::reg bv[J];
     _Pragma("GCC unroll 16") for (index_t j = 0; j < J; ++j) bv[j] = vec::load(b + j * ldb + p);
     _Pragma("GCC unroll 16") for (index_t j = 0; j < J; ++j) vec::prefetch(next + j * ldb + p);
-    step(p, bv);
+    step(bv);
   }
   if (kf < k) {
     vec::reg bv[J];
     _Pragma("GCC unroll 16") for (index_t j = 0; j < J; ++j) bv[j] = vec::load_first(b + j * ldb + kf, static_cast<int>(k - kf));
-    step(kf, bv);
+    step(bv);
   }
   alignas(64) float out[tile_rows * J];
   if constexpr (tile_rows * J == 16) {
@@ -231,9 +230,6 @@ inline void rows_dot_block(index_t k, const float* at, const float* b, index_t l
   }
   store_rows(out, J, rows, J, alpha, beta, c, ldc);
 }
-}  // namespace detail
-
-namespace detail {
 /// A's rows [i0, i0 + rows) as a tile, column by column: at[p * tile_rows + i] = A(i0 + i, p),
 /// zero rows past `rows` (A row-major [m, k]).
 inline void pack_rows(index_t k, const float* a, index_t lda, index_t rows, float* at) {
@@ -266,9 +262,6 @@ inline void pack_rows(index_t k, const float* a, index_t lda, index_t rows, floa
   for (; p < k; ++p)
     for (index_t i = 0; i < R; ++i) at[p * R + i] = i < rows ? a[i * lda + p] : 0.0f;
 }
-}  // namespace detail
-
-namespace detail {
 /// The part of B that every tile sweeps before the next part: about `panel_bytes` of it, so
 /// that it stays in L2 from the first tile's sweep to the last's while each tile's A stays in
 /// L1; in whole blocks of `unit` columns (or rows) of `k` floats each, at least one.
