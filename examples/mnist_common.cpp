@@ -52,10 +52,12 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
   app.add_option("--micro-batches", o.micro_batches,
                  "micro-batches per batch in a pipeline (gradients accumulated over them, one update per batch)")
       ->check(CLI::Range(1, 4096));
-  app.add_option("--schedule", o.schedule, "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b")
+  app.add_option("--schedule", o.schedule,
+                 "pipeline schedule: 1f1b (one forward, one backward: at most S micro-batches in flight) or gpipe (all "
+                 "forwards, then all backwards)")
       ->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_flag("--rematerialize", o.rematerialize,
-               "gpipe: keep only each micro-batch's stage input and recompute its forward pass in the backward");
+               "a pipeline: keep only each micro-batch's stage input and recompute its forward pass in the backward");
   app.add_flag("--log-placement", o.log_placement,
                "a pipeline: log on stderr where each node ran (stage, rank) and the bytes sent across each cut per step "
                "(TensorFlow's log_device_placement)");

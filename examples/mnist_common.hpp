@@ -91,7 +91,7 @@ struct mnist_options : comm_options {
   // (per replica), each batch in --micro-batches, run under --schedule
   int stages = 1;
   int micro_batches = 1;
-  std::string schedule = "gpipe";
+  std::string schedule = "1f1b";
   bool rematerialize = false;
   bool log_placement = false;  // --log-placement: the pipeline's placement log on stderr
   bool pipelined() const { return stages > 1 || micro_batches > 1; }

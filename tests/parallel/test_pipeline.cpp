@@ -225,9 +225,10 @@ BOOST_AUTO_TEST_CASE(two_stages_equal_the_unsplit_model) {
         BOOST_TEST(st[1].bytes_sent == 10u * 16 * 4);
       }
     }
-  BOOST_TEST_CONTEXT("GPipe with re-materialisation") {
-    pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = 4, .rematerialize = true}, ref, 2e-5);
-  }
+  for (auto sched : {gp::schedule_kind::gpipe, gp::schedule_kind::one_f_one_b})
+    BOOST_TEST_CONTEXT(gp::schedule_name(sched) << " with re-materialisation") {
+      pipelined<2>(m, m.loss2(), opt, data, 10, {.micro_batches = 4, .schedule = sched, .rematerialize = true}, ref, 2e-5);
+    }
 }
 
 BOOST_AUTO_TEST_CASE(three_stages_with_adam) {
@@ -345,12 +346,17 @@ BOOST_AUTO_TEST_CASE(one_f_one_b_holds_fewer_activations) {
   const auto data = make_batches(1, 64, 2);
   const g::sgd opt{.lr = 0.1};
   const trained ref = reference(m, m.loss2(), opt, data, 64);
-  const auto gpipe = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8}, ref, 2e-5);
-  const auto f1b = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .schedule = gp::schedule_kind::one_f_one_b}, ref, 2e-5);
-  const auto remat = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .rematerialize = true}, ref, 2e-5);
-  // stage 0: GPipe keeps 8 micro-batches' graphs, 1F1B 2, re-materialisation 1 (and the inputs)
+  const auto gpipe = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .schedule = gp::schedule_kind::gpipe}, ref, 2e-5);
+  const auto f1b = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8}, ref, 2e-5);  // the default schedule
+  const auto remat = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .schedule = gp::schedule_kind::gpipe, .rematerialize = true},
+                                  ref, 2e-5);
+  const auto f1b_remat = pipelined<2>(m, m.loss2(), opt, data, 64, {.micro_batches = 8, .rematerialize = true}, ref, 2e-5);
+  // stage 0: GPipe keeps 8 micro-batches' graphs, 1F1B 2, re-materialisation 1 (and the
+  // inputs: 8 under GPipe, 2 under 1F1B)
   BOOST_TEST(f1b[0].peak_activation_bytes * 3 < gpipe[0].peak_activation_bytes);
   BOOST_TEST(remat[0].peak_activation_bytes * 4 < gpipe[0].peak_activation_bytes);
+  BOOST_TEST(f1b_remat[0].peak_activation_bytes < f1b[0].peak_activation_bytes);
+  BOOST_TEST(f1b_remat[1].peak_activation_bytes < remat[1].peak_activation_bytes);  // stage 1's inputs: 1 against 8
   for (const auto& s : gpipe) {
     BOOST_TEST(s.step_seconds > 0);
     BOOST_TEST(s.compute_seconds <= s.step_seconds);

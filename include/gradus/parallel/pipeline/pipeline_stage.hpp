@@ -522,12 +522,12 @@ class pipeline_stage final : public pipeline_base<Comm> {
     s_.set_global_step(step + 1);
   }
   /// After a forward pass: the activations held now — each micro-batch in flight's graph
-  /// (its forward buffers; one graph under re-materialisation) and the stage inputs kept.
+  /// (its forward buffers; the one graph under re-materialisation) and the stage inputs kept.
   void note_memory(const std::vector<char>& alive) {
-    std::size_t held = 0;
+    std::size_t held = this->o_.rematerialize ? g_.graph(0).owned_bytes(true) : 0;
     for (std::size_t m = 0; m < alive.size(); ++m) {
       if (!alive[m]) continue;
-      if (!this->o_.rematerialize || m == 0) held += g_.graph(graph_index(m)).owned_bytes(true);
+      if (!this->o_.rematerialize) held += g_.graph(graph_index(m)).owned_bytes(true);
       held += inputs_[m].size() * sizeof(T);
     }
     this->stats_.peak_activation_bytes = std::max(this->stats_.peak_activation_bytes, held);

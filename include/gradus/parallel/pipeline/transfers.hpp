@@ -30,10 +30,13 @@ struct pipeline_options {
   /// M, the micro-batches each batch is split into: at least 1 (else the constructor throws
   /// `error`) and at most the batch's rows (else run() throws).
   int micro_batches = 1;
-  schedule_kind schedule = schedule_kind::gpipe;  ///< gpipe or 1f1b (schedule.hpp)
-  /// GPipe's re-materialisation: keep only each micro-batch's stage input and recompute its
-  /// forward pass in the backward (one graph's activations alive instead of M). GPipe's only:
-  /// with 1f1b the constructor throws `error`.
+  /// 1f1b (PipeDream-flush, Megatron-LM's and DeepSpeed's default) or gpipe (schedule.hpp):
+  /// the same training; 1F1B holds at most S micro-batches' activations and keeps a layer's
+  /// weights in cache from one micro-batch's forward to the next one's backward
+  schedule_kind schedule = schedule_kind::one_f_one_b;
+  /// Re-materialisation: keep only each micro-batch's stage input and recompute its forward
+  /// pass in its backward (one graph's activations alive instead of M under GPipe, S under
+  /// 1F1B).
   bool rematerialize = false;
   /// TensorFlow's log_device_placement: where set, each rank writes there after its first
   /// step every node of its stage's graph with the stage and rank it ran on, and after every
@@ -191,8 +194,6 @@ class pipeline_base {
                   std::to_string(world) + " ranks; start stages x replicas ranks (e.g. gradus-run -np " +
                   std::to_string(stages * std::max(1, world / std::max(1, stages))) + ")");
     if (o.micro_batches < 1) throw error("gradus: pipeline: --micro-batches must be >= 1, not " + std::to_string(o.micro_batches));
-    if (o.rematerialize && o.schedule != schedule_kind::gpipe)
-      throw error("gradus: pipeline: re-materialisation is GPipe's (the 1f1b schedule holds at most S micro-batches already)");
     stats_.stages = stages;
     stats_.stage = comm.rank() % stages;
     stats_.replica = comm.rank() / stages;
