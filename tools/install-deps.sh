@@ -6,7 +6,8 @@
 set -euo pipefail
 
 packages=(
-  cmake make g++           # build; g++ 12 is the default compiler
+  cmake ninja-build g++    # build (the presets' generator is Ninja); g++ 12 is the default compiler
+  make                     # what a build without the presets uses (CMake's default generator)
   clang-14 libomp-14-dev   # the second compiler CI builds with, and its OpenMP runtime
   libclang-rt-14-dev       # clang's libFuzzer and sanitizer runtimes (tests/fuzz)
   clang-tidy-14            # tools/clang-tidy.sh: the headers' bugprone, performance and concurrency checks
