@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Pipelines across processes (issue 31), the way users start them:
 #   check_pipeline.sh <mnist_deep_mlp> <gradus-run> <mnist dir>
-# 1. one process, then gradus-run -np 2 --stages 2 under gpipe and 1f1b (4 micro-batches):
+# 1. one process, then gradus-run -np 2 --stages 2 under gpipe (--comm ring) and under the
+#    defaults (1f1b over --comm auto, which is the ring under gradus-run; 4 micro-batches):
 #    the pipelined runs reach the one-process accuracy (within 2 points), report 2 stages,
 #    a bubble, and the bytes per step the cut requires: 2 x batch x 512 floats (activations
 #    forward, their gradients back) for every full batch; --log-placement names what ran
@@ -11,8 +12,9 @@
 # 3. -np 3 with --stages 2: refused, naming both numbers;
 # 4. ranks started with different --micro-batches: both refuse, naming both values; with
 #    different --max-loss-ratio: both refuse at the first step (the run fingerprint);
-# 5. started by hand with TF_CONFIG, then with Slurm's variables: 2 stages under 1f1b;
-# 6. given Open MPI's mpirun (4th argument): under it, over --comm mpi and --comm ring.
+# 5. started by hand with TF_CONFIG, then with Slurm's variables: 2 stages under 1f1b, the
+#    communicator left at --comm auto (the ring);
+# 6. given Open MPI's mpirun (4th argument): under it, over --comm mpi, ring and auto (mpi).
 # Every wait is bounded (timeout); processes are ended by PID. pipefail: a run that fails
 # fails its `$(run | json0)` (CI once saw a 1f1b run end early and only its missing
 # placement log reported).
@@ -38,8 +40,11 @@ echo "one process: accuracy $acc1"
 
 full=$((2 * 64 * 512 * 4))  # bytes per full batch across the one cut
 for sched in gpipe 1f1b; do
-  out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
-        --schedule "$sched" --log-placement 2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, $sched failed"; }
+  # 1f1b: the schedule and the communicator left at their defaults, as issue 31's command has them
+  how=(--comm ring --schedule gpipe)
+  [[ $sched == 1f1b ]] && how=()
+  out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" "${how[@]}" --stages 2 --micro-batches 4 \
+        --log-placement 2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, $sched failed"; }
   # the placement log: what ran where, and the bytes across the cut every step (64 x 512 floats)
   grep -q "gradus placement: 'matmul' (16, 512) (forward): stage 0 of 2 (rank 0, cpu_simd)" "$work/err" &&
     grep -q "gradus placement: step 0, stage 0 of 2 (rank 0, cpu_simd): sent 131072 bytes of activations to rank 1 (stage 1)" "$work/err" &&
@@ -50,6 +55,7 @@ for sched in gpipe 1f1b; do
 import json, sys
 j, acc1, full, sched = json.loads(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 assert j["stages"] == 2 and j["micro_batches"] == 4 and j["schedule"] == sched and j["world_size"] == 2, "fields"
+assert j["comm"] == "ring", "comm %s: under gradus-run the ranks train together" % j["comm"]
 assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs one process %s" % (j["test_accuracy"], acc1)
 # 6000 images: 93 full batches and one of 48 rows; the mean over the 94 steps
 want = full * (93 * 64 + 48) / 64 / 94
@@ -112,14 +118,15 @@ echo "different --max-loss-ratio: both ranks refuse, naming the field"
 # 5. launched the way clusters start jobs, by hand: TF_CONFIG (two workers, a host name) and
 # Slurm's variables (node list localhost, the port from GRADUS_MASTER_PORT): 2 stages, 1f1b,
 # the one-process accuracy
-launch() {  # label: waits for the two ranks just started, checks rank 0's JSON
+launch() {  # label [comm]: waits for the two ranks just started, checks rank 0's JSON
   for p in "${pids[@]}"; do wait "$p" || { cat "$work"/l*.err >&2; fail "$1: a rank failed"; }; done
   pids=()
   local out; out=$(grep -E '^\{' "$work/l0.out" | tail -1)
-  python3 - "$out" "$acc1" <<'PY' || fail "$1: $out"
+  python3 - "$out" "$acc1" "${2:-ring}" <<'PY' || fail "$1: $out"
 import json, sys
-j, acc1 = json.loads(sys.argv[1]), float(sys.argv[2])
+j, acc1, comm = json.loads(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
 assert j["stages"] == 2 and j["schedule"] == "1f1b" and j["world_size"] == 2, "fields"
+assert j["comm"] == comm, "comm %s, expected %s" % (j["comm"], comm)
 assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs one process %s" % (j["test_accuracy"], acc1)
 PY
   echo "$1: 2 stages, 1f1b, accuracy $(field "$out" test_accuracy)"
@@ -128,7 +135,7 @@ p0=$(free_port)
 p1=$(free_port)
 for r in 0 1; do
   TF_CONFIG="{\"cluster\": {\"worker\": [\"localhost:$p0\", \"localhost:$p1\"]}, \"task\": {\"type\": \"worker\", \"index\": $r}}" \
-    OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 --schedule 1f1b \
+    OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --stages 2 --micro-batches 4 --schedule 1f1b \
     >"$work/l$r.out" 2>"$work/l$r.err" </dev/null &
   pids+=($!)
 done
@@ -136,7 +143,7 @@ launch "TF_CONFIG"
 port=$(free_port)
 for r in 0 1; do
   SLURM_PROCID=$r SLURM_NTASKS=2 SLURM_LOCALID=$r SLURM_JOB_NODELIST=localhost SLURM_TASKS_PER_NODE=2 SLURM_JOB_ID=77 \
-    GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --comm ring --stages 2 --micro-batches 4 \
+    GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "$exe" "${common[@]}" --stages 2 --micro-batches 4 \
     --schedule 1f1b >"$work/l$r.out" 2>"$work/l$r.err" </dev/null &
   pids+=($!)
 done
@@ -144,16 +151,19 @@ launch "Slurm variables"
 
 # 6. under Open MPI's mpirun (the 4th argument, where CMake found it: the command and its
 # options, e.g. "mpirun --allow-run-as-root --oversubscribe"), over --comm mpi (MPI's own
-# point-to-point) and over --comm ring (the ranks from OMPI_COMM_WORLD_*)
+# point-to-point), over --comm ring (the ranks from OMPI_COMM_WORLD_*) and over --comm auto
+# (mpi: the build has it where mpirun was found)
 if [[ -n ${4:-} ]]; then
   read -r -a mpirun <<<"$4"
-  for comm in mpi ring; do
+  for comm in mpi ring auto; do
     port=$(free_port)
     GRADUS_MASTER_PORT=$port OMP_NUM_THREADS=1 timeout 120 "${mpirun[@]}" -x GRADUS_MASTER_PORT -x OMP_NUM_THREADS -np 2 \
       "$exe" "${common[@]}" --comm "$comm" --stages 2 --micro-batches 4 --schedule 1f1b \
       >"$work/l0.out" 2>"$work/l0.err" </dev/null &
     pids+=($!)
-    launch "mpirun, --comm $comm"
+    want=$comm
+    [[ $comm == auto ]] && want=mpi
+    launch "mpirun, --comm $comm" "$want"
   done
 fi
 echo "check_pipeline: ok"

@@ -109,9 +109,9 @@ s1=$(grep -o "diverged at global step [0-9]*" "$work/div2.r1.err")
 [[ -n $s0 && $s0 == "$s1" ]] || fail "div2: the ranks name different steps ('$s0' vs '$s1')"
 echo "check_run_agreement: div2: both ranks: $s0"
 
-# ---- item 4: --comm local inside a described cluster warns
+# ---- item 4: --comm local inside a described cluster warns (the default, auto, joins it)
 RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=1 timeout 60 "$exe" --data "$data" --train-limit 2000 \
-  --threads 1 --quiet --epochs 1 >/dev/null 2>"$work/local.err" </dev/null || fail "local: $(cat "$work/local.err")"
+  --threads 1 --quiet --epochs 1 --comm local >/dev/null 2>"$work/local.err" </dev/null || fail "local: $(cat "$work/local.err")"
 grep -q "warning: --comm local, but the environment describes a cluster (torchrun: worker 1 of 2 workers)" "$work/local.err" ||
   fail "local: no warning: $(cat "$work/local.err")"
 echo "check_run_agreement: local: $(head -1 "$work/local.err")"

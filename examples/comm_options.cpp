@@ -22,11 +22,16 @@ namespace gradus_examples {
 
 void add_comm_options(CLI::App& app, comm_options& o) {
   app.add_option("--comm", o.comm,
-                 "communicator: local (one process), ring (ring all-reduce over ZeroMQ between the processes "
-                 "that gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe) or ps (parameter servers: "
-                 "the cluster's ps tasks hold the variables; gradus-run --ps M) or mpi (MPI_Allreduce between the "
-                 "processes of mpirun or srun --mpi; in a build with MPI)")
-      ->check(CLI::IsMember({"local", "ring", "ps", "mpi"}));
+                 "communicator: auto (the default: what the environment describes, below), local (one process), "
+                 "ring (ring all-reduce between the processes that gradus-run, torchrun, srun, mpirun or a "
+                 "TF_CONFIG describe), ps (parameter servers: the cluster's ps tasks hold the variables; gradus-run "
+                 "--ps M) or mpi (MPI_Allreduce between the processes of mpirun or srun --mpi; in a build with "
+                 "MPI). auto: local outside a cluster, ps where the cluster has ps tasks, mpi under mpirun in a "
+                 "build with MPI, else ring")
+      ->check(CLI::IsMember({"auto", "local", "ring", "ps", "mpi"}));
+  // --comm auto becomes the communicator it stands for once the command line is read, so that
+  // everything after (serve_if_ps, a pipeline's checks, the JSON's "comm") sees the real one.
+  app.parse_complete_callback([&o] { resolve_comm(o); });
   app.add_option("--consistency", o.consistency,
                  "--comm ps: async (apply each push on arrival), bsp (average every worker's step), or ssp:S "
                  "(stale-synchronous: read no parameters missing an update older than S steps)")
@@ -65,7 +70,37 @@ void add_comm_options(CLI::App& app, comm_options& o) {
                "and the global step (tf.debugging.check_numerics; costs a pass over every buffer)");
 }
 
+void resolve_comm(comm_options& o) {
+  if (o.comm != "auto") return;
+  g::cluster::spec c;
+  try {
+    c = g::cluster::from_env();
+  } catch (const g::error&) {
+    return;  // stays auto: make_communicator reports the spec's error where the example catches it
+  }
+  if (c.source == "default" || (c.world_size <= 1 && c.ps.empty()))
+    o.comm = "local";
+  else if (!c.ps.empty())
+    o.comm = "ps";
+#ifdef GRADUS_HAVE_MPI
+  else if (c.source == "openmpi")
+    o.comm = "mpi";
+#endif
+  else
+    o.comm = "ring";
+}
+
 g::parallel::any_communicator make_communicator(const comm_options& o) {
+  if (o.comm == "auto") {
+    // resolve_comm left it: the environment's cluster spec does not parse
+    try {
+      (void)g::cluster::from_env();
+    } catch (const g::error& e) {
+      throw g::error("gradus: --comm auto: the environment holds a cluster spec that does not parse (" +
+                     std::string(e.what()) + "); fix it, or pass --comm local");
+    }
+    throw g::error("gradus: --comm auto was not resolved (internal: resolve_comm runs after parsing)");
+  }
   if (o.comm == "local") {
     // A process of a cluster that was not asked to join it trains alone on all the data,
     // and every such process writes the same checkpoint path: say so.
@@ -80,8 +115,8 @@ g::parallel::any_communicator make_communicator(const comm_options& o) {
     }
     if (!described.empty())
       std::cerr << "gradus: warning: --comm local, but the environment " << described
-                << ": this process trains alone on all the data and writes its own checkpoints (pass --comm ring to "
-                   "train together)\n";
+                << ": this process trains alone on all the data and writes its own checkpoints (leave --comm at auto, "
+                   "or pass --comm ring, to train together)\n";
     return {};
   }
   const g::cluster::spec c = g::cluster::from_env();
@@ -121,6 +156,7 @@ std::optional<int> serve_if_ps(const comm_options& o, const std::string& restore
     c = g::cluster::from_env();
   } catch (const g::error&) {
     if (o.comm == "local") return std::nullopt;  // make_communicator warns about it
+    if (o.comm == "auto") return std::nullopt;   // make_communicator names the error
     throw;
   }
   if (c.task_type != "ps") return std::nullopt;

@@ -1,6 +1,7 @@
 #pragma once
 // The data-parallel options every training example takes, and the communicator they name:
-//   --comm local|ring|ps|mpi   one process, a ring all-reduce between the processes that
+//   --comm auto|local|ring|ps|mpi   auto (the default: what the environment describes, see
+//                          resolve_comm), one process, a ring all-reduce between the processes that
 //                          gradus-run, torchrun, srun, mpirun or a TF_CONFIG describe, or
 //                          their parameter servers (ps tasks: gradus-run --ps M, GRADUS_PS,
 //                          TF_CONFIG cluster.ps; a ps task serves (serve_if_ps) and ends),
@@ -48,7 +49,7 @@ namespace gradus_examples {
 namespace g = gradus;
 
 struct comm_options {
-  std::string comm = "local";    // local | ring | ps | mpi
+  std::string comm = "auto";     // auto | local | ring | ps | mpi (auto: resolve_comm)
   double comm_timeout = 30;      // seconds any one wait of a collective may last
   std::int64_t bucket_mb = 25;   // gradient bucket size of the data-parallel step
   // the ring's data path: auto (shared memory between ranks of one host, direct TCP between
@@ -81,6 +82,13 @@ struct comm_options {
 
 // --comm and the options after it (above), with their checks.
 void add_comm_options(CLI::App& app, comm_options& o);
+
+// --comm auto (the default) made concrete from the environment's cluster spec: local outside a
+// cluster (no spec, or a world of one), ps where the spec has ps tasks, mpi under mpirun in a
+// build with MPI, else ring; the launched processes train together as torchrun's, Horovod's
+// and MultiWorkerMirroredStrategy's do. A spec that does not parse leaves it auto, and
+// make_communicator throws its error. add_comm_options calls it once the command line is read.
+void resolve_comm(comm_options& o);
 
 // The communicator --comm names; for ring, the world comes from the environment
 // (cluster::from_env: TF_CONFIG, torchrun's, Slurm's, OpenMPI's variables or GRADUS_CLUSTER).

@@ -93,7 +93,8 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
   if (world % S != 0)
     throw g::error("gradus: " + example + ": --stages " + std::to_string(S) + " does not divide the " +
                    std::to_string(world) + " ranks; start stages x replicas processes (gradus-run -np " +
-                   std::to_string(S * std::max(1, world / S)) + ")");
+                   std::to_string(S * std::max(1, world / S)) + ")" +
+                   (o.comm == "local" ? " and let them train together (--comm auto or ring, not local)" : ""));
   const int replicas = world / S, replica = rank / S;
   const bool chief = rank == 0, quiet = o.quiet || !chief;
   auto step = gp::pipeline<S>(comm, {.micro_batches = o.micro_batches, .schedule = gp::parse_schedule(o.schedule),
