@@ -28,7 +28,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "check_pipeline: $*" >&2; exit 1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/support/free_port.py"; }  # below the ephemeral range
 common=(--data "$data" --train-limit 6000 --epochs 1 --seed 1 --threads 1 --quiet --json)
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 # rank 0's JSON line among gradus-run's prefixed lines ("[0] {...}")

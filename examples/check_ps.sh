@@ -55,7 +55,7 @@ kill_child_and_wait() {
   wait "$launcher_pid" || fail "$what: the job failed after the kill and the restart"
   pids=()
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/support/free_port.py"; }  # below the ephemeral range
 json_of() { grep -h '^\(\[0\] \)\?{' "$1" | sed 's/^\[0\] //' | tail -n 1; }
 field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
 base=(--data "$data" --train-limit 12000 --seed 2 --threads 1 --json --quiet)

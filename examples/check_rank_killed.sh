@@ -26,7 +26,7 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "check_rank_killed: $*" >&2; echo "--- rank 0 stderr:" >&2; cat "$work/r0.err" >&2; exit 1; }
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/support/free_port.py")  # below the ephemeral range
 for r in 0 1; do
   RANK=$r WORLD_SIZE=2 LOCAL_RANK=$r MASTER_ADDR=127.0.0.1 MASTER_PORT=$port OMP_NUM_THREADS=1 \
     "$exe" --data "$data" --epochs 20 --threads 1 --comm ring --comm-timeout "$comm_timeout" --log-every 10 "${extra[@]}" \

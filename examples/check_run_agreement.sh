@@ -18,7 +18,7 @@ fail() {
   for f in "$work"/*.err; do [[ -f $f ]] && { echo "--- $f:" >&2; tail -5 "$f" >&2; }; done
   exit 1
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+free_port() { python3 "$(dirname "${BASH_SOURCE[0]}")/../tests/support/free_port.py"; }  # below the ephemeral range
 common=(--data "$data" --threads 1 --quiet --comm ring --comm-timeout 20)
 
 # two ranks: rank0 ARGS... -- rank1 ARGS...; outputs in $work/<tag>.r<r>.{out,err}, exit
