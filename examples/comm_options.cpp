@@ -70,6 +70,13 @@ void add_comm_options(CLI::App& app, comm_options& o) {
                "and the global step (tf.debugging.check_numerics; costs a pass over every buffer)");
 }
 
+namespace {
+// A launcher's environment: more than one worker, or parameter servers.
+bool describes_cluster(const g::cluster::spec& c) {
+  return c.source != "default" && (c.world_size > 1 || !c.ps.empty());
+}
+}  // namespace
+
 void resolve_comm(comm_options& o) {
   if (o.comm != "auto") return;
   g::cluster::spec c;
@@ -78,7 +85,7 @@ void resolve_comm(comm_options& o) {
   } catch (const g::error&) {
     return;  // stays auto: make_communicator reports the spec's error where the example catches it
   }
-  if (c.source == "default" || (c.world_size <= 1 && c.ps.empty()))
+  if (!describes_cluster(c))
     o.comm = "local";
   else if (!c.ps.empty())
     o.comm = "ps";
@@ -107,7 +114,7 @@ g::parallel::any_communicator make_communicator(const comm_options& o) {
     std::string described;
     try {
       const g::cluster::spec c = g::cluster::from_env();
-      if (c.source != "default" && (c.world_size > 1 || !c.ps.empty()))
+      if (describes_cluster(c))
         described = "describes a cluster (" + c.source + ": " + c.task_type + " " + std::to_string(c.task_index) +
                     " of " + std::to_string(c.world_size) + " workers)";
     } catch (const g::error& e) {

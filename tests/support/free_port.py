@@ -5,7 +5,6 @@ tests/support/free_port.hpp says why (a port read back from bind(0) is handed ou
 the next bind(0) or outgoing connection of a test running beside this one). As a script it
 prints one port; the fault harness imports free_port().
 """
-import os
 import random
 import socket
 
@@ -20,7 +19,7 @@ def free_port():
     first, last = 20000, low - 1
     if last - first < 1000:
         raise RuntimeError("free_port: the ephemeral range starts at %d" % low)
-    rng = random.Random(os.getpid() ^ random.SystemRandom().getrandbits(32))
+    rng = random.SystemRandom()
     for _ in range(1000):
         port = rng.randint(first, last)
         with socket.socket() as s:
