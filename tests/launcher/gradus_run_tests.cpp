@@ -208,6 +208,11 @@ BOOST_AUTO_TEST_CASE(environment_and_prefixes_per_rank) {
   }
   BOOST_TEST(env_lines == 3);
   BOOST_TEST(ports.size() == 1u);  // one MASTER_PORT for everyone
+  // ... and one below the kernel's ephemeral range, where no bind(0) or outgoing connection of
+  // another process can take it before rank 0 listens (tools/gradus-run/ports.hpp).
+  int ephemeral_low = 32768;
+  if (std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range"); f) f >> ephemeral_low;
+  for (const auto& p : ports) BOOST_TEST((std::stoi(p) >= 20000 && std::stoi(p) < ephemeral_low), "MASTER_PORT " << p);
   for (const char* p : {"[0] ", "[1] ", "[2] "}) {
     BOOST_TEST(per_prefix[p] == 3);  // env, spec, the flushed partial line
     BOOST_TEST(contains(r.out, std::string(p) + "no-newline\n"));

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A loopback TCP port nobody listens on right now, below the kernel's ephemeral range.
 
-tests/support/free_port.hpp says why (a port read back from bind(0) is handed out again to
-the next bind(0) or outgoing connection of a test running beside this one). As a script it
+The same pick as gradus-run's (tools/gradus-run/ports.hpp says why: a port read back from
+bind(0) is handed out again to the next bind(0) or outgoing connection of a process running
+beside this one). As a script it
 prints one port; the fault harness imports free_port().
 """
 import random
