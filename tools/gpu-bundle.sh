@@ -151,5 +151,10 @@ else
 fi
 say "with the repository's working tree ($(mib "$tree_bytes")): $(mib $((bundle_bytes + tree_bytes))) of the device tool's 64 MiB"
 if ((bundle_bytes + tree_bytes > 64 * 1048576)); then
-  die "the bundle and the working tree together exceed 64 MiB: the device tool would refuse them"
+  # a lease carries a bundle built for architecture 90 alone: a rehearsal of a build for more
+  # (the release preset's 80;90 machine code) is over the limit without saying anything of it
+  if [[ $kind == full || $arch =~ ^90(-real|-virtual)?$ ]]; then
+    die "the bundle and the working tree together exceed 64 MiB: the device tool would refuse them"
+  fi
+  say "over 64 MiB, as a rehearsal of a build for CUDA architectures $arch may be; the bundle a lease carries is built for 90 alone (tools/gpu-bundle.sh without --prebuilt) and checked against the limit then"
 fi
