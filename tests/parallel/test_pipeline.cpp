@@ -25,6 +25,8 @@
 #include <numeric>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <sstream>
@@ -569,6 +571,52 @@ BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
     const auto e = errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed);
     BOOST_TEST(gradus_test::contains(e[1], g::stage_checkpoint_file(mixed, 1, 2).string()), e[1]);
     BOOST_TEST(gradus_test::contains(e[0], "stage 1 (rank 1) could not restore its file"), e[0]);
+  }
+}
+
+// A stage whose restore fails with an exception other than gradus::error (std::bad_alloc, a
+// library's own): it still takes part in the ranks' agreement, so every rank fails at once
+// with the cause (before, that rank threw past the agreement and the other waited for it
+// until its deadline, blaming its silence). A stage that only restores, on the ranks' threads.
+namespace {
+struct restore_only final : gp::pipeline_base<gp::thread_world> {
+  restore_only(gp::thread_world& c, bool fail) : pipeline_base(c, 2, {}, {}), fail(fail) {}
+  double run_raw(std::span<const gp::detail::raw_feed>) override { return 0; }
+  void gather_variables() override {}
+  void save_stage_file(const std::filesystem::path&) override {}
+  std::int64_t restore_stage_file(const std::filesystem::path&) override {
+    if (fail) throw std::length_error("vector::_M_default_append");
+    return 7;
+  }
+  void broadcast_to_replicas() override {}
+  bool fail;
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_restore_failing_with_any_exception_fails_every_rank_at_once) {
+  gradus_test::temp_dir dir;
+  const auto ck = dir.path / "ckpt.npz";
+  for (const int k : {0, 1}) std::ofstream(g::stage_checkpoint_file(ck, k, 2)) << "present";
+  for (const int failing : {0, 1}) {
+    BOOST_TEST_CONTEXT("stage " << failing << " fails") {
+      auto comms = gp::thread_world::world(2, std::chrono::seconds(20));
+      const auto t0 = std::chrono::steady_clock::now();
+      const auto res = gradus_test::on_threads(2, [&](int r) {
+        restore_only p(comms[static_cast<std::size_t>(r)], r == failing);
+        gp::restore_pipeline_checkpoint(p, ck);
+      });
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      BOOST_TEST(took < 10.0);  // no rank waited out its deadline (20 s)
+      const std::string mine = res[static_cast<std::size_t>(failing)].error.value_or("(no error)");
+      const std::string other = res[static_cast<std::size_t>(1 - failing)].error.value_or("(no error)");
+      BOOST_TEST(gradus_test::contains(mine, "could not restore this stage's file '" +
+                                                 g::stage_checkpoint_file(ck, failing, 2).string() +
+                                                 "': vector::_M_default_append"),
+                 mine);
+      BOOST_TEST(gradus_test::contains(mine, "pipeline stage " + std::to_string(failing)), mine);
+      const std::string who = std::to_string(failing);
+      BOOST_TEST(gradus_test::contains(other, "stage " + who + " (rank " + who + ") could not restore its file"), other);
+    }
   }
 }
 

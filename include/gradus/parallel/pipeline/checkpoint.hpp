@@ -23,6 +23,7 @@
 // else each stage's replica 0 restored its file, and its replicas take the tensors and the
 // step from it (broadcast in the stage's sub-group): only replica 0 of a stage reads a disk.
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -55,15 +56,22 @@ bool restore_pipeline_checkpoint(pipeline_base<Comm>& p, const std::filesystem::
   double detail = 0;  // restored: the global step; other_stages: their stage count
   std::string why;
   const auto mine = stage_checkpoint_file(file, st.stage, S);
+  const std::string head = "gradus: pipeline stage " + std::to_string(st.stage) + " (rank " + std::to_string(rank) +
+                           "): checkpoint '" + file.string() + "': ";
   if (st.replica == 0) {
     std::error_code ec;
     if (std::filesystem::exists(mine, ec)) {
+      // any failure is told to the other ranks (the agreement below), never thrown past it:
+      // they would wait for this rank until their deadline and blame it for silence
       try {
         detail = static_cast<double>(p.restore_stage_file(mine));
         code = restored;
       } catch (const error& e) {
         code = failed;
         why = e.what();
+      } catch (const std::exception& e) {
+        code = failed;
+        why = head + "could not restore this stage's file '" + mine.string() + "': " + e.what();
       }
     } else {
       code = missing;
@@ -81,8 +89,6 @@ bool restore_pipeline_checkpoint(pipeline_base<Comm>& p, const std::filesystem::
   const auto code_of = [&](int k) { return static_cast<int>(all[2 * static_cast<std::size_t>(k)]); };
   const auto detail_of = [&](int k) { return all[2 * static_cast<std::size_t>(k) + 1]; };
 
-  const std::string head = "gradus: pipeline stage " + std::to_string(st.stage) + " (rank " + std::to_string(rank) +
-                           "): checkpoint '" + file.string() + "': ";
   for (int k = 0; k < S; ++k)
     if (code_of(k) == failed) {
       if (k == rank) throw error(why);
