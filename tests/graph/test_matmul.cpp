@@ -208,11 +208,12 @@ BOOST_AUTO_TEST_CASE(few_row_kernels_against_a_wide_reference) {
             check(l, m, n, k, 1.0f, 0.0f, (m + n + k) % 3);
     for (const layout l : {layout{false, false}, layout{true, false}, layout{false, true}}) {
       check(l, 9, 50, 20, 0.5f, 1.0f, 1);
+      check(l, 9, 50, 20, 1.0f, 1.0f, 2);  // A B, A^T B: the sums go on from C's values
       check(l, 9, 50, 20, -2.0f, 0.25f, 0);
       check(l, 300, 100, 64, 1.0f, 0.0f, 3);  // many row tiles against a small B: a weight gradient's shape
       check(l, 8, 520, 515, 1.0f, 0.0f, 0);   // a micro-batch against a layer's weights
     }
-    BOOST_TEST(cases == 3 * 6 * 11 * 5 + 12);
+    BOOST_TEST(cases == 3 * 6 * 11 * 5 + 15);
   }
 }
 
@@ -251,4 +252,41 @@ BOOST_AUTO_TEST_CASE(micro_batch_rows_have_the_whole_batchs_bits) {
     BOOST_TEST(close(g::tensor_view<const float>{whole.data(), g::dims{std::array<g::index_t, 2>{rows, n}}}, want.value,
                      rtol<float>(), want.scale));
   }
+}
+
+// A B and A^T B with alpha = beta = 1 go on from C's values: a product over k's first rows,
+// then one over the rest, gives the bits of one product over all of them (a pipeline stage
+// sums its weight gradients over the micro-batches done while it waits for the last one:
+// parallel/pipeline/pipeline_stage.hpp), through cpu_simd::gemm as the stage calls it, on
+// 1 and 2 threads, rows off the tile and columns off the blocks; gemm_continues_sums says
+// where (not for B^T, double, OpenBLAS's shapes).
+BOOST_AUTO_TEST_CASE(a_product_over_k_in_two_parts_has_the_whole_ones_bits) {
+  using cs = g::cpu_simd;
+  const bool on = g::cpu_gemm::available;
+  BOOST_TEST(cs::gemm_continues_sums<float>(true, false, 784, 512, 56) == on);  // X^T G of the rows done
+  BOOST_TEST(cs::gemm_continues_sums<float>(false, false, 8, 512, 512) == on);
+  BOOST_TEST(!cs::gemm_continues_sums<float>(false, true, 8, 512, 512));  // dot products: summed across lanes
+  BOOST_TEST(!cs::gemm_continues_sums<double>(true, false, 784, 512, 56));
+  BOOST_TEST(!cs::gemm_continues_sums<float>(true, false, 512, 10, 64));     // narrower than a block: OpenBLAS's
+  BOOST_TEST(!cs::gemm_continues_sums<float>(false, false, 1000, 512, 512)); // many rows, B 1 MiB: OpenBLAS's
+  if (!on) return;
+  const int threads = cs::threads();
+  for (const bool ta : {false, true})
+    for (const auto& [m, n, k, k1] : std::vector<std::array<g::index_t, 4>>{{8, 130, 64, 56}, {9, 512, 64, 1}, {300, 100, 64, 17},
+                                                                           {784, 512, 64, 56}})
+      for (const int t : {1, 2}) {
+        const auto a = uniform<float>(m * k, -1, 1), b = uniform<float>(k * n, -1, 1);
+        const g::index_t lda = ta ? m : k;  // A [m, k], or A^T stored [k, m]
+        const auto row = [&](g::index_t p) { return ta ? a.data() + p * lda : a.data() + p; };
+        std::vector<float> whole(static_cast<std::size_t>(m * n)), parts(whole.size(), 7.0f);
+        cs::set_threads(t);
+        BOOST_TEST(cs::gemm_continues_sums<float>(ta, false, m, n, k1));
+        BOOST_TEST(cs::gemm_continues_sums<float>(ta, false, m, n, k - k1));
+        cs::gemm(ta, false, m, n, k, 1.0f, a.data(), lda, 0, b.data(), n, 0, 0.0f, whole.data(), n, 0, 1);
+        cs::gemm(ta, false, m, n, k1, 1.0f, row(0), lda, 0, b.data(), n, 0, 0.0f, parts.data(), n, 0, 1);
+        cs::gemm(ta, false, m, n, k - k1, 1.0f, row(k1), lda, 0, b.data() + k1 * n, n, 0, 1.0f, parts.data(), n, 0, 1);
+        BOOST_TEST(std::memcmp(whole.data(), parts.data(), whole.size() * sizeof(float)) == 0,
+                   (ta ? "A^T B " : "A B ") << m << "x" << n << "x" << k << " at " << k1 << ", threads " << t);
+      }
+  cs::set_threads(threads);
 }

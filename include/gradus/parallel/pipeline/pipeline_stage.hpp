@@ -181,6 +181,10 @@ class pipeline_stage final : public pipeline_base<Comm> {
     double loss = 0;
     bool first_grad = true;
     stashed_rows_ = 0;
+    early_.fill(0);
+    early_k_ = 0;
+    this->stats_.early_gradients = 0;
+    this->stats_.early_seconds = 0;
     std::vector<char> alive(static_cast<std::size_t>(M), 0);  // forward done, backward not yet
     for (const auto& op : this->ops_) {
       const int m = op.micro;
@@ -203,7 +207,23 @@ class pipeline_stage final : public pipeline_base<Comm> {
         if (this->o_.rematerialize) timed([&] { forward(gr, feeds, m, offsets[um], sizes[um]); });
         const T w = last ? static_cast<T>(static_cast<double>(sizes[um]) / static_cast<double>(batch)) : T(1);
         if constexpr (!last) {
+          // the wait for the last micro-batch's gradient (the next stages' last forward and
+          // backward passes) begins the deferred weight gradients over the rows stashed so far
+          const bool wait_last = &op == &this->ops_.back();
+          if (this->o_.early_gradients && wait_last) {
+            const double e0 = computing;
+            timed([&] { early_gradients(slot_); });
+            this->stats_.early_seconds = computing - e0;
+          }
+          const auto r0 = clock::now();
           const dims dd = this->recv_into(detail::pipe_msg::gradient, m, dy_, this->next_rank());
+          if (wait_last) {
+            // the wait's length, for the next step's early gradients: what they took and what
+            // was left to wait; a wait of (almost) nothing says they ran past it: aim lower
+            const double waited = std::chrono::duration<double>(clock::now() - r0).count();
+            const double slot = this->stats_.early_seconds + waited;
+            slot_ = waited > 20e-6 ? slot : 0.75 * slot;
+          }
           using dy_t = typename graph_t::adjoint_t;
           timed([&] { gr.run_part(s_.variables(), 1, feed<dy_t::name, T, shape_t<dy_t>>{dy_.data(), dd}); });
         } else {
@@ -432,9 +452,62 @@ class pipeline_stage final : public pipeline_base<Comm> {
       return;
     }
     const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
-    Backend::gemm(true, false, rows, n, static_cast<index_t>(stashed_rows_), T(1), static_cast<const T*>(stash_x_[i].data) + r0,
-                  m, 0, static_cast<const T*>(stash_g_[i].data), n, 0, T(0), acc + r0 * n, n, rows * n, 1);
+    // rows [0, early_[i]) of this gradient summed already over the first early_k_ rows of the
+    // stash (early_gradients): their sums go on from there where the product does for this
+    // shape, else they are summed again with the rest
+    const auto k = static_cast<index_t>(stashed_rows_);
+    const index_t left = k - early_k_;
+    const index_t done = early_[i] > r0 && left > 0 && continues_sums(std::min(rows, early_[i] - r0), n, left)
+                             ? std::min(rows, early_[i] - r0)
+                             : 0;
+    const T* x = static_cast<const T*>(stash_x_[i].data);
+    const T* g = static_cast<const T*>(stash_g_[i].data);
+    if (done > 0)
+      Backend::gemm(true, false, done, n, left, T(1), x + early_k_ * m + r0, m, 0, g + early_k_ * n, n, 0, T(1), acc + r0 * n, n,
+                    done * n, 1);
+    if (done < rows)
+      Backend::gemm(true, false, rows - done, n, k, T(1), x + r0 + done, m, 0, g, n, 0, T(0), acc + (r0 + done) * n, n,
+                    (rows - done) * n, 1);
   }
+  /// While this stage waits for the last micro-batch's gradient: the deferred gradients over
+  /// the rows stashed so far (X^T G of the micro-batches done), in update()'s pieces of rows,
+  /// variable by variable, until `budget` seconds have gone (the last step's wait);
+  /// deferred_gradient then adds only the last micro-batch's rows to those pieces. Only where
+  /// the backend's product goes on from C's values for these shapes (cpu_simd's kernels on
+  /// float): the two products then give the bits of the one over every row, which the
+  /// unsplit model computes. The zero-bubble schedules' W pass in the cooldown (Qi et al.
+  /// 2023), on the deferred gradients the stage holds anyway; a piece begun when the gradient
+  /// arrives delays the last backward pass by at most its own product.
+  void early_gradients(double budget) {
+    if (stashed_rows_ == 0 || budget <= 0) return;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto k = static_cast<index_t>(stashed_rows_);
+    early_k_ = k;
+    for (std::size_t i = 0; i < nv; ++i) {
+      if (!graph_t::deferred[i]) continue;
+      const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
+      const index_t piece = update_piece(n);
+      T* acc = static_cast<T*>(acc_[i].data);
+      for (index_t r0 = 0; r0 < m; r0 += piece) {
+        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= budget) return;
+        const index_t rows = std::min(piece, m - r0);
+        if (!continues_sums(rows, n, k)) break;  // (its sums from zero, in the kernels' one order)
+        Backend::gemm(true, false, rows, n, k, T(1), static_cast<const T*>(stash_x_[i].data) + r0, m, 0,
+                      static_cast<const T*>(stash_g_[i].data), n, 0, T(0), acc + r0 * n, n, rows * n, 1);
+        early_[i] = r0 + rows;
+        if (r0 == 0) ++this->stats_.early_gradients;
+      }
+    }
+  }
+  /// Whether the backend's X^T G of this shape goes on from C's values (cpu_simd's kernels).
+  static bool continues_sums(index_t m, index_t n, index_t k) {
+    if constexpr (requires { Backend::template gemm_continues_sums<T>(true, false, m, n, k); })
+      return Backend::template gemm_continues_sums<T>(true, false, m, n, k);
+    else
+      return false;
+  }
+  /// update()'s pieces of a deferred gradient with n columns: rows of about 128 KiB.
+  static index_t update_piece(index_t n) { return std::max<index_t>(16, (index_t(32) * 1024 / std::max<index_t>(n, 1)) / 16 * 16); }
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
       if constexpr (backend_host_memory<Backend>) {
@@ -502,7 +575,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
         T* g = static_cast<T*>(acc_[i].data);
         if (fused && graph_t::deferred[i] && stashed_rows_ > 0) {
           const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
-          const index_t piece = std::max<index_t>(16, (index_t(32) * 1024 / std::max<index_t>(n, 1)) / 16 * 16);
+          const index_t piece = update_piece(n);
           for (index_t r0 = 0; r0 < m; r0 += piece) {
             const index_t rows = std::min(piece, m - r0);
             deferred_gradient(i, r0, rows);
@@ -567,6 +640,11 @@ class pipeline_stage final : public pipeline_base<Comm> {
   std::array<device_buffer<Backend>, nv> stash_x_, stash_g_;
   std::array<std::pair<std::size_t, std::size_t>, nv> cols_{};
   long stashed_rows_ = 0;
+  /// per deferred gradient: its rows [0, early_[i]) summed over the stash's first early_k_
+  /// rows while waiting (early_gradients); that wait's length in the last step
+  std::array<index_t, nv> early_{};
+  index_t early_k_ = 0;
+  double slot_ = 0;
   std::vector<std::vector<T>> inputs_;  ///< per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;
   std::vector<T> dy_, scaled_;

@@ -38,6 +38,11 @@ struct pipeline_options {
   /// pass in its backward (one graph's activations alive instead of M under GPipe, S under
   /// 1F1B).
   bool rematerialize = false;
+  /// While a stage waits for the last micro-batch's gradient, begin its deferred weight
+  /// gradients over the rows already stashed (pipeline_stage.hpp, early_gradients), where the
+  /// backend's products go on from their partial sums (cpu_simd, float): the same bits, less
+  /// of the weight-gradient pass after the last backward. Off: the whole pass after it.
+  bool early_gradients = true;
   /// TensorFlow's log_device_placement: where set, each rank writes there after its first
   /// step every node of its stage's graph with the stage and rank it ran on, and after every
   /// step the bytes it sent across each cut ("gradus placement: ..." lines).
@@ -70,6 +75,10 @@ struct pipeline_stats {
   std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  ///< of bytes_sent: the gradients, to the previous stage
   std::size_t peak_activation_bytes = 0;             ///< the graphs in flight and stashed inputs, at most
   std::size_t deferred_bytes = 0;  ///< the deferred weight gradients' stash (rows of X and G of the whole batch)
+  /// The deferred weight gradients the last step began while waiting for the last
+  /// micro-batch's gradient (pipeline_options::early_gradients), and the seconds that took.
+  int early_gradients = 0;
+  double early_seconds = 0;  ///< (see early_gradients)
   double gradient_norm = 0;        ///< with clip_global_norm: the last step's norm over every stage's gradients
 };
 

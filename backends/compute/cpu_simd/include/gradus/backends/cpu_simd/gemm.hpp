@@ -68,6 +68,28 @@ struct gemm_section : reduce_section {
     for (index_t t = 0; t < tasks; ++t) task(t);
   }
 
+  /// Whether gemm() of T with alpha = beta = 1 goes on from C's values for this shape (one
+  /// item): every block of it runs on the register-blocked kernels (gemm_kernels.hpp: float,
+  /// A B or A^T B, few rows or a small right operand) and k is not cut into slices. Then a
+  /// product over k's first rows (beta 0) and one over the rest (beta 1) give the bits of one
+  /// product over all of them; elsewhere the second adds its own sums to C's.
+  template <class T>
+  static bool gemm_continues_sums(bool ta, bool tb, index_t m, index_t n, index_t k) {
+    if constexpr (!std::is_same_v<T, float>) {
+      return false;
+    } else {
+      if (tb || m <= 0 || n <= 0 || k <= 0 || split_k_slices(m, n, k) > 1) return false;
+      const gemm_grid g = gemm_plan(m, n, k, 1, omp_in_parallel() ? 1 : threads());
+      for (index_t r = 0; r < g.rows; ++r)
+        for (index_t q = 0; q < g.cols; ++q) {
+          const index_t rows = gemm_cut(m, g.rows, r + 1) - gemm_cut(m, g.rows, r);
+          const index_t cols = gemm_cut(n, g.cols, q + 1) - gemm_cut(n, g.cols, q);
+          if (rows > 0 && cols > 0 && !cpu_gemm::takes(ta, tb, rows, cols, k)) return false;
+        }
+      return true;
+    }
+  }
+
  protected:
   /// How a product is cut: into rows x cols blocks of each batch item.
   struct gemm_grid {
@@ -133,8 +155,8 @@ struct gemm_section : reduce_section {
   template <class T>
   static bool split_k(bool ta, bool tb, index_t m, index_t n, index_t k, T alpha, const T* a, index_t lda,
                       const T* b, index_t ldb, T beta, T* c, index_t ldc) {
-    const int nt = static_cast<int>(std::min<index_t>(threads(), k / split_k_min_slice));
-    if (nt < 2 || omp_in_parallel() || m * n > split_k_max_output || k < 8 * std::max(m, n)) return false;
+    const int nt = split_k_slices(m, n, k);
+    if (nt < 2) return false;
     thread_local std::vector<T> partial;
     partial.resize(static_cast<std::size_t>((nt - 1) * m * n));
     T* parts = partial.data();
@@ -149,6 +171,11 @@ struct gemm_section : reduce_section {
     for (int t = 1; t < nt; ++t)
       for (index_t r = 0; r < m; ++r) zip_row(parts + ((t - 1) * m + r) * n, c + r * ldc, 0, n, add_op{});
     return true;
+  }
+  /// How many slices split_k cuts k into (1: none).
+  static int split_k_slices(index_t m, index_t n, index_t k) {
+    const int nt = static_cast<int>(std::min<index_t>(threads(), k / split_k_min_slice));
+    return nt < 2 || omp_in_parallel() || m * n > split_k_max_output || k < 8 * std::max(m, n) ? 1 : nt;
   }
   static constexpr index_t split_k_min_slice = 512;        ///< at least this much of k per thread
   static constexpr index_t split_k_max_output = 1 << 16;   ///< outputs up to 256 KiB of floats

@@ -33,7 +33,11 @@
 //     is a few short streams that the hardware prefetcher alone finds late).
 //   - A^T B^T is left to OpenBLAS (nothing in gradus asks for it).
 // Each C(i, j) sums its k products in the same order whatever m, the tile and the thread
-// count: a micro-batch's rows come out with the bits of the whole batch's.
+// count: a micro-batch's rows come out with the bits of the whole batch's. A B and A^T B with
+// alpha = beta = 1 go on from C's values (the accumulators start from C, not from zero): a
+// product over k's first rows, then one over the rest, gives the bits of one product over all
+// of them (a pipeline stage begins its weight gradients before the last micro-batch's rows
+// arrive: parallel/pipeline/pipeline_stage.hpp).
 //
 // g++ 12 folds a vector that feeds several multiply-adds back into each of them as a memory
 // operand (three loads of one A vector instead of one, enough to bind on the load ports):
@@ -176,8 +180,15 @@ template <int V, bool Partial>
 inline void rows_times_block(index_t k, const float* at, index_t ats, const float* b, index_t ldb, const float* next,
                              int last, index_t rows, float alpha, float beta, float* c, index_t ldc) {
   vec::reg acc[tile_rows][V];
+  // alpha = beta = 1: the sums go on from C's values (a product over k's first rows, then one
+  // over the rest, gives the bits of one product over all of them)
+  const bool chain = alpha == 1.0f && beta == 1.0f;
   _Pragma("GCC unroll 16") for (index_t i = 0; i < tile_rows; ++i)
-      _Pragma("GCC unroll 16") for (index_t v = 0; v < V; ++v) acc[i][v] = vec::zero();
+      _Pragma("GCC unroll 16") for (index_t v = 0; v < V; ++v) {
+    const float* ci = c + i * ldc + v * vec::width;
+    acc[i][v] = !chain || i >= rows ? vec::zero() : Partial && v == V - 1 ? vec::load_first(ci, last) : vec::load(ci);
+  }
+  if (chain) beta = 0.0f;
   const float* pf = k > ahead ? b + ahead * ldb : next;
   for (index_t p = 0, left = k - ahead; p < k; ++p, b += ldb, at += ats) {
     vec::reg bv[V];
