@@ -5,9 +5,10 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 580 lines, one concept: a stage's step — its passes, gradient sums, deferred and
-// tied gradients, clipping, update, checkpoint file and placement log — all over the same
-// per-stage state.)
+// (About 660 lines, one concept: a stage's step — its passes, gradient sums, deferred (and
+// early) and tied gradients, clipping, update, checkpoint file and placement log — all over
+// the same per-stage state. The deferred gradients' stash and GEMMs are the part that could
+// move to a class of their own if it grows.)
 #include <algorithm>
 #include <array>
 #include <chrono>
