@@ -24,6 +24,8 @@
 #include <gradus/parallel/any_key_value_store.hpp>
 #include <gradus/parallel/any_point_to_point.hpp>
 #include <gradus/parallel/communicator.hpp>
+#include <gradus/parallel/local.hpp>
+#include <gradus/parallel/thread_world.hpp>
 
 #include "thread_comm.hpp"
 
@@ -123,6 +125,15 @@ BOOST_AUTO_TEST_CASE(local_is_every_concept_for_a_world_of_one) {
   BOOST_CHECK_EXCEPTION(l.recv(std::span<double>(got_b), 0), g::error,
                         [](const g::error& e) { return says(e, "recv of 8 bytes from rank 0, whose message holds 16"); });
   BOOST_CHECK_EXCEPTION(l.send(std::span<const double>(a), 1), g::error, [](const g::error& e) { return says(e, "send to rank 1"); });
+  // probe: whether a message is queued
+  static_assert(p::probing<p::local>);
+  l.recv(std::span<double>(got), 0);  // (the one the failed recv left queued)
+  BOOST_TEST(!l.probe(0));
+  l.send(std::span<const double>(b), 0);
+  BOOST_TEST(l.probe(0));
+  l.recv(std::span<double>(got_b), 0);
+  BOOST_TEST(!l.probe(0));
+  BOOST_CHECK_EXCEPTION((void)l.probe(1), g::error, [](const g::error& e) { return says(e, "probe for rank 1"); });
 }
 
 BOOST_AUTO_TEST_CASE(any_collectives_forwards_to_threads_and_reports_split_unsupported) {
@@ -180,12 +191,35 @@ BOOST_AUTO_TEST_CASE(any_point_to_point_carries_messages_between_threads) {
   BOOST_TEST(got == x, boost::test_tools::per_element());
   BOOST_TEST(echo == (std::vector<double>{2, -4, 1}), boost::test_tools::per_element());
   BOOST_TEST(std::string(me.name()) == "test pair");
-  // local through the holder
+  // local through the holder, and probe: the holder's where the policy has one, else "it
+  // has arrived" (a caller never waits on its account)
   auto l = p::any_point_to_point::make<p::local>();
+  BOOST_TEST(l.can_probe());
+  BOOST_TEST(!l.probe(0));
   l.send(std::span<const float>(x), 0);
+  BOOST_TEST(l.probe(0));
   std::vector<float> back(3);
   l.recv(std::span<float>(back), 0);
   BOOST_TEST(back == x, boost::test_tools::per_element());
+  BOOST_TEST(!l.probe(0));
+  BOOST_TEST(!me.can_probe());
+  BOOST_TEST(me.probe(1));
+}
+
+// thread_world's probe: a message from that rank queued, or a rank of the world failed.
+BOOST_AUTO_TEST_CASE(thread_world_probe_says_whether_a_message_is_queued) {
+  auto w = p::thread_world::world(2);
+  BOOST_TEST(!w[1].probe(0));
+  const std::vector<float> x{3};
+  w[0].send(std::span<const float>(x), 1);
+  BOOST_TEST(w[1].probe(0));
+  BOOST_TEST(!w[0].probe(1));
+  std::vector<float> y(1);
+  w[1].recv(std::span<float>(y), 0);
+  BOOST_TEST(!w[1].probe(0));
+  w[0].abort("test");
+  BOOST_TEST(w[1].probe(0));  // (its recv would throw at once)
+  BOOST_CHECK_EXCEPTION((void)w[1].probe(2), g::error, [](const g::error& e) { return says(e, "probe"); });
 }
 
 BOOST_AUTO_TEST_CASE(any_communicator_composes_collectives_and_an_optional_store) {

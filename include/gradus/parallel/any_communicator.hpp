@@ -99,6 +99,13 @@ class any_communicator {
     peers().recv(x, from);
   }
 
+  /// Whether the policy's point-to-point can tell a message has arrived without waiting
+  /// (`probing`); false without point-to-point.
+  bool can_probe() const { return p2p_ && p2p_.can_probe(); }
+  /// Whether the next message from rank `from` has arrived (recv would not wait); true where
+  /// the policy cannot tell. Throws as recv does where it has no point-to-point.
+  bool probe(int from) { return peers().probe(from); }
+
   /// Whether the policy holds the variables (a parameter server): the data-parallel step
   /// then pushes and pulls through store() instead of averaging gradients.
   bool holds_variables() const { return static_cast<bool>(store_); }

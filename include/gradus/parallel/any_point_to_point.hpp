@@ -29,6 +29,8 @@ class any_point_to_point {
     virtual void recv(std::span<std::byte>, int) = 0;
     virtual void recv(std::span<float>, int) = 0;
     virtual void recv(std::span<double>, int) = 0;
+    virtual bool can_probe() = 0;
+    virtual bool probe(int) = 0;
   };
   template <class C>
   struct holder final : iface {
@@ -43,6 +45,11 @@ class any_point_to_point {
     void recv(std::span<std::byte> x, int from) override { c->recv(x, from); }
     void recv(std::span<float> x, int from) override { c->recv(x, from); }
     void recv(std::span<double> x, int from) override { c->recv(x, from); }
+    bool can_probe() override { return probing<C>; }
+    bool probe(int from) override {
+      if constexpr (probing<C>) return c->probe(from);
+      else return true;  // (cannot tell: "do not wait on my account")
+    }
   };
   std::shared_ptr<iface> p_;
   explicit any_point_to_point(std::shared_ptr<iface> p) : p_(std::move(p)) {}
@@ -81,7 +88,12 @@ class any_point_to_point {
   void recv(std::span<T> x, int from) {
     p_->recv(x, from);
   }
+  /// Whether the policy can tell a message has arrived without waiting (`probing`).
+  bool can_probe() const { return p_->can_probe(); }
+  /// Whether the next message from rank `from` has arrived (recv would not wait); true
+  /// where the policy cannot tell (can_probe() false).
+  bool probe(int from) { return p_->probe(from); }
 };
-static_assert(point_to_point<any_point_to_point>);
+static_assert(probing<any_point_to_point>);
 
 }  // namespace gradus::parallel

@@ -66,6 +66,12 @@ struct local {
     if (!x.empty()) std::memcpy(x.data(), sent_.front().data(), x.size_bytes());
     sent_.pop_front();
   }
+  /// Whether a message is queued (recv would not throw for want of one). Throws `error`
+  /// where `from` is not 0.
+  bool probe(int from) const {
+    if (from != 0) throw error("gradus: local communicator: probe for rank " + std::to_string(from) + " of a world of 1");
+    return !sent_.empty();
+  }
 
  private:
   std::deque<std::vector<std::byte>> sent_;  ///< messages to itself, oldest first

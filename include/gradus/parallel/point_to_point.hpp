@@ -7,6 +7,10 @@
 //   recv(x, from)   fills x with the next message from rank `from`, which must hold exactly
 //                   x.size() elements (a mismatch throws, naming the peer and both sizes)
 //
+//   probe(from)     optional: whether the next message from `from` has arrived, so that
+//                   recv would not wait (MPI_Iprobe); waits for nothing. A pipeline stage
+//                   computes its weight gradients while it says no (`probing`)
+//
 // Messages between one pair of ranks arrive in the order they were sent. A policy that
 // cannot finish (a dead peer) throws an error naming the peer; it never blocks forever.
 // `local` (local.hpp) implements it for a world of one (a rank sending to itself);
@@ -30,6 +34,12 @@ concept point_to_point = requires(C& c, std::span<const std::byte> cb, std::span
   c.recv(b, 0);
   c.recv(f, 0);
   c.recv(d, 0);
+};
+/// A point-to-point policy that can tell whether a message has arrived without waiting for
+/// it: the ring (and its sub-groups), MPI, `local`, `thread_world`.
+template <class C>
+concept probing = point_to_point<C> && requires(C& c) {
+  { c.probe(0) } -> std::convertible_to<bool>;
 };
 
 }  // namespace gradus::parallel

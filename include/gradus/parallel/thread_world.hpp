@@ -133,6 +133,15 @@ class thread_world {
     if (!v.empty()) std::memcpy(x.data(), v.data(), v.size());
   }
 
+  /// Whether a message from rank `from` is queued (recv(x, from) would not wait), or a rank
+  /// of the world failed (recv would throw at once). Throws `error` where `from` is not a
+  /// rank of the group.
+  bool probe(int from) {
+    check(from, "probe");
+    std::lock_guard lk(b_->m);
+    return !b_->boxes[{channel_, world_rank(from), world_rank(me_)}].empty() || b_->failed >= 0;
+  }
+
   /// Every member's x summed, in place: the group's first member receives the others'
   /// buffers, adds them in member order and sends the sum back, so every member gets the same
   /// bits. Every member calls it; waits and errors are recv's.

@@ -384,6 +384,27 @@ BOOST_AUTO_TEST_CASE(sends_return_before_the_peer_receives) {
   BOOST_TEST(c.sends_in_flight() == 0u);  // completed and freed
 }
 
+// probe (MPI_Iprobe): false before the left neighbour sent (it sends after a barrier), true
+// once its message arrived (a bounded wait), false again after the recv.
+BOOST_AUTO_TEST_CASE(probe_says_whether_the_neighbours_message_has_arrived) {
+  auto& c = world();
+  const int r = c.rank(), N = c.world_size();
+  if (N < 2) return;
+  const int right = (r + 1) % N, left = (r + N - 1) % N;
+  BOOST_TEST(!c.probe(left));
+  c.barrier();
+  const std::vector<double> x{static_cast<double>(r)};
+  c.send(std::span<const double>(x), right);
+  bool here = false;
+  for (int i = 0; i < 10000 && !(here = c.probe(left)); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  BOOST_TEST(here);
+  std::vector<double> y(1);
+  c.recv(std::span<double>(y), left);
+  BOOST_TEST(y[0] == static_cast<double>(left));
+  BOOST_TEST(!c.probe(left));
+  c.barrier();
+}
+
 // A message of another size is refused, naming the peer and both counts.
 BOOST_AUTO_TEST_CASE(a_recv_of_another_size_fails_naming_the_peer_and_both_counts) {
   auto& c = world();

@@ -3,11 +3,12 @@
 // included) exchanges 0, 1, 7, 1000 and 2^20 floats, doubles and bytes, checked bit for bit,
 // over inproc:// (ranks as threads) and forked processes over ipc:// and tcp://127.0.0.1;
 // per-source order, messages of other sources queued while a recv waits, sends and recvs
-// between collectives; a recv of the wrong size or dtype names the peer and both sizes; a
-// SIGKILLed peer fails a waiting recv within seconds, naming it. split({0, 2}, {1, 3}) and
+// between collectives; probe before and after a message arrives; a recv of the wrong size
+// or dtype names the peer and both sizes; a SIGKILLed peer fails a waiting recv within
+// seconds, naming it. split({0, 2}, {1, 3}) and
 // others: the sub-groups' allreduce, broadcast, allgather and barrier against references
 // computed here, the same bits on every member, point-to-point inside a group. Every wait
-// is bounded (the communicator's timeout, reap's limit). About 600 lines: one header pair's
+// is bounded (the communicator's timeout, reap's limit). About 640 lines: one header pair's
 // tests (point-to-point and the sub-groups built on it), sharing their rank harness.
 #define BOOST_TEST_MODULE ring_point_to_point
 #include <boost/test/unit_test.hpp>
@@ -297,6 +298,46 @@ BOOST_AUTO_TEST_CASE(large_messages_cross_both_ways_over_shared_memory_and_zerom
         const std::string want = std::string(shm) == "1" ? "shared memory" : "zeromq";
         if (comm.point_to_point_path(peer) != want)
           throw std::runtime_error("sent by " + comm.point_to_point_path(peer) + ", not " + want);
+      }));
+      ::unsetenv("GRADUS_P2P_SHM");
+    }
+}
+
+// probe(from): false before anything was sent, true once a message has arrived (within a
+// bounded wait), false again once every message was received; through shared memory and
+// ZeroMQ, on the communicator and in a sub-group of it.
+BOOST_AUTO_TEST_CASE(probe_says_whether_a_message_has_arrived) {
+  const auto until = [](auto&& here) {
+    const auto deadline = steady::now() + 10s;
+    while (!here()) {
+      if (steady::now() > deadline) throw std::runtime_error("probe never saw the message arrive (10 s)");
+      std::this_thread::sleep_for(1ms);
+    }
+  };
+  for (const char* shm : {"1", "0"})
+    BOOST_TEST_CONTEXT("GRADUS_P2P_SHM=" << shm) {
+      ::setenv("GRADUS_P2P_SHM", shm, 1);
+      require_clean(on_processes(2, "ipc", [&](g::ring_allreduce& comm) {
+        auto group = comm.split(0, comm.rank());
+        comm.barrier();
+        if (comm.rank() == 1 && (comm.probe(0) || group.probe(0))) throw std::runtime_error("probe true before any send");
+        comm.barrier();
+        if (comm.rank() == 0) {
+          send_one<float>(comm, 1, 1, 1000);
+          send_one<float>(comm, 1, 2, 5);
+          group.send(std::span<const double>(std::vector<double>{4.5}), 1);
+        } else {
+          until([&] { return comm.probe(0); });
+          expect_one<float>(comm, 0, 1, 1000);
+          until([&] { return comm.probe(0); });
+          expect_one<float>(comm, 0, 2, 5);
+          until([&] { return group.probe(0); });
+          if (comm.probe(0)) throw std::runtime_error("probe true with the communicator's messages all received");
+          std::vector<double> v(1);
+          group.recv(std::span<double>(v), 0);
+          if (v[0] != 4.5 || group.probe(0)) throw std::runtime_error("the sub-group's message, or probe after it");
+        }
+        comm.barrier();
       }));
       ::unsetenv("GRADUS_P2P_SHM");
     }

@@ -5,10 +5,10 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 660 lines, one concept: a stage's step — its passes, gradient sums, deferred (and
-// early) and tied gradients, clipping, update, checkpoint file and placement log — all over
-// the same per-stage state. The deferred gradients' stash and GEMMs are the part that could
-// move to a class of their own if it grows.)
+// (About 600 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// tied gradients, clipping, update, checkpoint file and placement log — all over the same
+// per-stage state. The deferred weight gradients' stash and products are
+// deferred_gradients.hpp's.)
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -29,6 +29,7 @@
 #include "gradus/io/checkpoint.hpp"
 #include "gradus/parallel/broadcast_variables.hpp"
 #include "gradus/parallel/collectives.hpp"
+#include "gradus/parallel/pipeline/deferred_gradients.hpp"
 #include "gradus/parallel/pipeline/schedule.hpp"
 #include "gradus/parallel/pipeline/stage_graph.hpp"
 #include "gradus/parallel/pipeline/transfers.hpp"
@@ -62,14 +63,6 @@ struct axpy_rule {  // acc = acc + a * g
   template <class V>
   GRADUS_HD void operator()(V& acc, const V& g) const {
     acc = acc + V(a) * g;
-  }
-};
-template <class T>
-struct scale_rule {  // x = a * y
-  T a;
-  template <class V>
-  GRADUS_HD void operator()(V& x, const V& y) const {
-    x = V(a) * y;
   }
 };
 }  // namespace detail
@@ -181,9 +174,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     input_dims_.resize(static_cast<std::size_t>(M));
     double loss = 0;
     bool first_grad = true;
-    stashed_rows_ = 0;
-    early_.fill(0);
-    early_k_ = 0;
+    d_.begin_step();
+    const bool probes = this->can_probe();
     this->stats_.early_gradients = 0;
     this->stats_.early_seconds = 0;
     std::vector<char> alive(static_cast<std::size_t>(M), 0);  // forward done, backward not yet
@@ -208,19 +200,22 @@ class pipeline_stage final : public pipeline_base<Comm> {
         if (this->o_.rematerialize) timed([&] { forward(gr, feeds, m, offsets[um], sizes[um]); });
         const T w = last ? static_cast<T>(static_cast<double>(sizes[um]) / static_cast<double>(batch)) : T(1);
         if constexpr (!last) {
-          // the wait for the last micro-batch's gradient (the next stages' last forward and
-          // backward passes) begins the deferred weight gradients over the rows stashed so far
+          // the wait for a gradient (the next stages' forward and backward passes) computes
+          // the deferred weight gradients ahead over the rows stashed so far: until the
+          // gradient arrives where the communicator can tell (probe), else before the last
+          // one for as long as the last step's wait lasted
           const bool wait_last = &op == &this->ops_.back();
-          if (this->o_.early_gradients && wait_last) {
+          if (this->o_.early_gradients && (probes || wait_last)) {
             const double e0 = computing;
-            timed([&] { early_gradients(slot_); });
-            this->stats_.early_seconds = computing - e0;
+            if (probes) timed([&] { d_.work_ahead(acc_data(), [&] { return this->arrived(this->next_rank()); }); });
+            else timed([&] { work_ahead_for(slot_); });
+            this->stats_.early_seconds += computing - e0;
           }
           const auto r0 = clock::now();
           const dims dd = this->recv_into(detail::pipe_msg::gradient, m, dy_, this->next_rank());
-          if (wait_last) {
-            // the wait's length, for the next step's early gradients: what they took and what
-            // was left to wait; a wait of (almost) nothing says they ran past it: aim lower
+          if (wait_last && !probes) {
+            // the wait's length, for the next step's: what the work ahead took and what was
+            // left to wait; a wait of (almost) nothing says it ran past: aim lower
             const double waited = std::chrono::duration<double>(clock::now() - r0).count();
             const double slot = this->stats_.early_seconds + waited;
             slot_ = waited > 20e-6 ? slot : 0.75 * slot;
@@ -250,6 +245,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
         }
       }
     }
+    this->stats_.early_gradients = d_.begun();
     timed([&] {
       // with nothing to do between a gradient and its update (no replicas to average with,
       // no tied variables, no clipping by the norm over every gradient), each deferred
@@ -423,92 +419,39 @@ class pipeline_stage final : public pipeline_base<Comm> {
            if (g.shape().d[0] != rows || xc * gc != sizes_[I])
              throw error(this->where(-1) + "a deferred weight gradient's rows are " + to_string(x.shape()) + " and " +
                          to_string(g.shape()) + ", which do not make its variable's " + std::to_string(sizes_[I]) + " values");
-           cols_[I] = {xc, gc};
-           const auto at = static_cast<std::size_t>(stashed_rows_);
-           T* xs = static_cast<T*>(stash_x_[I].grow((at + static_cast<std::size_t>(rows)) * xc * sizeof(T)));
-           T* gs = static_cast<T*>(stash_g_[I].grow((at + static_cast<std::size_t>(rows)) * gc * sizeof(T)));
-           Backend::copy(xs + at * xc, x.data(), static_cast<std::size_t>(x.size()) * sizeof(T));
-           if (w == T(1)) Backend::copy(gs + at * gc, g.data(), static_cast<std::size_t>(g.size()) * sizeof(T));
-           else Backend::for_each(g.size(), detail::scale_rule<T>{w}, gs + at * gc, g.data());
+           d_.append(I, x.data(), g.data(), static_cast<index_t>(rows), xc, gc, w);
          }
        }()),
        ...);
     }(std::make_index_sequence<nv>{});
-    if (rows > 0) stashed_rows_ += rows;
-    std::size_t held = 0;
-    for (std::size_t i = 0; i < nv; ++i) held += static_cast<std::size_t>(stashed_rows_) * (cols_[i].first + cols_[i].second) * sizeof(T);
-    this->stats_.deferred_bytes = std::max(this->stats_.deferred_bytes, held);
+    if (rows > 0) d_.rows_added(static_cast<index_t>(rows));
+    this->stats_.deferred_bytes = std::max(this->stats_.deferred_bytes, d_.bytes());
   }
-  /// The deferred gradients, each one GEMM over the step's stashed rows: X^T G.
+  /// The deferred gradients, each over the step's stashed rows: X^T G.
   void deferred_gradients() {
     for (std::size_t i = 0; i < nv; ++i)
-      if (graph_t::deferred[i]) deferred_gradient(i, 0, stashed_rows_ ? static_cast<index_t>(cols_[i].first) : 0);
+      if (graph_t::deferred[i]) deferred_gradient(i, 0, d_.rows() ? d_.cols(i).first : 0);
   }
   /// Rows [r0, r0 + rows) of deferred gradient i (X^T G is [X's columns, G's columns]); the
   /// whole gradient zero where no rows were stashed.
   void deferred_gradient(std::size_t i, index_t r0, index_t rows) {
     T* acc = static_cast<T*>(acc_[i].data);
-    if (stashed_rows_ == 0) {
-      Backend::for_each(static_cast<index_t>(sizes_[i]), detail::scale_rule<T>{T(0)}, acc, acc);
-      return;
-    }
-    const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
-    // rows [0, early_[i]) of this gradient summed already over the first early_k_ rows of the
-    // stash (early_gradients): their sums go on from there where the product does for this
-    // shape, else they are summed again with the rest
-    const auto k = static_cast<index_t>(stashed_rows_);
-    const index_t left = k - early_k_;
-    const index_t done = early_[i] > r0 && left > 0 && continues_sums(std::min(rows, early_[i] - r0), n, left)
-                             ? std::min(rows, early_[i] - r0)
-                             : 0;
-    const T* x = static_cast<const T*>(stash_x_[i].data);
-    const T* g = static_cast<const T*>(stash_g_[i].data);
-    if (done > 0)
-      Backend::gemm(true, false, done, n, left, T(1), x + early_k_ * m + r0, m, 0, g + early_k_ * n, n, 0, T(1), acc + r0 * n, n,
-                    done * n, 1);
-    if (done < rows)
-      Backend::gemm(true, false, rows - done, n, k, T(1), x + r0 + done, m, 0, g, n, 0, T(0), acc + (r0 + done) * n, n,
-                    (rows - done) * n, 1);
+    if (d_.rows() == 0) Backend::for_each(static_cast<index_t>(sizes_[i]), detail::scale_rule<T>{T(0)}, acc, acc);
+    else d_.finish(i, r0, rows, acc);
   }
-  /// While this stage waits for the last micro-batch's gradient: the deferred gradients over
-  /// the rows stashed so far (X^T G of the micro-batches done), in update()'s pieces of rows,
-  /// variable by variable, until `budget` seconds have gone (the last step's wait);
-  /// deferred_gradient then adds only the last micro-batch's rows to those pieces. Only where
-  /// the backend's product goes on from C's values for these shapes (cpu_simd's kernels on
-  /// float): the two products then give the bits of the one over every row, which the
-  /// unsplit model computes. The zero-bubble schedules' W pass in the cooldown (Qi et al.
-  /// 2023), on the deferred gradients the stage holds anyway; a piece begun when the gradient
-  /// arrives delays the last backward pass by at most its own product.
-  void early_gradients(double budget) {
-    if (stashed_rows_ == 0 || budget <= 0) return;
+  /// The gradient sums' buffers.
+  std::array<T*, nv> acc_data() {
+    std::array<T*, nv> r{};
+    for (std::size_t i = 0; i < nv; ++i) r[i] = static_cast<T*>(acc_[i].data);
+    return r;
+  }
+  /// Where the communicator cannot tell when a gradient arrives: before the last one, the
+  /// deferred gradients ahead for `budget` seconds (the last step's wait).
+  void work_ahead_for(double budget) {
+    if (budget <= 0) return;
     const auto t0 = std::chrono::steady_clock::now();
-    const auto k = static_cast<index_t>(stashed_rows_);
-    early_k_ = k;
-    for (std::size_t i = 0; i < nv; ++i) {
-      if (!graph_t::deferred[i]) continue;
-      const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
-      const index_t piece = update_piece(n);
-      T* acc = static_cast<T*>(acc_[i].data);
-      for (index_t r0 = 0; r0 < m; r0 += piece) {
-        if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= budget) return;
-        const index_t rows = std::min(piece, m - r0);
-        if (!continues_sums(rows, n, k)) break;  // (its sums from zero, in the kernels' one order)
-        Backend::gemm(true, false, rows, n, k, T(1), static_cast<const T*>(stash_x_[i].data) + r0, m, 0,
-                      static_cast<const T*>(stash_g_[i].data), n, 0, T(0), acc + r0 * n, n, rows * n, 1);
-        early_[i] = r0 + rows;
-        if (r0 == 0) ++this->stats_.early_gradients;
-      }
-    }
+    d_.work_ahead(acc_data(), [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() >= budget; });
   }
-  /// Whether the backend's X^T G of this shape goes on from C's values (cpu_simd's kernels).
-  static bool continues_sums(index_t m, index_t n, index_t k) {
-    if constexpr (requires { Backend::template gemm_continues_sums<T>(true, false, m, n, k); })
-      return Backend::template gemm_continues_sums<T>(true, false, m, n, k);
-    else
-      return false;
-  }
-  /// update()'s pieces of a deferred gradient with n columns: rows of about 128 KiB.
-  static index_t update_piece(index_t n) { return std::max<index_t>(16, (index_t(32) * 1024 / std::max<index_t>(n, 1)) / 16 * 16); }
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
       if constexpr (backend_host_memory<Backend>) {
@@ -574,9 +517,9 @@ class pipeline_stage final : public pipeline_base<Comm> {
       std::size_t i = 0;
       const auto one = [&](T* w) {
         T* g = static_cast<T*>(acc_[i].data);
-        if (fused && graph_t::deferred[i] && stashed_rows_ > 0) {
-          const auto m = static_cast<index_t>(cols_[i].first), n = static_cast<index_t>(cols_[i].second);
-          const index_t piece = update_piece(n);
+        if (fused && graph_t::deferred[i] && d_.rows() > 0) {
+          const auto [m, n] = d_.cols(i);
+          const index_t piece = detail::deferred_gradients<T, Backend, nv>::piece(n);
           for (index_t r0 = 0; r0 < m; r0 += piece) {
             const index_t rows = std::min(piece, m - r0);
             deferred_gradient(i, r0, rows);
@@ -638,13 +581,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
   std::array<device_buffer<Backend>, nv> acc_;  ///< the batch's gradient sums
   /// the deferred gradients' stashes (rows of X and of G, the step's micro-batches one after
   /// another), their column counts, and the rows stashed this step
-  std::array<device_buffer<Backend>, nv> stash_x_, stash_g_;
-  std::array<std::pair<std::size_t, std::size_t>, nv> cols_{};
-  long stashed_rows_ = 0;
-  /// per deferred gradient: its rows [0, early_[i]) summed over the stash's first early_k_
-  /// rows while waiting (early_gradients); that wait's length in the last step
-  std::array<index_t, nv> early_{};
-  index_t early_k_ = 0;
+  detail::deferred_gradients<T, Backend, nv> d_{graph_t::deferred};  ///< the deferred weight gradients' stash
+  /// without a probing communicator: the last step's wait for its last gradient
   double slot_ = 0;
   std::vector<std::vector<T>> inputs_;  ///< per micro-batch: the input received (kept to its backward)
   std::vector<dims> input_dims_;

@@ -19,6 +19,7 @@
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
 #include "gradus/parallel/agree.hpp"
+#include "gradus/parallel/point_to_point.hpp"
 #include "gradus/parallel/pipeline/schedule.hpp"
 
 namespace gradus::parallel {
@@ -38,10 +39,12 @@ struct pipeline_options {
   /// pass in its backward (one graph's activations alive instead of M under GPipe, S under
   /// 1F1B).
   bool rematerialize = false;
-  /// While a stage waits for the last micro-batch's gradient, begin its deferred weight
-  /// gradients over the rows already stashed (pipeline_stage.hpp, early_gradients), where the
-  /// backend's products go on from their partial sums (cpu_simd, float): the same bits, less
-  /// of the weight-gradient pass after the last backward. Off: the whole pass after it.
+  /// While a stage waits for a gradient, compute its deferred weight gradients ahead over the
+  /// rows already stashed (deferred_gradients.hpp), where the backend's products go on from
+  /// their partial sums (cpu_simd, float): the same bits, less of the weight-gradient pass
+  /// after the last backward. Until the gradient arrives where the communicator can tell
+  /// (parallel::probing: the ring, MPI); else only before the last gradient, for as long as
+  /// the last step waited for it. Off: the whole pass after the last backward.
   bool early_gradients = true;
   /// TensorFlow's log_device_placement: where set, each rank writes there after its first
   /// step every node of its stage's graph with the stage and rank it ran on, and after every
@@ -75,8 +78,8 @@ struct pipeline_stats {
   std::uint64_t activation_bytes_sent = 0, gradient_bytes_sent = 0;  ///< of bytes_sent: the gradients, to the previous stage
   std::size_t peak_activation_bytes = 0;             ///< the graphs in flight and stashed inputs, at most
   std::size_t deferred_bytes = 0;  ///< the deferred weight gradients' stash (rows of X and G of the whole batch)
-  /// The deferred weight gradients the last step began while waiting for the last
-  /// micro-batch's gradient (pipeline_options::early_gradients), and the seconds that took.
+  /// The deferred weight gradients the last step began while waiting for a gradient
+  /// (pipeline_options::early_gradients), and the seconds that work took.
   int early_gradients = 0;
   double early_seconds = 0;  ///< (see early_gradients)
   double gradient_norm = 0;        ///< with clip_global_norm: the last step's norm over every stage's gradients
@@ -313,6 +316,25 @@ class pipeline_base {
     }
     if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_received += into.size() * sizeof(T);
     return d;
+  }
+  /// Whether the communicator can tell a message has arrived without waiting for it
+  /// (parallel::probing; any_communicator: where its policy can).
+  bool can_probe() const {
+    if constexpr (requires { comm_.can_probe(); }) return comm_.can_probe();
+    else return parallel::probing<Comm>;
+  }
+  /// Whether the next message from `from` has arrived (recv_into would not wait). A failing
+  /// communicator says yes: the recv that follows reports it, naming the stage and the peer.
+  bool arrived(int from) {
+    if constexpr (parallel::probing<Comm>) {
+      try {
+        return comm_.probe(from);
+      } catch (const std::exception&) {
+        return true;
+      }
+    } else {
+      return true;
+    }
   }
   /// Receives a message of `kind` for `micro` from `from` into x, whose size it must have:
   /// else throws `error` naming the peer and both counts. Fails as recv_into does.

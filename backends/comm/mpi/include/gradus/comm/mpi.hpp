@@ -241,6 +241,16 @@ class mpi_allreduce {
     }
   }
 
+  /// Whether the next message from rank `from` has arrived (MPI_Iprobe), so that recv would
+  /// not wait.
+  bool probe(int from) {
+    check_peer(from, "probe for");
+    reap_sends();
+    int flag = 0;
+    check(MPI_Iprobe(from, p2p_tag, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe for a message from rank " + std::to_string(from));
+    return flag != 0;
+  }
+
   /// A failing MPI return code (not MPI_SUCCESS) as gradus::comm_error: "gradus:
   /// mpi_allreduce: `<op>` failed on rank r of n: `<MPI_Error_string>`". For a program's own
   /// calls on comm(): comm.check(MPI_Allgather(..., comm.comm()), "MPI_Allgather of 4 float64").

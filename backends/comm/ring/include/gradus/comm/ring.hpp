@@ -201,6 +201,17 @@ class ring_allreduce {
     });
   }
 
+  /// Whether the next message from rank `from` has arrived, so that recv(x, from) would not
+  /// wait (MPI_Iprobe): for a caller with other work to do meanwhile (a pipeline stage's
+  /// weight gradients while it waits for a gradient). Waits for nothing; a failed
+  /// communicator throws as recv does.
+  bool probe(int from) {
+    check_peer(from, "probe");
+    bool here = false;
+    run_as([&] { return "probe for a message from rank " + std::to_string(from); }, [&] { here = mesh_->arrived(from, 0); });
+    return here;
+  }
+
   // ---- sub-groups (parallel::splittable) ----
   /// MPI_Comm_split: every rank calls it (a collective on this communicator); the ranks that
   /// pass the same color (>= 0) form a group, ranked by key, ties by their rank here. The

@@ -292,6 +292,22 @@ class mesh {
   }
   /// Drops the message next() returned for (from, channel); its reference becomes invalid.
   void pop(int from, std::uint32_t channel) { queue(channel, from).pop_front(); }
+  /// Whether a message on `channel` from rank `from` has arrived (next() would not wait):
+  /// its queue, then its segment (no system call), then ZeroMQ's socket — asked at most
+  /// every 200 us where the peer has a segment, since each ask is a poll() (a caller that
+  /// probes between short pieces of work would otherwise spend its time there).
+  bool arrived(int from, std::uint32_t channel) {
+    auto& q = queue(channel, from);
+    if (!q.empty() || from == rank_) return !q.empty();
+    auto& shm = shm_in_[static_cast<std::size_t>(from)];
+    if (shm) drain(*shm);
+    const auto now = clock::now();
+    if (q.empty() && (!shm || now - probe_pumped_ >= std::chrono::microseconds(200))) {
+      pump(0, nullptr);
+      probe_pumped_ = now;
+    }
+    return !q.empty();
+  }
 
   /// `"gradus: ring_allreduce: <doing> on rank r: "`
   std::string prefix(std::string_view doing) const {
@@ -551,7 +567,8 @@ class mesh {
   std::vector<std::unique_ptr<link>> links_;  ///< by peer, made on first use
   std::vector<peer_news> in_;                 ///< by peer
   std::vector<std::unique_ptr<p2p_shm::reader<p2p_header>>> shm_in_;  ///< by peer: its segment, once offered
-  std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;  ///< by (channel, source)
+  std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;
+  clock::time_point probe_pumped_{};  ///< arrived()'s last ask of ZeroMQ  ///< by (channel, source)
   std::string protocol_error_;
   std::size_t kept_for_ = 0;
   bool failed_ = false, closed_ = false;

@@ -188,6 +188,18 @@ class sub_group {
     });
   }
 
+  /// Whether the next message from group rank `from` in this group has arrived, as
+  /// ring_allreduce::probe.
+  bool probe(int from) {
+    (void)parent();
+    check_member(from, "probe");
+    const int world_from = members_[static_cast<std::size_t>(from)];
+    bool here = false;
+    parent().run_as([&] { return "probe for a message from " + member_name(from) + " in " + label_; },
+                    [&] { here = net().arrived(world_from, channel_of(id_, false)); });
+    return here;
+  }
+
   /// A group of this group's members (every member calls it), as ring_allreduce::split.
   sub_group split(int color, int key) {
     const std::int64_t mine[3] = {color, key, static_cast<std::int64_t>(net().last_group_id)};
