@@ -245,6 +245,16 @@ class pipeline_stage final : public pipeline_base<Comm> {
         }
       }
     }
+    // the batch's loss, from the last stage to the others of its pipeline, before the
+    // updates: a stage whose update ends first goes on to the next step's first forward at
+    // once (the message follows the last gradient, so a stage before the last finds it there
+    // after its last backward pass, and before the messages of the updates: tied, norm)
+    if constexpr (last) {
+      for (int k = 0; k < S - 1; ++k)
+        this->send_values(detail::pipe_msg::loss, -1, std::span<const double>(&loss, 1), this->comm_.rank() - (S - 1) + k, {});
+    } else {
+      this->recv_values(detail::pipe_msg::loss, -1, std::span<double>(&loss, 1), this->comm_.rank() - K + (S - 1));
+    }
     this->stats_.early_gradients = d_.begun();
     timed([&] {
       // with nothing to do between a gradient and its update (no replicas to average with,
@@ -260,13 +270,6 @@ class pipeline_stage final : public pipeline_base<Comm> {
       }
       update(clip_scale(), fused);
     });
-    // the batch's loss, from the last stage to the others of its pipeline
-    if constexpr (last) {
-      for (int k = 0; k < S - 1; ++k)
-        this->send_values(detail::pipe_msg::loss, -1, std::span<const double>(&loss, 1), this->comm_.rank() - (S - 1) + k, {});
-    } else {
-      this->recv_values(detail::pipe_msg::loss, -1, std::span<double>(&loss, 1), this->comm_.rank() - K + (S - 1));
-    }
     if (this->o_.placement_log) log_placement(*this->o_.placement_log);
     ++this->step_;
     this->stats_.step_seconds = std::chrono::duration<double>(clock::now() - t0).count();
