@@ -38,7 +38,7 @@
 //   - Between processes on one host the messages go through shared memory instead
 //     (p2p_shm.hpp: the segments, their offer and slot protocol); this file routes to them
 //     and keeps ZeroMQ for everything else.
-// (About 570 lines with its doc comments, one concept: the mesh — its links, their liveness and blame, the
+// (About 590 lines with its doc comments, one concept: the mesh — its links, their liveness and blame, the
 // queues, and the choice of path per pair; the segments themselves are p2p_shm.hpp's.)
 #include <zmq.hpp>
 
