@@ -41,7 +41,6 @@ class deferred_gradients {
   /// A new step: nothing stashed, nothing computed ahead.
   void begin_step() {
     rows_ = 0;
-    begun_ = 0;
     cursor_ = 0;
     for (auto& d : done_) std::fill(d.begin(), d.end(), index_t(0));
   }
@@ -70,7 +69,11 @@ class deferred_gradients {
     return held;
   }
   /// The gradients this step began ahead of the update (any piece of them).
-  int begun() const { return begun_; }
+  int begun() const {
+    int n = 0;
+    for (const auto& d : done_) n += std::any_of(d.begin(), d.end(), [](index_t k) { return k > 0; }) ? 1 : 0;
+    return n;
+  }
 
   /// Computes ahead: brings pieces of the gradients (acc[i]: variable i's) up to the rows
   /// stashed now, one piece at a time in turn over every variable, until stop() says to (it
@@ -82,16 +85,14 @@ class deferred_gradients {
     if (k == 0) return;
     std::size_t total = 0;
     for (std::size_t i = 0; i < nv; ++i) total += deferred_[i] ? done_[i].size() : 0;
-    for (std::size_t tried = 0; tried < total; ++tried) {
+    for (std::size_t tried = 0; tried < total; ++tried, cursor_ = (cursor_ + 1) % total) {
       const auto [i, p] = locate(cursor_);
-      cursor_ = (cursor_ + 1) % total;
       index_t& kd = done_[i][p];
       const auto [m, n] = cols_[i];
       const index_t r0 = static_cast<index_t>(p) * piece(n), r = std::min(piece(n), m - r0);
       if (kd >= k || !continues_sums(r, n, k - kd)) continue;
-      if (stop()) return;
+      if (stop()) return;  // (this piece is the next call's first)
       product(i, r0, r, kd, k, acc[i]);
-      if (kd == 0 && first_piece_begun(i)) ++begun_;
       kd = k;
     }
   }
@@ -137,18 +138,12 @@ class deferred_gradients {
     }
     return {0, 0};  // (not reached: c < the pieces' count)
   }
-  /// Whether no piece of variable i had been begun before (counted once per variable).
-  bool first_piece_begun(std::size_t i) const {
-    return std::count_if(done_[i].begin(), done_[i].end(), [](index_t d) { return d > 0; }) == 0;
-  }
-
   std::array<bool, nv> deferred_;
   std::array<device_buffer<Backend>, nv> x_, g_;  ///< the stash: rows of X and of G
   std::array<std::pair<index_t, index_t>, nv> cols_{};
   index_t rows_ = 0;
   std::array<std::vector<index_t>, nv> done_;  ///< per piece: its first rows summed ahead (0: none)
   std::size_t cursor_ = 0;                     ///< work_ahead's next turn
-  int begun_ = 0;
 };
 
 }  // namespace gradus::parallel::detail

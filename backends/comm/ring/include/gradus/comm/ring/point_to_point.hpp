@@ -567,8 +567,8 @@ class mesh {
   std::vector<std::unique_ptr<link>> links_;  ///< by peer, made on first use
   std::vector<peer_news> in_;                 ///< by peer
   std::vector<std::unique_ptr<p2p_shm::reader<p2p_header>>> shm_in_;  ///< by peer: its segment, once offered
-  std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;
-  clock::time_point probe_pumped_{};  ///< arrived()'s last ask of ZeroMQ  ///< by (channel, source)
+  std::map<std::pair<std::uint32_t, int>, std::deque<p2p_message>> queues_;  ///< by (channel, source)
+  clock::time_point probe_pumped_{};  ///< arrived()'s last ask of ZeroMQ
   std::string protocol_error_;
   std::size_t kept_for_ = 0;
   bool failed_ = false, closed_ = false;
