@@ -79,7 +79,7 @@ if [[ -n $mpirun ]]; then
   rc=$?
   [[ $rc == 0 ]] || { cat "$work/err" >&2; fail "the mpirun job with a killed rank and --max-restarts 1 exited $rc"; }
   name=$(basename "${mpi[0]}")
-  grep -qE "^gradus-run: $name exited with status [0-9]+; restarting it in 0.5 s \(restart 1 of 1\)$" "$work/err" ||
+  grep -qE "^gradus-run: $name exited with status [0-9]+(: .*)?; restarting it in 0.5 s \(restart 1 of 1\)$" "$work/err" ||
     { cat "$work/err" >&2; fail "no restart line for $name"; }
   resumed=$(printf '%s\n' "$out" | json0)
   [[ $(field "$resumed" restarts) == 1 && $(field "$resumed" start_epoch) == 2 ]] ||

@@ -2,7 +2,8 @@
 # A pipelined run's checkpoints (issue 31), the way users run them:
 #   check_pipeline_resume.sh <mnist_deep_mlp> <gradus-run> <mnist dir>
 # 1. gradus-run -np 2 --stages 2: 2 epochs straight, and 1 epoch with --checkpoint then
-#    --resume to 2: one file per stage (ckpt.stage-K-of-2.npz, no ckpt.npz), the resumed run
+#    --resume to 2: one file per stage (ckpt-1.stage-K-of-2.npz, committed by ckpt.commit, no
+#    ckpt.npz), the resumed run
 #    starts at epoch 2 and prints the same final_loss and test_accuracy; --metrics holds
 #    epochs 1 and 2;
 # 2. the stage files given to a run without stages: refused, naming the stage count;
@@ -26,7 +27,8 @@ straight=$(pipe --epochs 2 --json 2>"$work/err" | json0) || { cat "$work/err" >&
 ck="$work/run/ckpt.npz"
 pipe --epochs 1 --checkpoint "$ck" --metrics "$work/run/metrics.csv" >/dev/null 2>"$work/err" ||
   { cat "$work/err" >&2; fail "1 epoch with --checkpoint failed"; }
-for k in 0 1; do [[ -s $work/run/ckpt.stage-$k-of-2.npz ]] || fail "no file for stage $k: $(ls "$work/run")"; done
+for k in 0 1; do [[ -s $work/run/ckpt-1.stage-$k-of-2.npz ]] || fail "no file for stage $k: $(ls "$work/run")"; done
+grep -q '^part 1 ckpt-1.stage-1-of-2.npz [0-9]' "$work/run/ckpt.commit" || fail "no commit record naming the files: $(ls "$work/run")"
 [[ -e $ck ]] && fail "a pipeline wrote a whole-model file $ck"
 resumed=$(pipe --epochs 2 --json --checkpoint "$ck" --resume --metrics "$work/run/metrics.csv" 2>"$work/err" | json0) ||
   { cat "$work/err" >&2; fail "--resume to 2 epochs failed"; }
@@ -56,7 +58,7 @@ grep -q "^\[[01]\] .*the file holds a whole model (a run without stages)" "$work
 echo "a whole model's checkpoint given to a pipeline: refused"
 
 # 4. stage 1's file missing
-rm "$work/run/ckpt.stage-1-of-2.npz"
+rm "$work/run/ckpt-2.stage-1-of-2.npz"
 pipe --epochs 3 --checkpoint "$ck" --resume >/dev/null 2>"$work/err" && fail "a pipeline resumed without stage 1's file"
 grep -q "^\[[01]\] .*incomplete: the file of stage(s) 1 is missing" "$work/err" ||
   { cat "$work/err" >&2; fail "no clear error for a missing stage file"; }

@@ -3,10 +3,14 @@
 // (309 digits) in its error message; these say what was expected and what was given.
 #include <CLI/CLI.hpp>
 
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
+#include <system_error>
 
 namespace gradus_examples {
 
@@ -39,5 +43,16 @@ inline CLI::Validator finite_range(double lo, double hi) {
 }
 inline const CLI::Validator positive = number_check(false);
 inline const CLI::Validator non_negative = number_check(true);
+// A seed: an integer in [0, 2^64 - 1]. CLI11 reads a uint64 with strtoull, which takes "-1"
+// as 2^64 - 1 and a number past 2^64 - 1 as 2^64 - 1 too; from_chars accepts neither.
+inline const CLI::Validator seed_check(
+    [](std::string& s) -> std::string {
+      std::uint64_t v = 0;
+      const auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size())
+        return "expected an integer in [0, " + std::to_string(std::numeric_limits<std::uint64_t>::max()) + "], got " + s;
+      return {};
+    },
+    "UINT64");
 
 }  // namespace gradus_examples

@@ -49,7 +49,8 @@ void add_comm_options(CLI::App& app, comm_options& o) {
   app.add_option("--slow-prob", o.slow_prob, "the straggler sleeps in a step with this probability (transient stragglers; default 1)")
       ->check(finite_range(0.0, 1.0));
   app.add_option("--slow-ms", o.slow_ms, "milliseconds --slow-rank sleeps in every step")->check(finite_range(0.0, 60000.0));
-  app.add_option("--comm-timeout", o.comm_timeout, "seconds a collective may wait for a peer before failing")
+  app.add_option("--comm-timeout", o.comm_timeout,
+                 "seconds a collective may wait for a peer before failing (the ring's rendezvous waits at least 5 s)")
       ->check(finite_range(0.1, 3600.0));
   app.add_option("--comm-transport", o.transport,
                  "the ring's data path: auto (default: shm when every rank is on one host, else tcp), shm (shared "

@@ -50,7 +50,9 @@ struct dataset {
 };
 
 // Reads a LIBSVM file of `features` features; any deviation is an error naming the file,
-// the line and what was expected there.
+// the line and what was expected there. A file whose last line has no newline may have been
+// cut short: an error in that line says so, and a last line that reads well is kept with a
+// warning on stderr (a value cut in the middle of its digits still reads as a number).
 dataset read_libsvm(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in)
@@ -59,11 +61,14 @@ dataset read_libsvm(const std::string& path) {
   dataset d;
   std::string line;
   std::size_t lineno = 0;
+  bool unterminated = false;  // the last line read ended at the end of the file, not at a newline
   while (std::getline(in, line)) {
     ++lineno;
+    unterminated = in.eof();
     const auto fail = [&](const std::string& expected, std::string_view got) {
       throw std::runtime_error(path + ":" + std::to_string(lineno) + ": expected " + expected + ", got " +
-                               (got.empty() ? std::string("the end of the line") : "'" + std::string(got) + "'"));
+                               (got.empty() ? std::string("the end of the line") : "'" + std::string(got) + "'") +
+                               (unterminated ? " (the file ends in this line, without a newline: cut short?)" : ""));
     };
     std::string_view rest(line);
     auto next_token = [&]() {
@@ -104,6 +109,11 @@ dataset read_libsvm(const std::string& path) {
   }
   if (in.bad()) throw std::runtime_error(path + ": read error");
   if (d.rows() == 0) throw std::runtime_error(path + ": expected at least one sample, the file is empty");
+  if (unterminated)
+    std::fprintf(stderr,
+                 "logistic_regression: warning: %s:%zu: the file ends in this line, without a newline: if it was cut "
+                 "short, this sample's last value is wrong\n",
+                 path.c_str(), lineno);
   return d;
 }
 

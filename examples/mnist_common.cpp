@@ -9,12 +9,14 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include <gradus/io/checkpoint.hpp>
 #include <gradus/util/metrics_log.hpp>
@@ -29,7 +31,7 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
       ->check(CLI::Range(1, 1000));
   app.add_option("--batch", o.batch, "minibatch size")->check(CLI::Range(std::int64_t{1}, std::int64_t{60000}));
   app.add_option("--threads", o.threads, "threads (fused passes and GEMM blocks; fewer while other processes hold cores, same results)")->check(CLI::Range(1, 256));
-  app.add_option("--seed", o.seed, "seed of the initial weights and of each epoch's shuffle");
+  app.add_option("--seed", o.seed, "seed of the initial weights and of each epoch's shuffle")->check(seed_check);
   app.add_flag("--json", o.json, "print one final line of JSON metrics on stdout");
   app.add_flag("--quiet", o.quiet, "no progress output on stderr");
   app.add_option("--metrics", o.metrics, "append one row per epoch to this CSV file (epoch, step, train_loss, ...)");
@@ -67,21 +69,30 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
 
 mnist_data load_mnist(const mnist_options& o) {
   g::dims train_shape, test_shape;
-  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"})
-    if (!std::filesystem::is_regular_file(std::filesystem::path(o.data) / f))
+  for (const char* f : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+    const auto p = std::filesystem::path(o.data) / f;
+    std::error_code ec;
+    if (std::filesystem::is_directory(p, ec))
+      throw g::data_error("gradus: MNIST: IDX file '" + o.data + "/" + f + "': cannot open it (it is a directory, " +
+                          "not a file); point --data DIR at the directory that holds the four MNIST files");
+    if (!std::filesystem::is_regular_file(p, ec))
       throw g::data_error("gradus: MNIST: IDX file '" + o.data + "/" + f + "': cannot open it (no such file); " +
                           "tools/fetch-mnist.sh puts the four MNIST files in data/mnist/, or point --data DIR at a "
                           "directory that holds them");
-  // the training images stay bytes (47 MB, not 188 MB as float); batches are scaled to [0, 1]
-  auto train_x = g::data::load_mnist_image_bytes(o.data + "/train-images-idx3-ubyte", &train_shape);
+  }
+  // the training images stay bytes (47 MB, not 188 MB as float); batches are scaled to [0, 1];
+  // images other than 28x28 are refused by the loaders, naming the file and both sizes
+  auto train_x = g::data::load_mnist_image_bytes(o.data + "/train-images-idx3-ubyte", &train_shape, 28, 28);
   auto train_y = g::data::load_mnist_labels(o.data + "/train-labels-idx1-ubyte");
-  auto test_x = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &test_shape);
+  auto test_x = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &test_shape, 28, 28);
   auto test_y = g::data::load_mnist_labels(o.data + "/t10k-labels-idx1-ubyte");
   const g::index_t n = train_shape.d[0], nt = test_shape.d[0];
-  if (train_shape.d[1] != 784 || test_shape.d[1] != 784 || static_cast<g::index_t>(train_y.size()) != n ||
-      static_cast<g::index_t>(test_y.size()) != nt)
-    throw g::data_error("gradus: MNIST in '" + o.data +
-                        "': the images are not 28x28 or their counts differ from the labels'");
+  for (const auto& [set, images, labels] :
+       {std::tuple{"train", n, train_y.size()}, std::tuple{"t10k", nt, test_y.size()}})
+    if (static_cast<g::index_t>(labels) != images)
+      throw g::data_error("gradus: MNIST in '" + o.data + "': " + set + "-images-idx3-ubyte holds " +
+                          std::to_string(images) + " images but " + set + "-labels-idx1-ubyte " +
+                          std::to_string(labels) + " labels: each image needs one label");
   if (o.train_limit > 0 && o.train_limit < n) {
     train_x.resize(static_cast<std::size_t>(o.train_limit * 784));
     train_y.resize(static_cast<std::size_t>(o.train_limit));

@@ -283,8 +283,8 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
   } else if (o.resume && chief) {
     if (const auto staged = g::stage_checkpoints_present(o.checkpoint); !staged.empty())
       throw g::error("gradus: " + example + ": --checkpoint '" + o.checkpoint + "' was written by a pipeline of " +
-                     std::to_string(staged.back()) + " stages ('" +
-                     g::stage_checkpoint_file(o.checkpoint, 0, staged.back()).string() + "'...); resume it with --stages " +
+                     std::to_string(staged.back()) + " stages ('" + g::checkpoint_commit_file(o.checkpoint).string() +
+                     "'); resume it with --stages " +
                      std::to_string(staged.back()) + ", or start a new run");
     if (!quiet) std::cerr << example << ": no checkpoint '" << o.checkpoint << "' yet: starting at epoch 1\n";
   }

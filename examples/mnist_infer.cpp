@@ -62,11 +62,14 @@ int infer(const options& o) {
   g::load_weights(s, o.checkpoint, logits);  // declares fc1/w ... fc3/b, then fills them
 
   g::dims shape;
-  const std::vector<float> images = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &shape);
+  // images other than 28x28 are refused by the loader, naming the file and both sizes
+  const std::vector<float> images = g::data::load_mnist_images(o.data + "/t10k-images-idx3-ubyte", &shape, 28, 28);
   const std::vector<std::int32_t> labels = g::data::load_mnist_labels(o.data + "/t10k-labels-idx1-ubyte");
   const g::index_t n = shape.d[0];
-  if (shape.d[1] != 784 || static_cast<g::index_t>(labels.size()) != n)
-    throw g::data_error("gradus: mnist_infer: MNIST in '" + o.data + "': the test images are not 28x28 or their count differs from the labels'");
+  if (static_cast<g::index_t>(labels.size()) != n)
+    throw g::data_error("gradus: mnist_infer: MNIST in '" + o.data + "': t10k-images-idx3-ubyte holds " +
+                        std::to_string(n) + " images but t10k-labels-idx1-ubyte " + std::to_string(labels.size()) +
+                        " labels: each image needs one label");
 
   // the test set in batches of --batch: the correct predictions
   const auto classify_all = [&] {

@@ -16,12 +16,14 @@
 // most, the stash of its deferred weight gradients).
 //
 // --checkpoint FILE: after every epoch, replica 0 of each stage writes its stage's file
-// (FILE.npz -> FILE.stage-K-of-S.npz: its variables, optimizer slots and the global step);
-// --resume: each stage's replica 0 reads its file, its replicas take it from there, and the
-// run goes on from the epoch the files hold (the same batches as a run that never stopped:
-// 1 epoch, then --resume to 2, equals 2 straight; examples/check_pipeline_resume.sh). Files of
-// another stage count, a whole model's file, a missing stage or stages at different steps are
-// refused on every rank (parallel/pipeline/checkpoint.hpp). --metrics and --plot as
+// (FILE.npz -> FILE-N.stage-K-of-S.npz: its variables, optimizer slots and the global step),
+// and rank 0 commits the set (FILE.commit), so that a kill at any point of a save leaves the
+// newest complete set; --resume: each stage's replica 0 reads the committed file, its replicas
+// take it from there, and the run goes on from the epoch the files hold (the same batches as a
+// run that never stopped: 1 epoch, then --resume to 2, equals 2 straight;
+// examples/check_pipeline_resume.sh). Files of another stage count, a whole model's file, a
+// missing stage or a file changed after its commit are refused on every rank
+// (parallel/pipeline/checkpoint.hpp). --metrics and --plot as
 // train_mnist's. --comm ps runs no pipeline (docs/pipelines.md says why).
 //
 // `logits` is the model unplaced (sequential<1>, no on<stage<K>>): what rank 0 evaluates
@@ -107,8 +109,8 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
   step.set_run_fingerprint(mnist_run_fields(o, d, steps_per_epoch));
   if (!o.checkpoint.empty() && replica == 0) ensure_parent_directory(o.checkpoint, "--checkpoint");
   if (o.resume && !step.restore_checkpoint(o.checkpoint) && !quiet)
-    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' (one file per stage: '"
-              << g::stage_checkpoint_file(o.checkpoint, 0, S).string() << "'...) yet: starting at epoch 1\n";
+    std::cerr << example << ": no checkpoint '" << o.checkpoint << "' (a pipeline's commit record '"
+              << g::checkpoint_commit_file(o.checkpoint).string() << "') yet: starting at epoch 1\n";
   const int first = resumed_epochs(example, o, s.global_step(), steps_per_epoch);
   epoch_records records(o, first, chief);
   g::util::progress::options popt;

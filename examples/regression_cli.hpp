@@ -13,10 +13,13 @@
 //   cli.add_shared_options("seed of the data and of the initial weights");
 //   return cli.run("my_regression", argc, argv, [&] { ...; return 0; });
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "cli_checks.hpp"
@@ -38,7 +41,7 @@ struct regression_cli {
   // --seed, --threads, --json and the data-parallel options, after the example's own (so
   // --help lists them last, in this order).
   void add_shared_options(const std::string& seed_help) {
-    app.add_option("--seed", seed, seed_help);
+    app.add_option("--seed", seed, seed_help)->check(seed_check);
     app.add_option("--threads", threads, "threads for fused passes and GEMM; 0 = OpenMP's default")
         ->check(non_negative);
     app.add_flag("--json", json, "print one line of JSON metrics instead of progress");

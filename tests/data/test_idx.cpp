@@ -86,12 +86,61 @@ BOOST_AUTO_TEST_CASE(bad_files_name_file_offset_and_expectation) {
       {"trunc'", "byte 16", "expected 7840 data bytes for shape (10, 28, 28) (7856 bytes in all)", "has 1016",
        "truncated"});
   has(error_of([&] { g::data::read_idx(d.write("tail", idx(0x08, {2, 2}, 7))); }),
-      {"tail'", "byte 16", "3 trailing bytes"});
+      {"tail'", "byte 16", "3 trailing bytes (magic 0x00000802 says rank 2: is that the data's rank?)"});
   has(error_of([&] { g::data::load_mnist_images(d.write("rank1", idx(0x08, {5}, 5))); }),
-      {"rank1'", "images of rank 3", "(5,)"});
+      {"rank1'", "byte 3", "magic 0x00000801 says rank 1, expected rank 3 (images: count, rows, columns)"});
   auto lab = idx(0x08, {3}, 0);
   for (unsigned char v : {1, 12, 2}) lab.push_back(v);
   has(error_of([&] { g::data::load_mnist_labels(d.write("labs", lab)); }), {"labs'", "byte 9", "below 10, got 12"});
+}
+
+// A wrong rank byte shifts every extent after it: the images of a file whose magic says rank
+// 1 read as 60000 values followed by trailing bytes, and labels that say rank 3 as a header
+// running into their data. A reader that knows the rank refuses the magic number itself.
+BOOST_AUTO_TEST_CASE(a_wrong_rank_byte_is_named_at_the_magic_number) {
+  temp_dir d;
+  auto has = [](const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' in: " << msg);
+  };
+  auto imgs = idx(0x08, {4, 3, 3}, 36);
+  imgs[3] = 1;  // images whose magic says rank 1
+  const auto bad_imgs = d.write("imgs", imgs);
+  for (const auto& msg : {error_of([&] { g::data::load_mnist_images(bad_imgs); }),
+                          error_of([&] { g::data::load_mnist_image_bytes(bad_imgs); }),
+                          error_of([&] { g::data::read_idx(bad_imgs, 3, "images: count, rows, columns"); })})
+    has(msg, {"imgs'", "byte 3", "magic 0x00000801 says rank 1, expected rank 3 (images: count, rows, columns)"});
+  auto labs = idx(0x08, {6}, 0);
+  for (unsigned char v : {1, 2, 3, 4, 5, 6}) labs.push_back(v);
+  labs[3] = 3;  // labels whose magic says rank 3
+  has(error_of([&] { g::data::load_mnist_labels(d.write("labs", labs)); }),
+      {"labs'", "byte 3", "magic 0x00000803 says rank 3, expected rank 1 (labels: count)"});
+  // without an expected rank, the trailing bytes name the magic number and its rank
+  has(error_of([&] { g::data::read_idx(bad_imgs); }),
+      {"imgs'", "trailing bytes (magic 0x00000801 says rank 1: is that the data's rank?)"});
+  // the expected rank, given, reads as before
+  BOOST_TEST(g::data::read_idx(d.write("ok", idx(0x08, {4, 3, 3}, 36)), 3).shape.d[2] == 3);
+}
+
+// Images of another size than the caller expects are refused with both sizes; a directory in
+// place of the file is named as one (it opens as a stream of 2^63 - 1 bytes that fail to read).
+BOOST_AUTO_TEST_CASE(image_size_and_directory_are_named) {
+  temp_dir d;
+  auto has = [](const std::string& msg, std::initializer_list<const char*> parts) {
+    for (const char* p : parts) BOOST_TEST(msg.find(p) != std::string::npos, "'" << p << "' in: " << msg);
+  };
+  const auto big = d.write("big", idx(0x08, {2, 32, 32}, 2 * 32 * 32));
+  has(error_of([&] { g::data::load_mnist_images(big, nullptr, 28, 28); }), {"big'", "images are 32x32, not 28x28"});
+  has(error_of([&] { g::data::load_mnist_image_bytes(big, nullptr, 28, 28); }),
+      {"big'", "images are 32x32, not 28x28"});
+  g::dims sh;
+  BOOST_TEST(g::data::load_mnist_images(big, &sh).size() == 2u * 32 * 32);  // any size by default
+  BOOST_TEST(sh.d[1] == 32 * 32);
+  BOOST_TEST(g::data::load_mnist_image_bytes(d.write("fit", idx(0x08, {2, 28, 28}, 2 * 784)), &sh, 28, 28).size() ==
+             2u * 784);
+  fs::create_directories(d.p / "dir");
+  has(error_of([&] { g::data::read_idx((d.p / "dir").string()); }),
+      {"dir'", "cannot open it: it is a directory, not a file"});
+  has(error_of([&] { g::data::load_mnist_labels((d.p / "dir").string()); }), {"dir'", "is a directory"});
 }
 
 // Found by tests/fuzz/fuzz_idx: extents whose product overflows. 2^16 * 2^24 * 2^24 wrapped

@@ -24,6 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fault_cases import CASES  # noqa: E402
 import fault_grid  # noqa: E402,F401  (adds the signal x role x moment grid to CASES)
+import battery_cases  # noqa: E402,F401  (adds the independent battery's cases to CASES)
 from fault_harness import CaseError, CaseSkipped, Job, last_error  # noqa: E402
 
 BEGIN = "<!-- fault-matrix: begin (tests/faults/fault_matrix.py writes this section; do not edit by hand) -->"
@@ -147,6 +148,7 @@ def main():
     b = a.bin
     ctx = dict(data=os.path.abspath(a.data), mnist_mlp=f"{b}/examples/mnist_mlp",
                mnist_deep_mlp=f"{b}/examples/mnist_deep_mlp", run=f"{b}/tools/gradus-run/gradus-run",
+               logistic_regression=f"{b}/examples/logistic_regression",
                keygen=f"{b}/tools/gradus-keygen/gradus-keygen", mpirun=a.mpirun.split())
     cases = [c for c in CASES if (a.set == "full" or c.fast) and (not a.only or re.search(a.only, c.id))]
     if a.check_docs:

@@ -32,7 +32,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     std::string why2;
     const auto back = ring::parse_registration(ring::format_registration(*r), why2);
     FUZZ_CHECK(back && back->rank == r->rank && back->world == r->world && back->host == r->host &&
-               back->machine == r->machine && back->want == r->want && back->addrs == r->addrs);
+               back->machine == r->machine && back->want == r->want && back->job == r->job && back->pid == r->pid &&
+               back->launch == r->launch && back->addrs == r->addrs);
     return 0;
   }
   const int world = 1 + (data[0] >> 1) % 8;

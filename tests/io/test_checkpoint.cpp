@@ -325,6 +325,59 @@ BOOST_AUTO_TEST_CASE(a_stage_file_holds_its_tensors_and_its_place) {
   BOOST_TEST(g::stage_checkpoints_present(dir.p / "none.npz").empty());
 }
 
+// The commit record of a checkpoint in several files (io/checkpoint_set.hpp): the names, the
+// text written and read back, every malformed line refused with its reason, and the parts of
+// other saves removed after a commit while the committed ones and other layouts stay.
+BOOST_AUTO_TEST_CASE(a_commit_record_names_one_complete_set) {
+  temp_dir dir("ckpt");
+  const fs::path file = dir.p / "run" / "ckpt.npz";
+  fs::create_directories(file.parent_path());
+  BOOST_TEST(g::checkpoint_commit_file(file) == dir.p / "run" / "ckpt.commit");
+  BOOST_TEST(g::checkpoint_part_file(file, "stage", 1, 2, 7) == dir.p / "run" / "ckpt-7.stage-1-of-2.npz");
+  const g::checkpoint_commit c{7, 188, "stage", 2, {1912345, 23456}};
+  const std::string text = g::format_checkpoint_commit(c, file);
+  BOOST_TEST(text == "gradus-checkpoint-commit 1\nsave 7\nglobal_step 188\nkind stage\nparts 2\n"
+                     "part 0 ckpt-7.stage-0-of-2.npz 1912345\npart 1 ckpt-7.stage-1-of-2.npz 23456\n");
+  BOOST_TEST(!g::read_checkpoint_commit(file).has_value());
+  g::write_checkpoint_commit(file, c);
+  const auto back = g::read_checkpoint_commit(file);
+  BOOST_TEST_REQUIRE(back.has_value());
+  BOOST_TEST((back->save == 7 && back->global_step == 188 && back->kind == "stage" && back->parts == 2));
+  BOOST_TEST((back->bytes == std::vector<std::uint64_t>{1912345, 23456}));
+  BOOST_TEST(g::committed_stage_file(file, 1) == dir.p / "run" / "ckpt-7.stage-1-of-2.npz");
+  BOOST_TEST((g::stage_checkpoints_present(file) == std::vector<int>{2}));
+  const std::vector<std::pair<std::string, std::string>> bad{
+      {"", "its first line is not 'gradus-checkpoint-commit 1'"},
+      {"gradus-checkpoint-commit 2\n", "its first line is not"},
+      {"gradus-checkpoint-commit 1\nsave 7", "its last line is not ended"},
+      {"gradus-checkpoint-commit 1\nsave -1\n", "line 2 is not 'save N' (N >= 1)"},
+      {"gradus-checkpoint-commit 1\nsave 7\nglobal_step x\n", "line 3 is not 'global_step N'"},
+      {"gradus-checkpoint-commit 1\nsave 7\nglobal_step 1\nkind ../x\n", "line 4 is not 'kind NAME'"},
+      {"gradus-checkpoint-commit 1\nsave 7\nglobal_step 1\nkind stage\nparts 0\n", "line 5 is not 'parts N'"},
+      {"gradus-checkpoint-commit 1\nsave 7\nglobal_step 1\nkind stage\nparts 2\npart 0 ckpt-7.stage-0-of-2.npz 5\n",
+       "it lists 1 parts for 'parts 2'"},
+      {"gradus-checkpoint-commit 1\nsave 7\nglobal_step 1\nkind stage\nparts 1\npart 0 ckpt-6.stage-0-of-1.npz 5\n",
+       "line 6 is not 'part 0 ckpt-7.stage-0-of-1.npz BYTES'"}};
+  for (const auto& [t, why] : bad) {
+    std::ofstream(g::checkpoint_commit_file(file), std::ios::trunc) << t;
+    const std::string e = error_of([&] { g::read_checkpoint_commit(file); });
+    BOOST_TEST(has(e, "commit record '" + g::checkpoint_commit_file(file).string() + "': malformed: " + why), e);
+  }
+  BOOST_TEST(has(error_of([&] { g::committed_stage_file(dir.p / "none.npz", 0); }), "no commit record of a pipeline's stages"));
+  // after a commit of save 3: stage 1's other saves go, with the superseded 0.1 file; stage
+  // 0's files and another stage count's stay (another rank's, another layout's)
+  for (const int n : {1, 2, 3}) std::ofstream(g::checkpoint_part_file(file, "stage", 1, 2, n)) << n;
+  std::ofstream(g::checkpoint_part_file(file, "stage", 0, 2, 2)) << 0;
+  std::ofstream(g::checkpoint_part_file(file, "stage", 1, 3, 2)) << 0;
+  std::ofstream(g::stage_checkpoint_file(file, 1, 2)) << 0;
+  BOOST_TEST((g::checkpoint_parts_present(file, "stage", 1, 2).size() == 3u));
+  g::remove_other_parts(file, "stage", 1, 2, 3, {g::stage_checkpoint_file(file, 1, 2)});
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(file.parent_path())) left.insert(e.path().filename().string());
+  BOOST_TEST((left == std::set<std::string>{"ckpt-2.stage-0-of-2.npz", "ckpt-2.stage-1-of-3.npz", "ckpt-3.stage-1-of-2.npz",
+                                            "ckpt.commit"}));
+}
+
 BOOST_AUTO_TEST_CASE(a_negative_global_step_is_refused) {
   temp_dir dir("ckpt");
   const fs::path file = trained_checkpoint(dir.p);

@@ -309,7 +309,7 @@ BOOST_AUTO_TEST_CASE(parameter_servers) {
   const auto r = run({"-np", "2", "--ps", "2", child, "pidfile", s.dir.string(), "env", "spec", "fault-file", "sleep", "1000",
                       "exit-if", "0", "0", "exit-if", "1", "0", "sleep", "20000"},
                      15);
-  BOOST_TEST(contains(r.out, "[ps0] GRADUS_FAULT_FILE=-\n"));  // only workers have communicators that blame
+  BOOST_TEST(contains(r.out, "[ps0] GRADUS_FAULT_FILE=/"));  // servers say when the job as a whole failed
   BOOST_TEST(contains(r.out, "[1] GRADUS_FAULT_FILE=/"));
   BOOST_TEST(r.exit_code() == 0, r.err);
   const std::regex ps_env(R"(\[ps(\d)\] RANK=- WORLD_SIZE=2 LOCAL_RANK=- LOCAL_WORLD_SIZE=- MASTER_ADDR=127\.0\.0\.1 )"
@@ -413,6 +413,25 @@ BOOST_AUTO_TEST_CASE(usage_errors) {
       const auto r = run(args);
       BOOST_TEST(r.exit_code() != 0);
       BOOST_TEST(!r.err.empty());
+      BOOST_TEST(r.out.find("RANK=") == std::string::npos);
+    }
+  }
+  // Seconds that are not finite or below 0 are refused by name, with the range (NaN passes
+  // CLI11's own range checks, and its NonNegativeNumber's message wrote DBL_MAX in 309 digits).
+  for (const strings& ovr : std::vector<strings>{{"--timeout", "nan", "[0, 1000000000]"},
+                                                  {"--timeout", "-1", "[0, 1000000000]"},
+                                                  {"--timeout", "inf", "[0, 1000000000]"},
+                                                  {"--grace", "nan", "[0, 3600]"},
+                                                  {"--grace", "-0.5", "[0, 3600]"},
+                                                  {"--restart-delay", "nan", "[0, 3600]"},
+                                                  {"--restart-delay", "-inf", "[0, 3600]"}}) {
+    const std::string &option = ovr[0], &value = ovr[1], &range = ovr[2];
+    BOOST_TEST_CONTEXT(option << " " << value) {
+      const auto r = run({"-np", "2", "--max-restarts", "1", option, value, child});
+      BOOST_TEST(r.exit_code() != 0);
+      BOOST_TEST(contains(r.err, option + ": expected a finite number of seconds in " + range + ", got " + value),
+                 r.err);
+      BOOST_TEST(!contains(r.err, "179769313486231570"), r.err);  // DBL_MAX's digits
       BOOST_TEST(r.out.find("RANK=") == std::string::npos);
     }
   }
@@ -533,6 +552,55 @@ BOOST_AUTO_TEST_CASE(the_rank_blamed_by_its_neighbour_is_named) {
   {  // an inherited GRADUS_FAULT_FILE is not passed on (a sweep's runs get none)
     const auto r = run({"--sweep", "x=1", child, "fault-file"}, 15, {{"GRADUS_FAULT_FILE", "/tmp/elsewhere"}});
     BOOST_TEST(contains(r.out, "] GRADUS_FAULT_FILE=-\n"), r.out);
+  }
+}
+
+// The final line names the process whose failure set the job's off, in its own words, whoever
+// exited first; and no process is stopped before it had a moment to say why it failed.
+BOOST_AUTO_TEST_CASE(the_final_line_quotes_the_first_failure_in_its_own_words) {
+  const std::string own = "gradus: restore_checkpoint 'run/ckpt.npz': the checkpoint holds NaN or Inf";
+  // rank 0 fails with a reason; rank 1 blames it ("gone": its connection closed) and exits
+  // first, or after it: either way rank 0 is named, quoting its error, not as "died"
+  for (const bool blamer_first : {true, false}) {
+    BOOST_TEST_CONTEXT((blamer_first ? "the blamer exits first" : "the blamed exits first")) {
+      const auto r = run({"-np", "2", "--grace", "3", child, "sleep", blamer_first ? "300" : "0", "say-first", "0", own,
+                          "exit-first", "0", "1", "sleep", blamer_first ? "0" : "300", "verdict-first", "1",
+                          "rank 1 blames rank 0 (gone): lost the connection to rank 0", "exit-first", "1", "1"},
+                         15);
+      BOOST_TEST(r.exit_code() == 1);
+      BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 0 exited with status 1: " + own, r.err);
+    }
+  }
+  {  // a stage that reports another stage's failure ("failed"): the other is named, in its words
+    const auto r = run({"-np", "2", child, "say-first", "1", "gradus: pipeline stage 1 (rank 1): its file is cut",
+                        "sleep-first", "200", "verdict-first", "0", "rank 0 blames rank 1 (failed): stage 1 could not restore",
+                        "say-first", "0", "gradus: pipeline stage 0 (rank 0): stage 1 could not restore its file",
+                        "exit-first", "0", "1", "exit-first", "1", "1"},
+                       15);
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 1 exited with status 1: gradus: pipeline stage 1 (rank 1): its "
+                                   "file is cut",
+               r.err);
+  }
+  {  // rank 0 fails at once; rank 1 says why it fails 400 ms later: its line is not lost to a SIGTERM
+    const auto r = run({"-np", "2", child, "exit-first", "0", "1", "sleep-first", "400", "say-first", "1",
+                        "gradus: rank 1's own last error", "exit-first", "1", "1", "sleep", "20000"},
+                       15);
+    BOOST_TEST(contains(r.err, "[1] gradus: rank 1's own last error\n"), r.err);
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: rank 0 exited with status 1", r.err);
+  }
+  {  // a parameter server stopped for good, blamed by the chief: named first, not the chief
+    scratch s;
+    const auto r = run({"-np", "1", "--ps", "2", "--grace", "1", child, "pidfile", s.dir.string(), "say-first", "0",
+                        "gradus: parameter_server: worker 0: server 1 (127.0.0.1:1) is gone: stopped or hung",
+                        "verdict-first", "0", "rank 0 blames ps 1 (silent): server 1 is gone", "exit-first", "0", "1",
+                        "sleep", "20000"},
+                       15);
+    BOOST_TEST(r.exit_code() == 1);
+    BOOST_TEST(last_line(r.err) == "gradus-run: failed: ps1 stopped responding (silent; noticed by rank 0) \u2014 rank 0 "
+                                   "exited with status 1: gradus: parameter_server: worker 0: server 1 (127.0.0.1:1) is "
+                                   "gone: stopped or hung",
+               r.err);
+    for (const auto& [label, pid] : s.pids()) BOOST_TEST(!scratch::alive(pid), label << " is alive");
   }
 }
 
@@ -694,8 +762,8 @@ BOOST_AUTO_TEST_CASE(a_collective_job_restarts_every_rank) {
                         "20000"},
                        40);
     BOOST_TEST(r.exit_code() == 0, r.err);
-    BOOST_TEST(contains(r.err, "gradus-run: rank 1 died (noticed by rank 0); stopping the other ranks and restarting "
-                               "all 2 in 0.1 s (restart 1 of 1)\n"),
+    BOOST_TEST(contains(r.err, "gradus-run: rank 1 died (gone; noticed by rank 0) \u2014 rank 0 exited with status 1; "
+                               "stopping the other ranks and restarting all 2 in 0.1 s (restart 1 of 1)\n"),
                r.err);
     for (const char* rank : {"0", "1"}) BOOST_TEST(s.starts()[rank].size() == 2u, rank);
     check_all_gone(s);
@@ -728,6 +796,39 @@ BOOST_AUTO_TEST_CASE(a_killed_parameter_server_is_restarted) {
   BOOST_TEST(env[0] == env[1]);
   BOOST_TEST(contains(env[0], " GRADUS_ROLE=ps "));
   BOOST_TEST(last_line(r.err) == "gradus-run: finished: the workers exited 0 (restarts used: ps0: 1 of 2)", r.err);
+  check_all_gone(s);
+}
+
+// A failure of a job with parameter servers that a restart of the failed process alone
+// cannot mend (a bsp worker lost: "ps 0 fails the job" in the fault file) restarts the whole
+// job once, as a collective job restarts: every process twice in all, the second time with
+// GRADUS_RESTART_SCOPE=job (a fresh start, not a worker rejoining), one restart counted.
+BOOST_AUTO_TEST_CASE(a_failure_of_the_whole_job_restarts_every_process_once) {
+  scratch s;
+  const auto dir = s.dir.string();
+  const auto r = run({"-np", "2", "--ps", "1", "--max-restarts", "1", "--restart-delay", "0.1", "--grace", "2", child,
+                      "restart-count", "restart-scope", "starts", dir, "kill-first", "1", std::to_string(SIGKILL),
+                      "sleep-first", "200", "verdict-first", "ps0", "ps 0 fails the job: worker 1 was lost at clock 3; bsp "
+                      "cannot finish a step without it", "exit-first", "ps0", "1", "exit-first", "0", "1", "await", "0",
+                      dir, "ps0", "2", "20000", "exit-if", "0", "0", "exit-if", "1", "0", "sleep", "20000"},
+                     40);
+  BOOST_TEST(r.exit_code() == 0, r.err);
+  auto st = s.starts();
+  // (the chief waits for ps0's second start: the servers are stopped once the workers are done)
+  for (const char* p : {"0", "1", "ps0"}) {
+    BOOST_TEST_REQUIRE(st[p].size() == 2u, p << ": " << r.err);
+    BOOST_TEST(st[p][1].restart_count == "1", p);
+    BOOST_TEST(count_lines(r.out, std::string("[") + p + "] GRADUS_RESTART_SCOPE=job") == 1, p);
+  }
+  BOOST_TEST(contains(r.err, "gradus-run: rank 1 was killed by signal " + std::to_string(SIGKILL) + " (" + ::strsignal(SIGKILL) +
+                                 "); the job cannot go on without a restart of every process (ps0: worker 1 was lost at "
+                                 "clock 3; bsp cannot finish a step without it); stopping the other processes and "
+                                 "restarting all 3 in 0.1 s (restart 1 of 1)\n"),
+             r.err);
+  BOOST_TEST(!contains(r.err, "restarting it in"), r.err);  // no process alone
+  BOOST_TEST(last_line(r.err) == "gradus-run: finished: the workers exited 0 (restarts used: 1 of 1, after: rank 1 was "
+                                 "killed by signal " + std::to_string(SIGKILL) + " (" + ::strsignal(SIGKILL) + "))",
+             r.err);
   check_all_gone(s);
 }
 
@@ -774,7 +875,8 @@ BOOST_AUTO_TEST_CASE(a_restart_due_after_the_job_began_to_stop_is_called_off) {
   }
   {
     scratch s;
-    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "5", "--timeout", "1", child, "starts",
+    // (the restart is planned once the failure has settled, 1 s after it, before the timeout)
+    const auto r = run({"-np", "2", "--max-restarts", "1", "--restart-delay", "5", "--timeout", "2", child, "starts",
                         s.dir.string(), "exit-first", "1", "3", "sleep", "20000"},
                        20);
     BOOST_TEST(r.exit_code() == 124);

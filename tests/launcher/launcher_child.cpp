@@ -129,6 +129,25 @@ int main(int argc, char** argv) {
         }
         ::close(fd);
       }
+    } else if (cmd == "say-first" || cmd == "verdict-first") {
+      // a line on stderr (say-first), or a verdict in the fault file (verdict-first), from the
+      // process labelled so, at its first start
+      const std::string l = next(), text = next();
+      if (label() == l && !restarted()) {
+        if (cmd == "say-first") {
+          std::fprintf(stderr, "%s\n", text.c_str());
+          std::fflush(stderr);
+        } else {
+          const char* file = std::getenv("GRADUS_FAULT_FILE");
+          const std::string line = text + "\n";
+          const int fd = file ? ::open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600) : -1;
+          if (fd < 0 || ::write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+            std::fprintf(stderr, "launcher_child: verdict-first: no fault file to write\n");
+            return 94;
+          }
+          ::close(fd);
+        }
+      }
     } else if (cmd == "exit-if") {
       const int r = std::atoi(next().c_str());
       const int code = std::atoi(next().c_str());
@@ -144,6 +163,8 @@ int main(int argc, char** argv) {
       }
     } else if (cmd == "restart-count") {
       std::printf("GRADUS_RESTART_COUNT=%s\n", var("GRADUS_RESTART_COUNT").c_str());
+    } else if (cmd == "restart-scope") {
+      std::printf("GRADUS_RESTART_SCOPE=%s\n", var("GRADUS_RESTART_SCOPE").c_str());
     } else if (cmd == "starts") {
       const std::string file = next() + "/" + label() + ".starts";
       const std::string line = std::to_string(::getpid()) + " " + var("GRADUS_RESTART_COUNT") + "\n";

@@ -3,8 +3,9 @@
 // unsplit model trained in one session — 2 and 3 stages, GPipe and 1F1B, M = 1, 2, 4, 7 (a
 // batch of 10 not divisible by 4 or 7), with and without re-materialisation, and 2 stages x
 // 2 replicas — plus the bytes across each cut, the activations held, the errors of
-// mismatched ranks, checkpoints per stage and device placements in one process.
-// (About 700 lines: one translation unit for every pipeline test, because each unit that
+// mismatched ranks, checkpoints per stage (committed together, and killed at every point of a
+// save) and device placements in one process.
+// (About 960 lines: one translation unit for every pipeline test, because each unit that
 // instantiates the pipeline for the shared test model costs ~95 s of g++ in CI; a second
 // one would add that again to both compiler stages.)
 #define BOOST_TEST_MODULE parallel_pipeline
@@ -446,68 +447,97 @@ BOOST_AUTO_TEST_CASE(mismatched_ranks_are_refused) {
   }
 }
 
-// Checkpoints of a pipelined run (pipeline/checkpoint.hpp): one file per stage; 2 steps,
-// save, then fresh sessions restore and run 2 more: the weights equal 4 straight steps bit for
-// bit (Adam: its slots are in the files), with 1 and 2 replicas per stage (replica 1 takes
-// replica 0's state by broadcast). Then what a bad checkpoint gives on every rank.
-BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
+// Checkpoints of a pipelined run (pipeline/checkpoint.hpp): one file per stage, committed
+// together. The ranks are threads over a fresh world for each run: fresh sessions,
+// `f(rank, session, step)`, each rank's error if any.
+namespace {
+struct checkpoint_runs {
   model m;
-  const auto data = make_batches(4, 12, 21);
-  const g::adam opt{.lr = 0.01};
-  gradus_test::temp_dir dir;
+  std::vector<batch> data = make_batches(4, 12, 21);
+  g::adam opt{.lr = 0.01};
   using weights_t = std::vector<std::vector<float>>;
-  // ranks as threads: fresh sessions, `f(rank, session, step)`; each rank's error, if any
-  const auto on_pipeline = [&]<int S>(std::integral_constant<int, S>, const auto& loss, int replicas, auto f) {
+  template <int S, class Loss, class F>
+  std::vector<gradus_test::rank_result> on_pipeline(const Loss& loss, int replicas, F f) {
     auto comms = gp::thread_world::world(S * replicas, std::chrono::seconds(5));
     return gradus_test::on_threads(S * replicas, [&](int r) {
       g::session<g::cpu_simd> s;
       m.init(s);
-      auto step = gp::pipeline<S>(comms[static_cast<std::size_t>(r)], {.micro_batches = 3, .schedule = gp::schedule_kind::one_f_one_b},
-                                  s, loss, opt);
-      f(r, s, step);
+      auto step = gp::pipeline<S>(comms[static_cast<std::size_t>(r)],
+                                  {.micro_batches = 3, .schedule = gp::schedule_kind::one_f_one_b}, s, loss, opt);
+      f(r, comms[static_cast<std::size_t>(r)], s, step);
     });
-  };
-  const auto train = [&](auto& step, int r, int replicas, int from, int to) {
+  }
+  // steps from .. to - 1 of the 2-stage model, each replica its shard of the batch
+  template <class Step>
+  void train(Step& step, int r, int replicas, int from, int to) {
     const long shard = 12 / replicas, at = (r / 2) * shard;
     for (int k = from; k < to; ++k) {
       const auto& b = data[static_cast<std::size_t>(k)];
       step.run(m.x = g::view(b.x.data() + at * 6, {shard, 6}), m.y = g::view(b.y.data() + at, {shard}));
     }
-  };
-  const auto weights = [&](g::session<g::cpu_simd>& s) -> weights_t {
+  }
+  weights_t weights(g::session<g::cpu_simd>& s) {
     return {values(s, m.l1.w), values(s, m.l1.b), values(s, m.l2.w), values(s, m.l2.b), values(s, m.l3.w), values(s, m.l3.b)};
-  };
-  const auto no_errors = [](const auto& res) {
+  }
+  static void no_errors(const std::vector<gradus_test::rank_result>& res) {
     for (std::size_t r = 0; r < res.size(); ++r) BOOST_TEST_REQUIRE(!res[r].error, "rank " << r << ": " << res[r].error.value_or(""));
-  };
-  // (the error cases below use the files of the 2 x 1 run)
-  const auto ck = dir.path / "ckpt.npz", ck4 = dir.path / "four" / "ckpt.npz";
+  }
+  // every rank's error of a restore of `f` ("(no error)" where none)
+  template <int S, class Loss>
+  std::vector<std::string> restore_errors(const Loss& loss, const std::filesystem::path& f) {
+    std::vector<std::string> e;
+    for (const auto& r : on_pipeline<S>(loss, 1, [&](int, auto&, auto&, auto& step) { step.restore_checkpoint(f); }))
+      e.push_back(r.error.value_or("(no error)"));
+    return e;
+  }
+};
+std::vector<std::string> files_in(const std::filesystem::path& dir) {
+  std::vector<std::string> r;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) r.push_back(e.path().filename().string());
+  std::sort(r.begin(), r.end());
+  return r;
+}
+}  // namespace
+
+// 2 steps, save, then fresh sessions restore and run 2 more: the weights equal 4 straight steps
+// bit for bit (Adam: its slots are in the files), with 1 and 2 replicas per stage (replica 1
+// takes replica 0's state by broadcast); a second save supersedes the first. Then what a bad
+// checkpoint gives on every rank.
+BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
+  checkpoint_runs c;
+  auto& m = c.m;
+  gradus_test::temp_dir dir;
+  using weights_t = checkpoint_runs::weights_t;
+  const auto ck = dir.path / "two" / "ckpt.npz", ck4 = dir.path / "four" / "ckpt.npz";
   for (const int replicas : {2, 1}) {
     BOOST_TEST_CONTEXT("2 stages x " << replicas << " replicas") {
-      for (const auto& f : {ck, ck4})
-        for (const int k : {0, 1}) std::filesystem::remove(g::stage_checkpoint_file(f, k, 2));
-      std::filesystem::create_directories(ck4.parent_path());
+      for (const auto& f : {ck, ck4}) {
+        std::filesystem::remove_all(f.parent_path());
+        std::filesystem::create_directories(f.parent_path());
+      }
       const int n = 2 * replicas;
       std::vector<weights_t> straight(static_cast<std::size_t>(n)), resumed(static_cast<std::size_t>(n));
       std::vector<int> found_none(static_cast<std::size_t>(n), -1), restored(static_cast<std::size_t>(n), -1);
       std::vector<std::int64_t> step_after(static_cast<std::size_t>(n), -1);
-      no_errors(on_pipeline(std::integral_constant<int, 2>{}, m.loss2(), replicas, [&](int r, auto& s, auto& step) {
-        train(step, r, replicas, 0, 4);
+      c.no_errors(c.on_pipeline<2>(m.loss2(), replicas, [&](int r, auto&, auto& s, auto& step) {
+        c.train(step, r, replicas, 0, 4);
         step.save_checkpoint(ck4);
         step.gather_variables();
-        straight[static_cast<std::size_t>(r)] = weights(s);
+        straight[static_cast<std::size_t>(r)] = c.weights(s);
       }));
-      no_errors(on_pipeline(std::integral_constant<int, 2>{}, m.loss2(), replicas, [&](int r, auto&, auto& step) {
+      c.no_errors(c.on_pipeline<2>(m.loss2(), replicas, [&](int r, auto&, auto&, auto& step) {
         found_none[static_cast<std::size_t>(r)] = step.restore_checkpoint(ck) ? 0 : 1;  // nothing there yet
-        train(step, r, replicas, 0, 2);
+        c.train(step, r, replicas, 0, 1);
+        step.save_checkpoint(ck);  // save 1, superseded by save 2
+        c.train(step, r, replicas, 1, 2);
         step.save_checkpoint(ck);
       }));
-      no_errors(on_pipeline(std::integral_constant<int, 2>{}, m.loss2(), replicas, [&](int r, auto& s, auto& step) {
+      c.no_errors(c.on_pipeline<2>(m.loss2(), replicas, [&](int r, auto&, auto& s, auto& step) {
         restored[static_cast<std::size_t>(r)] = step.restore_checkpoint(ck) ? 1 : 0;
         step_after[static_cast<std::size_t>(r)] = s.global_step();
-        train(step, r, replicas, 2, 4);
+        c.train(step, r, replicas, 2, 4);
         step.gather_variables();
-        resumed[static_cast<std::size_t>(r)] = weights(s);
+        resumed[static_cast<std::size_t>(r)] = c.weights(s);
       }));
       for (std::size_t r = 0; r < static_cast<std::size_t>(n); ++r) {
         BOOST_TEST(found_none[r] == 1);
@@ -518,59 +548,172 @@ BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
       // rank 0 holds the whole model after the gather, trained: not the initial weights
       g::session<g::cpu_simd> init;
       m.init(init);
-      const weights_t w0 = weights(init);
+      const weights_t w0 = c.weights(init);
       for (std::size_t i = 0; i < 6; ++i) BOOST_TEST(resumed[0][i] != w0[i], "tensor " << i);
     }
   }
-  // the files: one per stage, each with its own variables, their Adam slots and the layout
-  BOOST_TEST(!std::filesystem::exists(ck));
+  // the files: the record and the second save's parts only, each part with its own
+  // variables, their Adam slots and the layout
+  BOOST_TEST((files_in(ck.parent_path()) ==
+              std::vector<std::string>{"ckpt-2.stage-0-of-2.npz", "ckpt-2.stage-1-of-2.npz", "ckpt.commit"}));
+  BOOST_TEST(g::committed_stage_file(ck, 1) == ck.parent_path() / "ckpt-2.stage-1-of-2.npz");
+  const auto record = g::read_checkpoint_commit(ck);
+  BOOST_TEST_REQUIRE(record.has_value());
+  BOOST_TEST(record->save == 2);
+  BOOST_TEST(record->global_step == 2);
+  BOOST_TEST(record->bytes[1] == std::filesystem::file_size(g::committed_stage_file(ck, 1)));
   std::vector<std::string> names;
-  for (const auto& a : g::io::read_npz(g::stage_checkpoint_file(ck, 0, 2))) names.push_back(a.name);
+  for (const auto& a : g::io::read_npz(g::committed_stage_file(ck, 0))) names.push_back(a.name);
   std::sort(names.begin(), names.end());
   const std::vector<std::string> want{"global_step", "gradus/stage", "gradus/stages", "gradus/world_size", "p1/b",
                                       "p1/b/adam_m", "p1/b/adam_v", "p1/w", "p1/w/adam_m", "p1/w/adam_v"};
   BOOST_TEST(names == want, [&] { std::string t; for (auto& x : names) t += x + " "; return t; }());
-  BOOST_TEST(std::filesystem::exists(g::stage_checkpoint_file(ck, 1, 2)));
 
   // every rank fails with the cause (the last stage's run of these; Boost.Test's checks here)
-  const auto errors_of = [&]<int S>(std::integral_constant<int, S> k, const auto& loss, const std::filesystem::path& f) {
-    std::vector<std::string> e;
-    for (const auto& r : on_pipeline(k, loss, 1, [&](int, auto&, auto& step) { step.restore_checkpoint(f); }))
-      e.push_back(r.error.value_or("(no error)"));
-    return e;
-  };
-  for (const auto& e : errors_of(std::integral_constant<int, 3>{}, m.loss3(), ck))  // another stage count
+  for (const auto& e : c.restore_errors<3>(m.loss3(), ck))  // another stage count
     BOOST_TEST((gradus_test::contains(e, "the files there are a pipeline of 2 stages") && gradus_test::contains(e, "resume with --stages 2")),
                e);
   {  // a whole model's file given to a pipeline, and a stage's file to a plain session
     g::session<g::cpu_simd> s;
     m.init(s);
-    auto plain = g::minimize(s, m.loss2(), opt);
+    auto plain = g::minimize(s, m.loss2(), c.opt);
     const auto whole = dir.path / "whole" / "ckpt.npz";
     std::filesystem::create_directories(whole.parent_path());
     g::save_checkpoint(s, whole);
-    for (const auto& e : errors_of(std::integral_constant<int, 2>{}, m.loss2(), whole))
+    for (const auto& e : c.restore_errors<2>(m.loss2(), whole))
       BOOST_TEST(gradus_test::contains(e, "the file holds a whole model (a run without stages)"), e);
-    BOOST_CHECK_EXCEPTION(g::restore_checkpoint(s, g::stage_checkpoint_file(ck, 0, 2)), g::error, [](const g::error& e) {
+    BOOST_CHECK_EXCEPTION(g::restore_checkpoint(s, g::committed_stage_file(ck, 0)), g::error, [](const g::error& e) {
       return gradus_test::contains(e.what(), "the file holds one stage of a 2-stage pipeline, not a whole model; resume it as "
                                              "a pipeline of 2 stages (--stages 2)");
     });
   }
+  // a committed set altered after its commit: a part of another step, cut, missing, corrupt
   const auto mixed = dir.path / "mixed" / "ckpt.npz";
-  std::filesystem::create_directories(mixed.parent_path());
-  std::filesystem::copy_file(g::stage_checkpoint_file(ck, 0, 2), g::stage_checkpoint_file(mixed, 0, 2));
-  std::filesystem::copy_file(g::stage_checkpoint_file(ck4, 1, 2), g::stage_checkpoint_file(mixed, 1, 2));
-  for (const auto& e : errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed))  // saved at different steps
-    BOOST_TEST(gradus_test::contains(e, "the stages' files hold different global steps (stage 0 step 2, stage 1 step 4)"), e);
-  std::filesystem::remove(g::stage_checkpoint_file(mixed, 1, 2));
-  for (const auto& e : errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed))  // a stage's file missing
-    BOOST_TEST(gradus_test::contains(e, "incomplete: the file of stage(s) 1 is missing ('" +
-                                            g::stage_checkpoint_file(mixed, 1, 2).string() + "'), stage(s) 0 have theirs"), e);
-  {  // a corrupt file: its rank names the file, the other names the stage that failed
-    std::ofstream(g::stage_checkpoint_file(mixed, 1, 2)) << "not a zip file";
-    const auto e = errors_of(std::integral_constant<int, 2>{}, m.loss2(), mixed);
-    BOOST_TEST(gradus_test::contains(e[1], g::stage_checkpoint_file(mixed, 1, 2).string()), e[1]);
+  const auto part1 = [&] { return g::committed_stage_file(mixed, 1); };
+  const auto recommit = [&] {  // the record made to agree with the parts' sizes again
+    auto rec = *g::read_checkpoint_commit(mixed);
+    for (int k = 0; k < 2; ++k) rec.bytes[static_cast<std::size_t>(k)] = std::filesystem::file_size(g::committed_stage_file(mixed, k));
+    g::write_checkpoint_commit(mixed, rec);
+  };
+  std::filesystem::copy(ck.parent_path(), mixed.parent_path());
+  std::filesystem::copy_file(g::committed_stage_file(ck4, 1), part1(), std::filesystem::copy_options::overwrite_existing);
+  recommit();
+  for (const auto& e : c.restore_errors<2>(m.loss2(), mixed))
+    BOOST_TEST(gradus_test::contains(e, "the stages' files hold different global steps (stage 0 step 2, stage 1 step 4), "
+                                        "the commit record step 2: a file was replaced after the commit"), e);
+  std::filesystem::resize_file(part1(), std::filesystem::file_size(part1()) - 10);
+  {
+    const auto e = c.restore_errors<2>(m.loss2(), mixed);
+    BOOST_TEST(gradus_test::contains(e[1], "its file '" + part1().string() + "' has "), e[1]);
+    BOOST_TEST(gradus_test::contains(e[1], ": it was replaced or cut after the commit"), e[1]);
     BOOST_TEST(gradus_test::contains(e[0], "stage 1 (rank 1) could not restore its file"), e[0]);
+  }
+  {  // a corrupt file: its rank names the file, the other names the stage that failed
+    std::ofstream(part1(), std::ios::trunc) << "not a zip file";
+    recommit();
+    const auto e = c.restore_errors<2>(m.loss2(), mixed);
+    BOOST_TEST(gradus_test::contains(e[1], "read_npz '" + part1().string()), e[1]);
+    BOOST_TEST(gradus_test::contains(e[0], "stage 1 (rank 1) could not restore its file"), e[0]);
+  }
+  const auto gone = part1();
+  std::filesystem::remove(gone);
+  for (const auto& e : c.restore_errors<2>(m.loss2(), mixed))  // a stage's file missing
+    BOOST_TEST(gradus_test::contains(e, "incomplete: the file of stage(s) 1 is missing ('" + gone.string() +
+                                            "'), stage(s) 0 have theirs (the commit record"), e);
+  std::ofstream(g::checkpoint_commit_file(mixed), std::ios::trunc) << "gradus-checkpoint-commit 1\nsave 0\n";
+  for (const auto& e : c.restore_errors<2>(m.loss2(), mixed))  // a malformed record
+    BOOST_TEST((gradus_test::contains(e, "commit record '" + g::checkpoint_commit_file(mixed).string() + "'") &&
+                (gradus_test::contains(e, "malformed: line 2 is not 'save N' (N >= 1)") ||
+                 gradus_test::contains(e, "rank 0 could not use the commit record"))), e);
+
+  // gradus 0.1's layout (one file per stage, no record): restored where whole and of one
+  // step, refused where the steps differ; a save replaces it with a committed set
+  const auto old = dir.path / "old" / "ckpt.npz";
+  std::filesystem::create_directories(old.parent_path());
+  for (int k = 0; k < 2; ++k) std::filesystem::copy_file(g::committed_stage_file(ck, k), g::stage_checkpoint_file(old, k, 2));
+  std::vector<std::int64_t> old_step(2, -1);
+  c.no_errors(c.on_pipeline<2>(m.loss2(), 1, [&](int r, auto&, auto& s, auto& step) {
+    if (step.restore_checkpoint(old)) old_step[static_cast<std::size_t>(r)] = s.global_step();
+  }));
+  BOOST_TEST((old_step == std::vector<std::int64_t>{2, 2}));
+  BOOST_TEST((g::stage_checkpoints_present(old) == std::vector<int>{2}));
+  std::filesystem::copy_file(g::committed_stage_file(ck4, 1), g::stage_checkpoint_file(old, 1, 2),
+                             std::filesystem::copy_options::overwrite_existing);
+  for (const auto& e : c.restore_errors<2>(m.loss2(), old))
+    BOOST_TEST(gradus_test::contains(e, "the stages' files hold different global steps (stage 0 step 2, stage 1 step 4): "
+                                        "they were written at different times"), e);
+  c.no_errors(c.on_pipeline<2>(m.loss2(), 1, [&](int, auto&, auto&, auto& step) { step.save_checkpoint(old); }));
+  BOOST_TEST((files_in(old.parent_path()) ==
+              std::vector<std::string>{"ckpt-1.stage-0-of-2.npz", "ckpt-1.stage-1-of-2.npz", "ckpt.commit"}));
+}
+
+// A save killed at any point (core/fault_point.hpp's points of io/checkpoint_set.hpp; here
+// the hook ends the rank's work with an exception at the point and aborts its world, as a
+// SIGKILL would end it and its neighbour's waits): a restart resumes from the newest complete
+// set (the second save's once its record is renamed, else the first's; nothing when the first
+// save dies before its commit), and its training equals 4 straight steps bit for bit. The
+// kill tests of whole processes under gradus-run are the fault matrix's pipeline.save.* cases.
+BOOST_AUTO_TEST_CASE(a_save_killed_at_any_point_resumes_from_the_newest_complete_set) {
+  checkpoint_runs c;
+  auto& m = c.m;
+  gradus_test::temp_dir dir;
+  std::vector<checkpoint_runs::weights_t> straight(2);
+  c.no_errors(c.on_pipeline<2>(m.loss2(), 1, [&](int r, auto&, auto& s, auto& step) {
+    c.train(step, r, 1, 0, 4);
+    step.gather_variables();
+    straight[static_cast<std::size_t>(r)] = c.weights(s);
+  }));
+  struct kill_at {
+    std::string point;
+    int rank, save;
+    std::int64_t resumes_at;  // the restored global step; -1: nothing committed, a fresh start
+  };
+  const std::vector<kill_at> cases{
+      {"checkpoint.part.before", 1, 2, 2},   {"checkpoint.part.written", 0, 2, 2}, {"checkpoint.part.written", 1, 2, 2},
+      {"checkpoint.commit.before", 0, 2, 2}, {"checkpoint.commit.written", 0, 2, 4}, {"checkpoint.cleanup.before", 1, 2, 4},
+      {"checkpoint.cleanup.done", 0, 2, 4},  {"checkpoint.part.written", 1, 1, -1}, {"checkpoint.commit.before", 0, 1, -1}};
+  thread_local int rank_here = -1;
+  thread_local gp::thread_world* world_here = nullptr;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& k = cases[i];
+    BOOST_TEST_CONTEXT(k.point << " on rank " << k.rank << " in save " << k.save) {
+      const auto ck = dir.path / std::to_string(i) / "ckpt.npz";
+      std::filesystem::create_directories(ck.parent_path());
+      int passed = 0;
+      g::detail::fault_hook() = [&](std::string_view p) {
+        if (p == k.point && rank_here == k.rank && ++passed == k.save) {
+          world_here->abort("killed at " + k.point);
+          throw std::runtime_error("killed at " + k.point);
+        }
+      };
+      const auto killed = c.on_pipeline<2>(m.loss2(), 1, [&](int r, auto& comm, auto&, auto& step) {
+        rank_here = r;
+        world_here = &comm;
+        c.train(step, r, 1, 0, 2);
+        step.save_checkpoint(ck);
+        c.train(step, r, 1, 2, 4);
+        step.save_checkpoint(ck);
+      });
+      g::detail::fault_hook() = nullptr;
+      BOOST_TEST(killed[static_cast<std::size_t>(k.rank)].error.value_or("") == "killed at " + k.point);
+      std::vector<std::int64_t> at(2, -2);
+      std::vector<checkpoint_runs::weights_t> resumed(2);
+      c.no_errors(c.on_pipeline<2>(m.loss2(), 1, [&](int r, auto&, auto& s, auto& step) {
+        const bool restored = step.restore_checkpoint(ck);
+        at[static_cast<std::size_t>(r)] = restored ? s.global_step() : -1;
+        c.train(step, r, 1, restored ? static_cast<int>(s.global_step()) : 0, 4);
+        step.save_checkpoint(ck);
+        step.gather_variables();
+        resumed[static_cast<std::size_t>(r)] = c.weights(s);
+      }));
+      BOOST_TEST((at == std::vector<std::int64_t>(2, k.resumes_at)));
+      for (std::size_t r = 0; r < 2; ++r)
+        for (std::size_t t = 0; t < 6; ++t) BOOST_TEST(resumed[r][t] == straight[r][t], "rank " << r << " tensor " << t);
+      // the restart's save left its own set alone: the record and its two parts
+      const auto files = files_in(ck.parent_path());
+      BOOST_TEST(files.size() == 3u);
+      BOOST_TEST(g::read_checkpoint_commit(ck)->global_step == 4);
+    }
   }
 }
 
@@ -583,7 +726,7 @@ struct restore_only final : gp::pipeline_base<gp::thread_world> {
   restore_only(gp::thread_world& c, bool fail) : pipeline_base(c, 2, {}, {}), fail(fail) {}
   double run_raw(std::span<const gp::detail::raw_feed>) override { return 0; }
   void gather_variables() override {}
-  void save_stage_file(const std::filesystem::path&) override {}
+  std::int64_t save_stage_file(const std::filesystem::path&) override { return 7; }
   std::int64_t restore_stage_file(const std::filesystem::path&) override {
     if (fail) throw std::length_error("vector::_M_default_append");
     return 7;

@@ -1,11 +1,14 @@
 #pragma once
-// Faults: who stopped responding. A job's workers get GRADUS_FAULT_FILE, a file in a private
-// directory made for the job (removed on exit), where a ring communicator writes "rank A
-// blames rank B (gone|silent): ..." when a peer dies or stops answering; when the job fails,
-// the final line names the blamed rank rather than the neighbour that noticed first.
+// Faults: who failed first. A job's processes get GRADUS_FAULT_FILE, a file in a private
+// directory made for the job (removed on exit), where the library writes its verdicts
+// (core/fault_file.hpp): "rank A blames rank B (gone|silent|failed): ..." when a peer dies,
+// stops answering or fails and says so, "ps A fails the job: ..." when the job cannot go on
+// whoever is restarted alone. When the job fails, the final line names the process the
+// verdicts blame rather than the neighbour that noticed first; a job-wide failure restarts
+// the whole job.
 //
 // Here: the job's directory (job_directory; fault_file_pattern, what dry runs show) and the
-// verdicts read back from its fault file (blame, parse_blame, first_blame); run_job
+// verdicts read back from its fault file (verdict, parse_verdict, read_verdicts); run_job
 // (job.hpp) reads them.
 // Part of gradus-run: gradus_run.cpp includes it (namespace gradus_run: see there).
 #include <fcntl.h>
@@ -23,6 +26,8 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <utility>
+#include <vector>
 
 namespace gradus_run {
 
@@ -56,47 +61,70 @@ inline std::string fault_file_pattern() {
   return (t && *t ? std::string(t) : std::string("/tmp")) + "/gradus-run.XXXXXX/faults";
 }
 
-// One line of the fault file: "rank <observer> blames rank <peer> (<gone|silent>): <message>".
-struct blame {
-  std::string observer, peer, kind;
+// One line of the fault file (the library's core/fault_file.hpp writes them):
+//   "<who> blames <who> (<gone|silent|failed>): <message>"   observer, peer and kind
+//   "<who> fails the job: <message>"                        observer; kind "job", no peer
+// where <who> is "rank N" or "ps N"; here each is the label of its child ("N", "psN").
+struct verdict {
+  std::string observer, peer, kind, message;
 };
 
-inline std::optional<blame> parse_blame(const std::string& line) {
-  const auto digits = [&](std::size_t& p, std::string& out) {
-    const auto b = p;
-    while (p < line.size() && p - b < 9 && line[p] >= '0' && line[p] <= '9') ++p;
-    out = line.substr(b, p - b);
-    return !out.empty();
-  };
+inline std::optional<verdict> parse_verdict(const std::string& line) {
   const auto literal = [&](std::size_t& p, const std::string& text) {
     if (line.compare(p, text.size(), text) != 0) return false;
     p += text.size();
     return true;
   };
-  blame b;
+  const auto who = [&](std::size_t& p, std::string& label) {
+    std::string prefix;
+    if (literal(p, "rank ")) {
+      prefix = "";
+    } else if (literal(p, "ps ")) {
+      prefix = "ps";
+    } else {
+      return false;
+    }
+    const auto b = p;
+    while (p < line.size() && p - b < 9 && line[p] >= '0' && line[p] <= '9') ++p;
+    if (p == b) return false;
+    label = prefix + line.substr(b, p - b);
+    return true;
+  };
+  verdict v;
   std::size_t p = 0;
-  if (!literal(p, "rank ") || !digits(p, b.observer) || !literal(p, " blames rank ") || !digits(p, b.peer) ||
-      !literal(p, " ("))
-    return std::nullopt;
-  if (literal(p, "gone): ")) {
-    b.kind = "gone";
-  } else if (literal(p, "silent): ")) {
-    b.kind = "silent";
+  if (!who(p, v.observer)) return std::nullopt;
+  if (literal(p, " fails the job: ")) {
+    v.kind = "job";
   } else {
-    return std::nullopt;
+    if (!literal(p, " blames ") || !who(p, v.peer) || !literal(p, " (")) return std::nullopt;
+    for (const char* k : {"gone", "silent", "failed"})
+      if (literal(p, std::string(k) + "): ")) {
+        v.kind = k;
+        break;
+      }
+    if (v.kind.empty()) return std::nullopt;
   }
-  return b;
+  v.message = line.substr(p);
+  return v;
 }
 
-// The first verdict in the fault file (in the order they were appended) from byte `from` on,
-// if any.
-inline std::optional<blame> first_blame(const std::filesystem::path& file, std::uintmax_t from) {
+// The verdicts in the fault file (in the order they were appended) from byte `from` on.
+inline std::vector<verdict> read_verdicts(const std::filesystem::path& file, std::uintmax_t from) {
+  std::vector<verdict> r;
+  if (file.empty()) return r;
   std::ifstream in(file);
   in.seekg(static_cast<std::streamoff>(from));
   std::string line;
   for (int n = 0; n < 100000 && std::getline(in, line); ++n)
-    if (auto b = parse_blame(line)) return b;
-  return std::nullopt;
+    if (auto v = parse_verdict(line)) r.push_back(std::move(*v));
+  return r;
+}
+
+// The fault file's length now: verdicts before it are dealt with once the job restarts.
+inline std::uintmax_t fault_file_length(const std::filesystem::path& file) {
+  std::error_code ec;
+  const auto n = file.empty() ? 0 : std::filesystem::file_size(file, ec);
+  return ec ? 0 : n;
 }
 
 }  // namespace gradus_run

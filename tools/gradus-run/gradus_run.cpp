@@ -22,10 +22,13 @@
 // They define everything in namespace gradus_run, the functions inline, as the examples'
 // shared headers do (namespace gradus_examples): that is what a header may hold whoever
 // includes it. An anonymous namespace in each header would do for this one includer, but a
-// second one (a test of parse_blame, say) would get its own copy of signal_pipe and, under
+// second one (a test of parse_verdict, say) would get its own copy of signal_pipe and, under
 // -Wall -Werror, an error for each function of the header that it does not call.
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <set>
@@ -58,6 +61,23 @@ std::vector<std::string> normalise_args(int argc, char** argv) {
     i += with_value.count(args[i]) ? 2 : 1;
   }
   return args;
+}
+
+// Seconds in [0, most]. CLI11's NonNegativeNumber and Range let NaN through (every
+// comparison with it is false), and NonNegativeNumber's message writes DBL_MAX out in
+// full (309 digits); this says what was expected and what was given.
+CLI::Validator seconds_check(double most) {
+  char range[64];
+  std::snprintf(range, sizeof range, "in [0, %.15g]", most);
+  return CLI::Validator(
+      [most, text = std::string(range)](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end != '\0' || !std::isfinite(v) || v < 0 || v > most)
+          return "expected a finite number of seconds " + text + ", got " + s;
+        return {};
+      },
+      "SECONDS " + std::string(range));
 }
 
 }  // namespace
@@ -102,9 +122,9 @@ int main(int argc, char** argv) {
                                    "parameter servers take the next ports")
       ->check(CLI::Range(1, 65535));
   app.add_option("--timeout", o.timeout, "stop the job (a sweep: each run) after this many seconds; 0: no limit")
-      ->check(CLI::NonNegativeNumber);
+      ->check(seconds_check(1e9));  // ~31 years: as steady_clock nanoseconds, far from int64's 292 years
   app.add_option("--grace", o.grace, "seconds between SIGTERM and SIGKILL when stopping processes")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(seconds_check(3600));
   app.add_option("--sweep", o.sweeps, "name=v1,v2,...: one run per combination of the --sweep lists, each with "
                                       "--name value appended (GRADUS_SWEEP_INDEX in its environment)")
       ->allow_extra_args(false);
@@ -116,7 +136,7 @@ int main(int argc, char** argv) {
                  "without; 0 (default): the first failure stops the job")
       ->check(CLI::Range(0, 1000000));
   app.add_option("--restart-delay", o.restart_delay, "seconds between a process's failure and its restart (default 1)")
-      ->check(CLI::Range(0.0, 3600.0));
+      ->check(seconds_check(3600));
   app.add_flag("--dry-run", o.dry_run, "print each process's environment and command instead of starting it");
   app.prefix_command();
   const auto args = normalise_args(argc, argv);
@@ -184,13 +204,13 @@ int main(int argc, char** argv) {
     auto cs = plan_job(o);
     if (o.dry_run) {
       for (auto& c : cs)
-        if (!c.is_ps) c.env_set["GRADUS_FAULT_FILE"] = fault_file_pattern();
+        c.env_set["GRADUS_FAULT_FILE"] = fault_file_pattern();
       print_dry_run(cs);
       return 0;
     }
     const job_directory job;
     for (auto& c : cs)
-      if (!c.is_ps) c.env_set["GRADUS_FAULT_FILE"] = job.fault_file.string();
+      c.env_set["GRADUS_FAULT_FILE"] = job.fault_file.string();
     install_signal_handlers();
     return run_job(cs, o, job.fault_file);
   } catch (const CLI::ParseError& e) {

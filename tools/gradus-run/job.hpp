@@ -39,6 +39,7 @@
 #include <utility>
 #include <vector>
 
+#include "blame.hpp"
 #include "fault_file.hpp"
 #include "options.hpp"
 #include "output.hpp"
@@ -121,10 +122,7 @@ inline std::vector<child> plan_job(const options& o) {
   return cs;
 }
 
-// "rank 1" or "ps0": how the lines about one process name it.
-inline std::string process_name(const child& c) { return c.is_ps || c.is_launcher ? c.label : "rank " + c.label; }
-
-// "rank 1: 2 of 2, ps0: 1 of 2": the processes that were restarted; "" when none was.
+// "rank 1: 2 of 2, ps0: 1 of 2": the processes that were restarted alone; "" when none was.
 inline std::string restarts_used(const std::vector<child>& cs, int max_restarts) {
   std::string used;
   for (const auto& c : cs)
@@ -134,20 +132,29 @@ inline std::string restarts_used(const std::vector<child>& cs, int max_restarts)
   return used;
 }
 
-// A job: every process at once; the first failure stops the rest, unless --max-restarts lets
-// the failed process start again by itself. fault_file: where the workers' communicators
-// write whom they blame (empty: not read).
+// A job: every process at once. A failure (a process that exits non-zero or is killed by a
+// signal not gradus-run's) is settled first: for a moment (the settle time, at most --grace)
+// the others may fail too, by themselves, and say why, before anything is stopped; then
+// blame.hpp names the process that set it off, and the job either restarts (--max-restarts:
+// the failed processes alone in a job with --ps, unless a verdict says the job as a whole
+// failed; every process otherwise) or stops. fault_file: where the processes write their
+// verdicts (empty: not read).
 inline int run_job(std::vector<child>& cs, const options& o, const std::filesystem::path& fault_file) {
   const auto job_start = steady::now();
   std::optional<steady::time_point> deadline;
   if (o.timeout > 0) deadline = job_start + std::chrono::duration_cast<steady::duration>(seconds(o.timeout));
   const auto restart_delay = std::chrono::duration_cast<steady::duration>(seconds(o.restart_delay));
-  child* failure = nullptr;
-  std::optional<blame> blamed;  // the fault file's first verdict when the failure was seen
+  const auto settle_time = std::chrono::duration_cast<steady::duration>(seconds(std::min(1.0, o.grace)));
+  child* failure = nullptr;          // the job's failure: whose exit status gradus-run returns
+  std::string failure_text;          // and the final line's account of it
   std::uintmax_t verdicts_from = 0;  // the fault file's length at the latest restart: older verdicts are dealt with
   int spawn_error = 0;
   int interrupted = 0;
   bool timed_out = false, ps_stopping = false;
+  // failures not yet settled: the processes that failed by themselves since the first of
+  // them, and when the settle time ends
+  std::vector<child*> unsettled;
+  std::optional<steady::time_point> settle_until;
   // a job with parameter servers: when its chief (rank 0 on this host) exited 0, and what
   // happened to the other workers after it (the final line)
   std::optional<steady::time_point> chief_done_at;
@@ -162,20 +169,15 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
     for (auto& c : cs) signal_child(c, sig, o.grace);
   };
   const auto stopping = [&] { return failure || interrupted || timed_out || spawn_error; };
-  // Whether a process that failed by itself may start again: restarts left, the job not
-  // stopping, and (a parameter server) the workers still there to serve.
-  // A collective job (no parameter servers) restarts every rank together: group_restarts
-  // counts those restarts, group_causes says what set off each.
+  // A collective job (no parameter servers) restarts every process together, and so does a
+  // job with parameter servers whose failure is the whole job's: group_restarts counts those
+  // restarts, group_causes says what set off each.
   const bool group = o.ps == 0;
   int group_restarts = 0;
   std::string group_causes;
-  bool regrouping = false;     // the ranks are being stopped for a group restart
-  bool regroup_due = false;    // every rank has exited: all start again at regroup_at
+  bool regrouping = false;     // the processes are being stopped for a group restart
+  bool regroup_due = false;    // every process has exited: all start again at regroup_at
   steady::time_point regroup_at{};
-  const auto restartable = [&](const child& c) {
-    if (group) return group_restarts < o.max_restarts && !stopping();
-    return c.restarts < o.max_restarts && !stopping() && !(c.is_ps && ps_stopping);
-  };
   for (auto& c : cs) {
     if (const int e = spawn(c)) {
       spawn_error = e;
@@ -184,12 +186,14 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
       break;
     }
   }
-  // Starts c again (the same argv and environment plus GRADUS_RESTART_COUNT=count); false,
-  // with the job stopping, when it cannot be started.
-  const auto restart = [&](child& c, int count) {
+  // Starts c again (the same argv and environment plus GRADUS_RESTART_COUNT=count and
+  // GRADUS_RESTART_SCOPE: "job" when every process starts again, "process" when it alone
+  // does); false, with the job stopping, when it cannot be started.
+  const auto restart = [&](child& c, int count, const char* scope) {
     drain_stream(c.label, c.out);
     drain_stream(c.label, c.err);
     c.env_set["GRADUS_RESTART_COUNT"] = std::to_string(count);
+    c.env_set["GRADUS_RESTART_SCOPE"] = scope;
     c.stopped_by_us = c.timed_out = false;
     c.kill_at.reset();
     if (const int e = spawn(c)) {
@@ -203,16 +207,83 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
     c.status = 0;
     return true;
   };
+  // The unsettled failures, settled: who set them off, then a restart or the job's failure.
+  const auto settle = [&] {
+    for (child* c : unsettled) {  // their last words, before anyone quotes them
+      drain_stream(c->label, c->out);
+      drain_stream(c->label, c->err);
+    }
+    const auto verdicts = read_verdicts(fault_file, verdicts_from);
+    const auto account = first_failure(cs, unsettled, verdicts);
+    const auto job_wide = group ? std::nullopt : job_wide_failure(verdicts);
+    std::vector<child*> failed = unsettled;
+    unsettled.clear();
+    settle_until.reset();
+    if (stopping() || !account.origin) return;  // the job is stopping already
+    if (group || job_wide) {
+      if (group_restarts >= o.max_restarts || regrouping) {
+        if (regrouping) return;  // (a restart of the whole job is under way: these are its doing)
+        failure = account.origin;
+        failure_text = account.text;
+        const bool quoted = job_wide && job_wide->observer == account.origin->label;
+        say(account.text +
+            (job_wide ? "; the job cannot go on" +
+                            (quoted ? std::string() : " (" + label_name(job_wide->observer) + ": " + job_wide->message + ")")
+                      : "") +
+            "; stopping the other " + (group ? "ranks" : "processes"));
+        stop_all(SIGTERM);
+        return;
+      }
+      ++group_restarts;
+      group_causes += (group_causes.empty() ? "" : "; ") + account.text;
+      regrouping = true;
+      for (auto& c : cs) c.restart_at.reset();  // every process starts again: none alone
+      for (child* c : failed) ::kill(-c->pid, SIGKILL);  // helpers it left would hold its ports
+      verdicts_from = fault_file_length(fault_file);
+      // (the verdict's words, unless they are the origin's own, quoted already)
+      const bool quoted = job_wide && job_wide->observer == account.origin->label;
+      const std::string whole =
+          job_wide ? "; the job cannot go on without a restart of every process" +
+                         (quoted ? std::string() : " (" + label_name(job_wide->observer) + ": " + job_wide->message + ")")
+                   : "";
+      say(account.text + whole +
+          (cs.size() == 1 ? "; restarting it in " : "; stopping the other " + std::string(group ? "ranks" : "processes") +
+                                                         " and restarting all " + std::to_string(cs.size()) + " in ") +
+          format_seconds(o.restart_delay) + " s (restart " + std::to_string(group_restarts) + " of " +
+          std::to_string(o.max_restarts) + ")");
+      stop_all(SIGTERM);
+      return;
+    }
+    // a job with parameter servers: each failed process alone, while it has restarts left
+    for (child* c : failed)
+      if (c->restarts >= o.max_restarts || (c->is_ps && ps_stopping)) {
+        failure = account.origin;
+        failure_text = account.text;
+        say(account.text + "; stopping the other ranks");
+        stop_all(SIGTERM);
+        return;
+      }
+    for (child* c : failed) {
+      ++c->restarts;
+      c->restart_at = steady::now() + restart_delay;
+      // What is left of its process group (a helper it started) would hold its ports.
+      ::kill(-c->pid, SIGKILL);
+      say(process_name(*c) + " " + describe_status(c->status) + "; restarting it in " + format_seconds(o.restart_delay) +
+          " s (restart " + std::to_string(c->restarts) + " of " + std::to_string(o.max_restarts) + ")");
+    }
+    verdicts_from = fault_file_length(fault_file);
+  };
   const auto busy = [&] {
     return std::any_of(cs.begin(), cs.end(),
                        [](const child& c) { return c.running || c.has_open_streams() || c.restart_at; }) ||
-           regrouping;
+           regrouping || settle_until;
   };
   while (busy()) {
     auto wait = steady::duration(std::chrono::milliseconds(200));
     for (const auto& c : cs)
       if (c.restart_at) wait = std::min(wait, *c.restart_at - steady::now());
     if (regroup_due) wait = std::min(wait, regroup_at - steady::now());
+    if (settle_until) wait = std::min(wait, *settle_until - steady::now());
     std::vector<child*> finished;
     const auto signals = pump(cs, wait, finished);
     for (const int sig : signals) {
@@ -225,75 +296,25 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
         stop_all(SIGKILL);
       }
     }
-    // A process that failed by itself starts again while it has restarts left; otherwise it is
-    // the job's failure. Of several failures reaped together, one killed by a signal of its
-    // own first: the others are more likely its neighbours, failing because of it. While a
-    // group restart stops the ranks, their failures are its consequences, not new causes.
     if (!group && !chief_done_at)
       for (const child* c : finished)
         if (!c->is_ps && c->label == "0" && !c->failed()) chief_done_at = steady::now();
-    if (!failure && !interrupted && !timed_out && !regrouping) {
-      std::vector<child*> failed, to_restart;
-      for (child* c : finished) {
-        if (!c->failed() || c->stopped_by_us) continue;
-        if (chief_done_at && !c->is_ps) {  // the job has succeeded already
-          note_after_chief(process_name(*c) + " " + describe_status(c->status) + " after the chief finished the job; not restarted");
-          continue;
-        }
-        (restartable(*c) ? to_restart : failed).push_back(c);
+    // A process that failed by itself waits to be settled with the others that fail within
+    // the settle time; while the job stops or restarts as a whole, failures are its doing.
+    for (child* c : finished) {
+      if (!c->failed() || c->stopped_by_us || stopping() || regrouping) continue;
+      if (chief_done_at && !c->is_ps) {  // the job has succeeded already
+        note_after_chief(process_name(*c) + " " + describe_status(c->status) + " after the chief finished the job; not restarted");
+        continue;
       }
-      for (child* c : failed)
-        if (!failure || (WIFSIGNALED(c->status) && !WIFSIGNALED(failure->status))) failure = c;
-      if (failure) {
-        // Read now: verdicts written after the others are stopped would blame their victims.
-        if (!fault_file.empty()) blamed = first_blame(fault_file, verdicts_from);
-        say(process_name(*failure) + " " + describe_status(failure->status) + "; stopping the other ranks");
-        stop_all(SIGTERM);
-        to_restart.clear();  // the job is stopping
-      }
-      if (group && !to_restart.empty()) {
-        child* cause = to_restart.front();
-        for (child* c : to_restart)
-          if (WIFSIGNALED(c->status) && !WIFSIGNALED(cause->status)) cause = c;
-        std::string why = process_name(*cause) + " " + describe_status(cause->status);
-        // A rank that exited because its neighbour died or went silent: the neighbour is the cause.
-        if (const auto b = fault_file.empty() ? std::nullopt : first_blame(fault_file, verdicts_from);
-            b && !WIFSIGNALED(cause->status) && b->peer != cause->label)
-          why = "rank " + b->peer + (b->kind == "silent" ? " stopped responding" : " died") + " (noticed by rank " +
-                b->observer + ")";
-        ++group_restarts;
-        group_causes += (group_causes.empty() ? "" : "; ") + why;
-        regrouping = true;
-        for (child* c : to_restart) ::kill(-c->pid, SIGKILL);  // helpers it left would hold its ports
-        if (!fault_file.empty()) {
-          std::error_code ec;
-          const auto length = std::filesystem::file_size(fault_file, ec);
-          if (!ec) verdicts_from = length;
-        }
-        say(why + (cs.size() == 1 ? "; restarting it in " : "; stopping the other ranks and restarting all " +
-                                                                std::to_string(cs.size()) + " in ") +
-            format_seconds(o.restart_delay) + " s (restart " + std::to_string(group_restarts) + " of " +
-            std::to_string(o.max_restarts) + ")");
-        stop_all(SIGTERM);
-        to_restart.clear();
-      }
-      for (child* c : to_restart) {
-        ++c->restarts;
-        c->restart_at = steady::now() + restart_delay;
-        // What is left of its process group (a helper it started) would hold its ports.
-        ::kill(-c->pid, SIGKILL);
-        if (!fault_file.empty()) {
-          std::error_code ec;
-          const auto length = std::filesystem::file_size(fault_file, ec);
-          if (!ec) verdicts_from = length;
-        }
-        say(process_name(*c) + " " + describe_status(c->status) + "; restarting it in " +
-            format_seconds(o.restart_delay) + " s (restart " +
-            std::to_string(c->restarts) + " of " + std::to_string(o.max_restarts) + ")");
-      }
+      unsettled.push_back(c);
+      if (!settle_until) settle_until = steady::now() + settle_time;
     }
+    if (settle_until && (steady::now() >= *settle_until || stopping() ||
+                         std::none_of(cs.begin(), cs.end(), [](const child& c) { return c.running; })))
+      settle();
     // Workers all done and fine: the parameter servers have served their purpose.
-    if (!ps_stopping &&
+    if (!ps_stopping && !settle_until &&
         std::none_of(cs.begin(), cs.end(), [](const child& c) { return !c.is_ps && (!c.done || c.restart_at); }) &&
         std::any_of(cs.begin(), cs.end(), [](const child& c) { return c.is_ps && (c.running || c.restart_at); })) {
       ps_stopping = true;
@@ -302,11 +323,11 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
     }
     if (deadline && !timed_out && steady::now() >= *deadline) {
       timed_out = true;
-      say("timeout: the job ran past " + std::to_string(static_cast<long>(o.timeout)) + " s; stopping the ranks");
+      say("timeout: the job ran past " + format_seconds(o.timeout) + " s; stopping the ranks");
       stop_all(SIGTERM);
     }
-    // A group restart: once every rank has exited, and the delay has passed, all start again
-    // (same argv and environment plus GRADUS_RESTART_COUNT); called off when the job stops.
+    // A group restart: once every process has exited, and the delay has passed, all start
+    // again; called off when the job stops.
     if (regrouping) {
       if (stopping()) {
         regrouping = regroup_due = false;
@@ -317,8 +338,9 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
         }
         if (steady::now() >= regroup_at) {
           regrouping = regroup_due = false;
+          ps_stopping = false;
           for (auto& c : cs)
-            if (!restart(c, group_restarts)) break;
+            if (!restart(c, group_restarts, "job")) break;
         }
       }
     }
@@ -337,7 +359,7 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
       }
       if (steady::now() < *c.restart_at) continue;
       c.restart_at.reset();
-      restart(c, c.restarts);
+      restart(c, c.restarts, "process");
     }
     if (chief_done_at && !stragglers_stopped && !stopping() && steady::now() - *chief_done_at > seconds(10)) {
       stragglers_stopped = true;
@@ -350,28 +372,17 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
     enforce_kill_deadlines(cs);
     close_orphaned_streams(cs, o.grace);
   }
-  const auto used = group ? (group_restarts ? std::to_string(group_restarts) + " of " + std::to_string(o.max_restarts) +
-                                                   ", after: " + group_causes
-                                             : std::string())
-                         : restarts_used(cs, o.max_restarts);
+  std::string used;
+  if (group_restarts)
+    used = std::to_string(group_restarts) + " of " + std::to_string(o.max_restarts) + ", after: " + group_causes;
+  if (const auto alone = restarts_used(cs, o.max_restarts); !alone.empty()) used += (used.empty() ? "" : "; ") + alone;
   const auto restarts_note = used.empty() ? std::string() : " (restarts used: " + used + ")";
   if (spawn_error) {
     if (!used.empty()) say("failed" + restarts_note);
     return 127;
   }
   if (failure) {
-    // A rank that was killed by a signal is its own explanation; otherwise the rank blamed by
-    // the first verdict, if it is not the failed rank itself.
-    std::string culprit;
-    if (blamed && !WIFSIGNALED(failure->status) && blamed->peer != failure->label) {
-      culprit = "rank " + blamed->peer + (blamed->kind == "silent" ? " stopped responding" : " died") + " (" +
-                blamed->kind + "; noticed by rank " + blamed->observer + ")";
-      for (const auto& c : cs)
-        if (!c.is_ps && c.label == blamed->peer && c.failed() && !c.stopped_by_us && WIFSIGNALED(c.status))
-          culprit += ", it " + describe_status(c.status);
-      culprit += " \u2014 ";
-    }
-    say("failed: " + culprit + process_name(*failure) + " " + describe_status(failure->status) + restarts_note);
+    say("failed: " + failure_text + restarts_note);
     if (WIFEXITED(failure->status)) return WEXITSTATUS(failure->status);
     return 128 + WTERMSIG(failure->status);
   }
@@ -383,8 +394,7 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
     if (!used.empty()) say("interrupted" + restarts_note);
     return 128 + interrupted;
   }
-  // A parameter server that failed by itself (not stopped by us, not restarted) is a failure
-  // too; handled above. Everything exited 0.
+  // Everything exited 0.
   if (!after_chief.empty()) say("finished: the chief exited 0 (after it: " + after_chief + ")" + restarts_note);
   else if (!used.empty()) say("finished: the workers exited 0" + restarts_note);
   return 0;

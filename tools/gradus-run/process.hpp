@@ -22,6 +22,7 @@
 #endif
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cstddef>
@@ -30,6 +31,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -69,6 +71,9 @@ struct stream {
   int fd = -1;   // read end of the child's pipe; -1 once closed
   int to = 1;    // our fd the lines go to
   std::string pending;
+  // what the child said last (stderr): its last line, and its last "gradus: ..." line (the
+  // library's and the examples' errors begin so): the reason a failure's final line quotes
+  std::string last_line, last_error;
 };
 
 struct child {
@@ -89,6 +94,8 @@ struct child {
   stream out, err;
 
   bool failed() const { return done && !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+  // Its own account of its failure: its last error line on stderr, else its last line ("").
+  std::string reason() const { return err.last_error.empty() ? err.last_line : err.last_error; }
   bool has_open_streams() const { return out.fd >= 0 || err.fd >= 0; }
 };
 
@@ -97,7 +104,7 @@ struct child {
 inline const std::set<std::string> managed_vars = {"RANK",        "WORLD_SIZE", "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
                                                    "MASTER_ADDR", "MASTER_PORT", "GRADUS_ROLE",    "GRADUS_PS",
                                                    "GRADUS_PS_INDEX", "GRADUS_SWEEP_INDEX", "GRADUS_SWEEP", "TF_CONFIG",
-                                                   "GRADUS_FAULT_FILE", "GRADUS_RESTART_COUNT"};
+                                                   "GRADUS_FAULT_FILE", "GRADUS_RESTART_COUNT", "GRADUS_RESTART_SCOPE"};
 
 inline std::vector<std::string> child_environment(const child& c) {
   std::vector<std::string> env;
@@ -218,8 +225,8 @@ inline int spawn(child& c) {
   c.pid = pid;
   ::fcntl(out[0], F_SETFL, O_NONBLOCK);
   ::fcntl(err[0], F_SETFL, O_NONBLOCK);
-  c.out = {out[0], 1, {}};
-  c.err = {err[0], 2, {}};
+  c.out = {out[0], 1, {}, {}, {}};
+  c.err = {err[0], 2, {}, {}, {}};
   c.started = c.running = true;
   c.start_time = steady::now();
   return 0;
@@ -233,6 +240,18 @@ inline void signal_child(child& c, int sig, double grace_s) {
     c.kill_at = steady::now() + std::chrono::duration_cast<steady::duration>(seconds(grace_s));
 }
 
+inline void remember(stream& s, std::string_view line) {
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.remove_suffix(1);
+  if (const auto cr = line.rfind('\r'); cr != std::string_view::npos) line.remove_prefix(cr + 1);  // a progress bar's last state
+  if (line.empty()) return;
+  constexpr std::size_t keep = 600;
+  const std::string kept(line.substr(0, keep));
+  if (line.starts_with("gradus: ")) s.last_error = kept;
+  // a line that says something: a rule of dashes (mpirun's boxes) or a lone word is no reason
+  if (std::count_if(line.begin(), line.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }) >= 8)
+    s.last_line = kept;
+}
+
 inline void emit(const std::string& label, stream& s, bool at_eof) {
   std::size_t start = 0;
   std::string out;
@@ -241,11 +260,13 @@ inline void emit(const std::string& label, stream& s, bool at_eof) {
     if (nl == std::string::npos) break;
     out += "[" + label + "] ";
     out.append(s.pending, start, nl + 1 - start);
+    if (s.to == 2) remember(s, std::string_view(s.pending).substr(start, nl - start));
     start = nl + 1;
   }
   s.pending.erase(0, start);
   if (s.pending.size() >= max_line || (at_eof && !s.pending.empty())) {
     out += "[" + label + "] " + s.pending + "\n";
+    if (s.to == 2) remember(s, s.pending);
     s.pending.clear();
   }
   if (!out.empty()) write_all(s.to, out);

@@ -26,9 +26,10 @@
 // before it existed, or without the option) restores under any world size, as does any
 // file when restore is given no world size.
 //
-// Pipelines (parallel/pipeline): each stage writes its own file, stage_checkpoint_file
-// ("run/ckpt.npz" -> "run/ckpt.stage-1-of-2.npz", Megatron-LM's one file per stage), holding
-// only that stage's tensors (options.only) and recording "gradus/stages" and "gradus/stage".
+// Pipelines (parallel/pipeline): each stage writes its own file (Megatron-LM's one file per
+// stage), holding only that stage's tensors (options.only) and recording "gradus/stages" and
+// "gradus/stage"; the files of one save are committed together (io/checkpoint_set.hpp:
+// "run/ckpt.npz" -> "run/ckpt-7.stage-1-of-2.npz" and the record "run/ckpt.commit").
 // restore refuses a stage file given to a run without stages, a whole-model file given to a
 // stage, and a file of another stage count or stage, naming both.
 //
@@ -50,6 +51,7 @@
 
 #include "gradus/core/error.hpp"
 #include "gradus/exec/session.hpp"
+#include "gradus/io/checkpoint_set.hpp"
 #include "gradus/io/npz.hpp"
 
 namespace gradus {
@@ -73,8 +75,10 @@ struct checkpoint_options {
   std::vector<std::string> only = {};
 };
 
-/// The file of stage `stage` of an S-stage pipeline's checkpoint `file`:
-/// "run/ckpt.npz" -> "run/ckpt.stage-1-of-2.npz".
+/// The file of stage `stage` of an S-stage pipeline's checkpoint `file` in the layout of gradus
+/// 0.1 (one file per stage, replaced in place, no commit record): "run/ckpt.npz" ->
+/// "run/ckpt.stage-1-of-2.npz". Such a set is still restored; a save replaces it with a
+/// committed set (io/checkpoint_set.hpp).
 inline std::filesystem::path stage_checkpoint_file(const std::filesystem::path& file, int stage, int stages) {
   auto r = file;
   r.replace_filename(file.stem().string() + ".stage-" + std::to_string(stage) + "-of-" + std::to_string(stages) +
@@ -82,10 +86,30 @@ inline std::filesystem::path stage_checkpoint_file(const std::filesystem::path& 
   return r;
 }
 
-/// The stage counts S whose stage-0 file of `file` exists (stage_checkpoint_file(file, 0, S)),
-/// ascending: what a run given `file` finds of pipelined checkpoints.
+/// The file that holds stage `stage` of the pipeline checkpoint `file` now: the part its
+/// commit record names ("run/ckpt.npz" -> "run/ckpt-7.stage-1-of-2.npz", io/checkpoint_set.hpp),
+/// e.g. to load one stage's weights (load_weights). Throws gradus::error when `file` has no
+/// commit record of stages, or `stage` is not one of its stages.
+inline std::filesystem::path committed_stage_file(const std::filesystem::path& file, int stage) {
+  const auto c = read_checkpoint_commit(file);
+  if (!c || c->kind != "stage")
+    throw error("gradus: checkpoint '" + file.string() + "': no commit record of a pipeline's stages ('" +
+                checkpoint_commit_file(file).string() + "')");
+  if (stage < 0 || stage >= c->parts)
+    throw error("gradus: checkpoint '" + file.string() + "': stage " + std::to_string(stage) + " of a pipeline of " +
+                std::to_string(c->parts) + " stages");
+  return checkpoint_part_file(file, "stage", stage, c->parts, c->save);
+}
+
+/// The stage counts S of the pipelined checkpoints of `file` present, ascending: its commit
+/// record's (a malformed record counts as none here) and those of 0.1-layout sets (their
+/// stage-0 file, stage_checkpoint_file(file, 0, S)).
 inline std::vector<int> stage_checkpoints_present(const std::filesystem::path& file) {
   std::vector<int> r;
+  try {
+    if (const auto c = read_checkpoint_commit(file); c && c->kind == "stage") r.push_back(c->parts);
+  } catch (const error&) {
+  }
   const auto dir = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
   const std::string head = file.stem().string() + ".stage-0-of-", tail = file.extension().string();
   std::error_code ec;
@@ -99,6 +123,7 @@ inline std::vector<int> stage_checkpoints_present(const std::filesystem::path& f
     r.push_back(std::stoi(digits));
   }
   std::sort(r.begin(), r.end());
+  r.erase(std::unique(r.begin(), r.end()), r.end());
   return r;
 }
 

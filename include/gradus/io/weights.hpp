@@ -110,7 +110,7 @@ inline std::vector<const io::npz_array*> match_weights(const std::vector<io::npz
       std::memcpy(&k, it->second->bytes.data(), sizeof k);
     throw error(ctx + "the file holds stage " + std::to_string(k) + " of a " + std::to_string(n) +
                 "-stage pipeline's checkpoint, only that stage's variables: load each stage's file "
-                "(stage_checkpoint_file) into the session of that stage, or a whole model's weights into a whole "
+                "(committed_stage_file) into the session of that stage, or a whole model's weights into a whole "
                 "model; nothing was loaded");
   }
   std::map<std::string, const weight_target*, std::less<>> wanted;

@@ -462,7 +462,7 @@ BOOST_AUTO_TEST_CASE(a_rank_that_never_arrives_is_named_after_the_timeout) {
   const auto t0 = steady::now();
   auto res = on_threads(3, [&](int r) {  // ranks 0..2 of 4: rank 3 never starts
     auto o = options(r, world, dir.ipc("rdv"));
-    o.timeout = 300ms;
+    o.timeout = o.rendezvous_timeout = 300ms;
     g::ring_allreduce comm(o);
   });
   BOOST_TEST(std::chrono::duration<double>(steady::now() - t0).count() < 5.0);
@@ -491,26 +491,94 @@ BOOST_AUTO_TEST_CASE(a_stalled_rank_times_out_the_others) {
   for (int r = 1; r < world; ++r) BOOST_TEST(res[r].error.has_value(), "rank " << r << " did not fail");
 }
 
+// The rendezvous waits at least 5 s by default (ring_options::rendezvous_timeout), however
+// short the collectives' timeout: a rank that arrives 1.2 s after the others, as processes
+// started together do under load, meets them with a timeout of 100 ms.
+BOOST_AUTO_TEST_CASE(a_short_timeout_still_gives_the_rendezvous_seconds) {
+  temp_dir dir;
+  auto res = on_threads(2, [&](int r) {
+    auto o = options(r, 2, dir.ipc("late"));
+    o.timeout = 100ms;
+    if (r == 1) std::this_thread::sleep_for(1200ms);
+    g::ring_allreduce comm(o);
+    std::vector<float> x(10, 1.f);
+    comm.allreduce_sum(std::span<float>(x));
+    if (x[9] != 2.f) throw std::runtime_error("sum " + std::to_string(x[9]));
+  });
+  for (int r = 0; r < 2; ++r) BOOST_TEST(!res[r].error.has_value(), "rank " << r << ": " << res[r].error.value_or(""));
+}
+
+namespace {
+// A registration sent to rank 0's rendezvous by hand (a process of another launch claiming
+// `rank`), and rank 0's reply: "ok..." or "error\n<reason>"; "" when none came within 5 s.
+std::string claim_by_hand(zmq::context_t& ctx, const std::string& rdv, int rank, int world, const std::string& launch) {
+  zmq::socket_t d(ctx, zmq::socket_type::dealer);
+  d.set(zmq::sockopt::linger, 0);
+  d.connect(rdv);
+  const std::string text = g::ring::format_registration(
+      {rank, world, "stranger", "machine", "inproc", "", "4242", launch, {"inproc://stranger-data", "p2p+inproc://stranger-p2p"}});
+  d.send(zmq::buffer(text), zmq::send_flags::none);
+  zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
+  zmq::poll(&item, 1, std::chrono::milliseconds(5000));
+  zmq::message_t reply;
+  return d.recv(reply, zmq::recv_flags::dontwait) ? reply.to_string() : std::string();
+}
+}  // namespace
+
 BOOST_AUTO_TEST_CASE(registration_errors_name_both_sides) {
   zmq::context_t ctx;
-  {  // two processes claim rank 1 (rank 2 never comes): the second claim is refused alone, at
-     // once; rank 0 goes on waiting for rank 2 and fails naming it at its timeout
-    auto res = on_threads(3, [&](int t) {
-      auto o = options(t == 2 ? 1 : t, 3, "inproc://dup", &ctx);
-      o.timeout = 1s;
-      g::ring_allreduce comm(o);
-    });
-    BOOST_TEST_REQUIRE(res[0].error.has_value());
-    BOOST_TEST(contains(*res[0].error, "rank 2 of world_size 3 did not register"), *res[0].error);
-    int refused = 0;
-    for (int t = 1; t < 3; ++t) {
-      BOOST_TEST_REQUIRE(res[t].error.has_value());
-      if (contains(*res[t].error, "rank 1 is here already")) {
-        ++refused;
-        BOOST_TEST(contains(*res[t].error, "two processes with one rank, or two jobs on one rendezvous port?"), *res[t].error);
+  // Two processes claim rank 1 and neither is of another launch than rank 0 (here: threads of
+  // one process): both are refused by name and the job stops at once, not at a timeout —
+  // while the ring forms (inproc, a world of 3 whose rank 2 never comes), and after it formed
+  // (tcp, ranks started by hand with no job id: the second claim 200 ms later, another job's
+  // rank sent to this MASTER_PORT; rank 0 still listens, second_claim_wait)
+  for (const bool tcp : {false, true}) {
+    BOOST_TEST_CONTEXT((tcp ? "tcp, the ring formed" : "inproc, while the ring forms")) {
+      const std::string rdv = tcp ? "tcp://127.0.0.1:" + std::to_string(free_port()) : "inproc://dup";
+      const auto t0 = steady::now();
+      auto res = on_threads(3, [&](int t) {
+        if (tcp && t == 2) std::this_thread::sleep_for(200ms);
+        auto o = options(t == 2 ? 1 : t, tcp ? 2 : 3, rdv, tcp ? nullptr : &ctx);
+        o.timeout = 20s;
+        g::ring_allreduce comm(o);
+      });
+      BOOST_TEST(std::chrono::duration<double>(steady::now() - t0).count() < 10.0);
+      for (int t = 0; t < 3; ++t) {
+        BOOST_TEST_REQUIRE(res[t].error.has_value(), "thread " << t);
+        BOOST_TEST(contains(*res[t].error, "rank 1 registered twice, by pid "), *res[t].error);
+        BOOST_TEST(contains(*res[t].error, "both are refused and the job stops; two jobs on one rendezvous port? Give each "
+                                           "job its own MASTER_PORT (gradus-run --port), or set GRADUS_JOB_ID"),
+                   *res[t].error);
       }
     }
-    BOOST_TEST(refused == 1);
+  }
+  {  // a claim of another launch than rank 0's, before or after the job's own: the job's is
+     // kept (it takes the stranger's place), the stranger refused alone, naming both
+    for (const bool stranger_first : {true, false}) {
+      BOOST_TEST_CONTEXT("the stranger " << (stranger_first ? "first" : "second")) {
+        const std::string rdv = "inproc://launch" + std::to_string(stranger_first);
+        std::string reply;
+        auto res = on_threads(3, [&](int t) {
+          if (t == 2) {
+            std::this_thread::sleep_for(stranger_first ? 0ms : 300ms);
+            reply = claim_by_hand(ctx, rdv, 1, 3, "parent pid 1 started at tick 7 of boot 00000000");
+            return;
+          }
+          if (t == 1) std::this_thread::sleep_for(stranger_first ? 300ms : 0ms);
+          auto o = options(t, 2 + 1, rdv, &ctx);
+          o.timeout = 5s;
+          if (t == 0) {  // rank 0 of a world of 3 whose rank 2 never comes: it names the missing one
+            o.rendezvous_timeout = 1500ms;
+          }
+          g::ring_allreduce comm(o);
+        });
+        BOOST_TEST(contains(reply, "error\n"), reply);
+        BOOST_TEST(contains(reply, "rank 1 is claimed by two processes; the one of rank 0's launch (pid "), reply);
+        BOOST_TEST(contains(reply, ") is kept, and this one (pid 4242 on host stranger, parent pid 1 started at tick 7"), reply);
+        BOOST_TEST_REQUIRE(res[0].error.has_value());
+        BOOST_TEST(contains(*res[0].error, "rank 2 of world_size 3 did not register within 1500 ms"), *res[0].error);
+      }
+    }
   }
   {  // a rank of another job (ring_options::job_id, from GRADUS_JOB_ID) arrives first: it is
      // refused alone, and the job's own ranks meet and reduce

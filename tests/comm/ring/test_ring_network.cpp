@@ -514,7 +514,7 @@ BOOST_AUTO_TEST_CASE(localhost_listens_on_loopback_only_and_bind_host_overrides)
     std::thread rank0([&] {
       try {
         auto o = options(0, 2, "tcp://localhost:" + std::to_string(port));
-        o.timeout = 3s;
+        o.timeout = o.rendezvous_timeout = 3s;
         g::ring_allreduce comm(o);
       } catch (const std::exception& e) {
         err = e.what();
@@ -620,7 +620,7 @@ BOOST_AUTO_TEST_CASE(names_that_do_not_resolve_or_answer_are_named) {
     std::string msg = "no error";
     try {
       auto o = options(r, 2, rdv);
-      o.timeout = 1s;
+      o.timeout = o.rendezvous_timeout = 1s;
       o.origin = "MASTER_ADDR=no-such-host.invalid and MASTER_PORT=1 (torchrun)";
       g::ring_allreduce comm(o);
     } catch (const g::comm_error& e) {
@@ -641,7 +641,7 @@ BOOST_AUTO_TEST_CASE(names_that_do_not_resolve_or_answer_are_named) {
   std::string msg = "no error";
   try {
     auto o = options(1, 2, "tcp://localhost:" + port);
-    o.timeout = 300ms;
+    o.timeout = o.rendezvous_timeout = 300ms;
     g::ring_allreduce comm(o);
   } catch (const g::comm_error& e) {
     msg = e.what();

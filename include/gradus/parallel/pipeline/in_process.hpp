@@ -118,15 +118,15 @@ class in_process_pipeline {
   void gather_variables() {
     on_stages([&]<int K>() { std::get<K>(stages_)->gather_variables(); });
   }
-  /// One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz"
-  /// (pipeline/checkpoint.hpp), each stage's thread writing its own.
+  /// One file per stage, "run/ckpt.npz" -> "run/ckpt-N.stage-K-of-S.npz", committed together by
+  /// "run/ckpt.commit" (pipeline/checkpoint.hpp), each stage's thread writing its own.
   void save_checkpoint(const std::filesystem::path& file) {
     on_stages([&]<int K>() { save_pipeline_checkpoint(*std::get<K>(stages_), file); });
   }
-  /// Every stage's file: true when restored, false when no stage file exists yet. Throws
-  /// `error`, naming the cause, where the files are of another stage count or a whole
-  /// model's, some are missing, they hold different global steps, or a stage could not
-  /// restore its own.
+  /// The committed set's files: true when restored, false when nothing is committed yet.
+  /// Throws `error`, naming the cause, where the files are of another stage count or a whole
+  /// model's, some are missing, they hold another global step than the commit record, or a
+  /// stage could not restore its own.
   bool restore_checkpoint(const std::filesystem::path& file) {
     bool r = false;
     on_stages([&]<int K>() {

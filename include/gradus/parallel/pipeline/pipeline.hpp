@@ -75,14 +75,16 @@ class pipeline_step {
   std::vector<run_field> run_fingerprint() const { return p_->run_fingerprint(); }
   /// Every stage's variables into rank 0's session (every rank calls it).
   void gather_variables() { p_->gather_variables(); }
-  /// One file per stage, "run/ckpt.npz" -> "run/ckpt.stage-K-of-S.npz" (pipeline/checkpoint.hpp),
-  /// written by replica 0 of each stage. Every rank calls it.
+  /// One file per stage, "run/ckpt.npz" -> "run/ckpt-N.stage-K-of-S.npz", written by replica 0
+  /// of each stage, then committed together by rank 0's record "run/ckpt.commit"
+  /// (pipeline/checkpoint.hpp): a job killed at any point of a save restarts from the newest
+  /// complete set. Every rank calls it.
   void save_checkpoint(const std::filesystem::path& file) { save_pipeline_checkpoint(*p_, file); }
-  /// Every stage's file, read by replica 0 of the stage and broadcast to its replicas: true
-  /// when restored, false when no stage file exists yet. Every rank calls it (one
-  /// all-reduce), and every rank throws `error`, naming the cause, where the files are of
-  /// another stage count or a whole model's, some are missing, they hold different global
-  /// steps, or a stage could not restore its own.
+  /// The committed set's files, each read by replica 0 of its stage and broadcast to its
+  /// replicas: true when restored, false when nothing is committed yet. Every rank calls it
+  /// (two all-reduces), and every rank throws `error`, naming the cause, where the files are
+  /// of another stage count or a whole model's, some are missing, they hold another global
+  /// step than the commit record, or a stage could not restore its own.
   bool restore_checkpoint(const std::filesystem::path& file) { return restore_pipeline_checkpoint(*p_, file); }
   /// Numbers of every rank (each gives as many), on rank 0 in rank order; the other ranks get
   /// their own back. Every rank calls it.

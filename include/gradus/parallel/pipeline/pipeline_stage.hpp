@@ -133,7 +133,10 @@ class pipeline_stage final : public pipeline_base<Comm> {
     }
   }
 
-  void save_stage_file(const std::filesystem::path& file) override { gradus::save_checkpoint(s_, file, file_options()); }
+  std::int64_t save_stage_file(const std::filesystem::path& file) override {
+    gradus::save_checkpoint(s_, file, file_options());
+    return s_.global_step();
+  }
   std::int64_t restore_stage_file(const std::filesystem::path& file) override {
     gradus::restore_checkpoint(s_, file, file_options());
     return s_.global_step();

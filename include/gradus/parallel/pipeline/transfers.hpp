@@ -147,7 +147,7 @@ class pipeline_base {
   virtual void gather_variables() = 0;
   /// This stage's checkpoint file (io/checkpoint.hpp's format: its variables, their optimizer
   /// slots, the global step, the stage layout); pipeline/checkpoint.hpp runs them on every rank.
-  virtual void save_stage_file(const std::filesystem::path& file) = 0;
+  virtual std::int64_t save_stage_file(const std::filesystem::path& file) = 0;  ///< the global step written
   virtual std::int64_t restore_stage_file(const std::filesystem::path& file) = 0;  ///< the file's global step
   virtual void broadcast_to_replicas() = 0;  ///< replica 0's tensors and step to the stage's replicas
   /// A sum over every rank (pipeline/checkpoint.hpp's agreement on what each stage found).

@@ -126,7 +126,12 @@ class parameter_server {
     o_.world_size = c.world_size;
     if (!o_.curve) o_.curve = ps::curve_client_from_env(c.rank);
     if (o_.origin.empty()) o_.origin = c.source == "TF_CONFIG" ? "TF_CONFIG cluster.ps" : "GRADUS_PS";
-    if (const char* n = std::getenv("GRADUS_RESTART_COUNT"); n && std::atoi(n) > 0) o_.restarted = true;
+    // a restart of this process alone takes a lost worker's place; a restart of the whole job
+    // (GRADUS_RESTART_SCOPE=job: every process started again) is a fresh start
+    if (const char* n = std::getenv("GRADUS_RESTART_COUNT"); n && std::atoi(n) > 0) {
+      const char* scope = std::getenv("GRADUS_RESTART_SCOPE");
+      o_.restarted = !scope || std::string_view(scope) != "job";
+    }
     if (!c.is_worker()) throw error("gradus: parameter_server: this process is a '" + c.task_type + "' task, not a worker (a ps task serves: ps::serve)");
     connect();
   }

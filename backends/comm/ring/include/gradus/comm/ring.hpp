@@ -236,6 +236,9 @@ class ring_allreduce {
     if (o.timeout.count() <= 0)  // every wait would fail at once
       throw error("gradus: ring_allreduce: timeout must be positive, got " + std::to_string(o.timeout.count()) +
                   " ms (ring_options::timeout; the examples' --comm-timeout)");
+    if (o.rendezvous_timeout.count() < 0)
+      throw error("gradus: ring_allreduce: rendezvous_timeout must not be negative, got " +
+                  std::to_string(o.rendezvous_timeout.count()) + " ms (0: the timeout, at least 5 s)");
     return o;
   }
   template <class Spec>

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -151,6 +152,24 @@ inline std::string machine_and_netns() {
   std::array<char, 64> buf{};
   const auto n = ::readlink("/proc/self/ns/net", buf.data(), buf.size() - 1);
   return (boot.empty() ? "?" : boot) + " " + (n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : "?");
+}
+
+/// What started this process: its parent's pid and start time (clock ticks after boot, field
+/// 22 of /proc/PPID/stat) on this machine's boot. Processes started by one shell, script or
+/// launcher share it; two launches from different shells, or two runs of one script, differ.
+/// ("?" where /proc cannot be read.)
+inline std::string launch_identity() {
+  const auto parent = static_cast<long>(::getppid());
+  std::string stat, start = "?", boot = "?";
+  std::getline(std::ifstream("/proc/" + std::to_string(parent) + "/stat"), stat);
+  if (const auto close = stat.rfind(')'); close != std::string::npos && close + 2 < stat.size()) {
+    std::istringstream fields(stat.substr(close + 2));  // from field 3, the state
+    std::string f;
+    for (int i = 3; i <= 22 && fields >> f; ++i)
+      if (i == 22) start = f;
+  }
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  return "parent pid " + std::to_string(parent) + " started at tick " + start + " of boot " + boot.substr(0, 8);
 }
 
 /// The local address this host uses to reach `host` (the source address of its route: a

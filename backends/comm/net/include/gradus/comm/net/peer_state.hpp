@@ -3,8 +3,7 @@
 // A fresh connection to the peer's listening address tells a dead process (refused: the
 // kernel holds no listener for it) from a stopped, hung or unreachable one (accepted, or
 // unanswered): comm_error::peer_state's "gone" and "silent". The rank that blames a peer
-// appends one line to GRADUS_FAULT_FILE when it is set (launchers and tests read it to
-// find the first failure of a job).
+// says so in GRADUS_FAULT_FILE (core/fault_file.hpp).
 #include <fcntl.h>
 #include <netdb.h>
 #include <poll.h>
@@ -19,6 +18,7 @@
 #include <string>
 
 #include "gradus/comm/net/address.hpp"
+#include "gradus/core/fault_file.hpp"
 
 namespace gradus::net {
 
@@ -78,18 +78,6 @@ inline reach probe(const std::string& endpoint, int wait_ms) {
   }
   ::close(fd);
   return out;
-}
-
-/// Appends `line` to the file GRADUS_FAULT_FILE names, if set: one write(2) on an O_APPEND
-/// descriptor, so that lines from concurrent ranks never interleave. Never throws.
-inline void append_fault_line(const std::string& line) noexcept {
-  const char* path = std::getenv("GRADUS_FAULT_FILE");
-  if (!path || !*path) return;
-  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return;
-  const auto n = ::write(fd, line.data(), line.size());
-  (void)n;
-  ::close(fd);
 }
 
 }  // namespace gradus::net

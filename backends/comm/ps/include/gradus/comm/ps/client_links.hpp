@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gradus/comm/net/heartbeat.hpp"
@@ -29,6 +30,7 @@
 #include "gradus/comm/ps.hpp"
 #include "gradus/comm/ps/wire.hpp"
 #include "gradus/core/error.hpp"
+#include "gradus/core/fault_file.hpp"
 
 namespace gradus {
 
@@ -162,14 +164,20 @@ inline void parameter_server<Mode>::open_link(std::size_t k) {
 template <class Mode>
 inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
   const auto since = links_[k].down_since;
-  const auto gone = [&](const std::string& why) {
+  // kind: what the launcher is told (core/fault_file.hpp): "gone" (it died), "silent" (it
+  // answers nothing), "job" (it is back but cannot serve this job: the job must restart)
+  const auto gone = [&](const std::string& why, std::string_view kind) {
     links_[k].lost = true;  // the goodbye does not wait for it
-    fail(prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed" + (during ? std::string(" during ") + during : std::string()) +
-         " and " + why);
+    const std::string text = prefix() + server_name(static_cast<int>(k)) + " is gone: its connection closed" +
+                             (during ? std::string(" during ") + during : std::string()) + " and " + why;
+    const std::string me = "rank " + std::to_string(o_.rank);
+    if (kind == "job") gradus::detail::record_job_failure(me, text);
+    else gradus::detail::record_blame(me, "ps " + std::to_string(k), kind, text);
+    fail(text);
   };
   if (o_.reconnect_timeout.count() <= 0 || closing_) {
     if (std::chrono::steady_clock::now() - since > std::chrono::seconds(1))
-      gone("did not come back within 1 s (the ps process died or was stopped)");
+      gone("did not come back within 1 s (the ps process died or was stopped)", "gone");
     return;
   }
   std::vector<std::uint64_t> resend;
@@ -196,10 +204,11 @@ inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
         gone("did not come back within " + std::to_string(o_.reconnect_timeout.count()) + " ms " +
              (links_[k].retried || links_[k].connected_at
                   ? std::string("(its port refuses connections: the ps process died; restart it with gradus-run --max-restarts, it reloads the last checkpoint)")
-                  : std::string("(nothing answers at its address: its host or the network is down)")));
+                  : std::string("(nothing answers at its address: its host or the network is down)")),
+             links_[k].retried || links_[k].connected_at ? "gone" : "silent");
       throw;
     } catch (const std::exception& e) {
-      gone(std::string("refused this worker's rejoining: ") + e.what());
+      gone(std::string("refused this worker's rejoining: ") + e.what(), "job");
     }
   };
   // The hello, on a connection that may itself fail before the server answers (a dying
@@ -223,7 +232,8 @@ inline void parameter_server<Mode>::rejoin(std::size_t k, const char* during) {
     // not at reconnect_timeout.
     if (const auto c = links_[k].connected_at; c && !links_[k].greeted && std::chrono::steady_clock::now() - *c > std::chrono::seconds(1))
       gone("a new connection was accepted but not greeted within 1 s: the ps process is stopped "
-           "(SIGSTOP, a debugger) or hung; resume it, or end it and restart it (gradus-run --max-restarts reloads the last checkpoint)");
+           "(SIGSTOP, a debugger) or hung; resume it, or end it and restart it (gradus-run --max-restarts reloads the last checkpoint)",
+           "silent");
     const auto again = reqs_.find(hid);
     if (again != reqs_.end() && !again->second.answered && links_[k].lost) {
       reqs_.erase(again);

@@ -91,7 +91,8 @@ struct ps_options {
   /// This process takes the place of a worker the job lost (async and ssp): it says so in its
   /// hello, and rejoin_job() waits at server 0 for the workers' next join point (an epoch's
   /// end) for at most rejoin_timeout. From a cluster spec: GRADUS_RESTART_COUNT > 0, which
-  /// gradus-run `--max-restarts` sets on a restart.
+  /// gradus-run `--max-restarts` sets on a restart, unless GRADUS_RESTART_SCOPE is "job" (the
+  /// whole job restarted: no one to rejoin).
   bool restarted = false;
   /// How long rejoin_job() waits at server 0 for the other workers' next join point (an
   /// epoch's end). Default 15 minutes: an epoch may be long. Past it rejoin_job() throws

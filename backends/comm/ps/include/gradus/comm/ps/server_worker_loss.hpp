@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gradus/comm/ps/server.hpp"
+#include "gradus/core/fault_file.hpp"
 
 namespace gradus::ps {
 
@@ -72,6 +73,7 @@ void server<Compute>::fail_job(const std::string& why) {
   if (!job_failed_.empty()) return;
   job_failed_ = why;
   o_.log(job_failed_);
+  gradus::detail::record_job_failure("ps " + std::to_string(o_.index), why);  // a launcher restarts the job, not this server
   for (const auto& p : parked_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
   for (const auto& p : parked_inits_) send(p.id, fail_header(p.h), std::string_view(job_failed_));
   parked_.clear();

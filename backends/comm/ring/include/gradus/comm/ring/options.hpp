@@ -10,6 +10,13 @@ class context_t;
 
 namespace gradus {
 
+/// The shortest rendezvous the ring waits for by default (ring_options::rendezvous_timeout).
+inline constexpr std::chrono::milliseconds min_rendezvous_timeout{5000};
+/// How long rank 0 goes on listening after every rank registered, in a job that names no job
+/// id (ranks started by hand on a tcp rendezvous), for a second claim of a rank: another
+/// job's ranks sent to the same MASTER_PORT register within moments of this job's.
+inline constexpr std::chrono::milliseconds second_claim_wait{500};
+
 /// What a ring_allreduce is told: its rank and world, where the ranks meet, the data path,
 /// the deadlines and sizes. The constructor from a cluster spec fills rank, world_size,
 /// rendezvous and origin, and job_id and bind_host where they are empty. Every rank must be
@@ -85,6 +92,12 @@ struct ring_options {
   /// peer, and the communicator is unusable afterwards. Zero or negative: the constructor
   /// throws gradus::error. Keep it well above a collective's time.
   std::chrono::milliseconds timeout{30000};
+  /// How long the ring may take to form: names resolved, every rank registered at rank 0,
+  /// the data paths connected. Processes started together reach the rendezvous seconds apart
+  /// (start-up, data loading), however short the collectives' waits are, so the default (0)
+  /// is `timeout`, but at least min_rendezvous_timeout (5 s). torchrun's rendezvous likewise
+  /// has a join timeout of its own. Negative: the constructor throws gradus::error.
+  std::chrono::milliseconds rendezvous_timeout{0};
   /// Messages carry at most this many bytes: a collective streams segment by segment, so
   /// sending, receiving and reducing overlap. Default 1 MiB; the shared-memory path moves at
   /// most 256 KiB a slot. Below 64 the constructor throws gradus::error. Must be the same on

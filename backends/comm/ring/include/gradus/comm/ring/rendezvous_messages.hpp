@@ -3,8 +3,9 @@
 // and receives them; tests/fuzz/fuzz_ring_rendezvous.cpp feeds the parsers arbitrary bytes,
 // since anyone who reaches rank 0's rendezvous port can send it a registration):
 //
-//   registration (rank k -> rank 0)   "gradus-ring/7", rank, world_size, host, machine, the
-//                                     transport asked for, the job id (may be empty), then
+//   registration (rank k -> rank 0)   "gradus-ring/8", rank, world_size, host, machine, the
+//                                     transport asked for, the job id (may be empty), the
+//                                     process id, the launch (net::launch_identity), then
 //                                     one address a line
 //   answer (rank 0 -> rank k)         "ok", the transport chosen, the ZeroMQ scheme, every
 //                                     rank's data address, every rank's point-to-point
@@ -26,7 +27,7 @@
 namespace gradus::ring {
 
 /// The first line of a registration: the protocol and its version (another is refused).
-inline constexpr std::string_view registration_magic = "gradus-ring/7";
+inline constexpr std::string_view registration_magic = "gradus-ring/8";
 
 /// "a\nb\n" -> {"a", "b"}; a last line without '\n' counts, an empty last piece does not.
 inline std::vector<std::string> split_lines(std::string_view s) {
@@ -81,14 +82,19 @@ struct registration {
   /// The transport it asks for (ring_options::transport): every rank must ask for the same.
   /// \var job
   /// Its job id (ring_options::job_id; may be empty): rank 0 refuses a rank of another job.
-  std::string host, machine, want, job;
+  /// \var pid
+  /// Its process id (errors name the process).
+  /// \var launch
+  /// What started it (net::launch_identity: the parent process and its start): when two
+  /// processes claim one rank, the one of rank 0's launch is kept.
+  std::string host, machine, want, job, pid, launch;
   std::vector<std::string> addrs;  ///< every address it listens on, each with its scheme (tcp://, ipc://, shm://, tcpd://, p2p+...)
 };
 
 /// A registration as the text rank k sends: one field a line, then one address a line.
 inline std::string format_registration(const registration& r) {
   std::string s = std::string(registration_magic) + "\n" + std::to_string(r.rank) + "\n" + std::to_string(r.world) + "\n" +
-                  r.host + "\n" + r.machine + "\n" + r.want + "\n" + r.job + "\n";
+                  r.host + "\n" + r.machine + "\n" + r.want + "\n" + r.job + "\n" + r.pid + "\n" + r.launch + "\n";
   for (const auto& a : r.addrs) s += a + "\n";
   return s;
 }
@@ -96,7 +102,7 @@ inline std::string format_registration(const registration& r) {
 /// The registration in `body`, or nullopt with `why` saying what is wrong with it.
 inline std::optional<registration> parse_registration(std::string_view body, std::string& why) {
   const auto lines = split_lines(body);
-  if (lines.size() < 8 || lines[0] != registration_magic) {
+  if (lines.size() < 10 || lines[0] != registration_magic) {
     why = "a malformed registration (not a gradus ring rank, or one of another gradus version?)";
     return std::nullopt;
   }
@@ -105,7 +111,8 @@ inline std::optional<registration> parse_registration(std::string_view body, std
     why = "a registration with a malformed rank or world_size";
     return std::nullopt;
   }
-  return registration{*rank, *world, lines[3], lines[4], lines[5], lines[6], std::vector<std::string>(lines.begin() + 7, lines.end())};
+  return registration{*rank,    *world,   lines[3], lines[4], lines[5], lines[6], lines[7], lines[8],
+                      std::vector<std::string>(lines.begin() + 9, lines.end())};
 }
 
 /// Whether a transport has a data path of its own (its addresses travel in the answer).

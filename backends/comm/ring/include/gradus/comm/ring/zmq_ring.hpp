@@ -162,6 +162,7 @@ class zmq_ring final : public control {
       : rank_(o.rank),
         world_(o.world_size),
         timeout_(o.timeout),
+        setup_timeout_(o.rendezvous_timeout.count() > 0 ? o.rendezvous_timeout : std::max(o.timeout, min_rendezvous_timeout)),
         heartbeat_timeout_ms_(net::heartbeat_timeout_for(o.timeout)),
         job_id_(o.job_id) {
     if (world_ < 1) throw error("gradus: ring_allreduce: world_size " + std::to_string(world_) + " must be at least 1");
@@ -320,10 +321,7 @@ class zmq_ring final : public control {
   comm_error blame(int peer, const char* state, const std::string& text) {
     if (!blamed_) {
       blamed_ = true;
-      std::string flat = text;
-      std::replace(flat.begin(), flat.end(), '\n', ' ');
-      std::replace(flat.begin(), flat.end(), '\r', ' ');
-      net::append_fault_line("rank " + std::to_string(rank_) + " blames rank " + std::to_string(peer) + " (" + state + "): " + flat + "\n");
+      gradus::detail::record_blame("rank " + std::to_string(rank_), "rank " + std::to_string(peer), state, text);
     }
     return comm_error(text, peer, state);
   }
@@ -522,6 +520,7 @@ class zmq_ring final : public control {
 
   int rank_, world_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds setup_timeout_;  ///< the rendezvous and the data paths' set-up (ring_options::rendezvous_timeout)
   std::string transport_;       ///< the data path: shm, tcp, zmq-tcp, zmq-ipc, inproc; none for a world of one
   std::string zmq_scheme_;      ///< ZeroMQ's sockets: tcp, ipc or inproc
   std::vector<std::string> table_;       ///< every rank's ZeroMQ data address

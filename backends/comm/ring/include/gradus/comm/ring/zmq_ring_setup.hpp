@@ -4,13 +4,18 @@
 // other ranks dial, each rank's registration, rank 0's checks and its choice of data path
 // (shared memory, direct TCP or ZeroMQ), and the data paths' own set-up. Included at the
 // end of zmq_ring.hpp (the class and its running half); not a header to include alone.
-// (About 520 lines: one concept, the forming of the ring, whose steps share the addresses
+// (About 570 lines: one concept, the forming of the ring, whose steps share the addresses
 // and rules described here.)
 //
 // Rendezvous: rank 0 binds a ROUTER at the rendezvous address; every other rank connects a
-// DEALER and registers "rank, world_size, hostname, machine, data addresses"; rank 0 checks
-// the registrations (duplicate ranks, world sizes), picks the data transport and answers
-// with every rank's address. A rank that never registers is named when the timeout passes.
+// DEALER and registers "rank, world_size, hostname, machine, job, pid, launch, data
+// addresses"; rank 0 checks the registrations (world sizes, transports, another job's ranks,
+// two claims of one rank), picks the data transport and answers with every rank's address.
+// A rank that never registers is named when the rendezvous timeout passes (the timeout, at
+// least 5 s). Two claims of one rank (another job's process sent to this port): the one of
+// rank 0's own launch is kept where exactly one is; otherwise both are refused and the job
+// stops. A job that names no job id (ranks started by hand) on tcp listens 0.5 s more once
+// every rank is there, so that a second claim just behind the first is seen.
 // Each rank also binds its point-to-point socket (ring/point_to_point.hpp) beside its
 // ZeroMQ data socket, on the same schemes and interface (another ephemeral port, or the ipc
 // name with "-p2p" appended), and registers those addresses as "p2p+tcp://...", etc.; the
@@ -49,6 +54,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -121,7 +127,7 @@ inline net::resolution zmq_ring::resolve_until_timeout(const std::string& host, 
   auto pause = std::chrono::milliseconds(100);
   tries = 1;
   auto r = net::resolve(host);
-  while (r.addresses.empty() && std::chrono::steady_clock::now() + pause < start + timeout_) {
+  while (r.addresses.empty() && std::chrono::steady_clock::now() + pause < start + setup_timeout_) {
     std::this_thread::sleep_for(pause);
     pause = std::min(2 * pause, std::chrono::milliseconds(1000));
     r = net::resolve(host);
@@ -262,7 +268,7 @@ inline void zmq_ring::setup(const ring_options& o) {
   right_.emplace(*this, right, table_[right]);
 
   // ---- the data path, when it is not ZeroMQ ----
-  const auto by = clock::now() + timeout_;
+  const auto by = clock::now() + setup_timeout_;
   // More ranks on this machine than cores for this process: waiting ranks yield instead of
   // spinning (OpenMPI's mpi_yield_when_idle, which mpirun --oversubscribe sets).
   cpu_set_t cpus;
@@ -323,11 +329,12 @@ inline std::string zmq_ring::bind_tcp_data(const ring_options& o, const std::str
 /// This rank's registration (rendezvous_messages.hpp).
 inline std::string zmq_ring::registration(int world, const std::string& host, const std::string& want,
                                           const std::vector<std::string>& addrs) const {
-  return format_registration({rank_, world, host, net::machine_and_netns(), want, job_id_, addrs});
+  return format_registration(
+      {rank_, world, host, net::machine_and_netns(), want, job_id_, std::to_string(::getpid()), net::launch_identity(), addrs});
 }
 
 inline void zmq_ring::rendezvous(const ring_options& o, const std::string& scheme, const std::string& want, const std::vector<std::string>& mine) {
-  const auto deadline = clock::now() + timeout_;
+  const auto deadline = clock::now() + setup_timeout_;
   const std::string host = net::hostname();
   const std::string where = "gradus: ring_allreduce: rendezvous at " + o.rendezvous + " (rank " + std::to_string(rank_) + " of " +
                             std::to_string(world_) + ", " + origin_of(o) + "): ";
@@ -352,7 +359,7 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
       zmq::poll(&item, 1, std::chrono::milliseconds(net::ms_left(answer_by, 100)));
       if (dealer.recv(reply, zmq::recv_flags::dontwait)) break;
       if (clock::now() >= answer_by)
-        throw comm_error(where + "no answer from rank 0 at " + dialled + " within " + std::to_string(timeout_.count()) +
+        throw comm_error(where + "no answer from rank 0 at " + dialled + " within " + std::to_string(setup_timeout_.count()) +
                          " ms (is rank 0 running, with the same rendezvous address and world_size, and reachable at that address?)");
     }
     std::string why;
@@ -403,11 +410,11 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     bool present = false;
     std::string host, machine;
     std::vector<std::string> addrs;
-    std::string identity;
+    std::string identity, pid, launch;
   };
   std::vector<entry> reg(static_cast<std::size_t>(world_));
-  const std::string machine = net::machine_and_netns();
-  reg[0] = {true, host, machine, mine, {}};
+  const std::string machine = net::machine_and_netns(), launch = net::launch_identity();
+  reg[0] = {true, host, machine, mine, {}, std::to_string(::getpid()), launch};
   std::vector<std::string> identities;
   auto refuse = [&](const std::string& text) {
     for (const auto& id : identities) {
@@ -416,27 +423,45 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
     }
     throw comm_error(text);
   };
+  const auto process = [](const entry& e) {
+    return "pid " + e.pid + " on host " + e.host + ", " + (e.launch.empty() ? std::string("launch unknown") : e.launch);
+  };
+  const std::string set_an_id =
+      "two jobs on one rendezvous port? Give each job its own MASTER_PORT (gradus-run --port), or set GRADUS_JOB_ID to a "
+      "value of its own on every rank of each job (gradus-run, torchrun and Slurm set one)";
+  // Jobs started by hand name no job: a second claim of a rank (another job's rank sent to
+  // this port) may come just after the first, so rank 0 listens a moment longer once every
+  // rank has registered, and refuses both claims when it cannot tell which is its own.
+  const bool by_hand = job_id_.empty() && scheme == "tcp";
+  std::optional<clock::time_point> settled_at;
   int present = 1;
-  while (present < world_) {
+  while (true) {  // bounded: every round waits for the deadline or the end of the settle time
+    if (present == world_) {
+      if (!by_hand) break;
+      if (!settled_at) settled_at = clock::now() + second_claim_wait;
+      if (clock::now() >= *settled_at) break;
+    }
+    const auto until = settled_at ? std::min(deadline, *settled_at) : deadline;
     zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(net::ms_left(deadline, 100)));
+    zmq::poll(&item, 1, std::chrono::milliseconds(net::ms_left(until, 100)));
     zmq::message_t id, body;
     if (!router.recv(id, zmq::recv_flags::dontwait)) {
-      if (clock::now() >= deadline) {
+      if (present < world_ && clock::now() >= deadline) {
         std::vector<int> missing;
         for (int r = 0; r < world_; ++r)
           if (!reg[r].present) missing.push_back(r);
         refuse(where + (missing.size() == 1 ? "rank " : "ranks ") + detail::join_ranks(missing) + " of world_size " +
-               std::to_string(world_) + " did not register within " + std::to_string(timeout_.count()) +
-               " ms (not started, or started with another rendezvous address?)");
+               std::to_string(world_) + " did not register within " + std::to_string(setup_timeout_.count()) +
+               " ms (not started, started with another rendezvous address, or gone to another job's rank 0 on this "
+               "port? every job its own MASTER_PORT, or GRADUS_JOB_ID)");
       }
       continue;
     }
     if (!id.more() || !router.recv(body)) continue;
     std::string why;
     auto got = parse_registration(body.to_string_view(), why);
-    // A rank of another job (two jobs sent to one port), or a second claim of a rank that is
-    // here already, is refused alone: this job goes on waiting for its own ranks.
+    // A rank of another job (two jobs sent to one port) is refused alone: this job goes on
+    // waiting for its own ranks.
     const auto refuse_one = [&](const std::string& text) {
       router.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait);
       router.send(zmq::buffer(format_refusal(text)), zmq::send_flags::dontwait);
@@ -447,12 +472,39 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
                  "(gradus-run --port)");
       continue;
     }
-    if (got && got->rank >= 0 && got->rank < world_ && reg[static_cast<std::size_t>(got->rank)].present) {
-      const auto& e = reg[static_cast<std::size_t>(got->rank)];
-      refuse_one(where + "rank " + std::to_string(got->rank) + " is here already (host " + e.host + ", " +
-                 (e.addrs.empty() ? "?" : e.addrs[0]) + "); this one (host " + got->host + ", " +
-                 (got->addrs.empty() ? "?" : got->addrs[0]) + ") is refused: two processes with one rank, or two jobs on "
-                 "one rendezvous port? give each job its own MASTER_PORT (gradus-run --port)");
+    // A second claim of a rank that is here already: the claim of rank 0's own launch is
+    // kept where exactly one of the two is; otherwise neither can be told to be this job's,
+    // and both are refused, with the job.
+    if (got && got->rank > 0 && got->rank < world_ && reg[static_cast<std::size_t>(got->rank)].present) {
+      auto& e = reg[static_cast<std::size_t>(got->rank)];
+      entry claim{true, got->host, got->machine, got->addrs, id.to_string(), got->pid, got->launch};
+      const bool first_ours = e.launch == launch, second_ours = claim.launch == launch;
+      const std::string r = "rank " + std::to_string(got->rank);
+      if (first_ours != second_ours) {
+        entry& loser = first_ours ? claim : e;
+        const std::string text = where + r + " is claimed by two processes; the one of rank 0's launch (" +
+                                 process(first_ours ? e : claim) + ") is kept, and this one (" + process(loser) +
+                                 ") is refused: " + set_an_id;
+        router.send(zmq::buffer(loser.identity), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+        router.send(zmq::buffer(format_refusal(text)), zmq::send_flags::dontwait);
+        if (!first_ours) {
+          std::replace(identities.begin(), identities.end(), e.identity, claim.identity);
+          e = std::move(claim);
+        }
+        continue;
+      }
+      identities.push_back(claim.identity);
+      refuse(where + r + " registered twice, by " + process(e) + " and by " + process(claim) +
+             ", and neither can be told to be this job's: both are refused and the job stops; " + set_an_id);
+    }
+    if (got && got->rank == 0) {  // (rank 0 listens; it never registers)
+      refuse_one(where + "a process registered as rank 0 (pid " + got->pid + " on host " + got->host + "); this rank 0 (" +
+                 process(reg[0]) + ") listens here: " + set_an_id);
+      continue;
+    }
+    if (present == world_) {  // (a late registration of another kind: the job is complete)
+      refuse_one(where + "the ring of " + std::to_string(world_) + " ranks is complete; this registration (" +
+                 (got ? "rank " + std::to_string(got->rank) + ", host " + got->host : why) + ") is refused: " + set_an_id);
       continue;
     }
     identities.push_back(id.to_string());
@@ -470,7 +522,7 @@ inline void zmq_ring::rendezvous(const ring_options& o, const std::string& schem
       refuse(where + "rank " + std::to_string(r) + " (host " + got->host + ") asked for transport " + got->want +
              ", but rank 0 for " + want +
              ": give every rank the same (ring_options::transport, --comm-transport, GRADUS_COMM_TRANSPORT)");
-    reg[r] = {true, got->host, got->machine, std::move(got->addrs), identities.back()};
+    reg[r] = {true, got->host, got->machine, std::move(got->addrs), identities.back(), got->pid, got->launch};
     ++present;
   }
 
