@@ -209,28 +209,28 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
   };
   // The unsettled failures, settled: who set them off, then a restart or the job's failure.
   const auto settle = [&] {
-    for (child* c : unsettled) {  // their last words, before anyone quotes them
+    const std::vector<child*> failed = std::exchange(unsettled, {});
+    settle_until.reset();
+    for (child* c : failed) {  // their last words, before anyone quotes them
       drain_stream(c->label, c->out);
       drain_stream(c->label, c->err);
     }
     const auto verdicts = read_verdicts(fault_file, verdicts_from);
-    const auto account = first_failure(cs, unsettled, verdicts);
+    const auto account = first_failure(cs, failed, verdicts);
     const auto job_wide = group ? std::nullopt : job_wide_failure(verdicts);
-    std::vector<child*> failed = unsettled;
-    unsettled.clear();
-    settle_until.reset();
     if (stopping() || !account.origin) return;  // the job is stopping already
     if (group || job_wide) {
-      if (group_restarts >= o.max_restarts || regrouping) {
-        if (regrouping) return;  // (a restart of the whole job is under way: these are its doing)
+      if (regrouping) return;  // a restart of the whole job is under way: these are its doing
+      // the verdict's words, unless they are the origin's own, quoted already
+      const std::string verdict =
+          job_wide && job_wide->observer != account.origin->label
+              ? " (" + label_name(job_wide->observer) + ": " + job_wide->message + ")"
+              : std::string();
+      if (group_restarts >= o.max_restarts) {
         failure = account.origin;
         failure_text = account.text;
-        const bool quoted = job_wide && job_wide->observer == account.origin->label;
-        say(account.text +
-            (job_wide ? "; the job cannot go on" +
-                            (quoted ? std::string() : " (" + label_name(job_wide->observer) + ": " + job_wide->message + ")")
-                      : "") +
-            "; stopping the other " + (group ? "ranks" : "processes"));
+        say(account.text + (job_wide ? "; the job cannot go on" + verdict : std::string()) + "; stopping the other " +
+            (group ? "ranks" : "processes"));
         stop_all(SIGTERM);
         return;
       }
@@ -240,12 +240,7 @@ inline int run_job(std::vector<child>& cs, const options& o, const std::filesyst
       for (auto& c : cs) c.restart_at.reset();  // every process starts again: none alone
       for (child* c : failed) ::kill(-c->pid, SIGKILL);  // helpers it left would hold its ports
       verdicts_from = fault_file_length(fault_file);
-      // (the verdict's words, unless they are the origin's own, quoted already)
-      const bool quoted = job_wide && job_wide->observer == account.origin->label;
-      const std::string whole =
-          job_wide ? "; the job cannot go on without a restart of every process" +
-                         (quoted ? std::string() : " (" + label_name(job_wide->observer) + ": " + job_wide->message + ")")
-                   : "";
+      const std::string whole = job_wide ? "; the job cannot go on without a restart of every process" + verdict : "";
       say(account.text + whole +
           (cs.size() == 1 ? "; restarting it in " : "; stopping the other " + std::string(group ? "ranks" : "processes") +
                                                          " and restarting all " + std::to_string(cs.size()) + " in ") +
