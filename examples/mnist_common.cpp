@@ -63,6 +63,10 @@ void add_mnist_options(CLI::App& app, mnist_options& o) {
   app.add_flag("--log-placement", o.log_placement,
                "a pipeline: log on stderr where each node ran (stage, rank) and the bytes sent across each cut per step "
                "(TensorFlow's log_device_placement)");
+  app.add_option("--precision", o.precision,
+                 "compute precision: fp32, bf16 (matmuls and convolutions in bfloat16 with fp32 sums and fp32 master "
+                 "weights) or fp16 (the same in IEEE half, with dynamic loss scaling)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   add_comm_options(app, o);
 }
 
@@ -225,7 +229,10 @@ void print_json(const std::string& example, const mnist_options& o, const run_su
                       {"comm", r.comm},
                       {"comm_wait_seconds", r.comm_wait_seconds / run},
                       {"peak_rss_mb", peak_rss_mb()},
-                      {"restarts", restart_count()}};
+                      {"restarts", restart_count()},
+                      {"precision", o.precision},
+                      {"loss_scale", r.loss_scale},
+                      {"skipped_steps", r.skipped_steps}};
   if (r.peak_device_mb >= 0) j["peak_device_mb"] = r.peak_device_mb;
   if (r.stages > 0) {
     j["stages"] = r.stages;

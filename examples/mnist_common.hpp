@@ -43,7 +43,9 @@
 // seconds per epoch of this run, evaluation excluded), examples_per_second, final_loss
 // (mean training loss of the last epoch, over every rank), peak_rss_mb, restarts (the
 // GRADUS_RESTART_COUNT that gradus-run --max-restarts gave this start), and in a _cuda twin
-// peak_device_mb (the device memory its allocator held at most). The progress goes to stderr
+// peak_device_mb (the device memory its allocator held at most); precision (--precision),
+// loss_scale (the dynamic loss scale at the end; 1 where the policy scales no loss) and
+// skipped_steps (steps skipped for Inf/NaN gradients). The progress goes to stderr
 // (a live line on a terminal, plain lines otherwise; --quiet turns it off).
 
 #include <algorithm>
@@ -95,6 +97,9 @@ struct mnist_options : comm_options {
   bool rematerialize = false;
   bool log_placement = false;  // --log-placement: the pipeline's placement log on stderr
   bool pipelined() const { return stages > 1 || micro_batches > 1; }
+  // --precision: the session's policy (core/precision.hpp): fp32, bf16 (g::mixed_bf16) or fp16
+  // (g::mixed_fp16, with dynamic loss scaling)
+  std::string precision = "fp32";
 };
 
 // The options above (and --comm's), with their checks.
@@ -179,6 +184,24 @@ class epoch_records {
   std::unique_ptr<impl> p_;
 };
 
+// f.template operator()<P>() for the precision policy --precision names: g::full_precision,
+// g::mixed_bf16 or g::mixed_fp16. The mixed ones are instantiated only where Mixed is true (a
+// policy is a session type: each one compiles the training loop again), so an example offers
+// them on the paths it names and refuses them elsewhere, naming the option.
+[[noreturn]] inline void refuse_precision(const std::string& example, const mnist_options& o) {
+  throw g::error("gradus: " + example + ": --precision " + o.precision + " is built for the unpipelined model only " +
+                 "(no --stages or --micro-batches); use --precision fp32 with a pipeline");
+}
+template <bool Mixed, class F>
+int with_precision(const std::string& example, const mnist_options& o, F&& f) {
+  if (o.precision == "fp32") return f.template operator()<g::full_precision>();
+  if constexpr (Mixed) {
+    if (o.precision == "bf16") return f.template operator()<g::mixed_bf16>();
+    if (o.precision == "fp16") return f.template operator()<g::mixed_fp16>();
+  }
+  refuse_precision(example, o);
+}
+
 // The --json line (the file's header lists its fields).
 struct run_summary {
   int first_epoch = 0;  // 0-based epoch this run started at
@@ -188,6 +211,8 @@ struct run_summary {
   std::string comm;
   double comm_wait_seconds = 0;
   double peak_device_mb = -1;  // -1: not a device backend (no field in the JSON)
+  double loss_scale = 1;        // the loss scale at the end (1: the policy scales no loss)
+  std::int64_t skipped_steps = 0;  // steps skipped for Inf/NaN gradients under loss scaling
   // a pipelined run (stages > 0): its shape and what it measured
   int stages = 0, micro_batches = 0;
   std::string schedule{};
@@ -379,11 +404,18 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     // one write: launchers that merge the ranks' output (mpirun) keep the line whole
     std::cerr << (example + ": rank " + std::to_string(rank) + " of " + std::to_string(world) + ": replica checksum " + hex + "\n");
   }
+  double loss_scale = 1;
+  std::int64_t skipped = 0;
+  if constexpr (requires { step.local_step().loss_scale(); }) {
+    loss_scale = step.local_step().loss_scale();
+    skipped = step.local_step().skipped_steps();
+  }
   if (o.json && chief)
     print_json(example, o,
                {.first_epoch = first, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
                 .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
-                .comm_wait_seconds = wait_total, .peak_device_mb = peak_device_mb()});
+                .comm_wait_seconds = wait_total, .peak_device_mb = peak_device_mb(), .loss_scale = loss_scale,
+                .skipped_steps = skipped});
   return 0;
 }
 

@@ -4,7 +4,7 @@
 //
 //   mnist_mlp [--data DIR] [--epochs N] [--batch B] [--threads T] [--seed S] [--lr LR]
 //             [--momentum M] [--metrics FILE.csv] [--plot FILE.svg] [--checkpoint FILE.npz
-//             [--resume]] [--train-limit N] [--quiet] [--json]
+//             [--resume]] [--train-limit N] [--precision fp32|bf16|fp16] [--quiet] [--json]
 //
 // The loop, the options they share and the JSON line are examples/mnist_common.hpp's; with
 // --stages S (2 or 3) or --micro-batches M it trains as a pipeline (examples/mnist_pipeline.hpp):
@@ -34,13 +34,17 @@ int main(int argc, char** argv) {
     // evaluated is the uncut model for every S (examples/mnist_pipeline.hpp)
     const auto uncut = m.logits<1>(x);
     return gx::with_stages<1, 2, 3>("mnist_mlp", o.stages, [&]<int S>() {
-      const auto logits = m.template logits<S>(x);
-      const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
-      g::session<gx::backend> s;
-      s.set_check_numerics(o.check_numerics);
-      m.initialize(s, o.seed);
-      const auto cut = g::parallel::balanced_cut<S, decltype(m.fc1), decltype(m.fc2), decltype(m.fc3)>().describe();
-      return gx::train_mnist_staged<S>("mnist_mlp", o, data, s, loss, uncut, x, y, g::sgd{.lr = lr, .momentum = momentum}, cut);
+      // --precision bf16 / fp16: the unpipelined model (S = 1) only
+      return gx::with_precision<S == 1>("mnist_mlp", o, [&]<class P>() {
+        const auto logits = m.template logits<S>(x);
+        const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
+        g::session_of<gx::backend, P> s;  // session<gx::backend, P> (spelled for nvcc too)
+        s.set_check_numerics(o.check_numerics);
+        m.initialize(s, o.seed);
+        const auto cut = g::parallel::balanced_cut<S, decltype(m.fc1), decltype(m.fc2), decltype(m.fc3)>().describe();
+        return gx::train_mnist_staged<S>("mnist_mlp", o, data, s, loss, uncut, x, y,
+                                         g::sgd{.lr = lr, .momentum = momentum}, cut);
+      });
     });
   });
 }

@@ -67,7 +67,11 @@ template <int S, class Session, class Loss, class Logits, class X, class Y, clas
 int train_mnist_staged(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s,
                        const Loss& loss, const Logits& logits, const X& x, const Y& y, const Opt& opt,
                        const std::string& cut) {
-  if (o.pipelined()) return train_mnist_pipelined<S>(example, o, d, s, loss, logits, x, y, opt, cut);
+  if constexpr (std::is_same_v<g::precision_of_backend_t<typename Session::backend_type>, g::full_precision>) {
+    if (o.pipelined()) return train_mnist_pipelined<S>(example, o, d, s, loss, logits, x, y, opt, cut);
+  } else if (o.pipelined()) {  // not instantiated for the mixed policies (examples/mnist_common.hpp: with_precision)
+    refuse_precision(example, o);
+  }
   if constexpr (S == 1) {
     auto comm = make_communicator(o);
     auto step = g::parallel::minimize(comm, data_parallel_options(o), s, loss, opt);

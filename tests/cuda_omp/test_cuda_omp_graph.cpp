@@ -225,6 +225,36 @@ BOOST_AUTO_TEST_CASE(fused_passes_by_lanes_by_rows_and_by_element) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_mixed_precision_session_runs_the_backends_low_precision_gemm) {
+  // session<cuda, mixed_bf16>: the matmuls (forward and gradient) through cuda's gemm_low (in
+  // the cuda-omp build cpu_simd's: the same bits as session<cpu_simd, mixed_bf16>; on a GPU
+  // cuBLAS's bf16 tensor-core path, the same rounded operands summed in another order),
+  // everything else through cuda's fp32 kernels; not the bits of an fp32 session.
+  g::placeholder<"x", float, g::dyn, 24> x;
+  g::variable<"w", float, 24, 7> w;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  const auto loss = g::nn::softmax_cross_entropy_loss(g::matmul(x, w), y);
+  const auto xv = uniform<float>(40 * 24, -2, 2), wv = uniform<float>(24 * 7, -1, 1);
+  const auto yv = uniform_int(40, 0, 6);
+  auto run = [&](auto& s) {
+    gradus::assign(s, w, g::view(wv.data(), {24, 7}));
+    return all_host(s.run(loss, g::grad(loss, w), x = g::view(xv.data(), {40, 24}), y = g::view(yv.data(), {40})));
+  };
+  g::session_of<g::cuda, g::mixed_bf16> on_cuda;  // session<cuda, mixed_bf16>, spelled for nvcc
+  g::session_of<g::cpu_simd, g::mixed_bf16> on_cpu;
+  g::session<g::cpu_simd> full;
+  const auto a = run(on_cuda), b = run(on_cpu), c = run(full);
+  for (std::size_t i = 0; i < a.size(); ++i) {
+#if GRADUS_CUDA_GPU
+    same_values({b[i]}, {a[i]}, 1e-4);
+#else
+    BOOST_TEST(a[i] == b[i], "output " << i << ": cuda's bf16 is cpu_simd's");
+#endif
+    BOOST_TEST(a[i] != c[i], "output " << i << ": bf16 is not fp32");
+  }
+  same_values(c, a, 0.05);  // within bf16's few per cent of the fp32 values
+}
+
 #if !GRADUS_CUDA_GPU
 // The build keeps host and device memory apart as a GPU does, so that code handing a host
 // pointer to a kernel or a device copy fails here, by name, instead of on a GPU. (Not in

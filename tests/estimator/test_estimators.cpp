@@ -279,7 +279,7 @@ std::map<std::string, std::vector<unsigned char>> tensors(g::session<g::cpu_simd
   std::map<std::string, std::vector<unsigned char>> out;
   for (const auto& e : s.entries()) {
     const auto* p = static_cast<const unsigned char*>(e.data);
-    out[std::string(e.name)].assign(p, p + e.shape.numel() * static_cast<g::index_t>(g::dtype_size(e.dtype)));
+    out[std::string(e.name)].assign(p, p + e.shape.numel() * static_cast<g::index_t>(g::size_of(e.dtype)));
   }
   out["global_step"].resize(sizeof(std::int64_t));
   const std::int64_t step = s.global_step();

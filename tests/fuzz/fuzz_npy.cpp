@@ -30,8 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   FUZZ_CHECK(t.size == 1 || t.size == 2 || t.size == 4 || t.size == 8);
   FUZZ_CHECK(t.size == 1 || t.kind != io::stored_kind::boolean);
   FUZZ_CHECK(t.size != 1 || !t.big_endian);
-  const auto* loaded = io::npy_type_by_name(io::loads_as(t));
-  FUZZ_CHECK(loaded != nullptr && loaded->size == io::loaded_size(t) && loaded->size >= t.size);
+  const auto* loaded = io::npy_type_of(io::loads_as(t));
+  FUZZ_CHECK(loaded != nullptr && gradus::size_of(loaded->type) == io::loaded_size(t) && io::loaded_size(t) >= t.size);
   FUZZ_CHECK(info.shape.rank <= gradus::max_rank);
   // numpy's rule: the item size times the extents other than 0 fits size_t; a 0 anywhere
   // makes the byte count 0.
@@ -57,6 +57,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto why = io::parse_npy_dict(std::string_view(h).substr(10), back);
   if (!why.empty()) std::fprintf(stderr, "fuzz_npy: npy_header's own header is refused: %s\n", why.c_str());
   FUZZ_CHECK(why.empty() && back.shape == info.shape && !back.fortran_order && io::loads_unchanged(back.stored) &&
-             io::loads_as(back.stored) == loaded->name);
+             io::loads_as(back.stored) == loaded->type);
   return 0;
 }

@@ -60,7 +60,7 @@ void check_accepted(std::span<const std::span<const std::byte>> frames, const wi
   PS_WIRE_CHECK(std::memcmp(&h, frames[0].data(), sizeof h) == 0);
   PS_WIRE_CHECK(h.magic == wire::magic && h.version == wire::version);
   PS_WIRE_CHECK(h.type >= 1 && h.type <= wire::last_type);
-  PS_WIRE_CHECK(h.dtype <= static_cast<std::uint8_t>(wire::dtype::bytes));
+  PS_WIRE_CHECK(wire::carried(static_cast<gradus::element_type>(h.dtype)));
 
   // The payload is the second frame, all of it, and nothing else.
   PS_WIRE_CHECK(h.payload_bytes == payload.size());
@@ -78,7 +78,7 @@ void check_accepted(std::span<const std::span<const std::byte>> frames, const wi
   PS_WIRE_CHECK(!__builtin_add_overflow(h.offset, h.count, &end) && end <= lim.max_elements);
 
   const auto t = static_cast<wire::type>(h.type);
-  const std::size_t elem = wire::dtype_size(static_cast<wire::dtype>(h.dtype));
+  const std::size_t elem = wire::element_size(t, static_cast<gradus::element_type>(h.dtype));
   const auto carries_count_elements = [&] {
     std::uint64_t bytes = 0;
     return elem != 0 && !__builtin_mul_overflow(h.count, elem, &bytes) && bytes == payload.size();

@@ -72,7 +72,8 @@ bytes init_payload(std::string_view name, const bytes& values = {}) {
 }
 
 std::vector<seed> seeds() {
-  using wire::type, wire::dtype, wire::make;
+  using wire::type, wire::make;
+  using gradus::element_type;
   std::vector<seed> s;
   const auto ok = [&](std::string name, std::vector<bytes> frames) { s.push_back({"ok-" + std::move(name), std::move(frames), true}); };
   const auto bad = [&](std::string name, std::vector<bytes> frames) { s.push_back({"bad-" + std::move(name), std::move(frames), false}); };
@@ -96,35 +97,35 @@ std::vector<seed> seeds() {
   };
   ok("config-sgd", msg(from(make(type::config), 0, 2), config("sgd", {{"momentum", "0.9"}, {"nesterov", "true"}, {"weight_decay", "0.0001"}})));
   ok("config-adamw", msg(from(make(type::config), 0, 2), config("adamw", {{"beta1", "0.9"}, {"beta2", "0.999"}, {"eps", "1e-08"}})));
-  ok("init-chief-f32", msg(from(make(type::init, 0, 0, 4, dtype::f32), 0, 3, 0, 4), init_payload("dense/w", of<float>({0.5f, -1.f, 2.f, 0.25f}))));
-  ok("init-worker-f64", msg(from(make(type::init, 1, 2, 3, dtype::f64), 1, 3, 0, 5), init_payload("dense/b")));
-  ok("push-f32", msg(from(make(type::push, 0, 0, 4, dtype::f32), 1, 4, 3, 0.05), of<float>({0.1f, 0.2f, -0.3f, 0.f})));
-  ok("push-f64", msg(from(make(type::push, 1, 2, 3, dtype::f64), 0, 5, 3, 0.05), of<double>({1e-3, -2e-3, 3.5})));
-  ok("push-f32-80", msg(from(make(type::push, 0, 0, 80, dtype::f32), 0, 6, 3, 0.05), bytes(320, 0x3f)));  // over the small limits
-  ok("pull", msg(from(make(type::pull, 0, 1, 3, dtype::f32), 1, 7, 3)));
-  ok("pull-empty-payload-frame", {of(from(make(type::pull, 1, 2, 3, dtype::f64), 0, 8, 4)), {}});
+  ok("init-chief-f32", msg(from(make(type::init, 0, 0, 4, element_type::f32), 0, 3, 0, 4), init_payload("dense/w", of<float>({0.5f, -1.f, 2.f, 0.25f}))));
+  ok("init-worker-f64", msg(from(make(type::init, 1, 2, 3, element_type::f64), 1, 3, 0, 5), init_payload("dense/b")));
+  ok("push-f32", msg(from(make(type::push, 0, 0, 4, element_type::f32), 1, 4, 3, 0.05), of<float>({0.1f, 0.2f, -0.3f, 0.f})));
+  ok("push-f64", msg(from(make(type::push, 1, 2, 3, element_type::f64), 0, 5, 3, 0.05), of<double>({1e-3, -2e-3, 3.5})));
+  ok("push-f32-80", msg(from(make(type::push, 0, 0, 80, element_type::f32), 0, 6, 3, 0.05), bytes(320, 0x3f)));  // over the small limits
+  ok("pull", msg(from(make(type::pull, 0, 1, 3, element_type::f32), 1, 7, 3)));
+  ok("pull-empty-payload-frame", {of(from(make(type::pull, 1, 2, 3, element_type::f64), 0, 8, 4)), {}});
   ok("clock", msg(from(make(type::clock), 1, 9, 4)));
-  ok("coll-sum-f32", msg(from(make(type::coll, 1, 0, 2, dtype::f32), 0, 10, 0), of<float>({1.f, 2.f})));
-  ok("coll-average-f64", msg(from(make(type::coll, 2, 0, 2, dtype::f64), 1, 11, 1), of<double>({1.0, -2.0})));
-  ok("coll-broadcast-bytes", msg(from(make(type::coll, 3, 1, 5, dtype::bytes), 1, 12, 2), of("hello")));
+  ok("coll-sum-f32", msg(from(make(type::coll, 1, 0, 2, element_type::f32), 0, 10, 0), of<float>({1.f, 2.f})));
+  ok("coll-average-f64", msg(from(make(type::coll, 2, 0, 2, element_type::f64), 1, 11, 1), of<double>({1.0, -2.0})));
+  ok("coll-broadcast-bytes", msg(from(make(type::coll, 3, 1, 5, element_type::none), 1, 12, 2), of("hello")));
   ok("coll-barrier", msg(from(make(type::coll, 4), 0, 13, 3)));
-  ok("snapshot", msg(from(make(type::snapshot, 0, 0, 4, dtype::f32), 0, 14)));
+  ok("snapshot", msg(from(make(type::snapshot, 0, 0, 4, element_type::f32), 0, 14)));
   ok("hello-rejoin", msg(from(make(type::hello), 1, 1), of(R"({"rank":1,"world_size":2,"mode":"bsp","staleness":0,"rejoin":true,"clock":104})")));
-  ok("init-values-f32-with-state", msg(from(make(type::init_values, 0, 2, 2, dtype::f32), 0, 17, 0), of<float>({1.f, 2.f, 0.f, 0.f, 1.f, 1.f})));
+  ok("init-values-f32-with-state", msg(from(make(type::init_values, 0, 2, 2, element_type::f32), 0, 17, 0), of<float>({1.f, 2.f, 0.f, 0.f, 1.f, 1.f})));
   // rows of 3: indices 4 and 9, then their values
-  ok("push-rows-f32", msg(from(make(type::push_rows, 0, 3, 2, dtype::f32), 1, 18, 5, 0.1),
+  ok("push-rows-f32", msg(from(make(type::push_rows, 0, 3, 2, element_type::f32), 1, 18, 5, 0.1),
                           cat(of<std::uint64_t>({4, 9}), of<float>({0.1f, 0.2f, 0.3f, -0.1f, -0.2f, -0.3f}))));
-  ok("push-rows-none", msg(from(make(type::push_rows, 1, 3, 0, dtype::f64), 0, 19, 5, 0.1)));
-  ok("pull-rows-since", msg(from(make(type::pull_rows, 0, 3, 12, dtype::f32), 1, 20, 6)));
+  ok("push-rows-none", msg(from(make(type::push_rows, 1, 3, 0, element_type::f64), 0, 19, 5, 0.1)));
+  ok("pull-rows-since", msg(from(make(type::pull_rows, 0, 3, 12, element_type::f32), 1, 20, 6)));
   ok("bye", msg(from(make(type::bye), 1, 15)));
   ok("shutdown", msg(from(make(type::shutdown), 0, 16)));
   // What the server answers.
-  ok("reply-pull", msg(from(make(type::reply, 0, 1, 2, dtype::f32), 1, 7, 3, 3), of<float>({0.5f, 0.75f})));
+  ok("reply-pull", msg(from(make(type::reply, 0, 1, 2, element_type::f32), 1, 7, 3, 3), of<float>({0.5f, 0.75f})));
   ok("fail", msg(from(make(type::fail), 1, 4), of("gradus: parameter server 0: no shard with key 9 (init it first)")));
   // Payloads decode() passes and the server refuses.
   ok("hello-truncated-json", msg(from(make(type::hello), 0, 1), of(R"({"rank":0,"world_size":)")));
   ok("config-number-overflow", msg(from(make(type::config), 0, 2), of(R"({"optimizer":"sgd","settings":{"momentum":1e999}})")));
-  ok("init-name-past-payload", msg(from(make(type::init, 0, 0, 1, dtype::f32), 0, 3, 0, 1), cat(of<std::uint32_t>({4096}), of("w"))));
+  ok("init-name-past-payload", msg(from(make(type::init, 0, 0, 1, element_type::f32), 0, 3, 0, 1), cat(of<std::uint32_t>({4096}), of("w"))));
 
   // Malformed: each of decode()'s reasons.
   bad("no-frames", {});
@@ -137,31 +138,31 @@ std::vector<seed> seeds() {
   h.magic ^= 1;
   bad("magic", msg(h));
   h = make(type::clock);
-  h.version = 2;
-  bad("version-2", msg(h));
+  h.version = 1;  // an older protocol
+  bad("version-1", msg(h));
   h = make(type::clock);
   h.type = 0;
   bad("type-0", msg(h));
   h.type = wire::last_type + 1;
   bad("type-past-last", msg(h));
-  h = make(type::pull, 0, 0, 1, dtype::f32);
+  h = make(type::pull, 0, 0, 1, element_type::f32);
   h.dtype = 4;
   bad("dtype-4", msg(h));
-  h = make(type::push, 0, 0, 4, dtype::f32);
+  h = make(type::push, 0, 0, 4, element_type::f32);
   h.payload_bytes = 20;
   bad("payload-bytes-mismatch", {of(h), bytes(16, 0)});
-  bad("push-count-mismatch", msg(make(type::push, 0, 0, 5, dtype::f32), bytes(16, 0)));
-  bad("push-rows-short", msg(make(type::push_rows, 0, 3, 2, dtype::f32), bytes(39, 0)));
-  bad("push-rows-row-of-0", msg(make(type::push_rows, 0, 0, 1, dtype::f32), bytes(8, 0)));
+  bad("push-count-mismatch", msg(make(type::push, 0, 0, 5, element_type::f32), bytes(16, 0)));
+  bad("push-rows-short", msg(make(type::push_rows, 0, 3, 2, element_type::f32), bytes(39, 0)));
+  bad("push-rows-row-of-0", msg(make(type::push_rows, 0, 0, 1, element_type::f32), bytes(8, 0)));
   bad("pull-rows-without-dtype", msg(make(type::pull_rows, 0, 3, 0)));
-  bad("init-values-ragged", msg(make(type::init_values, 0, 0, 3, dtype::f64), bytes(30, 0)));
+  bad("init-values-ragged", msg(make(type::init_values, 0, 0, 3, element_type::f64), bytes(30, 0)));
   bad("push-without-dtype", msg(make(type::push, 0, 0, 4), bytes(16, 0)));
-  bad("push-empty-range", msg(make(type::push, 0, 0, 0, dtype::f32)));
-  bad("pull-empty-range", msg(make(type::pull, 0, 0, 0, dtype::f32)));
-  bad("coll-op-6", msg(make(type::coll, 6, 0, 1, dtype::f32), bytes(4, 0)));
-  bad("coll-sum-without-dtype", msg(make(type::coll, 1, 0, 1), bytes(4, 0)));
-  bad("count-over-limit", msg(make(type::pull, 0, 0, std::uint64_t(1) << 41, dtype::f32)));
-  bad("range-past-limit", msg(make(type::pull, 0, (std::uint64_t(1) << 40) - 1, 2, dtype::f32)));
+  bad("push-empty-range", msg(make(type::push, 0, 0, 0, element_type::f32)));
+  bad("pull-empty-range", msg(make(type::pull, 0, 0, 0, element_type::f32)));
+  bad("coll-op-6", msg(make(type::coll, 6, 0, 1, element_type::f32), bytes(4, 0)));
+  bad("coll-sum-count-mismatch", msg(make(type::coll, 1, 0, 1), bytes(4, 0)));  // none: 1 byte, not 4
+  bad("count-over-limit", msg(make(type::pull, 0, 0, std::uint64_t(1) << 41, element_type::f32)));
+  bad("range-past-limit", msg(make(type::pull, 0, (std::uint64_t(1) << 40) - 1, 2, element_type::f32)));
   return s;
 }
 

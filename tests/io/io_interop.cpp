@@ -30,7 +30,7 @@ namespace gio = gradus::io;
 namespace {
 
 struct reference {
-  std::string name, dtype;
+  std::string name, dtype;  // dtype: numpy's name, as npz_array_ref takes it
   gradus::dims shape;
   std::vector<std::byte> bytes;
 };
@@ -48,7 +48,7 @@ std::vector<reference> references() {
   };
   for (std::size_t k = 0; k < r.size(); ++k) {
     std::uint64_t state = 0x9E3779B97F4A7C15ull * (k + 1);
-    r[k].bytes.resize(static_cast<std::size_t>(r[k].shape.numel()) * gio::npz_itemsize(r[k].dtype));
+    r[k].bytes.resize(static_cast<std::size_t>(r[k].shape.numel()) * gradus::size_of(*gradus::element_type_named(r[k].dtype)));
     for (auto& b : r[k].bytes) {
       state = state * 6364136223846793005ull + 1442695040888963407ull;
       b = static_cast<std::byte>(state >> 56);
@@ -77,12 +77,13 @@ int compare(const std::vector<gio::npz_array>& got, const std::vector<reference>
   for (std::size_t i = 0; i < got.size() && i < want.size(); ++i) {
     const auto& g = got[i];
     const auto& w = want[i];
-    const bool ok = (!names || g.name == w.name) && g.dtype == w.dtype && g.shape == w.shape && g.bytes == w.bytes;
-    std::printf("io_interop: %-16s %-8s %-20s %s\n", g.name.c_str(), g.dtype.c_str(),
+    const std::string dtype(gradus::name_of(g.dtype));
+    const bool ok = (!names || g.name == w.name) && dtype == w.dtype && g.shape == w.shape && g.bytes == w.bytes;
+    std::printf("io_interop: %-16s %-8s %-20s %s\n", g.name.c_str(), dtype.c_str(),
                 gradus::to_string(g.shape).c_str(), ok ? "ok" : "WRONG");
     if (!ok) {
       std::fprintf(stderr, "io_interop: %s: array %zu is '%s' %s %s (%zu bytes), want '%s' %s %s (%zu bytes)\n", file,
-                   i, g.name.c_str(), g.dtype.c_str(), gradus::to_string(g.shape).c_str(), g.bytes.size(),
+                   i, g.name.c_str(), dtype.c_str(), gradus::to_string(g.shape).c_str(), g.bytes.size(),
                    w.name.c_str(), w.dtype.c_str(), gradus::to_string(w.shape).c_str(), w.bytes.size());
       bad = 1;
     }
@@ -111,7 +112,7 @@ int run(const std::string& mode, const char* a, const char* b) {
     gio::write_safetensors(a, refs_of(references()), {{"format", "pt"}, {"writer", "gradus"}});
   } else if (mode == "same") {
     std::vector<reference> want;
-    for (auto& w : load(b)) want.push_back({std::move(w.name), std::move(w.dtype), w.shape, std::move(w.bytes)});
+    for (auto& w : load(b)) want.push_back({std::move(w.name), std::string(gradus::name_of(w.dtype)), w.shape, std::move(w.bytes)});
     const bool names = std::filesystem::path(a).extension() != ".npy";
     return compare(load(a), want, a, names);
   } else if (mode == "refuse") {

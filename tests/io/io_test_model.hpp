@@ -38,7 +38,7 @@ inline void init(session<cpu_simd>& s) {
 inline std::map<std::string, std::vector<std::byte>> snapshot(const session<cpu_simd>& s) {
   std::map<std::string, std::vector<std::byte>> r;
   for (const auto& e : s.entries()) {
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == "float64" ? 8u : 4u);
+    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * size_of(e.dtype);
     r[std::string(e.name)].assign(static_cast<const std::byte*>(e.data), static_cast<const std::byte*>(e.data) + bytes);
   }
   return r;

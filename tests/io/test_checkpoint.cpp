@@ -232,7 +232,7 @@ BOOST_AUTO_TEST_CASE(world_size_is_recorded_and_a_mismatch_refused) {
   // numpy sees an int64 scalar
   auto arrays = g::io::read_npz(file);
   const auto& w = array_named(arrays, "gradus/world_size");
-  BOOST_TEST(w.dtype == "int64");
+  BOOST_TEST((w.dtype == g::element_type::i64));
   BOOST_TEST(w.shape.rank == 0u);
   std::int64_t v = 0;
   std::memcpy(&v, w.bytes.data(), sizeof v);
@@ -272,7 +272,7 @@ BOOST_AUTO_TEST_CASE(world_size_is_recorded_and_a_mismatch_refused) {
   // a recorded world size below 1 is a corrupt file
   edit(old, [](auto& as) {
     const std::int64_t zero = 0;
-    g::io::npz_array a{"gradus/world_size", "int64", g::dims{}, std::vector<std::byte>(8)};
+    g::io::npz_array a{"gradus/world_size", g::element_type::i64, g::dims{}, std::vector<std::byte>(8)};
     std::memcpy(a.bytes.data(), &zero, 8);
     as.push_back(a);
   });
@@ -291,7 +291,8 @@ BOOST_AUTO_TEST_CASE(a_stage_file_holds_its_tensors_and_its_place) {
   std::vector<std::string> names;
   for (const auto& a : g::io::read_npz(file)) names.push_back(a.name);
   std::sort(names.begin(), names.end());
-  const std::vector<std::string> want{"dense1/b", "dense1/w", "global_step", "gradus/stage", "gradus/stages", "gradus/world_size"};
+  const std::vector<std::string> want{"dense1/b",      "dense1/w",      "global_step",      "gradus/precision",
+                                     "gradus/stage", "gradus/stages", "gradus/world_size"};
   BOOST_TEST(names == want, names.size() << " arrays");
   BOOST_TEST(g::stage_checkpoint_file(dir.p / "run" / "ckpt.npz", 1, 2) == dir.p / "run" / "ckpt.stage-1-of-2.npz");
   {

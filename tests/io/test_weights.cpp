@@ -225,7 +225,7 @@ BOOST_AUTO_TEST_CASE(refusals_name_the_tensor_and_load_nothing) {
           std::memcpy(&d[i * 8], &v, 8);
         }
         b.bytes = d;
-        b.dtype = "float64";
+        b.dtype = g::element_type::f64;
       },
       {"'dense2/b': the session has (4,) float32, the file (4,) float64", ".astype(np.float32)"});
 
@@ -241,7 +241,7 @@ BOOST_AUTO_TEST_CASE(refusals_name_the_tensor_and_load_nothing) {
   // an array that is no variable (a PyTorch state_dict's batch-norm counter) ...
   const auto add_counter = [](arrays_t& a) {
     const std::int64_t n = 7;
-    g::io::npz_array c{"bn/num_batches_tracked", "int64", g::dims{}, std::vector<std::byte>(8)};
+    g::io::npz_array c{"bn/num_batches_tracked", g::element_type::i64, g::dims{}, std::vector<std::byte>(8)};
     std::memcpy(c.bytes.data(), &n, 8);
     a.push_back(c);
   };

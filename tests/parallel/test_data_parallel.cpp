@@ -240,6 +240,33 @@ BOOST_AUTO_TEST_CASE(ranks_given_another_learning_rate_fail_naming_it_and_both_v
                rs[static_cast<std::size_t>(r)].error);
 }
 
+BOOST_AUTO_TEST_CASE(ranks_of_another_precision_policy_fail_naming_both) {
+  // the policy is part of the session's type (core/precision.hpp): rank 1's is mixed_bf16
+  const auto d = make_data(1);
+  board b(2, std::chrono::milliseconds(20000));
+  const auto rs = on_ranks(2, [&](int r, rank_result&) {
+    thread_comm comm{&b, r};
+    mlp m;
+    auto train = [&](auto& s) {
+      m.init(s, 11);
+      auto step = g::parallel::minimize(comm, {}, s, m.loss(), optimizer);
+      step.run(x = g::view(d.xs.data(), {batch / 2, n_in}), y = g::view(d.ys.data(), {batch / 2}));
+    };
+    if (r == 0) {
+      g::session<g::cpu_simd> s;
+      train(s);
+    } else {
+      g::session<g::cpu_simd, g::mixed_bf16> s;
+      train(s);
+    }
+  });
+  for (int r = 0; r < 2; ++r)
+    BOOST_TEST(rs[static_cast<std::size_t>(r)].error ==
+                   "gradus: run fingerprint differs between ranks: rank 1 has precision = bf16, rank 0 has "
+                   "precision = fp32; noticed on rank " + std::to_string(r),
+               rs[static_cast<std::size_t>(r)].error);
+}
+
 BOOST_AUTO_TEST_CASE(ranks_given_another_batch_or_optimizer_fail_naming_the_first_field) {
   // the program's own fields: rank 1 and 2 were given another batch size
   const auto rs = ranks_with(

@@ -565,8 +565,9 @@ BOOST_AUTO_TEST_CASE(checkpoints_resume_the_pipeline) {
   std::vector<std::string> names;
   for (const auto& a : g::io::read_npz(g::committed_stage_file(ck, 0))) names.push_back(a.name);
   std::sort(names.begin(), names.end());
-  const std::vector<std::string> want{"global_step", "gradus/stage", "gradus/stages", "gradus/world_size", "p1/b",
-                                      "p1/b/adam_m", "p1/b/adam_v", "p1/w", "p1/w/adam_m", "p1/w/adam_v"};
+  const std::vector<std::string> want{"global_step", "gradus/precision", "gradus/stage", "gradus/stages",
+                                      "gradus/world_size", "p1/b", "p1/b/adam_m", "p1/b/adam_v", "p1/w",
+                                      "p1/w/adam_m", "p1/w/adam_v"};
   BOOST_TEST(names == want, [&] { std::string t; for (auto& x : names) t += x + " "; return t; }());
 
   // every rank fails with the cause (the last stage's run of these; Boost.Test's checks here)

@@ -20,7 +20,8 @@ struct mlp {
   g::nn::dense<"fc1", n_in, n_h, double> fc1;
   g::nn::dense<"fc2", n_h, n_out, double> fc2;
   auto loss() const { return g::nn::softmax_cross_entropy_loss(fc2(g::tanh(fc1(x))), y); }
-  void init(g::session<g::cpu_simd>& s, std::uint64_t seed) const {
+  template <class Backend>
+  void init(g::session<Backend>& s, std::uint64_t seed) const {
     fc1.initialize(s, seed);
     fc2.initialize(s, seed + 1);
   }

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradus/exec/compute_kernels.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/exec/backend.hpp"
 #include "gradus/exec/graph_types.hpp"
@@ -111,12 +112,12 @@ class graph_engine : public graph_base {
     int slot;          ///< the slot it writes
     std::size_t first;  ///< first entry of `inputs_` this step reads
     scan_fn scan;       ///< null for views (their values were checked where they were made)
-    std::string_view dtype;  ///< dtype_name of the result
+    element_type dtype;  ///< the result's element type
   };
   /// A placeholder or variable of the graph: one slot per name.
   struct named_leaf {
     std::string_view name;   ///< the leaf's name
-    std::string_view dtype;  ///< dtype_name of its elements
+    element_type dtype;      ///< its elements' type
     dims expected;  ///< static dims, `dyn` where bound by the feed
     int slot;              ///< its slot
     std::type_index type;  ///< its node type: two different leaves of one name are an error
@@ -143,7 +144,7 @@ class graph_engine : public graph_base {
   struct boundary {                    // a node of another stage, fed by stage_input
     int slot;                ///< its slot
     dims expected;           ///< static dims, `dyn` where bound by the feed
-    std::string_view dtype;  ///< dtype_name of its elements
+    element_type dtype;      ///< its elements' type
   };
   std::vector<boundary> boundaries_;  ///< a cut graph's inputs from other stages
   std::vector<int> out_slots_;                         ///< per output
@@ -193,7 +194,7 @@ class graph_engine : public graph_base {
   /// The error for placeholder p left unfed: its name, shape and dtype.
   static feed_error not_fed(const named_leaf& p) {
     return feed_error("gradus: placeholder '" + std::string(p.name) + "' of shape " + to_string(p.expected) + " " +
-                      std::string(p.dtype) + " was not fed");
+                      std::string(name_of(p.dtype)) + " was not fed");
   }
   /// Every step, each result scanned where vars asks for check_numerics.
   void run_steps(const variable_source& vars) {
@@ -258,12 +259,12 @@ class graph_engine : public graph_base {
       if (l.name != N::name.view()) continue;
       if (l.type != typeid(N))
         throw error(std::string("gradus: two different ") + what + "s are named '" + std::string(l.name) +
-                    "' in one graph: " + to_string(l.expected) + " " + std::string(l.dtype) + " and " +
+                    "' in one graph: " + to_string(l.expected) + " " + std::string(name_of(l.dtype)) + " and " +
                     to_string(static_dims<shape_t<N>>()) + " " + std::string(dtype_name<value_t<N>>()));
       return l.slot;
     }
     const int s = new_slot(n);
-    list.push_back({N::name.view(), dtype_name<value_t<N>>(), static_dims<shape_t<N>>(), s, typeid(N), &scan<value_t<N>>});
+    list.push_back({N::name.view(), element_type_of<value_t<N>>, static_dims<shape_t<N>>(), s, typeid(N), &scan<value_t<N>>});
     return s;
   }
 
@@ -310,7 +311,7 @@ class graph_engine : public graph_base {
     if (int s = registry_.find(n); s >= 0) return s;
     const int s = new_slot(n);
     slot_labels_[static_cast<std::size_t>(s)] = "the output of stage " + std::to_string(N::placement::index);
-    boundaries_.push_back({s, static_dims<shape_t<N>>(), dtype_name<value_t<N>>()});
+    boundaries_.push_back({s, static_dims<shape_t<N>>(), element_type_of<value_t<N>>});
     return s;
   }
   /// A step that runs fn on n, reading the slots reads, into a new slot; counted in stats_.
@@ -318,7 +319,7 @@ class graph_engine : public graph_base {
   int add_step(const N& n, const std::vector<int>& reads, void (*fn)(graph_engine&, const step&)) {
     const int s = new_slot(n);
     steps_.push_back({fn, &n, s, inputs_.size(), N::kind == node_kind::view ? nullptr : &scan<value_t<N>>,
-                      dtype_name<value_t<N>>()});
+                      element_type_of<value_t<N>>});
     stats_.trace.push_back(N::op_name);
     constexpr node_kind k = N::kind;
     ++(k == node_kind::kernel ? stats_.kernels : k == node_kind::view ? stats_.views : stats_.fused_passes);
@@ -362,10 +363,10 @@ class graph_engine : public graph_base {
   // ---- check_numerics -----------------------------------------------------------------
 
   /// "NaN at element i", "+Inf ..." or "-Inf ...": element i of the buffer at p (copied to
-  /// the host), read as dtype ("float32" or else double).
-  static std::string nonfinite_at(const void* p, index_t i, std::string_view dtype) {
+  /// the host), read as dtype (f32, or else double).
+  static std::string nonfinite_at(const void* p, index_t i, element_type dtype) {
     double v = 0;
-    if (dtype == "float32") {
+    if (dtype == element_type::f32) {
       float f = 0;
       Backend::copy_to_host(&f, static_cast<const float*>(p) + i, sizeof f);  // device memory on a GPU
       v = static_cast<double>(f);
@@ -433,8 +434,8 @@ class graph_engine : public graph_base {
                          " has no value in this session; assign or initialise it first");
       if (!(st->d == v.expected) || st->dtype != v.dtype)
         throw feed_error("gradus: variable '" + std::string(v.name) + "' is " + to_string(v.expected) + " " +
-                         std::string(v.dtype) + " in this graph but " + to_string(st->d) + " " +
-                         std::string(st->dtype) + " in the session");
+                         std::string(name_of(v.dtype)) + " in this graph but " + to_string(st->d) + " " +
+                         std::string(name_of(st->dtype)) + " in the session");
       slots_[v.slot].data = st->data;
       slots_[v.slot].d = st->d;
     }
@@ -448,11 +449,11 @@ class graph_engine : public graph_base {
   void bind(const F& f) {
     for (auto& p : placeholders_) {
       if (p.name != F::name.view()) continue;
-      if (p.dtype != dtype_name<typename F::value_type>() || !(p.expected == static_dims<typename F::shape_type>()))
+      if (p.dtype != element_type_of<typename F::value_type> || !(p.expected == static_dims<typename F::shape_type>()))
         throw feed_error("gradus: feed '" + std::string(p.name) + "' was made for a placeholder of " +
                          to_string(static_dims<typename F::shape_type>()) + " " +
                          std::string(dtype_name<typename F::value_type>()) + " but the graph's is " +
-                         to_string(p.expected) + " " + std::string(p.dtype));
+                         to_string(p.expected) + " " + std::string(name_of(p.dtype)));
       if (!fits<typename F::shape_type>(f.d))
         throw feed_error("gradus: feed '" + std::string(p.name) + "': expected shape " + to_string(p.expected) +
                          ", got " + to_string(f.d));
@@ -537,7 +538,8 @@ class graph_engine : public graph_base {
       const dims d = n.infer(g.slots_[static_cast<std::size_t>(g.inputs_[st.first + I])].d...);
       T* out = g.template ensure<T>(st.slot, d);
       if (d.numel() == 0) return;
-      n.template compute<Backend>(
+      // in the policy's compute type where N runs in compute precision (exec/compute_kernels.hpp)
+      n.template compute<kernel_backend_t<Backend, N>>(
           out, d, g.template view_of<value_t<std::tuple_element_t<I, ops>>>(g.inputs_[st.first + I])...);
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }

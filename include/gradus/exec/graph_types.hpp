@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/shape.hpp"
 
 namespace gradus {
@@ -19,7 +20,7 @@ namespace gradus {
 struct variable_storage {
   void* data = nullptr;     ///< the backend's memory (device memory on a GPU), d.numel() elements
   dims d;                   ///< the variable's shape
-  std::string_view dtype;   ///< dtype_name of its element type ("float32", ...)
+  element_type dtype = element_type::none;  ///< its elements' type
   bool initialized = false;  ///< declared storage has no value until assigned or restored
 };
 

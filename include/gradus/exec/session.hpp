@@ -50,8 +50,15 @@ struct no_binding {  // a guard that guards nothing (user-provided destructor: n
 /// free functions taking it first: gradus::assign, declare and value (below), initialize,
 /// minimize, the checkpoint and weights functions. Not copyable, and not thread-safe (its
 /// graph cache and buffers): one thread at a time, or a session per thread.
-template <class Backend>
-class session final : private variable_source {
+///
+/// Precision is the policy its compute-heavy ops run under (core/precision.hpp):
+/// full_precision (the default, every op in the model's own type) or a mixed one such as
+/// mixed_bf16; a session<B, P> is a session<with_precision<B, P>>, so every function taking a
+/// session<Backend>& takes it, with Backend = with_precision<B, P>.
+template <class Backend, class Precision = full_precision>
+class session : private variable_source {
+  static_assert(std::is_same_v<Precision, full_precision>, "gradus: session<B, P>: see the specialization below");
+
  public:
   using backend_type = Backend;  ///< the compute backend, e.g. cpu_simd or cuda
   session() = default;
@@ -155,7 +162,7 @@ class session final : private variable_source {
   /// step; a training step also scans the variables it updated. Off by default: it costs a
   /// pass over every buffer.
   void set_check_numerics(bool on) { check_numerics_ = on; }
-  bool check_numerics() const override { return check_numerics_; }
+  bool check_numerics() const override { return check_numerics_; }  ///< whether set_check_numerics(true) is in force
 
   /// Storage by name, for optimizers (their per-variable state) and checkpoints. A state
   /// tensor is created zero-filled and initialised; asking again with another dtype or
@@ -178,8 +185,8 @@ class session final : private variable_source {
     if (it == variables_.end() || !it->second.initialized)
       throw feed_error("gradus: variable '" + std::string(name) + "' has no value in this session; assign, " +
                        "initialise or restore it first");
-    if (it->second.dtype != dtype_name<T>())
-      throw feed_error("gradus: variable '" + std::string(name) + "' holds " + std::string(it->second.dtype) +
+    if (it->second.dtype != element_type_of<T>)
+      throw feed_error("gradus: variable '" + std::string(name) + "' holds " + std::string(name_of(it->second.dtype)) +
                        ", not " + std::string(dtype_name<T>()));
     return static_cast<T*>(it->second.data);
   }
@@ -187,7 +194,7 @@ class session final : private variable_source {
   /// Every tensor the session holds (variables and optimizer state), by name.
   struct entry {
     std::string_view name;   ///< "w", or an optimizer's "w/adam_m"; valid while the session holds it
-    std::string_view dtype;  ///< dtype_name of the elements ("float32", ...)
+    element_type dtype;      ///< the elements' type (name_of: "float32", ...)
     dims shape;              ///< the tensor's dims
     void* data;  ///< device memory
     bool initialized;        ///< false for a tensor declared but not yet assigned or restored
@@ -286,16 +293,16 @@ class session final : private variable_source {
   variable_storage& storage(std::string_view name, const dims& d) {
     auto it = variables_.find(name);
     if (it != variables_.end()) {
-      if (!(it->second.d == d) || it->second.dtype != dtype_name<T>())
+      if (!(it->second.d == d) || it->second.dtype != element_type_of<T>)
         throw feed_error("gradus: variable '" + std::string(name) + "' already holds " + to_string(it->second.d) +
-                         " " + std::string(it->second.dtype) + ", not " + to_string(d) + " " +
+                         " " + std::string(name_of(it->second.dtype)) + ", not " + to_string(d) + " " +
                          std::string(dtype_name<T>()));
       return it->second;
     }
     const auto bound = bind();
     variable_storage st;
     st.d = d;
-    st.dtype = dtype_name<T>();
+    st.dtype = element_type_of<T>;
     st.data = Backend::allocate(std::max<std::size_t>(static_cast<std::size_t>(d.numel()) * sizeof(T), sizeof(T)));
     return variables_.emplace(std::string(name), st).first->second;
   }
@@ -354,5 +361,25 @@ template <class Backend, fixed_string Name, class T, index_t... E>
 tensor_view<const T> value(const session<Backend>& s, const variable<Name, T, E...>& v) {
   return detail::session_access::value(s, v);
 }
+
+
+/// session<Backend, Precision> for a policy other than full_precision: a session over
+/// with_precision<Backend, Precision>, whose graphs run each compute-precision op in the
+/// policy's compute type (exec/compute_kernels.hpp).
+template <class Backend, class Precision>
+  requires(!std::is_same_v<Precision, full_precision>)
+class session<Backend, Precision> final : public session<with_precision<Backend, Precision>> {
+ public:
+  using session<with_precision<Backend, Precision>>::session;
+};
+
+/// The session of Backend under Precision spelled as the type it is: session<Backend> for
+/// full_precision, else session<with_precision<Backend, Precision>>. Generic code that picks
+/// the policy as a template parameter declares its sessions with it: nvcc's front end does not
+/// deduce a function's session<Backend>& from session<B, P> (through its base), g++ and
+/// clang++ do.
+template <class Backend, class Precision>
+using session_of = std::conditional_t<std::is_same_v<Precision, full_precision>, session<Backend>,
+                                      session<with_precision<Backend, Precision>>>;
 
 }  // namespace gradus

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "gradus/core/dtype.hpp"
+#include "gradus/core/precision.hpp"
 #include "gradus/core/shape.hpp"
 
 namespace gradus {

@@ -62,6 +62,14 @@ inline constexpr std::string_view global_step_key = "global_step";
 inline constexpr std::string_view world_size_key = "gradus/world_size";  ///< checkpoint_options::world_size, when > 0
 inline constexpr std::string_view stages_key = "gradus/stages";  ///< a pipeline stage file's stage count
 inline constexpr std::string_view stage_key = "gradus/stage";  ///< a pipeline stage file's stage
+/// The session's precision policy's compute type (core/precision.hpp), as element_type's
+/// value: informational, since masters are fp32 under every policy and a checkpoint of one
+/// policy loads into a session of another.
+inline constexpr std::string_view precision_key = "gradus/precision";
+/// A policy's own state (the loss scaler's, train/loss_scale.hpp): restored where both the
+/// file and the session hold it; a file without it leaves the session's (a checkpoint of an
+/// unscaled policy into an fp16 session), and a session without it ignores the file's.
+inline bool policy_state(std::string_view name) { return name.starts_with("loss_scaler/"); }
 
 /// What a checkpoint records about the job besides the session, and what restore expects.
 struct checkpoint_options {
@@ -150,8 +158,8 @@ inline nonfinite_scan scan_nonfinite(const io::npz_array& a) {
       }
     }
   };
-  if (a.dtype == "float32") scan(float{});
-  if (a.dtype == "float64") scan(double{});
+  if (a.dtype == element_type::f32) scan(float{});
+  if (a.dtype == element_type::f64) scan(double{});
   return r;
 }
 
@@ -171,7 +179,8 @@ Entries selected(Entries all, const checkpoint_options& options, const std::stri
 }
 
 inline bool reserved_key(std::string_view name) {
-  return name == global_step_key || name == world_size_key || name == stages_key || name == stage_key;
+  return name == global_step_key || name == world_size_key || name == stages_key || name == stage_key ||
+         name == precision_key;
 }
 
 inline std::string multi_index(const dims& shape, std::size_t i) {
@@ -191,8 +200,8 @@ inline std::string multi_index(const dims& shape, std::size_t i) {
 inline std::string nonfinite_report(const io::npz_array& a) {
   const auto r = scan_nonfinite(a);
   if (!r.count) return {};
-  return "'" + a.name + "' " + to_string(a.shape) + " " + a.dtype + ": element " + std::to_string(r.first) +
-         (a.shape.rank > 1 ? " " + multi_index(a.shape, r.first) : std::string()) + " is " +
+  return "'" + a.name + "' " + to_string(a.shape) + " " + std::string(name_of(a.dtype)) + ": element " +
+         std::to_string(r.first) + (a.shape.rank > 1 ? " " + multi_index(a.shape, r.first) : std::string()) + " is " +
          (std::isnan(r.value) ? "nan" : r.value > 0 ? "inf" : "-inf") + " (" + std::to_string(r.count) + " of " +
          std::to_string(a.shape.numel()) + " elements are not finite)";
 }
@@ -215,7 +224,7 @@ host_arrays copy_to_host(const Entries& entries, const std::string& ctx) {
       throw error(ctx + "a variable is named '" + std::string(e.name) + "', a key the checkpoint keeps for itself");
     if (!e.initialized)
       throw error(ctx + "variable '" + std::string(e.name) + "' has no value yet; nothing was written");
-    const std::size_t n = static_cast<std::size_t>(e.shape.numel()) * io::npz_itemsize(e.dtype);
+    const std::size_t n = static_cast<std::size_t>(e.shape.numel()) * size_of(e.dtype);
     r.bytes[i].resize(n);
     Backend::copy_to_host(r.bytes[i].data(), e.data, n);
     r.refs.push_back({std::string(e.name), e.dtype, e.shape, r.bytes[i].data()});
@@ -245,11 +254,13 @@ void save_checkpoint(const session<Backend>& s, const std::filesystem::path& fil
                 std::to_string(options.stages) + " stages is not a stage");
   const std::int64_t step = s.global_step();
   const std::int64_t world = options.world_size, stages = options.stages, stage = options.stage;
-  arrays.push_back({std::string(global_step_key), "int64", dims{}, &step});
-  if (world > 0) arrays.push_back({std::string(world_size_key), "int64", dims{}, &world});
+  const auto precision = static_cast<std::int64_t>(precision_of_backend_t<Backend>::compute_type);
+  arrays.push_back({std::string(global_step_key), element_type::i64, dims{}, &step});
+  arrays.push_back({std::string(precision_key), element_type::i64, dims{}, &precision});
+  if (world > 0) arrays.push_back({std::string(world_size_key), element_type::i64, dims{}, &world});
   if (stages > 0) {
-    arrays.push_back({std::string(stages_key), "int64", dims{}, &stages});
-    arrays.push_back({std::string(stage_key), "int64", dims{}, &stage});
+    arrays.push_back({std::string(stages_key), element_type::i64, dims{}, &stages});
+    arrays.push_back({std::string(stage_key), element_type::i64, dims{}, &stage});
   }
   io::write_npz(file, arrays);
 }
@@ -269,35 +280,44 @@ void restore_checkpoint(session<Backend>& s, const std::filesystem::path& file,
   for (const auto& a : arrays) by_name.emplace(a.name, &a);
 
   std::vector<std::string> diffs;
-  const auto entries = detail::selected(s.entries(), options, "gradus: restore_checkpoint '" + file.string() + "': ");
+  auto entries = detail::selected(s.entries(), options, "gradus: restore_checkpoint '" + file.string() + "': ");
+  std::erase_if(entries, [&](const auto& e) { return policy_state(e.name) && !by_name.contains(e.name); });
   for (const auto& e : entries) {
     auto it = by_name.find(e.name);
     if (it == by_name.end()) {
       diffs.push_back("missing from the file: '" + std::string(e.name) + "' " + to_string(e.shape) + " " +
-                      std::string(e.dtype));
+                      std::string(name_of(e.dtype)));
       continue;
     }
     const io::npz_array& a = *it->second;
     if (a.dtype != e.dtype || !(a.shape == e.shape))
       diffs.push_back("'" + std::string(e.name) + "': the session has " + to_string(e.shape) + " " +
-                      std::string(e.dtype) + ", the file " + to_string(a.shape) + " " + a.dtype);
+                      std::string(name_of(e.dtype)) + ", the file " + to_string(a.shape) + " " +
+                      std::string(name_of(a.dtype)));
   }
   const io::npz_array* step = nullptr;
   const io::npz_array* world = nullptr;
   const io::npz_array* stages = nullptr;
   const io::npz_array* stage = nullptr;
+  const io::npz_array* precision = nullptr;  // informational (precision_key)
   for (const auto& a : arrays) {
     if (detail::reserved_key(a.name)) {
-      (a.name == global_step_key ? step : a.name == world_size_key ? world : a.name == stages_key ? stages : stage) = &a;
-      if (a.dtype != "int64" || a.shape.rank != 0)
-        diffs.push_back("'" + a.name + "' must be a scalar int64, the file has " + to_string(a.shape) + " " + a.dtype);
+      (a.name == global_step_key ? step
+       : a.name == world_size_key ? world
+       : a.name == stages_key     ? stages
+       : a.name == stage_key      ? stage
+                                  : precision) = &a;
+      if (a.dtype != element_type::i64 || a.shape.rank != 0)
+        diffs.push_back("'" + a.name + "' must be a scalar int64, the file has " + to_string(a.shape) + " " +
+                        std::string(name_of(a.dtype)));
       continue;
     }
-    bool known = false;
+    bool known = policy_state(a.name);  // another policy's state: ignored where the session has none
     for (const auto& e : entries) known = known || e.name == a.name;
     if (!known)
-      diffs.push_back("not in the session: '" + a.name + "' " + to_string(a.shape) + " " + a.dtype);
+      diffs.push_back("not in the session: '" + a.name + "' " + to_string(a.shape) + " " + std::string(name_of(a.dtype)));
   }
+  (void)precision;  // any policy's checkpoint loads
   if (!step) diffs.push_back("missing from the file: '" + std::string(global_step_key) + "' (the step counter)");
   if (!diffs.empty() || (stages && stages->bytes.size() == 8) != (options.stages > 0)) {
     // the pipeline's layout first: it explains the differences of names

@@ -108,7 +108,7 @@ npz_array read_npy_stream(Read&& read, std::uint64_t size, const std::string& at
 inline void write_npy(const std::filesystem::path& file, const npz_array_ref& array) {
   const std::string ctx = "gradus: write_npy " + detail::quoted(file) + ": ";
   const std::size_t n = detail::checked_byte_size(array, ctx);
-  const std::string header = detail::npy_header(detail::npy_type_by_name(array.dtype)->descr, array.shape);
+  const std::string header = detail::npy_header(detail::npy_type_of(array.dtype)->descr, array.shape);
   detail::replace_atomically(file, ctx, [&](const std::filesystem::path& tmp) {
     detail::write_new_file(tmp, {std::as_bytes(std::span(header)), {static_cast<const std::byte*>(array.data), n}},
                            ctx);

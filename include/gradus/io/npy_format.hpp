@@ -1,11 +1,11 @@
 #pragma once
 // The NPY array format, of .npy files and the entries of an .npz file (io/npy.hpp,
-// io/npz.hpp): the five dtypes gradus writes and their NPY descrs, the version 1.0 header
-// numpy writes (magic, version, length, then a dict literal padded so that the data starts
-// on a 64-byte boundary), a strict parser of that dict whose errors say what is wrong, the
-// descrs it reads (io/stored_type.hpp: bool, int8-64, uint8-64, float16/32/64, either byte
-// order) and the reordering of a Fortran-order array into C order. Apart from npy.hpp
-// because the format is NumPy's and knows nothing of files or zip archives.
+// io/npz.hpp): the five element types gradus writes and their NPY descrs, the version 1.0
+// header numpy writes (magic, version, length, then a dict literal padded so that the data
+// starts on a 64-byte boundary), a strict parser of that dict whose errors say what is
+// wrong, the descrs it reads (io/stored_type.hpp: bool, int8-64, uint8-64, float16/32/64,
+// either byte order) and the reordering of a Fortran-order array into C order. Apart from
+// npy.hpp because the format is NumPy's and knows nothing of files or zip archives.
 #include <array>
 #include <cstddef>
 #include <cstring>
@@ -18,27 +18,23 @@
 
 namespace gradus::io::detail {
 
-/// dtype name <-> NPY descr: the five gradus writes (and reads without conversion).
+/// element_type <-> NPY descr: the five gradus writes (and reads without conversion).
 struct npy_type {
-  std::string_view name, descr;
-  std::size_t size;
+  element_type type;
+  std::string_view descr;
 };
-inline constexpr std::array<npy_type, 5> npy_types{{{"float32", "<f4", 4},
-                                                    {"float64", "<f8", 8},
-                                                    {"int32", "<i4", 4},
-                                                    {"int64", "<i8", 8},
-                                                    {"uint8", "|u1", 1}}};
+inline constexpr std::array<npy_type, 5> npy_types{{{element_type::f32, "<f4"},
+                                                    {element_type::f64, "<f8"},
+                                                    {element_type::i32, "<i4"},
+                                                    {element_type::i64, "<i8"},
+                                                    {element_type::u8, "|u1"}}};
 inline constexpr std::string_view npy_magic{"\x93NUMPY", 6};
 inline constexpr std::size_t npy_align = 64;
 
-inline const npy_type* npy_type_by_name(std::string_view name) {
-  for (const auto& t : npy_types)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-inline const npy_type* npy_type_by_descr(std::string_view descr) {
-  for (const auto& t : npy_types)
-    if (t.descr == descr) return &t;
+/// The NPY type of t, or null for an element type gradus does not write.
+inline const npy_type* npy_type_of(element_type t) {
+  for (const auto& n : npy_types)
+    if (n.type == t) return &n;
   return nullptr;
 }
 

@@ -107,7 +107,7 @@ inline void write_zip(const std::filesystem::path& tmp, std::span<const npz_arra
   for (std::size_t i = 0; i < arrays.size(); ++i) {
     const auto& a = arrays[i];
     const std::string entry = a.name + ".npy";
-    headers.push_back(npy_header(npy_type_by_name(a.dtype)->descr, a.shape));
+    headers.push_back(npy_header(npy_type_of(a.dtype)->descr, a.shape));
     auto& f = fragments.emplace_back();
     f[0] = {reinterpret_cast<zip_uint8_t*>(headers.back().data()), headers.back().size()};
     // libzip never writes through a buffer source that an archive only reads.

@@ -17,7 +17,7 @@
 // Dtypes read: F64, F32, F16, BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL (F16 and BF16
 // load as float32, I8/I16/U16 as int32, U32 and U64 as int64 (U64 only where every value is at
 // most 2^63 - 1), BOOL as uint8); refused by name: the F8 types, complex and anything else.
-// Written: the five gradus dtypes (F32, F64, I32, I64, U8).
+// Written: the five element types gradus keeps (F32, F64, I32, I64, U8).
 //
 // POSIX; host byte order must be little-endian (io/npy.hpp asserts it).
 #include <nlohmann/json.hpp>
@@ -75,14 +75,16 @@ inline constexpr std::array<safetensors_dtype, 13> safetensors_dtypes{{
     {"BOOL", {stored_kind::boolean, 1, false}},
 }};
 
-/// The safetensors dtype a gradus dtype is written as.
-inline std::string_view safetensors_dtype_of(std::string_view gradus_dtype) {
-  if (gradus_dtype == "float32") return "F32";
-  if (gradus_dtype == "float64") return "F64";
-  if (gradus_dtype == "int32") return "I32";
-  if (gradus_dtype == "int64") return "I64";
-  if (gradus_dtype == "uint8") return "U8";
-  return {};
+/// The safetensors dtype an element type is written as ("" for one gradus does not write).
+inline std::string_view safetensors_dtype_of(element_type t) {
+  switch (t) {
+    case element_type::f32: return "F32";
+    case element_type::f64: return "F64";
+    case element_type::i32: return "I32";
+    case element_type::i64: return "I64";
+    case element_type::u8: return "U8";
+    default: return {};
+  }
 }
 
 /// One tensor of the header, checked.

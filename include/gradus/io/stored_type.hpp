@@ -1,20 +1,20 @@
 #pragma once
 // The element types other programs store (NumPy descrs in .npy/.npz, safetensors dtypes) and
-// their conversion on load into the five dtypes gradus keeps (io/npz_array.hpp), every value
-// exact:
+// their conversion on load into the five element types gradus keeps (io/npz_array.hpp), every
+// value exact:
 //   float16, bfloat16 -> float32      float32 -> float32       float64 -> float64
 //   int8, int16, uint16 -> int32      int32 -> int32           int64, uint32 -> int64
 //   uint64 -> int64 where every value is at most 2^63 - 1, else refused naming the first
 //   bool (bytes 0 or 1) -> uint8      uint8 -> uint8
 // in either byte order. Apart from npy_format.hpp and safetensors.hpp because both formats
 // name the same types differently and convert them the same way.
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
-#include <string_view>
+
+#include "gradus/core/dtype.hpp"
 
 namespace gradus::io::detail {
 
@@ -32,7 +32,7 @@ struct stored_type {
 inline std::string stored_type_name(const stored_type& t) {
   switch (t.kind) {
     case stored_kind::ieee_float: return "float" + std::to_string(8 * t.size);
-    case stored_kind::bfloat: return "bfloat16";
+    case stored_kind::bfloat: return std::string(name_of(element_type::bf16));
     case stored_kind::signed_int: return "int" + std::to_string(8 * t.size);
     case stored_kind::unsigned_int: return "uint" + std::to_string(8 * t.size);
     case stored_kind::boolean: return "bool";
@@ -40,53 +40,27 @@ inline std::string stored_type_name(const stored_type& t) {
   return "?";
 }
 
-/// The gradus dtype an element type loads as (the table above).
-inline std::string_view loads_as(const stored_type& t) {
+/// The element type a stored type loads as (the table above).
+inline element_type loads_as(const stored_type& t) {
   switch (t.kind) {
-    case stored_kind::ieee_float: return t.size == 8 ? "float64" : "float32";
-    case stored_kind::bfloat: return "float32";
-    case stored_kind::signed_int: return t.size == 8 ? "int64" : "int32";
-    case stored_kind::unsigned_int: return t.size == 1 ? "uint8" : t.size == 2 ? "int32" : "int64";
-    case stored_kind::boolean: return "uint8";
+    case stored_kind::ieee_float: return t.size == 8 ? element_type::f64 : element_type::f32;
+    case stored_kind::bfloat: return element_type::f32;
+    case stored_kind::signed_int: return t.size == 8 ? element_type::i64 : element_type::i32;
+    case stored_kind::unsigned_int:
+      return t.size == 1 ? element_type::u8 : t.size == 2 ? element_type::i32 : element_type::i64;
+    case stored_kind::boolean: return element_type::u8;
   }
-  return {};
+  return element_type::none;
 }
 
 /// Bytes per element of loads_as(t).
-inline std::size_t loaded_size(const stored_type& t) {
-  const std::string_view d = loads_as(t);
-  return d == "uint8" ? 1 : d == "float32" || d == "int32" ? 4 : 8;
-}
+inline std::size_t loaded_size(const stored_type& t) { return size_of(loads_as(t)); }
 
 /// Are the stored bytes already those of loads_as(t) (no conversion, no byte swap)?
 inline bool loads_unchanged(const stored_type& t) {
   if (t.kind == stored_kind::bfloat || t.kind == stored_kind::boolean) return false;
   return (t.size == 1 || !t.big_endian) && t.size == loaded_size(t) &&
          !(t.kind == stored_kind::unsigned_int && t.size > 1);
-}
-
-/// IEEE binary16 bits -> the float of the same value (exact: every half is a float); a NaN
-/// keeps its sign and payload, as numpy's conversion does.
-inline float half_to_float(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t{h & 0x8000u} << 16;
-  const std::uint32_t exp = (h >> 10) & 0x1fu;
-  std::uint32_t mant = h & 0x3ffu;
-  std::uint32_t bits = 0;
-  if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | mant << 13;  // infinity, NaN
-  } else if (exp != 0) {
-    bits = sign | (exp + 112) << 23 | mant << 13;  // normal: rebias 15 -> 127
-  } else if (mant == 0) {
-    bits = sign;  // +-0
-  } else {  // subnormal, mant * 2^-24: normalise
-    std::uint32_t e = 113;
-    while (!(mant & 0x400u)) {
-      mant <<= 1;
-      --e;
-    }
-    bits = sign | e << 23 | (mant & 0x3ffu) << 13;
-  }
-  return std::bit_cast<float>(bits);
 }
 
 /// Converts n elements of `t` at src into loads_as(t) at dst (n * loaded_size(t) bytes).
@@ -105,7 +79,7 @@ inline std::string convert_elements(const stored_type& t, const std::byte* src, 
     const auto put = [&](auto v) { std::memcpy(dst, &v, sizeof v); };
     switch (t.kind) {
       case stored_kind::ieee_float:
-        if (t.size == 2) put(half_to_float(static_cast<std::uint16_t>(u)));
+        if (t.size == 2) put(half_bits::f16_to_float(static_cast<std::uint16_t>(u)));  // NaN payloads kept
         else if (t.size == 4) put(static_cast<std::uint32_t>(u));
         else put(u);
         break;

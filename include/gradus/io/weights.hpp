@@ -61,7 +61,7 @@ namespace detail {
 /// A variable to be loaded: its name, dtype and shape.
 struct weight_target {
   std::string name;
-  std::string_view dtype;
+  element_type dtype;
   dims shape;
 };
 
@@ -69,7 +69,7 @@ struct weight_target {
 /// pointer to something with dtype and shape, or nullptr) knows: "<v>/<slot>", slot without
 /// a '/', of v's dtype and shape.
 template <class Find>
-bool is_optimizer_state(std::string_view name, std::string_view dtype, const dims& shape, const Find& find) {
+bool is_optimizer_state(std::string_view name, element_type dtype, const dims& shape, const Find& find) {
   const auto slash = name.rfind('/');
   if (slash == std::string_view::npos || slash == 0 || slash + 1 == name.size()) return false;
   const auto* v = find(name.substr(0, slash));
@@ -92,7 +92,7 @@ std::vector<weight_target> session_variables(const Entries& entries) {
 /// The variables an expression reads, as targets.
 template <class... Vs>
 std::vector<weight_target> targets_of(std::tuple<Vs...>*) {
-  return {weight_target{std::string(Vs::name.view()), dtype_name<typename Vs::value_type>(),
+  return {weight_target{std::string(Vs::name.view()), element_type_of<typename Vs::value_type>,
                         static_dims<typename Vs::shape_type>()}...};
 }
 
@@ -123,20 +123,22 @@ inline std::vector<const io::npz_array*> match_weights(const std::vector<io::npz
     auto it = by_name.find(t.name);
     found.push_back(it == by_name.end() ? nullptr : it->second);
     if (it == by_name.end()) {
-      diffs.push_back("missing from the file: '" + t.name + "' " + to_string(t.shape) + " " + std::string(t.dtype));
+      diffs.push_back("missing from the file: '" + t.name + "' " + to_string(t.shape) + " " +
+                      std::string(name_of(t.dtype)));
       missing = true;
       continue;
     }
     const io::npz_array& a = *it->second;
     if (a.dtype == t.dtype && a.shape == t.shape) continue;
-    std::string d = "'" + t.name + "': the session has " + to_string(t.shape) + " " + std::string(t.dtype) +
-                    ", the file " + to_string(a.shape) + " " + a.dtype;
+    const std::string want(name_of(t.dtype));
+    std::string d = "'" + t.name + "': the session has " + to_string(t.shape) + " " + want + ", the file " +
+                    to_string(a.shape) + " " + std::string(name_of(a.dtype));
     if (a.shape.rank == 2 && t.shape.rank == 2 && a.shape.d[0] == t.shape.d[1] && a.shape.d[1] == t.shape.d[0] &&
         !(a.shape == t.shape)) {
       d += " (the transpose: transpose it, w.T)";
       transposed = true;
     } else if (a.shape == t.shape) {
-      d += " (write it as " + std::string(t.dtype) + ": numpy's .astype(np." + std::string(t.dtype) + "))";
+      d += " (write it as " + want + ": numpy's .astype(np." + want + "))";
     }
     diffs.push_back(std::move(d));
   }
@@ -150,10 +152,12 @@ inline std::vector<const io::npz_array*> match_weights(const std::vector<io::npz
   };
   if (options.extra == extra_arrays::refuse)
     for (const auto& a : arrays) {
-      if (wanted.count(a.name) || reserved_key(a.name) || is_optimizer_state(a.name, a.dtype, a.shape, find) ||
+      if (wanted.count(a.name) || reserved_key(a.name) || policy_state(a.name) ||
+          is_optimizer_state(a.name, a.dtype, a.shape, find) ||
           is_optimizer_state(a.name, a.dtype, a.shape, find_target))
         continue;
-      diffs.push_back("not a variable of the session: '" + a.name + "' " + to_string(a.shape) + " " + a.dtype);
+      diffs.push_back("not a variable of the session: '" + a.name + "' " + to_string(a.shape) + " " +
+                      std::string(name_of(a.dtype)));
       extras = true;
     }
   if (!diffs.empty()) {

@@ -153,6 +153,12 @@ void agree(Comm& comm, std::string_view what, const std::vector<run_field>& fiel
   throw out;
 }
 
+/// The session's precision policy: "precision" = "fp32", "bf16" or "fp16" (core/precision.hpp).
+template <class Session>
+run_field precision_field(const Session&) {
+  return {"precision", precision_of_backend_t<typename Session::backend_type>::name};
+}
+
 /// The session's tensors (variables and optimizer state) by name: "tensor w1" =
 /// "float32 (784, 256)".
 template <class Session>
@@ -161,7 +167,7 @@ std::vector<run_field> session_fields(const Session& s) {
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   std::vector<run_field> out;
   for (const auto& e : entries)
-    out.push_back({"tensor " + std::string(e.name), std::string(e.dtype) + " " + to_string(e.shape)});
+    out.push_back({"tensor " + std::string(e.name), std::string(name_of(e.dtype)) + " " + to_string(e.shape)});
   return out;
 }
 
@@ -182,7 +188,7 @@ std::vector<run_field> replica_fields(Session& s) {
   std::vector<run_field> out{{"global_step", std::to_string(s.global_step())}};
   std::vector<unsigned char> host;
   for (const auto& e : entries) {
-    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * dtype_size(e.dtype);
+    const std::size_t bytes = static_cast<std::size_t>(e.shape.numel()) * size_of(e.dtype);
     host.resize(bytes);
     if (bytes) Session::backend_type::copy_to_host(host.data(), e.data, bytes);
     std::uint64_t h = 1469598103934665603ull;

@@ -13,9 +13,9 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/exec/backend.hpp"
 #include "gradus/parallel/collectives.hpp"
@@ -55,11 +55,11 @@ void broadcast_variables(Comm& comm, Session& s, const std::vector<std::string>&
   std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
   for (const auto& e : entries) {
     const auto n = static_cast<std::size_t>(e.shape.numel());
-    if (e.dtype == std::string_view("float32"))
+    if (e.dtype == element_type::f32)
       detail::with_host_span<backend>(static_cast<float*>(e.data), n, receives, [&](auto sp) { comm.broadcast(sp, 0); });
-    else if (e.dtype == std::string_view("float64"))
+    else if (e.dtype == element_type::f64)
       detail::with_host_span<backend>(static_cast<double*>(e.data), n, receives, [&](auto sp) { comm.broadcast(sp, 0); });
-    else throw error("gradus: broadcast_variables: '" + std::string(e.name) + "' has dtype " + std::string(e.dtype));
+    else throw error("gradus: broadcast_variables: '" + std::string(e.name) + "' has dtype " + std::string(name_of(e.dtype)));
   }
   double step = static_cast<double>(s.global_step());  // exact below 2^53
   comm.broadcast(std::span<double>(&step, 1), 0);

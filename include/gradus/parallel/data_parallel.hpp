@@ -212,7 +212,7 @@ class data_parallel_step {
   }
   /// What the ranks compare before their first collective.
   std::vector<run_field> run_fingerprint() const {
-    std::vector<run_field> f{{"world_size", std::to_string(comm_.world_size())}};
+    std::vector<run_field> f{{"world_size", std::to_string(comm_.world_size())}, precision_field(step_.owner())};
     f.insert(f.end(), optimizer_fields_.begin(), optimizer_fields_.end());
     f.insert(f.end(), extra_fields_.begin(), extra_fields_.end());
     for (auto& t : session_fields(step_.owner())) f.push_back(std::move(t));

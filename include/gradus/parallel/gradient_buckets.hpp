@@ -15,11 +15,11 @@
 #include <cstddef>
 #include <span>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/exec/backend.hpp"
 
@@ -62,7 +62,7 @@ class gradient_buckets {
     auto& b = buckets_[bucket_of_[i]];
     for (const auto& m : b.members)
       if (m.var == i) {
-        if (static_cast<std::size_t>(g.size) * (b.dtype == std::string_view("float64") ? 8 : 4) != m.bytes || g.sparse())
+        if (static_cast<std::size_t>(g.size) * size_of(b.dtype) != m.bytes || g.sparse())
           throw error("gradus: data_parallel: gradient of '" + std::string(g.name) + "' is not the dense size planned");
         queue_copy_to_host<backend>(b.data.data() + m.offset, g.data, m.bytes);
         if (--b.pending == 0) b.ready.record();
@@ -76,7 +76,7 @@ class gradient_buckets {
   std::size_t average(Comm& comm, std::size_t k) {
     auto& b = buckets_[k];
     b.ready.wait();
-    if (b.dtype == std::string_view("float64"))
+    if (b.dtype == element_type::f64)
       comm.allreduce_average(std::span<double>(reinterpret_cast<double*>(b.data.data()), b.data.size() / 8));
     else
       comm.allreduce_average(std::span<float>(reinterpret_cast<float*>(b.data.data()), b.data.size() / 4));
@@ -100,7 +100,7 @@ class gradient_buckets {
     std::size_t bytes;
   };
   struct bucket {
-    std::string_view dtype;
+    element_type dtype = element_type::none;
     std::vector<member> members;
     std::size_t bytes = 0;
     host_buffer<backend> data;     ///< host memory the communicator averages in place (pinned on a GPU)
@@ -113,11 +113,10 @@ class gradient_buckets {
     const auto& sizes = Step::variable_sizes();
     bucket_of_.assign(Step::variable_count, 0);
     for (std::size_t k = Step::variable_count; k-- > 0;) {
-      const std::size_t elem = dtypes[k] == std::string_view("float64") ? 8 : 4;
-      if (dtypes[k] != std::string_view("float32") && dtypes[k] != std::string_view("float64"))
+      if (dtypes[k] != element_type::f32 && dtypes[k] != element_type::f64)
         throw error("gradus: data_parallel: variable '" + std::string(Step::variable_names()[k]) + "' has dtype " +
-                    std::string(dtypes[k]) + "; only float32 and float64 gradients are reduced");
-      const std::size_t bytes = static_cast<std::size_t>(sizes[k]) * elem;
+                    std::string(name_of(dtypes[k])) + "; only float32 and float64 gradients are reduced");
+      const std::size_t bytes = static_cast<std::size_t>(sizes[k]) * size_of(dtypes[k]);
       if (buckets_.empty() || buckets_.back().dtype != dtypes[k] ||
           (buckets_.back().bytes + bytes > bucket_bytes && !buckets_.back().members.empty())) {
         buckets_.emplace_back();

@@ -25,11 +25,11 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/exec/backend.hpp"
 #include "gradus/parallel/agree.hpp"
@@ -209,7 +209,7 @@ class ps_worker {
   }
   template <class F, class Buffer>
   static void typed_at(std::size_t i, Buffer& b, F& f) {
-    if (Step::variable_dtypes()[i] == std::string_view("float64"))
+    if (Step::variable_dtypes()[i] == element_type::f64)
       f(std::span<double>(reinterpret_cast<double*>(b.data()), b.size() / 8));
     else
       f(std::span<float>(reinterpret_cast<float*>(b.data()), b.size() / 4));
@@ -218,8 +218,7 @@ class ps_worker {
     auto entries = step_.owner().entries();
     const auto& names = Step::variable_names();
     for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t bytes = static_cast<std::size_t>(Step::variable_sizes()[i]) *
-                                (Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4);
+      const std::size_t bytes = static_cast<std::size_t>(Step::variable_sizes()[i]) * size_of(Step::variable_dtypes()[i]);
       slot_storage_[i].assign(slot_names_.size(), nullptr);
       slot_host_[i].assign(slot_names_.size(), std::vector<std::byte>(bytes));
       for (const auto& e : entries) {
@@ -238,7 +237,7 @@ class ps_worker {
   void push_rows(std::size_t i, const gradient_buffer& g) {
     if constexpr (row_store<Store>) {
       if (!moves_rows()) throw error("gradus: data_parallel: a sparse gradient ('" + std::string(g.name) + "') for a communicator that moves no rows");
-      const std::size_t elem = Step::variable_dtypes()[i] == std::string_view("float64") ? 8 : 4;
+      const std::size_t elem = size_of(Step::variable_dtypes()[i]);
       const auto rows = static_cast<std::size_t>(g.rows), L = static_cast<std::size_t>(g.row_len);
       backend::copy_to_host(grad_host_[i].data(), g.data, rows * L * elem);
       rows_host_[i].assign(g.indices, g.indices + rows);

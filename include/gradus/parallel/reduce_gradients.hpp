@@ -12,9 +12,9 @@
 // run fingerprint, and parameter servers.
 #include <cstddef>
 #include <string>
-#include <string_view>
 #include <type_traits>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/collectives.hpp"
 #include "gradus/parallel/gradient_buckets.hpp"
@@ -33,8 +33,9 @@ void reduce_gradients(Comm& comm, Step& step) {
     if (g.sparse())
       throw error("gradus: reduce_gradients: the gradient of '" + std::string(g.name) +
                   "' is sparse (embedding_lookup): call set_sparse_as_dense(true) on the step to all-reduce it");
-    if (g.dtype != std::string_view("float32") && g.dtype != std::string_view("float64"))
-      throw error("gradus: reduce_gradients: gradient of '" + std::string(g.name) + "' has dtype " + std::string(g.dtype));
+    if (g.dtype != element_type::f32 && g.dtype != element_type::f64)
+      throw error("gradus: reduce_gradients: gradient of '" + std::string(g.name) + "' has dtype " +
+                  std::string(name_of(g.dtype)));
   }
   gradient_buckets<std::remove_cvref_t<Step>> buckets(default_bucket_bytes);
   buckets.begin_step();

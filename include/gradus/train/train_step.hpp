@@ -40,6 +40,7 @@
 #include "gradus/autodiff/grad.hpp"
 #include "gradus/exec/session.hpp"
 #include "gradus/graph/ops/index.hpp"
+#include "gradus/train/loss_scale.hpp"
 #include "gradus/train/optimizer.hpp"
 
 namespace gradus {
@@ -92,7 +93,7 @@ struct no_gradient_hook {
 /// variable (host memory, sorted, unique); dense ones have indices == nullptr.
 struct gradient_buffer {
   std::string_view name;   ///< the variable's
-  std::string_view dtype;  ///< "float32" / "float64"
+  element_type dtype;      ///< f32 or f64
   void* data;              ///< writable: a communicator may reduce into it
   index_t size;            ///< elements in data
   const std::int32_t* indices = nullptr;  ///< sparse: the variable's row of each row of data; dense: nullptr
@@ -119,7 +120,15 @@ class train_step {
   static_assert(sizeof...(Vs) > 0, "gradus: minimize: name the variables to train");
   static_assert((is_variable_v<Vs> && ...), "gradus: minimize: only variables can be trained (not placeholders)");
   static_assert(detail::distinct_names<Vs...>(), "gradus: minimize: a variable is named twice");
-  using grads_t = decltype(detail::as_tuple(grad(std::declval<const Loss&>(), std::declval<const Vs&>()...)));
+  /// Whether the session's precision policy scales the loss (core/precision.hpp: fp16): the
+  /// gradients are then those of loss * "loss_scaler/scale", unscaled before the update.
+  static constexpr bool scales_loss =
+      precision_of_backend_t<Backend>::scales_loss && std::is_same_v<value_t<Loss>, float>;
+  static auto backward_loss(const Loss& l) {
+    if constexpr (scales_loss) return l * loss_scale_variable{};
+    else return l;
+  }
+  using grads_t = decltype(detail::as_tuple(grad(backward_loss(std::declval<const Loss&>()), std::declval<const Vs&>()...)));
   static constexpr std::size_t max_slots = 2;
   template <std::size_t I>
   using var_t = std::tuple_element_t<I, std::tuple<Vs...>>;
@@ -145,7 +154,7 @@ class train_step {
     return of;
   }();
   static constexpr std::array<std::string_view, sizeof...(Vs)> names_{Vs::name.view()...};
-  static constexpr std::array<std::string_view, sizeof...(Vs)> dtypes_{dtype_name<value_t<Vs>>()...};
+  static constexpr std::array<element_type, sizeof...(Vs)> dtypes_{element_type_of<value_t<Vs>>...};
   static constexpr std::array<index_t, sizeof...(Vs)> sizes_{static_dims<shape_t<Vs>>().numel()...};
   static constexpr std::array<index_t, sizeof...(Vs)> row_lens_ = []<std::size_t... I>(std::index_sequence<I...>) {
     return std::array<index_t, sizeof...(Vs)>{
@@ -159,7 +168,7 @@ class train_step {
   static constexpr std::size_t variable_count = sizeof...(Vs);
   /// The variables' names, `std::array<std::string_view, variable_count>`.
   static constexpr const auto& variable_names() { return names_; }
-  /// The variables' dtypes, "float32" or "float64", `std::array<std::string_view, variable_count>`.
+  /// The variables' element types, f32 or f64, `std::array<element_type, variable_count>`.
   static constexpr const auto& variable_dtypes() { return dtypes_; }
   /// The variables' element counts, `std::array<index_t, variable_count>`.
   static constexpr const auto& variable_sizes() { return sizes_; }
@@ -185,7 +194,8 @@ class train_step {
   /// the first step. The variables need values (assigned, initialised or restored) only when
   /// the step runs. Prefer minimize().
   train_step(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs)
-      : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(loss, vs...))), fetches_(make_fetches(grads_)) {
+      : s_(s), loss_(loss), opt_(opt), grads_(detail::as_tuple(grad(backward_loss(loss), vs...))),
+        fetches_(make_fetches(grads_)), scaling_(s) {
     opt_.validate();
     (declare(s_, vs), ...);
     std::size_t i = 0;
@@ -221,6 +231,7 @@ class train_step {
         on_ready(i, buffers_[i]);
       }
     };
+    if constexpr (scales_loss) scaling_.before_backward();
     std::apply(
         [&](const auto&... f) {
           auto r = [&] {
@@ -256,12 +267,19 @@ class train_step {
     if (!have_grads_) throw error("gradus: train_step::apply_gradients: no gradients; call compute_gradients first");
     have_grads_ = false;
     const auto bound = s_.bind();
-    double scale = 1;
-    if (opt_.clip_global_norm > 0) {
-      last_norm_ = norm_of_gradients();
-      if (last_norm_ > opt_.clip_global_norm) scale = opt_.clip_global_norm / last_norm_;
-    }
     const std::int64_t step = s_.global_step();
+    double scale = 1;  // what the update multiplies the gradients by
+    if constexpr (scales_loss) {
+      if (!scaling_.after_backward(step, buffers_)) {  // Inf or NaN: skipped, scale backed off
+        s_.set_global_step(step + 1);
+        return;
+      }
+      scale = scaling_.unscale();
+    }
+    if (opt_.clip_global_norm > 0) {
+      last_norm_ = norm_of_gradients() * scale;
+      if (last_norm_ > opt_.clip_global_norm) scale *= opt_.clip_global_norm / last_norm_;
+    }
     // each variable's storage, looked up once per step (also for the aliasing check)
     [&]<std::size_t... I>(std::index_sequence<I...>) {
       ((storage_[I] = s_.template data<value_t<Vs>>(Vs::name.view())), ...);
@@ -274,11 +292,23 @@ class train_step {
 
   /// The global gradient norm of the last step (only computed when clipping).
   double last_global_norm() const { return last_norm_; }
+  /// The loss scale the next backward pass uses (train/loss_scale.hpp); 1 where the session's
+  /// precision policy does not scale the loss.
+  double loss_scale() const {
+    if constexpr (scales_loss) return scaling_.scaler().scale();
+    else return 1;
+  }
+  /// Steps skipped for non-finite gradients under loss scaling (0 without it).
+  std::int64_t skipped_steps() const {
+    if constexpr (scales_loss) return scaling_.scaler().skipped_steps();
+    else return 0;
+  }
   /// The L2 norm over all gradients of the last compute_gradients() (one extra pass).
   double gradient_norm() const {
     if (!have_grads_) throw error("gradus: train_step::gradient_norm: no gradients; call compute_gradients first");
     const auto bound = s_.bind();
-    return norm_of_gradients();
+    if constexpr (scales_loss) return norm_of_gradients() * scaling_.unscale();  // of the unscaled gradients
+    else return norm_of_gradients();
   }
   /// The learning rate the next update will use.
   double learning_rate() const { return opt_.lr(s_.global_step()); }
@@ -336,7 +366,7 @@ class train_step {
     using T = value_t<V>;
     const auto& first = std::get<1 + fetch_at[I]>(r);
     if constexpr (!sparse_v<I>) {
-      buffers_[I] = {V::name.view(), dtype_name<T>(), const_cast<void*>(static_cast<const void*>(first.data())),
+      buffers_[I] = {V::name.view(), element_type_of<T>, const_cast<void*>(static_cast<const void*>(first.data())),
                      first.size()};
     } else {
       const auto& idx = std::get<2 + fetch_at[I]>(r);
@@ -346,7 +376,7 @@ class train_step {
       if (sparse_as_dense_) {
         T* dense = scratch<T>(I, vd.numel());
         Backend::scatter_add(first.data(), idx.data(), n, row_len, dense, vocab);
-        buffers_[I] = {V::name.view(), dtype_name<T>(), dense, vd.numel()};
+        buffers_[I] = {V::name.view(), element_type_of<T>, dense, vd.numel()};
         return;
       }
       // coalesce: the named rows sorted and unique; each position's row remapped to its
@@ -368,7 +398,7 @@ class train_step {
         Backend::copy_to_device(remap, sp.remap.data(), static_cast<std::size_t>(n) * sizeof(std::int32_t));
         Backend::scatter_add(first.data(), remap, n, row_len, rows, k);
       }
-      buffers_[I] = {V::name.view(), dtype_name<T>(), rows, k * row_len, sp.rows.data(), k, row_len};
+      buffers_[I] = {V::name.view(), element_type_of<T>, rows, k * row_len, sp.rows.data(), k, row_len};
     }
   }
 
@@ -515,6 +545,10 @@ class train_step {
   std::array<gradient_buffer, sizeof...(Vs)> buffers_{};
   std::array<std::array<void*, max_slots>, sizeof...(Vs)> slots_{};
   scratch_list scratch_;
+  struct no_scaling {
+    explicit no_scaling(session<Backend>&) {}
+  };
+  std::conditional_t<scales_loss, step_loss_scaling<Backend>, no_scaling> scaling_;
   loss_type last_loss_{};
   double last_norm_ = 0;
   bool have_grads_ = false;

@@ -25,7 +25,7 @@ int main() {
   g::io::write_npz(npz, {{"a/values", "float32", {2, 2}, values}});
   const auto back = g::io::read_npz(npz);
   std::filesystem::remove(npz);
-  const bool npz_ok = back.size() == 1 && back[0].name == "a/values" && back[0].dtype == "float32" &&
+  const bool npz_ok = back.size() == 1 && back[0].name == "a/values" && back[0].dtype == g::element_type::f32 &&
                       back[0].shape == g::dims{2, 2} && back[0].bytes.size() == sizeof values &&
                       std::memcmp(back[0].bytes.data(), values, sizeof values) == 0;
   std::printf("consumer: .npz round trip %s\n", npz_ok ? "ok" : "WRONG");

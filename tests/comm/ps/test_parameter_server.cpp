@@ -88,7 +88,7 @@ BOOST_AUTO_TEST_CASE(the_partition_covers_every_element_once_and_balances_bytes)
 // ---- the wire format ------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(the_decoder_refuses_malformed_messages_with_the_reason) {
-  auto h = wire::make(wire::type::push, 3, 0, 4, wire::dtype::f32);
+  auto h = wire::make(wire::type::push, 3, 0, 4, g::element_type::f32);
   h.payload_bytes = 16;
   std::vector<std::byte> head(64), body(16), short_body(12);
   std::memcpy(head.data(), &h, 64);
@@ -523,7 +523,7 @@ BOOST_AUTO_TEST_CASE(junk_sent_to_a_server_is_counted_and_dropped_while_training
       std::vector<std::uint8_t> junk(rng() % 200);
       for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
       if (i % 3 == 0 && junk.size() >= 64) {  // a valid-looking header with a lying size
-        auto h = wire::make(wire::type::push, 0, 0, 1000, wire::dtype::f64);
+        auto h = wire::make(wire::type::push, 0, 0, 1000, g::element_type::f64);
         h.payload_bytes = 8;
         std::memcpy(junk.data(), &h, 64);
         junk.resize(64);
@@ -644,7 +644,7 @@ BOOST_AUTO_TEST_CASE(a_job_resumed_from_the_servers_state_trains_as_one_that_nev
           step.pull_state();
           saved.clear();
           for (const auto& e : s.entries()) {
-            const auto n = static_cast<std::size_t>(e.shape.numel()) * (e.dtype == std::string_view("float64") ? 8 : 4);
+            const auto n = static_cast<std::size_t>(e.shape.numel()) * g::size_of(e.dtype);
             saved.emplace_back(std::string(e.name), std::vector<std::byte>(static_cast<const std::byte*>(e.data),
                                                                            static_cast<const std::byte*>(e.data) + n));
           }
@@ -903,7 +903,7 @@ BOOST_AUTO_TEST_CASE(a_restarted_server_reloads_its_shards_and_the_workers_rejoi
         g::ps::restore_source restore = [&](const std::string& name, const std::vector<std::string>& slots) -> std::optional<g::ps::restored_variable> {
           if (name != "w" || slots != std::vector<std::string>{"momentum"}) return std::nullopt;
           g::ps::restored_variable v;
-          v.dt = wire::dtype::f64;
+          v.dt = g::element_type::f64;
           const auto b = std::as_bytes(std::span<const double>(ck_w)), m = std::as_bytes(std::span<const double>(ck_m));
           v.values.assign(b.begin(), b.end());
           v.slots.emplace_back(m.begin(), m.end());
@@ -1152,7 +1152,7 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_in_hello_and_init_are_refused_with_the
   auto config = wire::make(wire::type::config);
   config.rank = 0;
   (void)ask(config, R"({"optimizer":"sgd","settings":{}})");
-  auto init = wire::make(wire::type::init, 0, 0, 1, wire::dtype::f32);
+  auto init = wire::make(wire::type::init, 0, 0, 1, g::element_type::f32);
   init.rank = 0;
   init.scalar = -1;
   const std::string name = std::string("\x01\0\0\0", 4) + "w";

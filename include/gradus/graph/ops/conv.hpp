@@ -178,6 +178,7 @@ struct conv2d_node : expr_base {
   using shape_type = shape_of_array<detail::conv_extents<shape_t<X>, shape_t<W>, Win>>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = "conv2d";
+  static constexpr op_precision precision = op_precision::compute;  ///< core/precision.hpp
   static constexpr window2d window = Win;
   X x;
   W w;
@@ -202,6 +203,7 @@ struct conv2d_data_grad_node : expr_base {
   using shape_type = shape_t<Like>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = "conv2d_data_grad";
+  static constexpr op_precision precision = op_precision::compute;  ///< core/precision.hpp
   G g;
   W w;
   Like like;
@@ -228,6 +230,7 @@ struct conv2d_weight_grad_node : expr_base {
   using shape_type = shape_t<Like>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = "conv2d_weight_grad";
+  static constexpr op_precision precision = op_precision::compute;  ///< core/precision.hpp
   X x;
   G g;
   Like like;

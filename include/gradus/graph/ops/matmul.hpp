@@ -82,6 +82,7 @@ struct matmul_node : expr_base {
   using shape_type = shape_of_array<detail::matmul_extents<shape_t<A>, shape_t<B>>>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = "matmul";
+  static constexpr op_precision precision = op_precision::compute;  ///< a GEMM (core/precision.hpp)
   using lhs = detail::gemm_operand<A>;
   using rhs = detail::gemm_operand<B>;
   A a;

@@ -107,6 +107,7 @@ struct rnn_node : expr_base {
   using shape_type = shape_of_array<detail::rnn_fwd_extents<Cell, shape_t<X>, shape_t<Wx>, shape_t<Wh>>>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = Cell::name;
+  static constexpr op_precision precision = op_precision::compute;  ///< the cell's GEMMs (core/precision.hpp)
   using cell = Cell;
   X xs;
   Wx wx;
@@ -170,6 +171,7 @@ struct rnn_grad_node : expr_base {
   using shape_type = shape<dyn>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = cell::grad_name;
+  static constexpr op_precision precision = op_precision::compute;  ///< core/precision.hpp
   Fwd fwd;
   G g;
   auto operands() const { return std::tie(fwd, g, fwd.xs, fwd.wh); }
@@ -233,6 +235,7 @@ struct rnn_input_grad_node : expr_base {
   using shape_type = shape_t<decltype(std::declval<const Grad&>().fwd.xs)>;
   static constexpr node_kind kind = node_kind::kernel;
   static constexpr const char* op_name = cell::input_grad_name;
+  static constexpr op_precision precision = op_precision::compute;  ///< core/precision.hpp
   Grad grad;
   auto operands() const { return std::tie(grad, grad.fwd.xs, grad.fwd.wx); }
   auto children() const { return std::tie(grad); }

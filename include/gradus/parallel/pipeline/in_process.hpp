@@ -91,7 +91,7 @@ class in_process_pipeline {
   /// One training step over the batch the feeds hold: the batch's loss.
   template <class... Feeds>
   double run(const Feeds&... feeds) {
-    const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), dtype_name<typename Feeds::value_type>(), feeds.data,
+    const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), element_type_of<typename Feeds::value_type>, feeds.data,
                                                      feeds.d, sizeof(typename Feeds::value_type)}...};
     const std::span<const detail::raw_feed> all(raw, sizeof...(Feeds));
     double loss = 0;

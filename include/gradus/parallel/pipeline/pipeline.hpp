@@ -58,7 +58,7 @@ class pipeline_step {
   /// says: every error names this stage, the micro-batch and the peer.
   template <class... Feeds>
   double run(const Feeds&... feeds) {
-    const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), dtype_name<typename Feeds::value_type>(), feeds.data,
+    const detail::raw_feed raw[] = {detail::raw_feed{Feeds::name.view(), element_type_of<typename Feeds::value_type>, feeds.data,
                                                      feeds.d, sizeof(typename Feeds::value_type)}...};
     return p_->run_raw(std::span<const detail::raw_feed>(raw, sizeof...(Feeds)));
   }

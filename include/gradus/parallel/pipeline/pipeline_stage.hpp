@@ -299,8 +299,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     using V = value_t<P>;
     for (const auto& f : feeds) {
       if (f.name != P::name.view()) continue;
-      if (f.dtype != dtype_name<V>())
-        throw feed_error(this->where(-1) + "feed '" + std::string(f.name) + "' is " + std::string(f.dtype) + ", its placeholder " +
+      if (f.dtype != element_type_of<V>)
+        throw feed_error(this->where(-1) + "feed '" + std::string(f.name) + "' is " + std::string(name_of(f.dtype)) + ", its placeholder " +
                          std::string(dtype_name<V>()));
       dims d = f.d;
       const index_t row = d.d[0] ? d.numel() / d.d[0] : 0;

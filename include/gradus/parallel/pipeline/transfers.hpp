@@ -16,6 +16,7 @@
 #include <ostream>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/core/shape.hpp"
 #include "gradus/parallel/agree.hpp"
@@ -90,7 +91,7 @@ namespace detail {
 /// A feed as a stage sees it before it knows its type: name, dtype, data, dims.
 struct raw_feed {
   std::string_view name;
-  std::string_view dtype;
+  element_type dtype;
   const void* data;
   dims d;
   std::size_t elem_size;

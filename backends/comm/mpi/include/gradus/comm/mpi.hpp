@@ -354,11 +354,10 @@ class mpi_allreduce {
     else if constexpr (std::same_as<T, double>) return MPI_DOUBLE;
     else return MPI_BYTE;
   }
+  /// T as errors name it: "float32", "float64", "bytes".
   template <class T>
-  static const char* dtype_name() {
-    if constexpr (std::same_as<T, float>) return "float32";
-    else if constexpr (std::same_as<T, double>) return "float64";
-    else return "bytes";
+  static std::string dtype_name() {
+    return std::string(parallel::element_name(parallel::element_of<T>));
   }
 
   /// call(pointer, count) on each piece of at most max_count elements; nothing for none.

@@ -196,12 +196,12 @@ class parameter_server {
   /// in pieces of chunk_bytes. Every worker calls it, in the same order.
   template <class T>
   void allreduce_sum(std::span<T> x) {
-    collective(ps::wire::coll_op::sum, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
+    collective(ps::wire::coll_op::sum, std::as_writable_bytes(x), parallel::element_of<T>, x.size(), 0);
   }
   /// x <- the sum divided by the number of workers that took part, as allreduce_sum.
   template <class T>
   void allreduce_average(std::span<T> x) {
-    collective(ps::wire::coll_op::average, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), 0);
+    collective(ps::wire::coll_op::average, std::as_writable_bytes(x), parallel::element_of<T>, x.size(), 0);
   }
   /// x <- worker `root`'s x, through server 0. A root outside the world throws
   /// gradus::error; a root that is gone fails the collective on every worker.
@@ -209,10 +209,10 @@ class parameter_server {
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= o_.world_size)
       throw error("gradus: parameter_server: broadcast from rank " + std::to_string(root) + " of " + std::to_string(o_.world_size));
-    collective(ps::wire::coll_op::broadcast, std::as_writable_bytes(x), ps::wire::dtype_of<T>(), x.size(), root);
+    collective(ps::wire::coll_op::broadcast, std::as_writable_bytes(x), parallel::element_of<T>, x.size(), root);
   }
   /// Returns once every live worker has entered it (at server 0).
-  void barrier() { collective(ps::wire::coll_op::barrier, {}, ps::wire::dtype::none, 0, 0); }
+  void barrier() { collective(ps::wire::coll_op::barrier, {}, element_type::none, 0, 0); }
 
   // ---- a lost worker's restart (async, ssp; server_rejoin.hpp) ----
   /// Whether this process takes the place of a worker the job lost (ps_options::restarted, and
@@ -229,7 +229,7 @@ class parameter_server {
   /// the collectives a newcomer runs first (the run fingerprint), in step with it.
   std::vector<int> join_point() {
     std::vector<std::byte> back(static_cast<std::size_t>(o_.world_size), std::byte{0});
-    collective(ps::wire::coll_op::join_point, back, ps::wire::dtype::bytes, back.size(), 0);
+    collective(ps::wire::coll_op::join_point, back, element_type::none, back.size(), 0);
     std::vector<int> ranks;
     for (std::size_t r = 0; r < back.size(); ++r)
       if (back[r] != std::byte{0}) ranks.push_back(static_cast<int>(r));
@@ -264,7 +264,7 @@ class parameter_server {
       if (sl.size() != values.size()) throw error("gradus: parameter_server: a state tensor of '" + std::string(key) + "' is not the variable's size");
     index_[std::string(key)] = vars_.size();
     vars_.push_back({std::string(key), values.size(), sizeof(T)});
-    dtypes_.push_back(ps::wire::dtype_of<T>());
+    dtypes_.push_back(parallel::element_of<T>);
     std::vector<std::vector<std::byte>> state;
     const auto b = std::as_bytes(values);
     state.emplace_back(b.begin(), b.end());
@@ -285,10 +285,10 @@ class parameter_server {
   template <class T>
   std::int64_t snapshot(std::string_view key, std::span<T> values, std::vector<std::span<T>> slots) {
     flush();
-    const std::size_t v = var_of(key, values.size(), ps::wire::dtype_of<T>(), "snapshot");
+    const std::size_t v = var_of(key, values.size(), parallel::element_of<T>, "snapshot");
     std::vector<std::uint64_t> ids;
     for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {  // values and state
-      auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      auto h = ps::wire::make(ps::wire::type::snapshot, static_cast<std::uint32_t>(s), first, n, parallel::element_of<T>);
       h.clock = clock_;
       const auto id = request(shards_[s].server, h, {}, req_kind::snapshot);
       auto& r = reqs_.at(id);
@@ -325,7 +325,7 @@ class parameter_server {
   template <class T>
   handle push_rows(std::string_view key, std::span<const std::int64_t> rows, std::span<const T> values) {
     flush();
-    const std::size_t v = var_of(key, vars_[index_of(key, "push_rows")].elements, ps::wire::dtype_of<T>(), "push_rows");
+    const std::size_t v = var_of(key, vars_[index_of(key, "push_rows")].elements, parallel::element_of<T>, "push_rows");
     const std::size_t L = row_length(v, "push_rows");
     if (values.size() != rows.size() * L)
       throw error(prefix() + "push_rows of '" + std::string(key) + "': " + std::to_string(values.size()) + " values for " + std::to_string(rows.size()) +
@@ -347,7 +347,7 @@ class parameter_server {
         std::memcpy(payload.data() + 8 * k, &r, 8);
         std::memcpy(payload.data() + 8 * js.size() + k * L * sizeof(T), values.data() + js[k] * L, L * sizeof(T));
       }
-      auto h = ps::wire::make(ps::wire::type::push_rows, static_cast<std::uint32_t>(s), L, js.size(), ps::wire::dtype_of<T>());
+      auto h = ps::wire::make(ps::wire::type::push_rows, static_cast<std::uint32_t>(s), L, js.size(), parallel::element_of<T>);
       h.clock = clock_;
       h.scalar = lr_;
       request(shards_[s].server, h, payload, req_kind::ack, /*copy=*/true);
@@ -363,11 +363,11 @@ class parameter_server {
   template <class T>
   handle pull_rows_async(std::string_view key, std::span<T> table) {
     flush();
-    const std::size_t v = var_of(key, table.size(), ps::wire::dtype_of<T>(), "pull_rows");
+    const std::size_t v = var_of(key, table.size(), parallel::element_of<T>, "pull_rows");
     const std::size_t L = row_length(v, "pull_rows");
     handle hd{next_id_, next_id_};
     for (const std::size_t s : shards_of_[v]) {
-      auto h = ps::wire::make(ps::wire::type::pull_rows, static_cast<std::uint32_t>(s), L, since_[s], ps::wire::dtype_of<T>());
+      auto h = ps::wire::make(ps::wire::type::pull_rows, static_cast<std::uint32_t>(s), L, since_[s], parallel::element_of<T>);
       h.clock = clock_;
       const auto id = request(shards_[s].server, h, {}, req_kind::rows);
       reqs_.at(id).dst = std::as_writable_bytes(table);
@@ -390,10 +390,10 @@ class parameter_server {
   template <class T>
   handle push_async(std::string_view key, std::span<const T> grad) {
     flush();
-    const std::size_t v = var_of(key, grad.size(), ps::wire::dtype_of<T>(), "push");
+    const std::size_t v = var_of(key, grad.size(), parallel::element_of<T>, "push");
     handle hd{next_id_, next_id_};
     for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
-      auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), first, n, parallel::element_of<T>);
       h.clock = clock_;
       h.scalar = lr_;
       request(shards_[s].server, h, std::as_bytes(grad.subspan(first, n)), req_kind::ack);
@@ -410,10 +410,10 @@ class parameter_server {
   template <class T>
   handle pull_async(std::string_view key, std::span<T> out) {
     flush();
-    const std::size_t v = var_of(key, out.size(), ps::wire::dtype_of<T>(), "pull");
+    const std::size_t v = var_of(key, out.size(), parallel::element_of<T>, "pull");
     handle hd{next_id_, next_id_};
     for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
-      auto h = ps::wire::make(ps::wire::type::pull, static_cast<std::uint32_t>(s), first, n, ps::wire::dtype_of<T>());
+      auto h = ps::wire::make(ps::wire::type::pull, static_cast<std::uint32_t>(s), first, n, parallel::element_of<T>);
       h.clock = clock_;
       const auto id = request(shards_[s].server, h, {}, req_kind::pull);
       reqs_.at(id).dst = std::as_writable_bytes(out.subspan(first, n));
@@ -584,7 +584,7 @@ class parameter_server {
     throw error(prefix() + "no shard of '" + vars_[v].name + "' holds element " + std::to_string(e));
   }
 
-  std::size_t var_of(std::string_view key, std::size_t n, ps::wire::dtype dt, const char* what) const {
+  std::size_t var_of(std::string_view key, std::size_t n, element_type dt, const char* what) const {
     const auto it = index_.find(std::string(key));
     if (it == index_.end()) throw error(prefix() + std::string(what) + " of '" + std::string(key) + "', which was never declared (initialize)");
     const auto& v = vars_[it->second];
@@ -612,16 +612,16 @@ class parameter_server {
 
   /// One collective, in pieces of chunk_bytes (each its own collective number: every worker
   /// cuts alike), so that no message passes the servers' max_payload.
-  void collective(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
-    const std::size_t elem = ps::wire::dtype_size(dt);
-    if (elem == 0 || data.size() <= o_.chunk_bytes) return collective_piece(op, data, dt, count, root);
+  void collective(ps::wire::coll_op op, std::span<std::byte> data, element_type dt, std::size_t count, int root) {
+    const std::size_t elem = ps::wire::element_size(ps::wire::type::coll, dt);
+    if (data.size() <= o_.chunk_bytes) return collective_piece(op, data, dt, count, root);
     const std::size_t per = std::max<std::size_t>(1, o_.chunk_bytes / elem);
     for (std::size_t at = 0; at < count; at += per) {
       const std::size_t n = std::min(per, count - at);
       collective_piece(op, data.subspan(at * elem, n * elem), dt, n, root);
     }
   }
-  void collective_piece(ps::wire::coll_op op, std::span<std::byte> data, ps::wire::dtype dt, std::size_t count, int root) {
+  void collective_piece(ps::wire::coll_op op, std::span<std::byte> data, element_type dt, std::size_t count, int root) {
     auto h = ps::wire::make(ps::wire::type::coll, static_cast<std::uint32_t>(op), static_cast<std::uint64_t>(root), count, dt);
     h.clock = coll_seq_++;
     const auto id = request(0, h, data, req_kind::coll, /*copy=*/true);
@@ -666,7 +666,7 @@ class parameter_server {
   std::map<std::string, std::string> opt_settings_;
   double lr_ = 0.01;
   std::vector<ps::variable_info> vars_;
-  std::vector<ps::wire::dtype> dtypes_;
+  std::vector<element_type> dtypes_;
   std::vector<std::vector<std::vector<std::byte>>> first_values_;  ///< per variable: values, then optimizer state
   std::int64_t start_step_ = -1, last_updates_ = 0;
   std::unordered_map<std::string, std::size_t> index_;

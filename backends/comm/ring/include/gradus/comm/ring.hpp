@@ -57,12 +57,6 @@ class sub_group;
 
 namespace ring::detail {
 
-template <class T>
-constexpr dtype_code dtype_of() {
-  if constexpr (std::same_as<T, std::byte>) return dtype_code::bytes;
-  else return std::same_as<T, float> ? dtype_code::float32 : dtype_code::float64;
-}
-
 /// dst += src, a loop the compiler vectorises (no aliasing: src is a received message).
 template <class T>
 void add_into(T* __restrict dst, const T* __restrict src, std::size_t n) {
@@ -109,7 +103,7 @@ class ring_allreduce {
         link_(std::make_unique<ring::zmq_ring>(options)),
         mesh_(link_->world_size() > 1 ? std::make_unique<ring::mesh>(*link_) : std::make_unique<ring::mesh>(link_->rank())) {
     if (world_size() > 1) {
-      ring::fingerprint fp{0, 0, ring::op_code::connect, ring::dtype_code::none, 0};
+      ring::fingerprint fp{0, 0, ring::op_code::connect, element_type::none, 0};
       run(fp, [&] { token_ring(fp); });
     }
   }
@@ -154,14 +148,14 @@ class ring_allreduce {
   void broadcast(std::span<T> x, int root) {
     if (root < 0 || root >= world_size())
       throw error("gradus: ring_allreduce: broadcast from rank " + std::to_string(root) + " of a world of " + std::to_string(world_size()));
-    const auto fp = next(ring::op_code::broadcast, ring::detail::dtype_of<T>(), x.size(), root);
+    const auto fp = next(ring::op_code::broadcast, parallel::element_of<T>, x.size(), root);
     if (world_size() == 1) return;
     run(fp, [&] { broadcast_ring(x, root, fp); });
   }
 
   /// Returns once every rank has entered the barrier.
   void barrier() {
-    const auto fp = next(ring::op_code::barrier, ring::dtype_code::none, 0, 0);
+    const auto fp = next(ring::op_code::barrier, element_type::none, 0, 0);
     if (world_size() == 1) return;
     run(fp, [&] { token_ring(fp); });
   }
@@ -176,9 +170,9 @@ class ring_allreduce {
   template <parallel::broadcast_element T>
   void send(std::span<const T> x, int to) {
     check_peer(to, "send to");
-    const std::string doing = "send of " + ring::elements(x.size(), ring::detail::dtype_of<T>()) + " to rank " + std::to_string(to);
+    const std::string doing = "send of " + ring::elements(x.size(), parallel::element_of<T>) + " to rank " + std::to_string(to);
     ring::p2p_header h;
-    h.dtype = ring::detail::dtype_of<T>();
+    h.dtype = parallel::element_of<T>;
     h.count = x.size();
     run_as([&] { return doing; }, [&] { mesh_->send(to, h, std::as_bytes(x), deadline(), doing); });
   }
@@ -193,10 +187,10 @@ class ring_allreduce {
   template <parallel::broadcast_element T>
   void recv(std::span<T> x, int from) {
     check_peer(from, "recv from");
-    const std::string doing = "recv of " + ring::elements(x.size(), ring::detail::dtype_of<T>()) + " from rank " + std::to_string(from);
+    const std::string doing = "recv of " + ring::elements(x.size(), parallel::element_of<T>) + " from rank " + std::to_string(from);
     run_as([&] { return doing; }, [&] {
       const auto& m = mesh_->next(from, 0, deadline(), doing);
-      ring::take_payload(m, ring::detail::dtype_of<T>(), x.size(), std::as_writable_bytes(x), mesh_->prefix(doing), "rank " + std::to_string(from));
+      ring::take_payload(m, parallel::element_of<T>, x.size(), std::as_writable_bytes(x), mesh_->prefix(doing), "rank " + std::to_string(from));
       mesh_->pop(from, 0);
     });
   }
@@ -259,7 +253,7 @@ class ring_allreduce {
     }
     return o;
   }
-  ring::fingerprint next(ring::op_code op, ring::dtype_code dt, std::size_t count, int root) {
+  ring::fingerprint next(ring::op_code op, element_type dt, std::size_t count, int root) {
     return ring::fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
   }
   ring::clock::time_point deadline() const { return ring::clock::now() + opt_.timeout; }
@@ -347,10 +341,10 @@ class ring_allreduce {
   /// overlap and up to a whole chunk is in flight.
   template <parallel::collective_element T>
   void allreduce(std::span<T> x, ring::op_code op) {
-    auto fp = next(op, ring::detail::dtype_of<T>(), x.size(), 0);
-    if (opt_.compress == "fp16" && op != ring::op_code::split) fp.wire = ring::dtype_code::float16;  // split's table stays exact
+    auto fp = next(op, parallel::element_of<T>, x.size(), 0);
+    if (opt_.compress == "fp16" && op != ring::op_code::split) fp.wire = element_type::f16;  // split's table stays exact
     if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
-    const std::size_t bytes = x.size() * (fp.wire == ring::dtype_code::float16 ? 2 : sizeof(T));
+    const std::size_t bytes = x.size() * (fp.wire == element_type::f16 ? 2 : sizeof(T));
     if (bytes * static_cast<std::size_t>(world_size() - 1) <= opt_.small_bytes && bytes <= link_->segment_bytes(opt_.segment_bytes))
       fp.algo = ring::algo_code::gather;
     run(fp, [&] {
@@ -368,7 +362,7 @@ class ring_allreduce {
   void allreduce_gather(std::span<T> x, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t n = x.size();
-    const bool half = fp.wire == ring::dtype_code::float16;
+    const bool half = fp.wire == element_type::f16;
     const std::size_t block = n * (half ? 2 : sizeof(T));
     // rank q's buffer (as it travels) at gathered_[q * block]. On 2 ranks x_r + x_other is
     // x_other + x_r bit for bit, so x is sent as it is and added to in place; otherwise x's
@@ -429,7 +423,7 @@ class ring_allreduce {
     // message costs a few thread wake-ups in ZeroMQ (benchmarks/results/allreduce_vs_mpi-9fc7f8c.md).
     // fp16: each segment is compressed into `wire` (at the same offsets as in x) and sent
     // from there; what arrives is widened as it is added or copied.
-    const bool half = fp.wire == ring::dtype_code::float16;
+    const bool half = fp.wire == element_type::f16;
     const std::size_t wire_size = half ? 2 : sizeof(T);
     if (half) wire_.resize(2 * n);
     const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / wire_size);

@@ -38,13 +38,15 @@
 //   cpu_simd/layout.hpp   layout
 //   cpu_simd/images.hpp   conv, image
 //   cpu_simd/random.hpp   random
+//   cpu_simd/low_precision.hpp  gemm_low: bf16 GEMM (oneDNN, cpu_simd/dnnl_matmul.hpp) for
+//                         mixed-precision sessions (core/precision.hpp, exec/compute_kernels.hpp)
 //   cpu_simd/xtensor.hpp  to_xarray / to_xtensor / adapt
-#include "gradus/backends/cpu_simd/random.hpp"
+#include "gradus/backends/cpu_simd/low_precision.hpp"
 #include "gradus/backends/cpu_simd/xtensor.hpp"
 
 namespace gradus {
 
-struct cpu_simd final : cpu_simd_sections::random_section {};
+struct cpu_simd : cpu_simd_sections::low_precision_section {};
 static_assert(backend<cpu_simd>, "gradus: cpu_simd does not implement the backend interface (exec/backend.hpp)");
 
 }  // namespace gradus

@@ -34,7 +34,7 @@
 
 namespace gradus {
 
-struct cuda final : cuda_sections::random_section {};
+struct cuda : cuda_sections::random_section {};
 static_assert(backend<cuda>, "gradus: cuda does not implement the backend interface (exec/backend.hpp)");
 
 }  // namespace gradus

@@ -398,7 +398,7 @@ inline void parameter_server<Mode>::on_message(int server, std::vector<zmq::mess
     return;
   }
   if (r.kind == req_kind::rows) {  // rows changed since the stamp: u64 indices, then the rows
-    const std::size_t elem = ps::wire::dtype_size(static_cast<ps::wire::dtype>(h.dtype)), L = h.offset, n = h.count;
+    const std::size_t elem = size_of(static_cast<element_type>(h.dtype)), L = h.offset, n = h.count;
     const auto& sh = shards_[r.key];
     const auto& var = vars_[sh.var];
     if (elem != var.element_bytes || L != var.row_elements || d.msg->payload.size() != n * (8 + L * elem))

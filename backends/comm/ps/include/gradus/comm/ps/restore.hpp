@@ -40,7 +40,7 @@ inline restore_source restore_from_checkpoint(std::filesystem::path file) {
       c->arrays = io::read_npz(file);
       bool found = false;
       for (const auto& a : c->arrays)
-        if (a.name == global_step_key && a.dtype == "int64" && a.bytes.size() == 8) {
+        if (a.name == global_step_key && a.dtype == element_type::i64 && a.bytes.size() == 8) {
           std::memcpy(&c->step, a.bytes.data(), 8);
           found = true;
         }
@@ -53,17 +53,19 @@ inline restore_source restore_from_checkpoint(std::filesystem::path file) {
     };
     const auto* v = find(name);
     if (!v) return std::nullopt;
-    const auto dt = v->dtype == "float32" ? wire::dtype::f32 : v->dtype == "float64" ? wire::dtype::f64 : wire::dtype::none;
-    if (dt == wire::dtype::none)
-      throw error("gradus: parameter server: the checkpoint's '" + name + "' is " + v->dtype + " (float32 or float64)");
+    if (v->dtype != element_type::f32 && v->dtype != element_type::f64)
+      throw error("gradus: parameter server: the checkpoint's '" + name + "' is " + std::string(name_of(v->dtype)) +
+                  " (float32 or float64)");
     restored_variable r;
-    r.dt = dt;
+    r.dt = v->dtype;
     r.values = v->bytes;
     r.step = c->step;
     for (const auto& s : slots) {
       const auto* a = find(name + "/" + s);
       if (!a) throw error("gradus: parameter server: the checkpoint '" + file.string() + "' has no optimizer state '" + name + "/" + s + "'");
-      if (a->dtype != v->dtype) throw error("gradus: parameter server: the checkpoint's '" + name + "/" + s + "' is " + a->dtype + ", its variable " + v->dtype);
+      if (a->dtype != v->dtype)
+        throw error("gradus: parameter server: the checkpoint's '" + name + "/" + s + "' is " + std::string(name_of(a->dtype)) +
+                    ", its variable " + std::string(name_of(v->dtype)));
       r.slots.push_back(a->bytes);
     }
     return r;

@@ -187,7 +187,7 @@ class server {
   };
   struct shard_state {
     std::string name;
-    wire::dtype dt = wire::dtype::none;
+    element_type dt = element_type::none;
     std::uint64_t offset = 0, count = 0, total = 0;
     std::vector<std::byte> values;
     std::vector<std::vector<std::byte>> slots;
@@ -215,7 +215,7 @@ class server {
     int got = 0;
     /// the answer (or failure) to worker k: its own request id
     wire::header to(std::size_t k, bool failed) const {
-      auto h = wire::make(failed ? wire::type::fail : wire::type::reply, first.key, first.offset, 0, wire::dtype::none);
+      auto h = wire::make(failed ? wire::type::fail : wire::type::reply, first.key, first.offset, 0, element_type::none);
       h.clock = first.clock;
       h.id = req_ids[k];
       h.rank = static_cast<std::int32_t>(k);

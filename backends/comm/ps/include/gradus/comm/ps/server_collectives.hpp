@@ -36,7 +36,7 @@ void server<Compute>::coll(int rank, const std::string& id, const wire::header& 
     c.in.assign(workers_.size(), false);
   }
   const auto op_name = [](const wire::header& x) {
-    return std::string(wire::coll_op_name(x.key)) + " of " + std::to_string(x.count) + " " + wire::dtype_name(static_cast<wire::dtype>(x.dtype)) +
+    return std::string(wire::coll_op_name(x.key)) + " of " + std::to_string(x.count) + " " + wire::dtype_name(static_cast<element_type>(x.dtype)) +
            (x.key == 3 ? " from rank " + std::to_string(x.offset) : "");
   };
   if (h.key != c.first.key || h.dtype != c.first.dtype || h.count != c.first.count || (h.key == 3 && h.offset != c.first.offset)) {
@@ -52,12 +52,12 @@ void server<Compute>::coll(int rank, const std::string& id, const wire::header& 
   }
   if (c.in[static_cast<std::size_t>(rank)]) throw error(prefix() + "worker " + std::to_string(rank) + " entered collective #" + std::to_string(h.clock) + " twice");
   const auto op = static_cast<wire::coll_op>(h.key);
-  if (op == wire::coll_op::join_point && (h.dtype != static_cast<std::uint8_t>(wire::dtype::bytes) || h.count != workers_.size()))
-    throw error(prefix() + "a join point of " + std::to_string(h.count) + " " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) +
+  if (op == wire::coll_op::join_point && (h.dtype != static_cast<std::uint8_t>(element_type::none) || h.count != workers_.size()))
+    throw error(prefix() + "a join point of " + std::to_string(h.count) + " " + wire::dtype_name(static_cast<element_type>(h.dtype)) +
                 " (one byte per worker: " + std::to_string(workers_.size()) + ")");
-  if ((op == wire::coll_op::sum || op == wire::coll_op::average) && h.dtype != static_cast<std::uint8_t>(wire::dtype::f32) &&
-      h.dtype != static_cast<std::uint8_t>(wire::dtype::f64))
-    throw error(prefix() + "a sum of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " (float32 or float64 only)");
+  if ((op == wire::coll_op::sum || op == wire::coll_op::average) && h.dtype != static_cast<std::uint8_t>(element_type::f32) &&
+      h.dtype != static_cast<std::uint8_t>(element_type::f64))
+    throw error(prefix() + "a sum of " + wire::dtype_name(static_cast<element_type>(h.dtype)) + " (float32 or float64 only)");
   c.in[static_cast<std::size_t>(rank)] = true;
   c.ids[static_cast<std::size_t>(rank)] = id;
   c.req_ids[static_cast<std::size_t>(rank)] = h.id;
@@ -120,10 +120,10 @@ void server<Compute>::combine_typed(collective& c, wire::coll_op op, std::vector
 template <class Compute>
 std::vector<std::byte> server<Compute>::combine(collective& c, wire::coll_op op) {
   std::vector<std::byte> out;
-  switch (static_cast<wire::dtype>(c.first.dtype)) {
-    case wire::dtype::f32: combine_typed<float>(c, op, out); break;
-    case wire::dtype::f64: combine_typed<double>(c, op, out); break;
-    default: throw error("gradus: parameter server: a sum of " + std::string(wire::dtype_name(static_cast<wire::dtype>(c.first.dtype))));
+  switch (static_cast<element_type>(c.first.dtype)) {
+    case element_type::f32: combine_typed<float>(c, op, out); break;
+    case element_type::f64: combine_typed<double>(c, op, out); break;
+    default: throw error("gradus: parameter server: a sum of " + std::string(wire::dtype_name(static_cast<element_type>(c.first.dtype))));
   }
   return out;
 }

@@ -45,13 +45,13 @@ void server<Compute>::apply_typed(shard_state& s, std::uint64_t first, std::size
 /// g is a received payload: ZeroMQ gives no alignment, so a misaligned one is copied first.
 template <class Compute>
 void server<Compute>::apply(shard_state& s, std::uint64_t first, std::size_t n, const std::byte* g, double lr, double scale) {
-  const std::size_t elem = wire::dtype_size(s.dt);
+  const std::size_t elem = size_of(s.dt);
   if (reinterpret_cast<std::uintptr_t>(g) % elem != 0) {
     scratch_.resize((n * elem + 7) / 8);
     std::memcpy(scratch_.data(), g, n * elem);
     g = reinterpret_cast<const std::byte*>(scratch_.data());
   }
-  if (s.dt == wire::dtype::f64) apply_typed(s, first, n, reinterpret_cast<const double*>(g), lr, scale);
+  if (s.dt == element_type::f64) apply_typed(s, first, n, reinterpret_cast<const double*>(g), lr, scale);
   else apply_typed(s, first, n, reinterpret_cast<const float*>(g), lr, scale);
   ++stats_.updates;
   stamp_rows(s, first, n);
@@ -74,11 +74,11 @@ bool server<Compute>::late_push(int rank, const std::string& id, const wire::hea
 template <class Compute>
 void server<Compute>::push(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   auto& s = find(h);
-  if (static_cast<wire::dtype>(h.dtype) != s.dt)
-    throw error(prefix() + "push of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+  if (static_cast<element_type>(h.dtype) != s.dt)
+    throw error(prefix() + "push of " + wire::dtype_name(static_cast<element_type>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
   if (!s.ready) throw error(prefix() + "push to '" + s.name + "' before the chief initialised it");
   ++stats_.pushes;
-  const std::size_t elem = wire::dtype_size(s.dt);
+  const std::size_t elem = size_of(s.dt);
   const std::uint64_t first = h.offset - s.offset;
   const double lr = h.scalar;
   if (mode_ != mode::bsp) {
@@ -136,9 +136,9 @@ void server<Compute>::maybe_apply_bsp(shard_state& s, std::uint32_t key) {
       if (!workers_[r].left && std::find(done.begin(), done.end(), static_cast<int>(r)) != done.end()) ++complete;
     if (complete < live_workers()) return;
     if (it->second.sparse) {
-      if (s.dt == wire::dtype::f64) sum_rows_in_rank_order<double>(s, it->second);
+      if (s.dt == element_type::f64) sum_rows_in_rank_order<double>(s, it->second);
       else sum_rows_in_rank_order<float>(s, it->second);
-    } else if (s.dt == wire::dtype::f64) {
+    } else if (s.dt == element_type::f64) {
       sum_in_rank_order<double>(s, it->second);
     } else {
       sum_in_rank_order<float>(s, it->second);
@@ -181,7 +181,7 @@ void server<Compute>::snapshot(int, const std::string& id, const wire::header& h
   auto& s = find(h);
   if (!s.ready) throw error(prefix() + "a snapshot of '" + s.name + "' before the chief initialised it");
   // elements [h.offset, h.offset + h.count) of the shard (a chunk), then of each state tensor
-  const std::size_t elem = wire::dtype_size(s.dt);
+  const std::size_t elem = size_of(s.dt);
   const auto from = static_cast<std::ptrdiff_t>((h.offset - s.offset) * elem), to = from + static_cast<std::ptrdiff_t>(h.count * elem);
   std::vector<std::byte> out(s.values.begin() + from, s.values.begin() + to);
   for (const auto& sl : s.slots) out.insert(out.end(), sl.begin() + from, sl.begin() + to);
@@ -195,7 +195,7 @@ void server<Compute>::snapshot(int, const std::string& id, const wire::header& h
 
 template <class Compute>
 void server<Compute>::answer_pull(const shard_state& s, const std::string& id, const wire::header& h) {
-  const std::size_t elem = wire::dtype_size(s.dt);
+  const std::size_t elem = size_of(s.dt);
   if (static_cast<wire::type>(h.type) == wire::type::pull_rows) {  // the rows changed since stamp h.count
     const std::size_t L = s.row_len;
     std::vector<std::uint64_t> rows;

@@ -76,7 +76,7 @@ void server<Compute>::note_malformed(const std::string& why) {
 
 template <class Compute>
 wire::header server<Compute>::reply_header(const wire::header& req) {
-  auto h = wire::make(wire::type::reply, req.key, req.offset, 0, wire::dtype::none);
+  auto h = wire::make(wire::type::reply, req.key, req.offset, 0, element_type::none);
   h.id = req.id;
   h.clock = req.clock;
   h.rank = req.rank;

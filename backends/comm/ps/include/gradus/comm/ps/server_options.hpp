@@ -28,7 +28,7 @@ inline constexpr int max_staleness = 1000000;
 
 /// A variable's state read back from a checkpoint, for a restarted server (server_options::restore).
 struct restored_variable {
-  wire::dtype dt = wire::dtype::none;         ///< the element type: float32 or float64 (must be what the workers declare)
+  element_type dt = element_type::none;       ///< f32 or f64 (must be what the workers declare)
   std::vector<std::byte> values;              ///< the whole variable, every element
   std::vector<std::vector<std::byte>> slots;  ///< each optimizer state tensor, in the optimizer's order
   std::int64_t step = 0;                      ///< the checkpoint's global step

@@ -32,11 +32,11 @@ void server<Compute>::stamp_rows(shard_state& s, std::uint64_t first, std::uint6
 template <class Compute>
 void server<Compute>::push_rows(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   auto& s = find(h);
-  if (static_cast<wire::dtype>(h.dtype) != s.dt)
-    throw error(prefix() + "push_rows of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+  if (static_cast<element_type>(h.dtype) != s.dt)
+    throw error(prefix() + "push_rows of " + wire::dtype_name(static_cast<element_type>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
   if (!s.ready) throw error(prefix() + "push_rows to '" + s.name + "' before the chief initialised it");
   ++stats_.pushes;
-  const std::size_t elem = wire::dtype_size(s.dt), L = s.row_len, n = h.count;
+  const std::size_t elem = size_of(s.dt), L = s.row_len, n = h.count;
   const std::uint64_t first_row = s.offset / L, rows = s.count / L;
   std::vector<std::uint64_t> local(n);
   for (std::size_t j = 0; j < n; ++j) {

@@ -168,9 +168,9 @@ void server<Compute>::init(int rank, const std::string& id, const wire::header& 
   if (len == 0 || len > 4096 || payload.size() < 4 + std::size_t(len)) throw error(prefix() + "init with a malformed name");
   const std::string name(reinterpret_cast<const char*>(payload.data() + 4), len);
   const auto values = payload.subspan(4 + len);
-  const auto dt = static_cast<wire::dtype>(h.dtype);
-  const std::size_t elem = wire::dtype_size(dt);
-  if (dt != wire::dtype::f32 && dt != wire::dtype::f64) throw error(prefix() + "'" + name + "' has dtype " + wire::dtype_name(dt) + " (float32 or float64)");
+  const auto dt = static_cast<element_type>(h.dtype);
+  const std::size_t elem = size_of(dt);
+  if (dt != element_type::f32 && dt != element_type::f64) throw error(prefix() + "'" + name + "' has dtype " + wire::dtype_name(dt) + " (float32 or float64)");
   if (h.count == 0) throw error(prefix() + "'" + name + "': an empty shard");
   if (!(h.scalar >= 1) || !(h.scalar <= static_cast<double>(o_.limits.max_elements)) || h.scalar != std::floor(h.scalar))
     throw error(prefix() + "'" + name + "': the variable's size is not a whole number of elements within the limit");
@@ -234,9 +234,9 @@ void server<Compute>::became_ready(shard_state& s, std::uint64_t start) {
 template <class Compute>
 void server<Compute>::init_values(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   auto& s = find(h);
-  if (static_cast<wire::dtype>(h.dtype) != s.dt)
-    throw error(prefix() + "init_values of " + wire::dtype_name(static_cast<wire::dtype>(h.dtype)) + " for '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
-  const std::size_t elem = wire::dtype_size(s.dt), bytes = h.count * elem;
+  if (static_cast<element_type>(h.dtype) != s.dt)
+    throw error(prefix() + "init_values of " + wire::dtype_name(static_cast<element_type>(h.dtype)) + " for '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+  const std::size_t elem = size_of(s.dt), bytes = h.count * elem;
   if (payload.size() != bytes && payload.size() != bytes * (1 + s.slots.size()))
     throw error(prefix() + "init_values of '" + s.name + "' carries " + std::to_string(payload.size()) + " bytes for " + std::to_string(h.count) +
                 " elements (" + std::to_string(bytes) + ", or " + std::to_string(bytes * (1 + s.slots.size())) + " with the optimizer's state)");
@@ -281,9 +281,9 @@ void server<Compute>::restore_shard(shard_state& s) {
   for (int k = 0; k < opt_.slot_count(); ++k) slot_names.emplace_back(opt_.slot_name(k));
   auto r = o_.restore(s.name, slot_names);
   if (!r) throw error(prefix() + "restarted, but the checkpoint holds no variable '" + s.name + "' to restore its shard from");
-  const std::size_t elem = wire::dtype_size(s.dt);
+  const std::size_t elem = size_of(s.dt);
   if (r->dt != s.dt || r->values.size() != s.total * elem)
-    throw error(prefix() + "the checkpoint's '" + s.name + "' is " + std::to_string(r->values.size() / std::max<std::size_t>(1, wire::dtype_size(r->dt))) +
+    throw error(prefix() + "the checkpoint's '" + s.name + "' is " + std::to_string(r->values.size() / std::max<std::size_t>(1, size_of(r->dt))) +
                 " " + wire::dtype_name(r->dt) + " elements; the workers declare " + std::to_string(s.total) + " " + wire::dtype_name(s.dt));
   if (r->slots.size() != s.slots.size())
     throw error(prefix() + "the checkpoint holds " + std::to_string(r->slots.size()) + " optimizer state tensors of '" + s.name + "'; " +

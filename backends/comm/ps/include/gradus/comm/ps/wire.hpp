@@ -20,10 +20,15 @@
 #include <string>
 #include <string_view>
 
+#include "gradus/core/dtype.hpp"
+#include "gradus/parallel/elements.hpp"
+
 namespace gradus::ps::wire {
 
 inline constexpr std::uint32_t magic = 0x53505247u;  ///< "GRPS"
-inline constexpr std::uint16_t version = 1;
+/// The header format's version: decode refuses a peer of another (2: header::dtype is an
+/// element_type).
+inline constexpr std::uint16_t version = 2;
 
 enum class type : std::uint8_t {
   hello = 1,     ///< worker -> server: payload = JSON {rank, world_size, mode, staleness}
@@ -52,30 +57,16 @@ enum class type : std::uint8_t {
 };
 inline constexpr std::uint8_t last_type = 16;
 
-enum class dtype : std::uint8_t { none = 0, f32 = 1, f64 = 2, bytes = 3 };
-
-inline std::size_t dtype_size(dtype d) {
-  switch (d) {
-    case dtype::f32: return 4;
-    case dtype::f64: return 8;
-    case dtype::bytes: return 1;
-    default: return 0;
-  }
+/// The element types a header's dtype names: f32 and f64 (values, gradients), or none: no
+/// values, except that a collective's none is raw bytes (parallel::element_of<std::byte>).
+constexpr bool carried(element_type t) { return t == element_type::none || t == element_type::f32 || t == element_type::f64; }
+/// Bytes per element of a message of type t carrying dt: size_of(dt), and 1 for a
+/// collective's raw bytes; 0 where the message carries no values.
+constexpr std::size_t element_size(type t, element_type dt) {
+  return t == type::coll ? parallel::element_bytes(dt) : size_of(dt);
 }
-template <class T>
-constexpr dtype dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return dtype::f32;
-  else if constexpr (std::is_same_v<T, double>) return dtype::f64;
-  else return dtype::bytes;
-}
-inline const char* dtype_name(dtype d) {
-  switch (d) {
-    case dtype::f32: return "float32";
-    case dtype::f64: return "float64";
-    case dtype::bytes: return "bytes";
-    default: return "none";
-  }
-}
+/// dt as errors name it: "float32", "float64", "bytes".
+inline std::string dtype_name(element_type dt) { return std::string(parallel::element_name(dt)); }
 inline const char* type_name(type t) {
   switch (t) {
     case type::hello: return "hello";
@@ -100,7 +91,7 @@ inline const char* type_name(type t) {
 
 /// Collective operations (header.key of a coll message). join_point: a barrier at which the
 /// restarted workers waiting to rejoin are taken back; its answer is one byte per rank, 1 for
-/// each rank taken back there (count = the world size, dtype bytes).
+/// each rank taken back there (count = the world size, dtype none: bytes).
 enum class coll_op : std::uint32_t { sum = 1, average = 2, broadcast = 3, barrier = 4, join_point = 5 };
 inline constexpr std::uint32_t last_coll_op = 5;
 inline const char* coll_op_name(std::uint32_t op) {
@@ -122,7 +113,7 @@ struct header {
   std::uint32_t magic = wire::magic;
   std::uint16_t version = wire::version;
   std::uint8_t type = 0;
-  std::uint8_t dtype = 0;
+  std::uint8_t dtype = 0;        ///< an element_type (carried)
   std::uint32_t key = 0;         ///< shard key (init/push/pull/snapshot), coll_op (coll)
   std::int32_t rank = -1;        ///< the sender's worker rank (checked against its connection)
   std::uint64_t offset = 0;      ///< first element of the range within the variable; coll: root
@@ -175,7 +166,7 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
   if (h.version != version)
     return bad("protocol version " + std::to_string(h.version) + " (this build speaks " + std::to_string(version) + ")");
   if (h.type == 0 || h.type > last_type) return bad("unknown message type " + std::to_string(h.type));
-  if (h.dtype > static_cast<std::uint8_t>(dtype::bytes)) return bad("unknown dtype " + std::to_string(h.dtype));
+  if (!carried(static_cast<element_type>(h.dtype))) return bad("unknown dtype " + std::to_string(h.dtype));
   const std::size_t have = frames.size() == 2 ? frames[1].size() : 0;
   if (h.payload_bytes != have)
     return bad(std::string(type_name(static_cast<type>(h.type))) + " announces " + std::to_string(h.payload_bytes) +
@@ -186,8 +177,8 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
   if (h.count > lim.max_elements) return bad("count " + std::to_string(h.count) + " exceeds the limit");
   if (h.offset > lim.max_elements || h.count > lim.max_elements - h.offset) return bad("range past the element limit");
   const auto t = static_cast<type>(h.type);
-  const auto dt = static_cast<dtype>(h.dtype);
-  const std::size_t elem = dtype_size(dt);
+  const auto dt = static_cast<element_type>(h.dtype);
+  const std::size_t elem = element_size(t, dt);
   // Messages whose payload is a value range must carry exactly count elements.
   if (t == type::push || (t == type::coll && static_cast<coll_op>(h.key) != coll_op::barrier)) {
     if (elem == 0) return bad(std::string(type_name(t)) + " without a dtype");
@@ -214,7 +205,8 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
   return {decoded{h, frames.size() == 2 ? frames[1] : std::span<const std::byte>{}}, {}};
 }
 
-inline header make(type t, std::uint32_t key = 0, std::uint64_t offset = 0, std::uint64_t count = 0, dtype d = dtype::none) {
+inline header make(type t, std::uint32_t key = 0, std::uint64_t offset = 0, std::uint64_t count = 0,
+                   element_type d = element_type::none) {
   header h;
   h.type = static_cast<std::uint8_t>(t);
   h.key = key;

@@ -14,7 +14,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
+#include "gradus/parallel/elements.hpp"
 
 namespace gradus::ring {
 
@@ -24,8 +26,6 @@ using clock = std::chrono::steady_clock;
 /// split: the ring's exchange of (color, key) for ring_allreduce::split; allgather: a
 /// sub-group's (ring/sub_group.hpp), whose collectives carry these codes too.
 enum class op_code : std::uint16_t { connect = 1, allreduce_sum, allreduce_average, broadcast, barrier, split, allgather };
-/// The element type of a collective's buffer, or of what travels (float16: fp16 compression).
-enum class dtype_code : std::uint16_t { none = 0, float32, float64, bytes, float16 };
 /// How an all-reduce moves its data: the bandwidth-optimal ring (reduce-scatter, then
 /// all-gather of chunks) or, for small buffers, an all-gather of whole buffers.
 enum class algo_code : std::uint16_t { ring = 0, gather = 1 };
@@ -45,17 +45,6 @@ inline const char* op_name(op_code o) {
   }
   return "unknown op";
 }
-/// "float32", "float64", "bytes", "float16" or "none".
-inline const char* dtype_name(dtype_code d) {
-  switch (d) {
-    case dtype_code::float32: return "float32";
-    case dtype_code::float64: return "float64";
-    case dtype_code::bytes: return "bytes";
-    case dtype_code::float16: return "float16";
-    case dtype_code::none: return "none";
-  }
-  return "unknown dtype";
-}
 
 /// What every rank must agree on before a collective runs. It travels in the header of
 /// every message, so agreement costs no extra round trip: the first message of a
@@ -63,11 +52,11 @@ inline const char* dtype_name(dtype_code d) {
 struct fingerprint {
   std::uint64_t seq = 0;    ///< the collective's number on this communicator (0: connect)
   std::uint64_t count = 0;  ///< elements
-  op_code op = op_code::connect;        ///< which collective
-  dtype_code dtype = dtype_code::none;  ///< the caller's element type (none: barrier, connect)
+  op_code op = op_code::connect;            ///< which collective
+  element_type dtype = element_type::none;  ///< the caller's (parallel::element_of: none for bytes, barrier, connect)
   std::int32_t root = 0;    ///< broadcast's root, 0 otherwise
-  dtype_code wire = dtype_code::none;  ///< what the data travels as, when not dtype (fp16 compression)
-  algo_code algo = algo_code::ring;    ///< all-reduces: how (ring_options::small_bytes)
+  element_type wire = element_type::none;   ///< what the data travels as (f16: fp16 compression); none: as dtype
+  algo_code algo = algo_code::ring;         ///< all-reduces: how (ring_options::small_bytes)
   /// Every field equal: the two ranks run the same collective the same way.
   friend bool operator==(const fingerprint&, const fingerprint&) = default;
 };
@@ -76,8 +65,9 @@ struct fingerprint {
 inline std::string to_string(const fingerprint& f) {
   std::string s = std::string(op_name(f.op)) + " #" + std::to_string(f.seq);
   if (f.op == op_code::broadcast) s += " from rank " + std::to_string(f.root);
-  if (f.dtype != dtype_code::none)
-    s += std::string(" (") + dtype_name(f.dtype) + (f.wire != dtype_code::none ? std::string(" as ") + dtype_name(f.wire) + " on the wire" : "") +
+  if (f.op != op_code::connect && f.op != op_code::barrier)  // the collectives that carry data
+    s += " (" + std::string(parallel::element_name(f.dtype)) +
+         (f.wire != element_type::none ? " as " + std::string(parallel::element_name(f.wire)) + " on the wire" : "") +
          ", " + std::to_string(f.count) + " elements)";
   return s;
 }
@@ -94,7 +84,7 @@ struct frame_header {
   static constexpr std::uint32_t magic_value = 0x67726e67;  ///< "grng"
   std::uint32_t magic = magic_value;  ///< magic_value; a frame without it is refused as malformed (gradus::comm_error)
   frame_kind kind = frame_kind::data;  ///< data, abort or leave
-  std::uint16_t version = 1;           ///< the frame format's version; not checked on receipt (the rendezvous refuses another protocol first)
+  std::uint16_t version = 2;           ///< the frame format's version; not checked on receipt (the rendezvous refuses another protocol first)
   std::int32_t from = -1;    ///< the sending rank; for abort, the rank where the failure began
   std::uint32_t step = 0;    ///< ring step within the collective
   std::uint64_t segment = 0; ///< segment within the step

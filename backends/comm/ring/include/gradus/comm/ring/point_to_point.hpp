@@ -83,7 +83,8 @@ struct p2p_header {
   static constexpr std::uint32_t magic_value = 0x70327067;  ///< "gp2p"
   std::uint32_t magic = magic_value;     ///< magic_value; a message without it is malformed (gradus::comm_error)
   p2p_kind kind = p2p_kind::data;        ///< data, leave or abort
-  dtype_code dtype = dtype_code::bytes;  ///< of the payload's elements
+  element_type dtype = element_type::none;  ///< of the payload's elements (parallel::element_of; none: bytes)
+  std::uint8_t reserved_byte = 0;        ///< padding, 0
   std::int32_t from = -1;                ///< the sending rank (of the whole communicator)
   std::uint32_t channel = 0;             ///< channel_of(group, collective); 0: the communicator's send/recv
   std::uint64_t count = 0;               ///< elements in the payload
@@ -98,18 +99,10 @@ static_assert(std::is_trivially_copyable_v<p2p_header>);
 /// communicator, whose collectives run on the ring instead).
 constexpr std::uint32_t channel_of(std::uint32_t group, bool collective) { return 2 * group + (collective ? 1u : 0u); }
 
-/// Bytes per element of `d`: 4, 8 or 2; 1 for bytes and none.
-inline std::size_t dtype_bytes(dtype_code d) {
-  switch (d) {
-    case dtype_code::float32: return 4;
-    case dtype_code::float64: return 8;
-    case dtype_code::float16: return 2;
-    default: return 1;
-  }
-}
-
 /// "1000 float32", "0 bytes"
-inline std::string elements(std::uint64_t count, dtype_code d) { return std::to_string(count) + " " + dtype_name(d); }
+inline std::string elements(std::uint64_t count, element_type d) {
+  return std::to_string(count) + " " + std::string(parallel::element_name(d));
+}
 
 /// A received point-to-point message, queued until a recv takes it.
 struct p2p_message {
@@ -577,7 +570,7 @@ class mesh {
 /// Checks that message m holds `count` elements of `dtype` and copies them into `dst`. A
 /// message of another size or dtype throws gradus::error naming the peer and both sizes; it
 /// stays queued, and the communicator stays usable (a recv of the right size takes it).
-inline void take_payload(const p2p_message& m, dtype_code dtype, std::size_t count, std::span<std::byte> dst, const std::string& prefix,
+inline void take_payload(const p2p_message& m, element_type dtype, std::size_t count, std::span<std::byte> dst, const std::string& prefix,
                          const std::string& peer) {
   const auto& h = m.header;
   if (h.dtype != dtype || h.count != count)

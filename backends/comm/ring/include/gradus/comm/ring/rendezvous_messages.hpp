@@ -3,7 +3,7 @@
 // and receives them; tests/fuzz/fuzz_ring_rendezvous.cpp feeds the parsers arbitrary bytes,
 // since anyone who reaches rank 0's rendezvous port can send it a registration):
 //
-//   registration (rank k -> rank 0)   "gradus-ring/8", rank, world_size, host, machine, the
+//   registration (rank k -> rank 0)   "gradus-ring/9", rank, world_size, host, machine, the
 //                                     transport asked for, the job id (may be empty), the
 //                                     process id, the launch (net::launch_identity), then
 //                                     one address a line
@@ -27,7 +27,7 @@
 namespace gradus::ring {
 
 /// The first line of a registration: the protocol and its version (another is refused).
-inline constexpr std::string_view registration_magic = "gradus-ring/8";
+inline constexpr std::string_view registration_magic = "gradus-ring/9";
 
 /// "a\nb\n" -> {"a", "b"}; a last line without '\n' counts, an empty last piece does not.
 inline std::vector<std::string> split_lines(std::string_view s) {

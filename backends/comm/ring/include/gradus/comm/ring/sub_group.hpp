@@ -93,7 +93,7 @@ class sub_group {
     if (root < 0 || root >= N)
       throw error("gradus: ring_allreduce: broadcast from rank " + std::to_string(root) + " of a group of " + std::to_string(N) + " (" +
                   label_ + ")");
-    const auto fp = next(op_code::broadcast, detail::dtype_of<T>(), x.size(), root);
+    const auto fp = next(op_code::broadcast, parallel::element_of<T>, x.size(), root);
     if (N == 1) return;
     const std::string doing = describe(fp);
     parent().run_as([&] { return doing; }, [&] {
@@ -125,7 +125,7 @@ class sub_group {
     if (all.size() != m * static_cast<std::size_t>(N))
       throw error("gradus: ring_allreduce: allgather of " + std::to_string(m) + " elements per member into " + std::to_string(all.size()) +
                   " in a group of " + std::to_string(N) + " (" + label_ + "): the result holds world_size() x " + std::to_string(m));
-    const auto fp = next(op_code::allgather, detail::dtype_of<T>(), m, 0);
+    const auto fp = next(op_code::allgather, parallel::element_of<T>, m, 0);
     auto block = [&](int q) { return all.subspan(static_cast<std::size_t>(q) * m, m); };
     if (m && block(r).data() != mine.data()) std::memmove(block(r).data(), mine.data(), m * sizeof(T));
     if (N == 1) return;
@@ -146,7 +146,7 @@ class sub_group {
   void barrier() {
     (void)parent();
     const int N = world_size();
-    const auto fp = next(op_code::barrier, dtype_code::none, 0, 0);
+    const auto fp = next(op_code::barrier, element_type::none, 0, 0);
     if (N == 1) return;
     const std::string doing = describe(fp);
     parent().run_as([&] { return doing; }, [&] {  // NOLINT(performance-no-automatic-move): doing is captured by reference and used again: a copy is meant
@@ -166,10 +166,10 @@ class sub_group {
   void send(std::span<const T> x, int to) {
     (void)parent();
     check_member(to, "send to");
-    const std::string doing = "send of " + elements(x.size(), detail::dtype_of<T>()) + " to " + member_name(to) + " in " + label_;
+    const std::string doing = "send of " + elements(x.size(), parallel::element_of<T>) + " to " + member_name(to) + " in " + label_;
     p2p_header h;
     h.channel = channel_of(id_, false);
-    h.dtype = detail::dtype_of<T>();
+    h.dtype = parallel::element_of<T>;
     h.count = x.size();
     parent().run_as([&] { return doing; }, [&] { net().send(members_[static_cast<std::size_t>(to)], h, std::as_bytes(x), deadline(), doing); });
   }
@@ -179,11 +179,11 @@ class sub_group {
   void recv(std::span<T> x, int from) {
     (void)parent();
     check_member(from, "recv from");
-    const std::string doing = "recv of " + elements(x.size(), detail::dtype_of<T>()) + " from " + member_name(from) + " in " + label_;
+    const std::string doing = "recv of " + elements(x.size(), parallel::element_of<T>) + " from " + member_name(from) + " in " + label_;
     const int world_from = members_[static_cast<std::size_t>(from)];
     parent().run_as([&] { return doing; }, [&] {
       const auto& m = net().next(world_from, channel_of(id_, false), deadline(), doing);
-      take_payload(m, detail::dtype_of<T>(), x.size(), std::as_writable_bytes(x), net().prefix(doing), member_name(from));
+      take_payload(m, parallel::element_of<T>, x.size(), std::as_writable_bytes(x), net().prefix(doing), member_name(from));
       net().pop(world_from, channel_of(id_, false));
     });
   }
@@ -258,7 +258,7 @@ class sub_group {
   }
   mesh& net() const { return *parent().mesh_; }
   clock::time_point deadline() const { return clock::now() + parent().opt_.timeout; }
-  fingerprint next(op_code op, dtype_code dt, std::size_t count, int root) {
+  fingerprint next(op_code op, element_type dt, std::size_t count, int root) {
     return fingerprint{++seq_, static_cast<std::uint64_t>(count), op, dt, root};
   }
   std::string describe(const fingerprint& fp) const { return to_string(fp) + " in " + label_; }
@@ -281,8 +281,8 @@ class sub_group {
   void post(int to, const fingerprint& fp, std::uint32_t step, std::span<const std::byte> bytes, const std::string& doing) {
     p2p_header h;
     h.channel = channel_of(id_, true);
-    h.dtype = fp.dtype == dtype_code::none ? dtype_code::bytes : fp.dtype;
-    h.count = bytes.size() / dtype_bytes(h.dtype);
+    h.dtype = fp.dtype;  // none (a barrier's, or raw bytes) counts bytes
+    h.count = bytes.size() / parallel::element_bytes(h.dtype);
     h.step = step;
     h.fp = fp;
     net().send(members_[static_cast<std::size_t>(to)], h, bytes, deadline(), doing);
@@ -306,7 +306,7 @@ class sub_group {
   template <parallel::collective_element T>
   void allreduce(std::span<T> x, op_code op) {
     (void)parent();
-    const auto fp = next(op, detail::dtype_of<T>(), x.size(), 0);
+    const auto fp = next(op, parallel::element_of<T>, x.size(), 0);
     const int N = world_size(), r = me_;
     if (N == 1) return;  // the sum of one; x * (1/1) == x
     const std::string doing = describe(fp);

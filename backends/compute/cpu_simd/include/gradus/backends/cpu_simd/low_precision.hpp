@@ -1,0 +1,103 @@
+#pragma once
+// cpu_simd: the low-precision GEMM an op of compute precision runs on under a mixed policy
+// (exec/compute_kernels.hpp): float operands, rounded to the compute type, summed in fp32 into
+// a float result.
+//   bf16 on a CPU with AVX512_BF16 (or AMX): both operands converted once per call to bf16,
+//        then one oneDNN bf16 matmul on threads() threads (cpu_simd/dnnl_matmul.hpp);
+//   bf16 elsewhere: fp32 GEMM, after one warning naming the missing instruction (oneDNN's
+//        emulation of bf16 is 3-4x slower than fp32: never taken silently);
+//   f16: no x86 CPU before AVX512_FP16 multiplies fp16, so the operands are rounded to fp16
+//        and multiplied in fp32 (fp16's numbers for the loss scaler to act on, not its speed),
+//        after one warning.
+// Convolutions take exec/compute_kernels.hpp's rounding path.
+#include <atomic>
+#include <cstdio>
+#include <vector>
+
+#include "gradus/backends/cpu_simd/dnnl_matmul.hpp"
+#include "gradus/backends/cpu_simd/random.hpp"
+#include "gradus/core/dtype.hpp"
+
+namespace gradus::cpu_simd_sections {
+
+struct low_precision_section : random_section {
+  /// ---- low-precision GEMM ----------------------------------------------------------------
+  /// gemm()'s contract in float, with A and B rounded to `compute` (bf16 or f16) first and
+  /// the products summed in fp32.
+  static void gemm_low(element_type compute, bool ta, bool tb, index_t m, index_t n, index_t k, float alpha,
+                       const float* a, index_t lda, index_t stride_a, const float* b, index_t ldb, index_t stride_b,
+                       float beta, float* c, index_t ldc, index_t stride_c, index_t batch) {
+    if (m == 0 || n == 0 || batch == 0) return;
+    if (k == 0 || compute == element_type::f32)
+      return gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
+    const std::size_t a_span = span(batch, stride_a, ta ? k : m, ta ? m : k, lda);
+    const std::size_t b_span = span(batch, stride_b, tb ? n : k, tb ? k : n, ldb);
+    if (compute == element_type::bf16) {
+      if (!cpu_dnnl::bf16_native()) {
+        warn_once(0, "gradus: precision bf16: this CPU has no AVX512_BF16 (nor AMX) instructions, or gradus was built "
+                     "without oneDNN; matmuls and convolutions run in fp32 instead (oneDNN's bf16 emulation is 3-4x "
+                     "slower than fp32)");
+        return gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
+      }
+      thread_local std::vector<std::uint16_t> ab, bb;
+      ab.resize(a_span);
+      bb.resize(b_span);
+      convert(a, ab.data(), a_span);
+      convert(b, bb.data(), b_span);
+      gemm_bf16(ta, tb, m, n, k, alpha, ab.data(), lda, stride_a, bb.data(), ldb, stride_b, beta, c, ldc, stride_c,
+                batch);
+      return;
+    }
+    warn_once(1, "gradus: precision fp16: x86 CPUs before AVX512_FP16 have no fp16 multiply; matmuls and "
+                 "convolutions round their operands to fp16 and multiply in fp32 (fp16's numbers, fp32's speed)");
+    thread_local std::vector<float> ar, br;
+    ar.resize(a_span);
+    br.resize(b_span);
+    round_to_f16(a, ar.data(), a_span);
+    round_to_f16(b, br.data(), b_span);
+    gemm(ta, tb, m, n, k, alpha, ar.data(), lda, stride_a, br.data(), ldb, stride_b, beta, c, ldc, stride_c, batch);
+  }
+
+ private:
+  /// dst[i] = float(f16(src[i])): F16C's conversions, 8 per instruction, where compiled for them
+  /// (the same bits as half_bits': both round to nearest even).
+  static void round_to_f16(const float* src, float* dst, std::size_t n) {
+    std::size_t i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
+#endif
+    for (; i < n; ++i) dst[i] = static_cast<float>(f16(src[i]));
+  }
+  static std::size_t span(index_t batch, index_t stride, index_t rows, index_t cols, index_t ld) {
+    if (rows == 0 || cols == 0) return 0;
+    return static_cast<std::size_t>((stride == 0 ? 0 : (batch - 1) * stride) + (rows - 1) * ld + cols);
+  }
+  static void warn_once(int which, const char* text) {
+    static std::atomic<bool> said[2] = {false, false};
+    if (!said[which].exchange(true)) std::fprintf(stderr, "%s\n", text);
+  }
+  /// bf16 bits of n floats, on the team where there are many.
+  static void convert(const float* src, std::uint16_t* dst, std::size_t n) {
+    const auto len = static_cast<index_t>(n);
+    if (len < 4 * parallel_threshold || omp_in_parallel() || team() <= 1) return cpu_dnnl::to_bf16(src, dst, n);
+    const index_t parts = team();
+#pragma omp parallel for schedule(static) num_threads(static_cast<int>(parts))
+    for (index_t p = 0; p < parts; ++p) {
+      const index_t i0 = len * p / parts / 32 * 32, i1 = p + 1 == parts ? len : len * (p + 1) / parts / 32 * 32;
+      cpu_dnnl::to_bf16(src + i0, dst + i0, static_cast<std::size_t>(i1 - i0));
+    }
+  }
+  /// The product of bf16 operands, item by item, each one oneDNN call on threads() threads
+  /// (one inside a parallel region; items sharing an output in order).
+  static void gemm_bf16(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* a,
+                        index_t lda, index_t stride_a, const std::uint16_t* b, index_t ldb, index_t stride_b, float beta,
+                        float* c, index_t ldc, index_t stride_c, index_t batch) {
+    const int nt = omp_in_parallel() ? 1 : threads();
+    for (index_t i = 0; i < batch; ++i)
+      cpu_dnnl::matmul_bf16({m, n, k, lda, ldb, ldc, ta, tb, alpha, beta, nt}, a + i * stride_a, b + i * stride_b,
+                            c + i * stride_c);
+  }
+};
+
+}  // namespace gradus::cpu_simd_sections

@@ -1,0 +1,124 @@
+// Mixed precision (core/precision.hpp, exec/compute_kernels.hpp): the 16-bit conversions
+// against hand-worked bit patterns; the policy's op rule (matmul, convolution in the compute
+// type, everything else in fp32 with fp32's very bits); a bf16 / fp16 matmul against a wide
+// reference of the rounded operands and against the fp32 product within the bound the compute
+// type's unit roundoff gives; the default policy taking today's code path.
+#define BOOST_TEST_MODULE exec_precision
+#include <bit>
+#include <cstring>
+
+#include "../support/matmul_reference.hpp"
+
+namespace {
+
+template <class H>
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) r[i] = static_cast<float>(H(v[i]));
+  return r;
+}
+
+std::uint32_t bits(float f) { return std::bit_cast<std::uint32_t>(f); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(sixteen_bit_conversions_round_to_nearest_even) {
+  // bf16: the top 16 bits of a float, rounded to nearest, ties to even
+  BOOST_TEST(g::bf16(1.0f).bits == 0x3f80u);
+  BOOST_TEST(g::bf16(1.0f / 3).bits == 0x3eabu);                        // 0x3eaaaaab: rounds up
+  BOOST_TEST(g::bf16(std::bit_cast<float>(0x3f808000u)).bits == 0x3f80u);  // a tie: to even (down)
+  BOOST_TEST(g::bf16(std::bit_cast<float>(0x3f818000u)).bits == 0x3f82u);  // a tie: to even (up)
+  BOOST_TEST(g::bf16(std::bit_cast<float>(0x7f7fffffu)).bits == 0x7f80u);  // FLT_MAX rounds to +inf
+  BOOST_TEST((g::bf16(std::numeric_limits<float>::quiet_NaN()).bits & 0x7fc0u) == 0x7fc0u);
+  BOOST_TEST(bits(static_cast<float>(g::bf16::from_bits(0xc0a0u))) == 0xc0a00000u);  // -5
+  // f16: IEEE binary16
+  BOOST_TEST(g::f16(1.0f).bits == 0x3c00u);
+  BOOST_TEST(g::f16(1.0f / 3).bits == 0x3555u);
+  BOOST_TEST(g::f16(65504.0f).bits == 0x7bffu);   // the largest half
+  BOOST_TEST(g::f16(65520.0f).bits == 0x7c00u);   // halfway to 65536: rounds to even, i.e. +inf
+  BOOST_TEST(g::f16(std::ldexp(1.0f, -24)).bits == 0x0001u);  // the smallest subnormal
+  BOOST_TEST(g::f16(std::ldexp(1.0f, -26)).bits == 0x0000u);  // below half of it: zero
+  BOOST_TEST(static_cast<float>(g::f16::from_bits(0x0001u)) == std::ldexp(1.0f, -24));
+  BOOST_TEST(static_cast<float>(g::f16::from_bits(0xfbffu)) == -65504.0f);
+  // the vocabulary
+  BOOST_TEST(g::size_of(g::element_type::bf16) == 2u);
+  BOOST_TEST(g::name_of(g::element_type_of<g::f16>) == "float16");
+  BOOST_TEST((g::element_type_named("bfloat16") == g::element_type::bf16));
+  BOOST_TEST(!g::element_type_named("float8").has_value());
+}
+
+// The rule, at compile time: GEMM-like ops run in the compute type, the rest in fp32; under
+// the default policy no op changes backend, so an fp32 session runs today's code.
+using mm_t = decltype(g::matmul(std::declval<g::placeholder<"a", float, 2, 3>>(), std::declval<g::placeholder<"b", float, 3, 2>>()));
+using sm_t = decltype(g::softmax(std::declval<g::placeholder<"a", float, 2, 3>>()));
+static_assert(g::op_precision_of<mm_t> == g::op_precision::compute);
+static_assert(g::op_precision_of<sm_t> == g::op_precision::fp32);
+static_assert(std::is_same_v<g::kernel_backend_t<g::cpu_simd, mm_t>, g::cpu_simd>);
+static_assert(std::is_same_v<g::kernel_backend_t<g::with_precision<g::cpu_simd, g::mixed_bf16>, sm_t>,
+                             g::with_precision<g::cpu_simd, g::mixed_bf16>>);
+static_assert(std::is_same_v<g::kernel_backend_t<g::with_precision<g::cpu_simd, g::mixed_bf16>, mm_t>,
+                             g::compute_kernels<g::with_precision<g::cpu_simd, g::mixed_bf16>, g::bf16>>);
+static_assert(std::is_base_of_v<g::session<g::with_precision<g::cpu_simd, g::mixed_bf16>>,
+                                g::session<g::cpu_simd, g::mixed_bf16>>);
+
+template <class Policy, class H>
+void low_precision_matmul_within_its_bound() {
+  g::placeholder<"a", float, g::dyn, g::dyn> a;
+  g::placeholder<"b", float, g::dyn, g::dyn> b;
+  g::placeholder<"bt", float, g::dyn, g::dyn> bt;
+  g::session<g::cpu_simd, Policy> s;
+  // unit roundoff of the compute type: 2^-8 (bf16), 2^-11 (fp16)
+  const double u = std::is_same_v<H, g::bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+  for (const auto [m, k, n] : {std::array<std::size_t, 3>{1, 1, 1}, {5, 7, 3}, {64, 784, 256}, {33, 129, 65}, {300, 64, 200}}) {
+    const auto av = uniform<float>(m * k, -1, 1), bv = uniform<float>(k * n, -1, 1);
+    const auto btv = transposed(bv, 1, k, n);
+    const auto rs = s.run(g::matmul(a, b), g::matmul(a, g::transpose(bt)), a = tensor<float, 2>({m, k}, av),
+                          b = tensor<float, 2>({k, n}, bv), bt = tensor<float, 2>({n, k}, btv));
+    const std::string label = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+    // against the product of the rounded operands, summed wide: only fp32 accumulation differs
+    const auto low = matmul_ref(rounded<H>(av), rounded<H>(bv), 1, m, k, n, 0, 0);
+    BOOST_TEST(close(std::get<0>(rs), low.value, rtol<float>(), low.scale), "rounded operands " << label);
+    BOOST_TEST(close(std::get<1>(rs), low.value, rtol<float>(), low.scale), "transposed b " << label);
+    // against the fp32 product: each operand off by at most u, so |error| <= (2u + u^2) sum|a||b|
+    const auto full = matmul_ref(av, bv, 1, m, k, n, 0, 0);
+    const auto got = host(std::get<0>(rs));
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const double bound = (2 * u + u * u) * full.scale[i] + 4 * rtol<float>() * full.scale[i];
+      if (std::abs(got[i] - full.value[i]) > bound) ++differ;
+    }
+    BOOST_TEST(differ == 0u, label << ": " << differ << " elements outside the compute type's bound");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(bf16_matmul_is_the_product_of_rounded_operands) {
+  low_precision_matmul_within_its_bound<g::mixed_bf16, g::bf16>();
+}
+BOOST_AUTO_TEST_CASE(fp16_matmul_is_the_product_of_rounded_operands) {
+  low_precision_matmul_within_its_bound<g::mixed_fp16, g::f16>();
+}
+
+BOOST_AUTO_TEST_CASE(ops_kept_in_fp32_give_fp32_bits_under_a_mixed_policy) {
+  // softmax, log-softmax, sums, means, exp/log/pow, the cross-entropy loss: the same bits in a
+  // bf16 session as in an fp32 one; the matmul beside them does differ (the rule is applied).
+  g::placeholder<"x", float, g::dyn, 10> x;
+  g::placeholder<"w", float, 10, 10> w;
+  g::placeholder<"y", std::int32_t, g::dyn> y;
+  const auto xv = uniform<float>(37 * 10, -3, 3), wv = uniform<float>(100, -1, 1);
+  const auto yv = uniform_int(37, 0, 9);
+  auto run = [&](auto& s) {
+    const auto r = s.run(g::softmax(x), g::log_softmax(x), g::sum(g::exp(x)), g::mean(g::log(g::abs(x) + 1.f)),
+                         g::pow(g::abs(x), 1.5f), g::nn::softmax_cross_entropy_loss(x, y), g::matmul(x, w),
+                         x = tensor<float, 2>({37, 10}, xv), w = tensor<float, 2>({10, 10}, wv), y = tensor<std::int32_t, 1>({37}, yv));
+    std::vector<std::vector<float>> out;
+    std::apply([&](const auto&... v) { (out.emplace_back(v.data(), v.data() + v.size()), ...); }, r);
+    return out;
+  };
+  g::session<g::cpu_simd> full;
+  g::session<g::cpu_simd, g::mixed_bf16> mixed;
+  const auto a = run(full), b = run(mixed);
+  for (std::size_t i = 0; i + 1 < a.size(); ++i)
+    BOOST_TEST(std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) == 0, "output " << i << " is fp32's");
+  BOOST_TEST(std::memcmp(a.back().data(), b.back().data(), a.back().size() * sizeof(float)) != 0,
+             "the matmul ran in bf16");
+}
