@@ -64,7 +64,7 @@ class session : private variable_source {
   session() = default;
   session(const session&) = delete;
   session& operator=(const session&) = delete;
-  ~session() {
+  virtual ~session() {  // virtual: session<B, P> derives from it (below)
     const auto bound = bind();
     graphs_.clear();
     for (auto& [name, v] : variables_) Backend::deallocate(v.data);
