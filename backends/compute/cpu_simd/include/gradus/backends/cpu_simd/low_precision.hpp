@@ -30,8 +30,8 @@ struct low_precision_section : random_section {
     if (m == 0 || n == 0 || batch == 0) return;
     if (k == 0 || compute == element_type::f32)
       return gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
-    const std::size_t a_span = span(batch, stride_a, ta ? k : m, ta ? m : k, lda);
-    const std::size_t b_span = span(batch, stride_b, tb ? n : k, tb ? k : n, ldb);
+    const std::size_t a_span = gradus::detail::span_of(batch, stride_a, ta ? k : m, ta ? m : k, lda);
+    const std::size_t b_span = gradus::detail::span_of(batch, stride_b, tb ? n : k, tb ? k : n, ldb);
     if (compute == element_type::bf16) {
       if (!cpu_dnnl::bf16_native()) {
         warn_once(0, "gradus: precision bf16: this CPU has no AVX512_BF16 (nor AMX) instructions, or gradus was built "
@@ -68,10 +68,6 @@ struct low_precision_section : random_section {
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
 #endif
     for (; i < n; ++i) dst[i] = static_cast<float>(f16(src[i]));
-  }
-  static std::size_t span(index_t batch, index_t stride, index_t rows, index_t cols, index_t ld) {
-    if (rows == 0 || cols == 0) return 0;
-    return static_cast<std::size_t>((stride == 0 ? 0 : (batch - 1) * stride) + (rows - 1) * ld + cols);
   }
   static void warn_once(int which, const char* text) {
     static std::atomic<bool> said[2] = {false, false};
