@@ -57,9 +57,9 @@ void add_comm_options(CLI::App& app, comm_options& o) {
                  "memory), tcp (direct sockets), or zmq (ZeroMQ sockets; zmq-tcp / zmq-ipc force their kind)")
       ->check(CLI::IsMember({"auto", "shm", "tcp", "zmq", "zmq-tcp", "zmq-ipc", "ipc"}));
   app.add_option("--comm-compress", o.compress,
-                 "the ring's gradient compression: none (default) or fp16 (half the bytes on the wire, 11 significant "
-                 "bits per hop, sums in float; Horovod's Compression.fp16)")
-      ->check(CLI::IsMember({"none", "fp16"}));
+                 "the ring's gradient compression: none (default), fp16 (half the bytes on the wire, 11 significant "
+                 "bits per hop, sums in float; Horovod's Compression.fp16) or bf16 (float's range, 8 significant bits)")
+      ->check(CLI::IsMember({"none", "fp16", "bf16"}));
   app.add_option("--bucket-mb", o.bucket_mb, "MiB of gradients all-reduced together (PyTorch DDP's bucket_cap_mb)")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}));
   app.add_option("--check-replicas", o.check_replicas,

@@ -14,7 +14,7 @@
 //   --slow-prob P          ... in a step with probability P (transient stragglers)
 //   --comm-timeout S       how long any one wait of a collective may last
 //   --comm-transport T     the ring's data path (auto | shm | tcp | zmq)
-//   --comm-compress C      the ring's gradient compression (none | fp16)
+//   --comm-compress C      the ring's gradient compression (none | fp16 | bf16)
 //   --bucket-mb M          MiB of gradients all-reduced together
 //   --check-replicas N     compare the replicas' bits every N steps (and always at the end)
 //   --check-numerics       stop at the first NaN or infinity, naming the node, the
@@ -55,7 +55,7 @@ struct comm_options {
   // the ring's data path: auto (shared memory between ranks of one host, direct TCP between
   // hosts) | shm | tcp | zmq (ZeroMQ: the data path before shm and direct TCP existed)
   std::string transport = "auto";
-  std::string compress = "none";  // the ring's gradient compression: none | fp16
+  std::string compress = "none";  // the ring's gradient compression: none | fp16 | bf16
   bool check_numerics = false;   // session::set_check_numerics
   std::int64_t check_replicas = 0;  // data_parallel_options::check_replicas_every
   std::string consistency = "bsp";  // --comm ps: async | bsp | ssp:S

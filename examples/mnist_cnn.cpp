@@ -5,7 +5,7 @@
 //
 //   mnist_cnn [--data DIR] [--epochs N] [--batch B] [--threads T] [--seed S] [--lr LR]
 //             [--momentum M] [--metrics FILE.csv] [--plot FILE.svg] [--checkpoint FILE.npz
-//             [--resume]] [--train-limit N] [--quiet] [--json]
+//             [--resume]] [--train-limit N] [--precision fp32|bf16|fp16] [--quiet] [--json]
 //
 // The images are fed as rows of 784 and seen as [B, 1, 28, 28] inside the graph (a view).
 // Each convolution is a conv2d node: oneDNN where gradus was built with it, else im2col
@@ -40,15 +40,17 @@ int main(int argc, char** argv) {
     const auto logits = fc3(g::relu(fc2(g::relu(fc1(g::flatten(h2))))));
     const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
 
-    g::session<gx::backend> s;
-    s.set_check_numerics(o.check_numerics);
-    conv1.initialize(s, o.seed);
-    conv2.initialize(s, o.seed);
-    fc1.initialize(s, o.seed);
-    fc2.initialize(s, o.seed);
-    fc3.initialize(s, o.seed, g::init::glorot_uniform{});
-    auto comm = gx::make_communicator(o);
-    auto step = g::parallel::minimize(comm, gx::data_parallel_options(o), s, loss, g::sgd{.lr = lr, .momentum = momentum});
-    return gx::train_mnist("mnist_cnn", o, data, s, step, logits, x, y);
+    return gx::with_precision<true>("mnist_cnn", o, [&]<class P>() {
+      g::session_of<gx::backend, P> s;  // session<gx::backend, P> (spelled for nvcc too)
+      s.set_check_numerics(o.check_numerics);
+      conv1.initialize(s, o.seed);
+      conv2.initialize(s, o.seed);
+      fc1.initialize(s, o.seed);
+      fc2.initialize(s, o.seed);
+      fc3.initialize(s, o.seed, g::init::glorot_uniform{});
+      auto comm = gx::make_communicator(o);
+      auto step = g::parallel::minimize(comm, gx::data_parallel_options(o), s, loss, g::sgd{.lr = lr, .momentum = momentum});
+      return gx::train_mnist("mnist_cnn", o, data, s, step, logits, x, y);
+    });
   });
 }

@@ -6,7 +6,7 @@
 // where data parallelism all-reduces 9 MB of gradients).
 //
 //   mnist_deep_mlp [--stages S --micro-batches M --schedule gpipe|1f1b [--rematerialize]]
-//                  [--epochs N] [--batch B] [--threads T] [--lr LR] [--momentum M] [--json] ...
+//                  [--epochs N] [--batch B] [--threads T] [--lr LR] [--momentum M] [--precision fp32|bf16|fp16] [--json] ...
 //   gradus-run -np 2 build/examples/mnist_deep_mlp --comm ring --stages 2 --micro-batches 8 --threads 1
 //
 // The stage cut is computed at compile time from the layers' types (parallel::sequential and
@@ -74,12 +74,15 @@ int main(int argc, char** argv) {
     const g::sgd opt{.lr = lr, .momentum = momentum};
     const auto uncut = m.logits<1>(x);  // what is evaluated, for every S (examples/mnist_pipeline.hpp)
     return gx::with_stages<1, 2>("mnist_deep_mlp", o.stages, [&]<int S>() {
-      const auto logits = m.logits<S>(x);
-      const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
-      g::session<gx::backend> s;
-      s.set_check_numerics(o.check_numerics);
-      m.initialize(s, o.seed);
-      return gx::train_mnist_staged<S>("mnist_deep_mlp", o, data, s, loss, uncut, x, y, opt, m.cut<S>());
+      // --precision bf16 / fp16: the unpipelined model (S = 1) only
+      return gx::with_precision<S == 1>("mnist_deep_mlp", o, [&]<class P>() {
+        const auto logits = m.logits<S>(x);
+        const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
+        g::session_of<gx::backend, P> s;  // session<gx::backend, P> (spelled for nvcc too)
+        s.set_check_numerics(o.check_numerics);
+        m.initialize(s, o.seed);
+        return gx::train_mnist_staged<S>("mnist_deep_mlp", o, data, s, loss, uncut, x, y, opt, m.cut<S>());
+      });
     });
   });
 }

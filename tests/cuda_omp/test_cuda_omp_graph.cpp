@@ -255,6 +255,37 @@ BOOST_AUTO_TEST_CASE(a_mixed_precision_session_runs_the_backends_low_precision_g
   same_values(c, a, 0.05);  // within bf16's few per cent of the fp32 values
 }
 
+BOOST_AUTO_TEST_CASE(a_mixed_precision_sessions_convolutions_round_their_operands_on_the_device) {
+  // the three convolution passes through cuda's conv2d_low: operands rounded to bf16 in device
+  // scratch, then the fp32 pass (in the cuda-omp build the same bits as cpu_simd's rounding path)
+  g::placeholder<"x", float, g::dyn, 2, 9, 9> x;
+  g::variable<"k", float, 4, 2, 3, 3> k;
+  const auto loss = g::sum(g::square(g::conv2d(x, k)));
+  const auto xv = uniform<float>(3 * 2 * 9 * 9, -2, 2), kv = uniform<float>(4 * 2 * 3 * 3, -1, 1);
+  auto run = [&](auto& s) {
+    gradus::assign(s, k, g::view(kv.data(), {4, 2, 3, 3}));
+    return all_host(s.run(loss, g::grad(loss, k), g::grad(loss, x), x = g::view(xv.data(), {3, 2, 9, 9})));
+  };
+  g::session_of<g::cuda, g::mixed_bf16> on_cuda;
+  g::session_of<g::cpu_simd, g::mixed_bf16> on_cpu;
+  g::session<g::cpu_simd> full;
+  const auto a = run(on_cuda), b = run(on_cpu), c = run(full);
+  same_values(b, a, 1e-5);  // the same rounded operands (the loss's sum may add in another order)
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    // bf16's bound: 2^-7 of the sum of |products| (up to ~18 x 2 x 1 per output here), so
+    // scaled by the output's largest value rather than each element's
+    double largest = 0, worst = 0;
+    std::size_t differ = 0;
+    for (std::size_t k = 0; k < c[i].size(); ++k) {
+      largest = std::max(largest, std::abs(c[i][k]));
+      worst = std::max(worst, std::abs(a[i][k] - c[i][k]));
+      differ += a[i][k] != c[i][k];
+    }
+    BOOST_TEST(differ > 0u, "output " << i << ": bf16 convolutions gave fp32's values");
+    BOOST_TEST(worst <= 0.02 * (largest + 1), "output " << i << ": " << worst << " from fp32 (largest " << largest << ")");
+  }
+}
+
 #if !GRADUS_CUDA_GPU
 // The build keeps host and device memory apart as a GPU does, so that code handing a host
 // pointer to a kernel or a device copy fails here, by name, instead of on a GPU. (Not in

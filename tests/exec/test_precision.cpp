@@ -122,3 +122,57 @@ BOOST_AUTO_TEST_CASE(ops_kept_in_fp32_give_fp32_bits_under_a_mixed_policy) {
   BOOST_TEST(std::memcmp(a.back().data(), b.back().data(), a.back().size() * sizeof(float)) != 0,
              "the matmul ran in bf16");
 }
+
+BOOST_AUTO_TEST_CASE(a_bf16_gemm_gives_the_same_bits_on_a_team_of_one_and_of_two) {
+  // cpu_simd's bf16 GEMM cuts each product into threads() slices (rows of A where A is the
+  // larger operand, else columns of B) run on the team: a busy core (a team of 1) changes
+  // nothing; each slice's result is still the product of the rounded operands
+  g::cpu_simd::set_threads(2);
+  struct product {
+    bool ta, tb;
+    g::index_t m, n, k, batch, stride_c;
+  };
+  const product cases[] = {
+      {false, false, 64, 256, 784, 1, 1},   // B larger: cut by columns
+      {true, false, 784, 256, 64, 1, 1},    // A larger, transposed: cut by rows
+      {false, true, 300, 200, 64, 1, 1},    // A larger, B transposed
+      {false, false, 40, 24, 8, 1, 1},      // too small to cut in blocks of 16 both ways
+      {false, false, 50, 70, 30, 3, 1},     // a batch of three
+      {true, true, 33, 65, 129, 2, 0},      // two items adding into one output
+  };
+  for (const product& p : cases) {
+    const g::index_t am = p.ta ? p.k : p.m, ak = p.ta ? p.m : p.k, bk = p.tb ? p.n : p.k, bn = p.tb ? p.k : p.n;
+    const auto a = uniform<float>(static_cast<std::size_t>(p.batch * am * ak), -1, 1);
+    const auto b = uniform<float>(static_cast<std::size_t>(p.batch * bk * bn), -1, 1);
+    const g::index_t stride_c = p.stride_c ? p.m * p.n : 0;
+    std::vector<float> c[2];
+    for (int team = 1; team <= 2; ++team) {
+      g::cpu_simd::pin_team(team);
+      auto& out = c[team - 1];
+      out.assign(static_cast<std::size_t>((p.stride_c ? p.batch : 1) * p.m * p.n), 0.25f);  // beta = 1 adds to it
+      g::cpu_simd::gemm_low(g::element_type::bf16, p.ta, p.tb, p.m, p.n, p.k, 1.0f, a.data(), ak, am * ak, b.data(), bn,
+                            bk * bn, 1.0f, out.data(), p.n, stride_c, p.batch);
+    }
+    const std::string label = std::to_string(p.m) + "x" + std::to_string(p.n) + "x" + std::to_string(p.k) + " x" +
+                              std::to_string(p.batch);
+    BOOST_TEST(std::memcmp(c[0].data(), c[1].data(), c[0].size() * sizeof(float)) == 0, label << ": bits differ between teams");
+    // against the product of the rounded operands summed in double (fp32 accumulation aside)
+    std::size_t wrong = 0;
+    for (g::index_t t = 0; t < p.batch; ++t)
+      for (g::index_t i = 0; i < p.m; ++i)
+        for (g::index_t j = 0; j < p.n; ++j) {
+          double ref = 0, scale = 0;
+          for (g::index_t q = 0; q < p.k; ++q) {
+            const double av = static_cast<float>(g::bf16(a[static_cast<std::size_t>(t * am * ak + (p.ta ? q * ak + i : i * ak + q))]));
+            const double bv = static_cast<float>(g::bf16(b[static_cast<std::size_t>(t * bk * bn + (p.tb ? j * bn + q : q * bn + j))]));
+            ref += av * bv;
+            scale += std::abs(av * bv);
+          }
+          if (p.stride_c == 0) continue;  // the shared output: checked for its bits only
+          const auto at = static_cast<std::size_t>((t * p.m + i) * p.n + j);
+          wrong += !(std::abs(c[1][at] - 0.25 - ref) <= 1e-5 * (scale + 1));
+        }
+    BOOST_TEST(wrong == 0u, label << ": " << wrong << " elements off the rounded operands' product");
+  }
+  g::cpu_simd::pin_team(0);
+}

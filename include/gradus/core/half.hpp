@@ -8,7 +8,7 @@
 // a NaN a NaN; half -> float is exact (every half is a float) and keeps a NaN's sign and
 // payload, as numpy's and PyTorch's conversions do. Written here rather than taken from a
 // library: <stdfloat>'s std::float16_t / std::bfloat16_t are C++23, and _Float16 is not in
-// clang 14 on x86. The ring's compression (comm/ring/fp16.hpp), the file readers
+// clang 14 on x86. The ring's compression (comm/ring/half_wire.hpp), the file readers
 // (io/stored_type.hpp) and the backends' conversions all use these.
 #include <bit>
 #include <cstdint>

@@ -15,6 +15,7 @@
 // none of its speed. double models are untouched: a policy applies to float.
 #include <cstddef>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "gradus/core/precision.hpp"
@@ -33,6 +34,15 @@ template <class B>
 concept backend_conv_low = requires(const float* a, float* c, const conv_geometry& g) {
   B::conv2d_low(element_type::bf16, conv_pass_kind::forward, a, a, g, c);
 };
+
+/// The element counts of a convolution pass's two operands (forward: x, w; data: dy, w;
+/// weights: x, dy).
+inline std::pair<index_t, index_t> conv_operand_sizes(conv_pass_kind pass, const conv_geometry& g) {
+  const index_t x = g.n * g.c * g.h * g.w, w = g.o * g.patch(), dy = g.n * g.o * g.pixels();
+  if (pass == conv_pass_kind::forward) return {x, w};
+  if (pass == conv_pass_kind::data) return {dy, w};
+  return {x, dy};
+}
 
 namespace detail {
 /// x rounded to Compute, back in float: what a low-precision kernel reads of x.
@@ -84,22 +94,22 @@ struct compute_kernels : Backend {
   /// Backend::conv2d's contract, x and w rounded to Compute.
   template <class T>
   static void conv2d(const T* x, const T* w, const conv_geometry& g, T* y) {
-    conv<conv_pass_kind::forward>(x, w, g, y, g.n * g.c * g.h * g.w, g.o * g.patch());
+    conv<conv_pass_kind::forward>(x, w, g, y);
   }
   /// Backend::conv2d_backward_data's contract, dy and w rounded to Compute.
   template <class T>
   static void conv2d_backward_data(const T* dy, const T* w, const conv_geometry& g, T* dx) {
-    conv<conv_pass_kind::data>(dy, w, g, dx, g.n * g.o * g.pixels(), g.o * g.patch());
+    conv<conv_pass_kind::data>(dy, w, g, dx);
   }
   /// Backend::conv2d_backward_weights's contract, x and dy rounded to Compute.
   template <class T>
   static void conv2d_backward_weights(const T* x, const T* dy, const conv_geometry& g, T* dw) {
-    conv<conv_pass_kind::weights>(x, dy, g, dw, g.n * g.c * g.h * g.w, g.n * g.o * g.pixels());
+    conv<conv_pass_kind::weights>(x, dy, g, dw);
   }
 
  private:
   template <conv_pass_kind P, class T>
-  static void conv(const T* a, const T* b, const conv_geometry& g, T* out, index_t a_size, index_t b_size) {
+  static void conv(const T* a, const T* b, const conv_geometry& g, T* out) {
     const auto fp32 = [&](const T* x, const T* y) {
       if constexpr (P == conv_pass_kind::forward) Backend::conv2d(x, y, g, out);
       else if constexpr (P == conv_pass_kind::data) Backend::conv2d_backward_data(x, y, g, out);
@@ -112,6 +122,7 @@ struct compute_kernels : Backend {
     } else {
       static_assert(backend_host_memory<Backend>,
                     "gradus: this backend has no low-precision convolution (conv2d_low) and its memory is not the host's");
+      const auto [a_size, b_size] = conv_operand_sizes(P, g);
       fp32(detail::rounded_copy<Compute>(a, static_cast<std::size_t>(a_size), 0),
            detail::rounded_copy<Compute>(b, static_cast<std::size_t>(b_size), 1));
     }

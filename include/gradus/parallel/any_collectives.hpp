@@ -40,6 +40,7 @@ class any_collectives {
     virtual void allreduce_sum(std::span<double>) = 0;
     virtual void allreduce_average(std::span<float>) = 0;
     virtual void allreduce_average(std::span<double>) = 0;
+    virtual void allreduce_average(std::span<float>, element_type) = 0;
     virtual void broadcast(std::span<float>, int) = 0;
     virtual void broadcast(std::span<double>, int) = 0;
     virtual void broadcast(std::span<std::byte>, int) = 0;
@@ -57,6 +58,7 @@ class any_collectives {
     void allreduce_sum(std::span<double> x) override { c->allreduce_sum(x); }
     void allreduce_average(std::span<float> x) override { c->allreduce_average(x); }
     void allreduce_average(std::span<double> x) override { c->allreduce_average(x); }
+    void allreduce_average(std::span<float> x, element_type wire) override { average_as(*c, x, wire); }
     void broadcast(std::span<float> x, int root) override { c->broadcast(x, root); }
     void broadcast(std::span<double> x, int root) override { c->broadcast(x, root); }
     void broadcast(std::span<std::byte> x, int root) override { c->broadcast(x, root); }
@@ -103,6 +105,9 @@ class any_collectives {
   void allreduce_average(std::span<T> x) {
     p_->allreduce_average(x);
   }
+  /// The float average with x travelling as `wire` (parallel::average_as: as float32, after
+  /// one warning, where the policy has no such wire).
+  void allreduce_average(std::span<float> x, element_type wire) { p_->allreduce_average(x, wire); }
   /// Rank root's x into every other rank's x, in place. T: float, double or std::byte; the
   /// same length on every rank.
   template <class T>
@@ -117,6 +122,6 @@ class any_collectives {
   /// makes no sub-groups (the parameter server).
   any_collectives split(int color, int key) { return p_->split(color, key); }
 };
-static_assert(splittable<any_collectives>);
+static_assert(splittable<any_collectives> && wire_collectives<any_collectives>);
 
 }  // namespace gradus::parallel

@@ -70,6 +70,8 @@ class any_communicator {
   void allreduce_average(std::span<T> x) {
     coll_.allreduce_average(x);
   }
+  /// The float average with x travelling as `wire` (any_collectives::allreduce_average).
+  void allreduce_average(std::span<float> x, element_type wire) { coll_.allreduce_average(x, wire); }
   /// Rank root's x into every other rank's x, in place (T: float, double or std::byte).
   template <class T>
   void broadcast(std::span<T> x, int root) {
@@ -122,6 +124,6 @@ class any_communicator {
     return p2p_;
   }
 };
-static_assert(splittable<any_communicator> && point_to_point<any_communicator>);
+static_assert(splittable<any_communicator> && point_to_point<any_communicator> && wire_collectives<any_communicator>);
 
 }  // namespace gradus::parallel

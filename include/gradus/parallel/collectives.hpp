@@ -18,9 +18,20 @@
 // their rank here), and each gets its own collectives over that group (a pipeline's
 // data-parallel replicas of one stage). any_collectives (any_collectives.hpp) reports
 // "not supported yet" for a policy without it.
+//
+// A narrower wire is optional too (`wire_collectives`): c.allreduce_average(x, wire) averages
+// float x with the values travelling as `wire` (bf16 or f16, summed in fp32): what a mixed-
+// precision policy's gradients travel as (core/precision.hpp's Comm). average_as(c, x, wire)
+// is the call a trainer makes: where the policy has no such wire, x travels as float32 after
+// one warning naming the policy.
+#include <atomic>
 #include <concepts>
 #include <cstddef>
+#include <cstdio>
 #include <span>
+#include <string>
+
+#include "gradus/core/dtype.hpp"
 
 namespace gradus::parallel {
 
@@ -44,5 +55,30 @@ template <class C>
 concept splittable = collectives<C> && requires(C& c, int color, int key) {
   { c.split(color, key) } -> collectives;
 };
+
+/// Collectives whose float averages can travel in a two-byte type: allreduce_average(x, wire)
+/// with wire bf16 or f16 (element_type::f32 or none: as allreduce_average(x)).
+template <class C>
+concept wire_collectives = collectives<C> && requires(C& c, std::span<float> f, element_type w) {
+  c.allreduce_average(f, w);
+};
+
+/// The average of float x over c's world with x travelling as `wire` where c can (see
+/// wire_collectives); elsewhere as float32, after one warning per process naming c's policy.
+template <collectives C>
+void average_as(C& c, std::span<float> x, element_type wire) {
+  if (wire == element_type::f32 || wire == element_type::none) return c.allreduce_average(x);
+  if constexpr (wire_collectives<C>) {
+    c.allreduce_average(x, wire);
+  } else {
+    static std::atomic<bool> said{false};
+    const char* name = "this communicator";
+    if constexpr (requires { std::string(C::name); }) name = C::name;
+    if (c.world_size() > 1 && !said.exchange(true))
+      std::fprintf(stderr, "gradus: %s: gradients travel as float32: it has no %s wire (the ring's and MPI's "
+                   "allreduce have; the precision policy's Comm type asked for it)\n", name, std::string(name_of(wire)).c_str());
+    c.allreduce_average(x);
+  }
+}
 
 }  // namespace gradus::parallel

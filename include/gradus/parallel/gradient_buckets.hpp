@@ -21,7 +21,9 @@
 
 #include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
+#include "gradus/core/precision.hpp"
 #include "gradus/exec/backend.hpp"
+#include "gradus/parallel/collectives.hpp"
 
 namespace gradus::parallel {
 
@@ -70,8 +72,13 @@ class gradient_buckets {
     while (next_ < buckets_.size() && buckets_[next_].pending == 0) full(next_++);
   }
 
+  /// What float gradients travel as: the session's precision policy's Comm type
+  /// (core/precision.hpp; float32 for a plain backend).
+  static constexpr element_type wire = precision_of_backend_t<backend>::comm_type;
+
   /// On the communicator's thread: bucket k averaged over the world, once its gradients'
-  /// copies out of the device are done. Returns its bytes.
+  /// copies out of the device are done; float buckets travel as `wire` where the
+  /// communicator can (parallel::average_as). Returns its bytes in memory.
   template <class Comm>
   std::size_t average(Comm& comm, std::size_t k) {
     auto& b = buckets_[k];
@@ -79,7 +86,7 @@ class gradient_buckets {
     if (b.dtype == element_type::f64)
       comm.allreduce_average(std::span<double>(reinterpret_cast<double*>(b.data.data()), b.data.size() / 8));
     else
-      comm.allreduce_average(std::span<float>(reinterpret_cast<float*>(b.data.data()), b.data.size() / 4));
+      average_as(comm, std::span<float>(reinterpret_cast<float*>(b.data.data()), b.data.size() / 4), wire);
     return b.data.size();
   }
 

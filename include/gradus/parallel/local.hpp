@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/collectives.hpp"
 #include "gradus/parallel/point_to_point.hpp"
@@ -33,6 +34,8 @@ struct local {
   /// The identity: the average over a world of one.
   template <class T>
   void allreduce_average(std::span<T>) {}
+  /// The identity (nothing travels; parallel::wire_collectives).
+  void allreduce_average(std::span<float>, element_type) {}
   /// The identity. Throws `error` where root is not 0.
   template <class T>
   void broadcast(std::span<T>, int root) {

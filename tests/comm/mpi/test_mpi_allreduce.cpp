@@ -8,11 +8,13 @@
 // not multiples of the SIMD width, also split into pieces; broadcasts from every root,
 // bytes too; the same bits on every rank; a cluster spec that disagrees with MPI; a root
 // outside the world; MPI's errors returned (not aborting) and rethrown as comm_error; the
-// data-parallel step trains over MPI like one process on the whole batch.
+// data-parallel step trains over MPI like one process on the whole batch; averages that
+// travel as bf16 or fp16 (fp16 divided first) within their epsilon, the same bits everywhere.
 #include <boost/test/unit_test.hpp>
 
 #include <gradus/comm/mpi.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -156,6 +158,35 @@ BOOST_AUTO_TEST_CASE(a_buffer_longer_than_max_count_goes_in_pieces) {
   for (std::size_t i = 0; i < b.size(); ++i) bad += b[i] != static_cast<std::byte>(i * 7 + 1);
   BOOST_TEST(bad == 0u);
   BOOST_CHECK_THROW(g::mpi_allreduce(g::mpi_options{.max_count = 0}), g::error);
+}
+
+BOOST_AUTO_TEST_CASE(averages_travel_as_bf16_or_fp16_summed_in_fp32) {
+  auto& c = world();
+  const int N = c.world_size(), r = c.rank();
+  // bf16: the closed form within 8 significant bits per reduction step, the same bits everywhere
+  for (const std::size_t n : {std::size_t{7}, std::size_t{100003}}) {
+    auto a = rank_values<float>(n, r);
+    for (auto& v : a) v *= 1.0001f;  // off bf16's grid, so the rounding shows
+    c.allreduce_average(std::span<float>(a), g::element_type::bf16);
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double ref = 1.0001 * closed_form_sum<double>(i, N) / N;
+      worst = std::max(worst, std::abs(a[i] - ref) / (1 + std::abs(ref)));
+    }
+    BOOST_TEST(worst <= std::ldexp(1.0, -8) * N, "bf16 average of " << n << ": relative error " << worst);
+    BOOST_TEST(worst > 1e-6, "no rounding seen: did the values travel as bf16?");
+    BOOST_TEST(same_on_every_rank(checksum(std::span<const float>(a))));
+  }
+  // fp16: N ranks' 40000s would sum past 65504; divided first, they average to 40000
+  std::vector<float> big(1001, 40000.f);
+  c.allreduce_average(std::span<float>(big), g::element_type::f16);
+  std::size_t off = 0;
+  for (float v : big) off += !(std::abs(v - 40000.f) <= 40000.f * std::ldexp(1.f, -10) * N);
+  BOOST_TEST(off == 0u, "fp16 average: " << off << " elements off 40000 (overflow?)");
+  std::vector<float> x(3, 1.f);
+  BOOST_CHECK_EXCEPTION(c.allreduce_average(std::span<float>(x), g::element_type::f64), g::error, [](const g::error& e) {
+    return contains(e.what(), "gradients cannot travel as float64");
+  });
 }
 
 namespace {

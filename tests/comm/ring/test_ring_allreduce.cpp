@@ -11,6 +11,7 @@
 
 #include "../../support/free_port.hpp"
 #include "../../support/rank_harness.hpp"
+#include "ring_inputs.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -51,58 +52,8 @@ using gradus_test::rank_result;
 using gradus_test::slurp;
 using gradus_test::temp_dir;
 using gradus_test::free_port;
-
-// Rank r's input: deterministic, different per rank and element, not exactly summable.
-template <class T>
-T input(int rank, std::size_t i) {
-  std::uint64_t z = (static_cast<std::uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
-  z ^= z >> 31;
-  z *= 0x94D049BB133111EBull;
-  z ^= z >> 29;
-  return static_cast<T>(static_cast<double>(z >> 11) / 9007199254740992.0 * 2.0 - 1.0) * T(1.000001);
-}
-
-template <class T>
-std::vector<T> inputs(int rank, std::size_t n) {
-  std::vector<T> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = input<T>(rank, i);
-  return v;
-}
-
-template <class T>
-std::uint64_t checksum(const std::vector<T>& v) {
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over the bytes
-  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
-  for (std::size_t i = 0; i < v.size() * sizeof(T); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
-// The largest |result - sum of the inputs (in double)| over the elements.
-template <class T>
-double max_error(const std::vector<T>& got, int world, bool average) {
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    double s = 0;
-    for (int r = 0; r < world; ++r) s += static_cast<double>(input<T>(r, i));
-    if (average) s /= world;
-    worst = std::max(worst, std::abs(static_cast<double>(got[i]) - s));
-  }
-  return worst;
-}
-
-void require_no_errors(const std::vector<rank_result>& res) {
-  for (std::size_t r = 0; r < res.size(); ++r) BOOST_TEST_REQUIRE(!res[r].error.has_value(), "rank " << r << ": " << *res[r].error);
-}
-
-g::ring_options options(int rank, int world, std::string rdv, zmq::context_t* ctx = nullptr) {
-  g::ring_options o;
-  o.rank = rank;
-  o.world_size = world;
-  o.rendezvous = std::move(rdv);
-  o.context = ctx;
-  o.timeout = 20s;
-  return o;
-}
+using ring_test::input, ring_test::inputs, ring_test::checksum, ring_test::max_error, ring_test::require_no_errors,
+    ring_test::options;
 
 // Sum (or average) `n` elements on `world` ranks built by make(rank); checks every rank
 // against the reference and all ranks' bits against each other.
@@ -726,97 +677,3 @@ BOOST_AUTO_TEST_CASE(a_world_of_one_is_the_identity) {
   static_assert(g::parallel::communicator<g::ring_allreduce>);
 }
 
-// ---- fp16 compression ----------------------------------------------------------------------
-
-BOOST_AUTO_TEST_CASE(fp16_conversions_round_to_nearest_even) {
-  namespace h = g::ring::fp16;
-  constexpr auto from_float = g::half_bits::f16_from_float;  // the scalar path compress() takes
-  constexpr auto to_float = g::half_bits::f16_to_float;
-  BOOST_TEST(from_float(1.f) == 0x3c00);
-  BOOST_TEST(from_float(-2.f) == 0xc000);
-  BOOST_TEST(from_float(65504.f) == 0x7bff);             // the largest half
-  BOOST_TEST(from_float(65519.f) == 0x7bff);             // rounds down to it
-  BOOST_TEST(from_float(65520.f) == 0x7c00);             // halfway: to even, which is infinity
-  BOOST_TEST(from_float(std::ldexp(1.f, -24)) == 0x0001);  // the smallest subnormal
-  BOOST_TEST(from_float(std::ldexp(1.f, -26)) == 0x0000);  // a quarter of it: zero
-  BOOST_TEST(from_float(1.f + std::ldexp(1.f, -11)) == 0x3c00);      // halfway between 1 and its successor: even
-  BOOST_TEST(from_float(1.f + 3 * std::ldexp(1.f, -11)) == 0x3c02);  // halfway above an odd one: up
-  BOOST_TEST(std::isnan(to_float(from_float(std::nanf("")))));
-  BOOST_TEST(to_float(0x7c00) == std::numeric_limits<float>::infinity());
-  // every half survives a round trip through float (NaNs stay NaN)
-  int bad = 0;
-  for (std::uint32_t b = 0; b < 65536; ++b) {
-    const auto x = static_cast<std::uint16_t>(b);
-    const float f = to_float(x);
-    if (std::isnan(f) ? !std::isnan(to_float(from_float(f))) : from_float(f) != x) ++bad;
-  }
-  BOOST_TEST(bad == 0);
-  // the vector path (F16C where compiled in) gives the scalar path's bits, tail included
-  std::vector<float> v(1003);
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] = input<float>(7, i) * std::ldexp(1.f, static_cast<int>(i % 40) - 24);
-  std::vector<std::byte> wire(2 * v.size());
-  h::compress(v.data(), wire.data(), v.size());
-  std::vector<float> back(v.size(), 1.f);
-  h::decompress<false>(back.data(), wire.data(), v.size());
-  int differ = 0;
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    std::uint16_t w;
-    std::memcpy(&w, wire.data() + 2 * i, 2);
-    if (w != from_float(v[i]) || back[i] != to_float(w)) ++differ;
-  }
-  BOOST_TEST(differ == 0);
-}
-
-BOOST_AUTO_TEST_CASE(fp16_compression_bounds_the_error_and_keeps_replicas_identical) {
-  temp_dir dir;
-  int job = 0;
-  for (const bool average : {false, true})
-    for (int world : {2, 3})
-      for (const std::size_t n : {std::size_t{100003}, std::size_t{1001}}) {
-        // 100003: a SIMD tail, chunks of several segments (the ring); 1001: the all-gather path
-        const std::string rdv = dir.ipc("fp16-" + std::to_string(job++));
-        std::vector<std::vector<float>> got(world);
-        std::vector<std::string> fps(world);
-        auto res = on_threads(world, [&](int r) {
-          auto o = options(r, world, rdv);
-          o.compress = "fp16";
-          o.segment_bytes = 16 << 10;
-          g::ring_allreduce comm(o);
-          got[r] = inputs<float>(r, n);
-          if (average) comm.allreduce_average(std::span<float>(got[r]));
-          else comm.allreduce_sum(std::span<float>(got[r]));
-          std::vector<double> w(5, 0.1 * (r + 1));  // broadcasts are never compressed
-          comm.broadcast(std::span<double>(w), world - 1);
-          if (w[4] != 0.1 * world) throw std::runtime_error("a broadcast lost bits");
-        });
-        BOOST_TEST_CONTEXT("world " << world << ", n " << n << (average ? ", average" : ", sum")) {
-          require_no_errors(res);
-          for (int r = 1; r < world; ++r) BOOST_TEST(checksum(got[r]) == checksum(got[0]), "rank " << r << "'s bits differ from rank 0's");
-          // Every hop rounds a partial sum of at most `world` inputs in [-1, 1] to 11 bits.
-          const double err = max_error(got[0], world, average);
-          const double bound = std::ldexp(1.0, -11) * world * world / (average ? world : 1);
-          BOOST_TEST(err <= bound);
-          BOOST_TEST(err > 1e-5, "no rounding seen: was the data compressed?");
-          BOOST_TEST_MESSAGE("fp16, world " << world << ", n " << n << (average ? " average" : " sum") << ": max error " << err << " (bound " << bound << ")");
-        }
-      }
-  // ranks that disagree on compression are named, with what each sends
-  zmq::context_t ctx;
-  auto res = on_threads(2, [&](int r) {
-    auto o = options(r, 2, "inproc://fp16-mismatch", &ctx);
-    o.timeout = 5s;
-    if (r == 1) o.compress = "fp16";
-    g::ring_allreduce comm(o);
-    std::vector<float> x(1000, 1.f);
-    comm.allreduce_sum(std::span<float>(x));
-  });
-  for (int r = 0; r < 2; ++r) {
-    BOOST_TEST_REQUIRE(res[r].error.has_value(), "rank " << r << " did not fail");
-    BOOST_TEST(contains(*res[r].error, "float32 as float16 on the wire, 1000 elements"), *res[r].error);
-  }
-  auto bad = options(0, 1, "inproc://fp16-bad");
-  bad.compress = "int8";
-  BOOST_CHECK_EXCEPTION(g::ring_allreduce{bad}, g::error, [](const g::error& e) {
-    return contains(e.what(), "compress 'int8' must be none or fp16");
-  });
-}

@@ -54,6 +54,7 @@
 #include <climits>
 #include <concepts>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <iterator>
 #include <mutex>
@@ -63,9 +64,11 @@
 #include <utility>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
 #include "gradus/parallel/elements.hpp"
+#include "gradus/parallel/half_wire.hpp"
 #include "gradus/parallel/point_to_point.hpp"
 
 namespace gradus {
@@ -175,6 +178,38 @@ class mpi_allreduce {
     if (world_ == 1) return;
     const T inv_n = T(1) / static_cast<T>(world_);
     for (auto& v : x) v *= inv_n;
+  }
+  /// The float average with x travelling as `wire` (parallel::wire_collectives): bf16 or f16
+  /// buffers reduced by MPI_Allreduce with an operation that widens both operands, adds them
+  /// in fp32 and rounds the sum back (each reduction step sums in fp32); f16 divides by N
+  /// before the sum (Horovod's gradient_predivide_factor), bf16 after it. f32 / none: as
+  /// allreduce_average(x).
+  void allreduce_average(std::span<float> x, element_type wire) {
+    if (!parallel::half_wire::is_half(wire)) {
+      if (wire != element_type::f32 && wire != element_type::none)
+        throw error("gradus: mpi_allreduce: allreduce_average: gradients cannot travel as " + std::string(name_of(wire)) +
+                    " (float32, bfloat16 or float16)");
+      return allreduce_average(x);
+    }
+    if (world_ == 1) return;
+    const float inv_n = 1.f / static_cast<float>(world_);
+    const bool pre = wire == element_type::f16;
+    if (pre)
+      for (auto& v : x) v *= inv_n;
+    std::vector<std::uint16_t> w(x.size());
+    parallel::half_wire::compress(wire, x.data(), reinterpret_cast<std::byte*>(w.data()), x.size());
+    MPI_Op op = MPI_OP_NULL;
+    check(MPI_Op_create(wire == element_type::bf16 ? &sum_wire<element_type::bf16> : &sum_wire<element_type::f16>, 1, &op),
+          "MPI_Op_create");
+    const std::string what = "MPI_Allreduce (average as " + std::string(name_of(wire)) + ") of " + std::to_string(x.size()) + " float32";
+    int rc = MPI_SUCCESS;
+    for (std::size_t at = 0; at < w.size() && rc == MPI_SUCCESS; at += opt_.max_count)
+      rc = MPI_Allreduce(MPI_IN_PLACE, w.data() + at, static_cast<int>(std::min(opt_.max_count, w.size() - at)), MPI_UINT16_T, op, comm_);
+    MPI_Op_free(&op);
+    if (rc != MPI_SUCCESS) fail(rc, what);
+    parallel::half_wire::decompress<false>(wire, x.data(), reinterpret_cast<const std::byte*>(w.data()), x.size());
+    if (!pre)
+      for (auto& v : x) v *= inv_n;
   }
   /// x <- root's x.
   template <parallel::broadcast_element T>
@@ -353,6 +388,18 @@ class mpi_allreduce {
     if constexpr (std::same_as<T, float>) return MPI_FLOAT;
     else if constexpr (std::same_as<T, double>) return MPI_DOUBLE;
     else return MPI_BYTE;
+  }
+  /// MPI's reduction of two-byte wire values: inout[i] = wire(float(in[i]) + float(inout[i])).
+  template <element_type wire>
+  static void sum_wire(void* in, void* inout, int* len, MPI_Datatype*) {
+    const std::size_t n = static_cast<std::size_t>(*len);
+    thread_local std::vector<float> a, b;
+    a.resize(n);
+    b.resize(n);
+    parallel::half_wire::decompress<false>(wire, a.data(), static_cast<const std::byte*>(in), n);
+    parallel::half_wire::decompress<false>(wire, b.data(), static_cast<const std::byte*>(inout), n);
+    for (std::size_t i = 0; i < n; ++i) a[i] += b[i];
+    parallel::half_wire::compress(wire, a.data(), static_cast<std::byte*>(inout), n);
   }
   /// T as errors name it: "float32", "float64", "bytes".
   template <class T>

@@ -39,7 +39,6 @@
 #include <utility>
 #include <vector>
 
-#include "gradus/comm/ring/fp16.hpp"
 #include "gradus/comm/ring/options.hpp"
 #include "gradus/comm/ring/pair.hpp"
 #include "gradus/comm/ring/point_to_point.hpp"
@@ -47,6 +46,7 @@
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/communicator.hpp"
 #include "gradus/parallel/elements.hpp"
+#include "gradus/parallel/half_wire.hpp"
 #include "gradus/parallel/point_to_point.hpp"
 
 namespace gradus {
@@ -142,6 +142,18 @@ class ring_allreduce {
   void allreduce_average(std::span<T> x) {
     allreduce(x, ring::op_code::allreduce_average);
   }
+  /// The average with x travelling as `wire` (parallel::wire_collectives): bf16 or f16, each
+  /// hop's partial sum widened and summed in x's type; f16 divides by world_size before the
+  /// sum (Horovod's gradient_predivide_factor), so a sum of world_size gradients near fp16's
+  /// largest value does not overflow. f32 / none: as ring_options::compress says. Every rank
+  /// must pass the same wire (a rank that differs is named, as a mismatched collective is).
+  template <parallel::collective_element T>
+  void allreduce_average(std::span<T> x, element_type wire) {
+    if (wire != element_type::none && wire != element_type::f32 && !parallel::half_wire::is_half(wire))
+      throw error("gradus: ring_allreduce: allreduce_average: gradients cannot travel as " +
+                  std::string(name_of(wire)) + " (float32, bfloat16 or float16)");
+    allreduce(x, ring::op_code::allreduce_average, parallel::half_wire::is_half(wire) ? wire : element_type::none);
+  }
 
   /// x <- root's x, streamed segment by segment along the ring from root.
   template <parallel::broadcast_element T>
@@ -225,8 +237,8 @@ class ring_allreduce {
   }
 
   static const ring_options& checked(const ring_options& o) {
-    if (o.compress != "none" && o.compress != "fp16")
-      throw error("gradus: ring_allreduce: compress '" + o.compress + "' must be none or fp16");
+    if (o.compress != "none" && o.compress != "fp16" && o.compress != "bf16")
+      throw error("gradus: ring_allreduce: compress '" + o.compress + "' must be none, fp16 or bf16");
     if (o.timeout.count() <= 0)  // every wait would fail at once
       throw error("gradus: ring_allreduce: timeout must be positive, got " + std::to_string(o.timeout.count()) +
                   " ms (ring_options::timeout; the examples' --comm-timeout)");
@@ -339,12 +351,15 @@ class ring_allreduce {
   /// soon as segment k of step s is reduced it is posted (zero-copy) as segment k of step
   /// s+1, while later segments are still arriving, so sending, receiving and reducing
   /// overlap and up to a whole chunk is in flight.
+  /// wire: what x travels as (f16, bf16); none: ring_options::compress's.
   template <parallel::collective_element T>
-  void allreduce(std::span<T> x, ring::op_code op) {
+  void allreduce(std::span<T> x, ring::op_code op, element_type wire = element_type::none) {
     auto fp = next(op, parallel::element_of<T>, x.size(), 0);
-    if (opt_.compress == "fp16" && op != ring::op_code::split) fp.wire = element_type::f16;  // split's table stays exact
+    if (wire == element_type::none && op != ring::op_code::split)  // split's table stays exact
+      wire = opt_.compress == "fp16" ? element_type::f16 : opt_.compress == "bf16" ? element_type::bf16 : element_type::none;
+    fp.wire = wire;
     if (world_size() == 1) return;  // the sum of one; x * (1/1) == x
-    const std::size_t bytes = x.size() * (fp.wire == element_type::f16 ? 2 : sizeof(T));
+    const std::size_t bytes = x.size() * (parallel::half_wire::is_half(fp.wire) ? 2 : sizeof(T));
     if (bytes * static_cast<std::size_t>(world_size() - 1) <= opt_.small_bytes && bytes <= link_->segment_bytes(opt_.segment_bytes))
       fp.algo = ring::algo_code::gather;
     run(fp, [&] {
@@ -357,12 +372,15 @@ class ring_allreduce {
   /// rank's whole buffer goes around the ring (step s: rank r passes rank (r-s)'s buffer to
   /// r+1 and receives rank (r-s-1)'s from r-1), N-1 hops, and each rank adds the N buffers
   /// in rank order 0, 1, ..., N-1 (times 1/N for an average): the same bits everywhere.
-  /// fp16: each rank's buffer travels compressed, its own copy rounded as the others see it.
+  /// A two-byte wire: each rank's buffer travels compressed, its own copy rounded as the
+  /// others see it; an f16 average divides by N first (predivides()).
   template <parallel::collective_element T>
   void allreduce_gather(std::span<T> x, const ring::fingerprint& fp) {
     const int N = world_size(), r = rank();
     const std::size_t n = x.size();
-    const bool half = fp.wire == element_type::f16;
+    const bool half = parallel::half_wire::is_half(fp.wire);
+    const bool pre = predivides(fp);
+    if (pre) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
     const std::size_t block = n * (half ? 2 : sizeof(T));
     // rank q's buffer (as it travels) at gathered_[q * block]. On 2 ranks x_r + x_other is
     // x_other + x_r bit for bit, so x is sent as it is and added to in place; otherwise x's
@@ -371,7 +389,7 @@ class ring_allreduce {
     const bool in_place = N == 2;
     gathered_.resize(static_cast<std::size_t>(N) * block);
     auto at = [&](int q) { return gathered_.data() + static_cast<std::size_t>(q) * block; };
-    if (half) ring::fp16::compress(x.data(), at(r), n);
+    if (half) parallel::half_wire::compress(fp.wire, x.data(), at(r), n);
     else if (!in_place && block) std::memcpy(at(r), x.data(), block);
     auto& L = link_->left();
     auto& R = link_->right();
@@ -380,11 +398,11 @@ class ring_allreduce {
     h.bytes = block;
     std::uint64_t last = R.send(h, half || !in_place ? std::span<const std::byte>(at(r), block) : std::as_bytes(x));
     if (in_place) {
-      if (half) ring::fp16::round_trip(x.data(), n);  // x is not what travels
+      if (half) parallel::half_wire::round_trip(fp.wire, x.data(), n);  // x is not what travels
       ring::message m = L.recv(deadline(), doing);
       expect(m, fp, 0, 0, block);
       R.wait_sent(last, deadline(), doing);  // x is no longer read by the send
-      if (half) ring::fp16::decompress<true>(x.data(), m.payload.data(), n);
+      if (half) parallel::half_wire::decompress<true>(fp.wire, x.data(), m.payload.data(), n);
       else add_received(x, m.payload);
     } else {
       auto mod = [N](int a) { return ((a % N) + N) % N; };
@@ -402,8 +420,8 @@ class ring_allreduce {
       R.wait_sent(last, deadline(), doing);
       for (int q = 0; q < N; ++q) {
         if (half) {
-          if (q == 0) ring::fp16::decompress<false>(x.data(), at(q), n);
-          else ring::fp16::decompress<true>(x.data(), at(q), n);
+          if (q == 0) parallel::half_wire::decompress<false>(fp.wire, x.data(), at(q), n);
+          else parallel::half_wire::decompress<true>(fp.wire, x.data(), at(q), n);
         } else {
           const T* from = reinterpret_cast<const T*>(at(q));
           if (q == 0) std::copy(from, from + n, x.data());
@@ -411,7 +429,13 @@ class ring_allreduce {
         }
       }
     }
-    if (fp.op == ring::op_code::allreduce_average) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
+    if (fp.op == ring::op_code::allreduce_average && !pre) ring::detail::scale(x.data(), T(1) / static_cast<T>(N), n);
+  }
+
+  /// An average over an f16 wire divides each rank's x by N before the sum: partial sums of N
+  /// values near fp16's largest (65504) would otherwise overflow on the wire.
+  static bool predivides(const ring::fingerprint& fp) {
+    return fp.op == ring::op_code::allreduce_average && fp.wire == element_type::f16;
   }
 
   template <parallel::collective_element T>
@@ -421,9 +445,9 @@ class ring_allreduce {
     // Segments of segment_bytes: a larger chunk streams as several. Splitting smaller chunks
     // further (at least 4 segments, down to 64 or 256 KiB) measured slower on 2 cores: each
     // message costs a few thread wake-ups in ZeroMQ (benchmarks/results/allreduce_vs_mpi-9fc7f8c.md).
-    // fp16: each segment is compressed into `wire` (at the same offsets as in x) and sent
-    // from there; what arrives is widened as it is added or copied.
-    const bool half = fp.wire == element_type::f16;
+    // A two-byte wire: each segment is compressed into wire_ (at the same offsets as in x)
+    // and sent from there; what arrives is widened as it is added or copied.
+    const bool half = parallel::half_wire::is_half(fp.wire);
     const std::size_t wire_size = half ? 2 : sizeof(T);
     if (half) wire_.resize(2 * n);
     const std::size_t seg = std::max<std::size_t>(1, link_->segment_bytes(opt_.segment_bytes) / wire_size);
@@ -453,7 +477,7 @@ class ring_allreduce {
         // the previous send of this piece's wire bytes must be done before they change
         if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
         std::byte* w = wire_.data() + 2 * static_cast<std::size_t>(p.data() - x.data());
-        ring::fp16::compress(p.data(), w, p.size());
+        parallel::half_wire::compress(fp.wire, p.data(), w, p.size());
         bytes = std::span<const std::byte>(w, 2 * p.size());
       }
       h.step = static_cast<std::uint32_t>(step);
@@ -463,8 +487,10 @@ class ring_allreduce {
     };
 
     const int steps = 2 * (N - 1);
-    const bool average = fp.op == ring::op_code::allreduce_average;
+    const bool pre = predivides(fp);
+    const bool average = fp.op == ring::op_code::allreduce_average && !pre;
     const T inv_n = T(1) / static_cast<T>(N);
+    if (pre) ring::detail::scale(x.data(), inv_n, n);
     for (std::size_t k = 0; k < segments(r); ++k) post(0, r, k);
     for (int s = 0; s < steps; ++s) {
       const int c = mod(r - s - 1);
@@ -473,14 +499,14 @@ class ring_allreduce {
         const auto dst = piece(c, k);
         expect(m, fp, static_cast<std::uint32_t>(s), k, dst.size() * wire_size);
         if (s < N - 1) {
-          if (half) ring::fp16::decompress<true>(dst.data(), m.payload.data(), dst.size());
+          if (half) parallel::half_wire::decompress<true>(fp.wire, dst.data(), m.payload.data(), dst.size());
           else add_received(dst, m.payload);
           if (s == N - 2 && average) ring::detail::scale(dst.data(), inv_n, dst.size());
           // the owner keeps what the others will receive of its chunk: the same bits everywhere
-          if (s == N - 2 && half) ring::fp16::round_trip(dst.data(), dst.size());
+          if (s == N - 2 && half) parallel::half_wire::round_trip(fp.wire, dst.data(), dst.size());
         } else {
           if (ticket[first[c] + k] != none) R.wait_sent(ticket[first[c] + k], deadline(), doing);
-          if (half) ring::fp16::decompress<false>(dst.data(), m.payload.data(), dst.size());
+          if (half) parallel::half_wire::decompress<false>(fp.wire, dst.data(), m.payload.data(), dst.size());
           else if (!dst.empty()) std::memcpy(dst.data(), m.payload.data(), dst.size_bytes());
         }
         m = {};  // lets a zero-copy sender reuse its bytes
@@ -568,7 +594,7 @@ class ring_allreduce {
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);  ///< sub-groups hold a weak_ptr: expired once this is destroyed
   std::uint64_t seq_ = 0;
   std::string broken_;
-  std::vector<std::byte> wire_;  ///< fp16 compression: x's segments as they travel
+  std::vector<std::byte> wire_;  ///< a two-byte wire: x's segments as they travel
   std::vector<std::byte> gathered_;  ///< allreduce_gather: every rank's buffer as it travelled
   std::vector<float> scratch_f_;
   std::vector<double> scratch_d_;

@@ -115,13 +115,15 @@ struct ring_options {
   /// without one an inproc:// rendezvous throws gradus::error); it must outlive the
   /// communicator. Null (default): the communicator owns one, with io_threads I/O threads.
   zmq::context_t* context = nullptr;
-  /// Gradient compression of allreduce_sum / allreduce_average: "none", or "fp16" (Horovod's
-  /// Compression.fp16): every segment travels as IEEE half precision and is summed in the
-  /// element type, trading precision (11 significant bits per hop; |values| above 65504
-  /// become infinity) for half the bytes. Every rank still ends with the same bits (the
-  /// owner of a chunk rounds its own copy as the others receive it). Broadcasts are never
-  /// compressed. Examples: `--comm-compress` fp16. Any other value throws gradus::error from
-  /// the constructor. Default "none".
+  /// Gradient compression of allreduce_sum / allreduce_average: "none", "fp16" (Horovod's
+  /// Compression.fp16) or "bf16": every segment travels as IEEE half precision (11 significant
+  /// bits; |values| above 65504 become infinity) or as bfloat16 (8 significant bits, float's
+  /// range) and is summed in the element type, for half the bytes. An fp16 average divides by
+  /// world_size before the sum (Horovod's gradient_predivide_factor). Every rank still ends
+  /// with the same bits (the owner of a chunk rounds its own copy as the others receive it).
+  /// Broadcasts are never compressed; allreduce_average(x, wire) chooses per call (the
+  /// session's precision policy, through the data-parallel step). Examples: `--comm-compress`.
+  /// Any other value throws gradus::error from the constructor. Default "none".
   std::string compress = "none";
   /// Background I/O threads of an owned context (default 1; values below 1 count as 1).
   /// Unused when `context` is given.

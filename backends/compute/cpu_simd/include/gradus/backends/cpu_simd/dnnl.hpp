@@ -240,6 +240,32 @@ inline conv_plan& plan_for(const conv_geometry& sh, conv_pass pass, int slices) 
   return *plans.back();
 }
 
+/// run_slice(0) ... run_slice(slices - 1), each a one-thread oneDNN call, on the team
+/// (cpu_threads::team(): fewer threads while other processes hold cores). The slices are cut
+/// by threads() alone, so the results never depend on the team.
+template <class F>
+void on_team(int slices, F&& run_slice) {
+  const int team = std::min(slices, cpu_threads::team());
+  if (team <= 1) {
+    cpu_threads::blas_on_one_thread([&] {
+      for (int i = 0; i < slices; ++i) run_slice(i);
+    });
+    return;
+  }
+  std::exception_ptr failed;  // an exception must not leave the parallel region
+#pragma omp parallel for num_threads(team) schedule(static)
+  for (int i = 0; i < slices; ++i) {
+    omp_set_num_threads(1);  // this implicit task's count: oneDNN asks it inside the call
+    try {
+      run_slice(i);
+    } catch (...) {
+#pragma omp critical(gradus_dnnl_failed)
+      if (!failed) failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);
+}
+
 /// Runs one pass through oneDNN and returns true, or returns false (nothing written) where
 /// the caller's own path must run: oneDNN switched off, or no primitive for the shape.
 ///   forward  a = x, b = w, out = y      data  a = dy, b = w, out = dx
@@ -263,25 +289,7 @@ inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const 
     sl.out.user.set_data_handle(o);
     sl.run();
   };
-  const int team = std::min(slices, cpu_threads::team());
-  if (team <= 1) {
-    cpu_threads::blas_on_one_thread([&] {
-      for (int i = 0; i < slices; ++i) run_slice(i);
-    });
-  } else {
-    std::exception_ptr failed;  // an exception must not leave the parallel region
-#pragma omp parallel for num_threads(team) schedule(static)
-    for (int i = 0; i < slices; ++i) {
-      omp_set_num_threads(1);  // this implicit task's count: oneDNN asks it inside the call
-      try {
-        run_slice(i);
-      } catch (...) {
-#pragma omp critical(gradus_dnnl_failed)
-        if (!failed) failed = std::current_exception();
-      }
-    }
-    if (failed) std::rethrow_exception(failed);
-  }
+  on_team(slices, run_slice);
   if (pass == conv_pass::weights)
     for (int i = 1; i < slices; ++i) {
       const float* p = pl.partial.data() + (i - 1) * w_size;

@@ -3,11 +3,13 @@
 // result: oneDNN's AVX512_BF16 / AMX kernels), where CMake found oneDNN (GRADUS_HAVE_DNNL) and
 // the CPU has AVX512_BF16; cpu_simd/low_precision.hpp decides.
 //
-// Threads: each product is one oneDNN call on threads() OpenMP threads (the primitive made and
-// run at that count: its work split depends on it alone), so the bits follow threads() and the
-// shape, as cpu_simd::gemm's do, never the team the governor picks. Cutting the product into
-// cpu_simd::gemm's blocks of single-threaded calls instead was 1.45x slower on mnist_mlp's
-// GEMMs (every block packs its part of B into oneDNN's bf16 layout again).
+// Threads: cpu_simd/low_precision.hpp cuts a product into threads() slices along its larger
+// operand (rows of A or columns of B, so each slice packs only its share of it into oneDNN's
+// bf16 layout) and runs them as one-thread oneDNN calls on the team (cpu_dnnl::on_team, as the
+// convolutions do): the bits follow threads() and the shape, never the team the governor
+// picks, and a core another process holds slows a step by its share of the work instead of
+// stalling every oneDNN barrier (one two-thread call per product took 8-17x as long as the
+// fp32 step with a compiler running beside it).
 //
 // Why oneDNN rather than OpenBLAS: Debian's OpenBLAS 0.3.21 has sbgemm only for
 // DYNAMIC_ARCH=cooperlake builds and none that takes fp32 operands; oneDNN is what PyTorch's
@@ -18,7 +20,7 @@
 #include "gradus/core/half.hpp"
 #include "gradus/core/shape.hpp"
 
-#include "gradus/backends/cpu_simd/intrinsics.hpp"
+#include "gradus/core/intrinsics.hpp"
 
 namespace gradus::cpu_dnnl {
 
@@ -54,23 +56,12 @@ inline bool bf16_native() {
   return native;
 }
 
-/// f() with OpenMP's thread count at n (oneDNN asks it when it makes and runs a primitive).
-template <class F>
-void at_threads(int n, F&& f) {
-  const int keep = omp_get_max_threads();
-  if (keep == n) return f();
-  omp_set_num_threads(n);
-  f();
-  omp_set_num_threads(keep);
-}
-
 /// One product: C[m, n] = alpha * A[m, k] B[k, n] + beta * C, A and B bf16 as stored
 /// (transposes as strides), C fp32 with leading dimension ldc.
 struct matmul_key {
   index_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   bool ta = false, tb = false;
   float alpha = 1, beta = 0;
-  int threads = 1;  ///< the OpenMP threads it is made and run at
   bool operator==(const matmul_key&) const = default;
 };
 
@@ -107,8 +98,8 @@ inline matmul_plan build_matmul(const matmul_key& k) {
   return p;
 }
 
-/// Runs one product on k.threads OpenMP threads (the calling thread's plan for the key, made
-/// on first use).
+/// Runs one product on the calling thread (OpenMP's count there is 1: cpu_dnnl::on_team), with
+/// the calling thread's plan for the key, made on first use.
 inline void matmul_bf16(const matmul_key& k, const std::uint16_t* a, const std::uint16_t* b, float* c) {
   thread_local std::vector<std::unique_ptr<matmul_plan>> plans;
   matmul_plan* p = nullptr;
@@ -116,21 +107,18 @@ inline void matmul_bf16(const matmul_key& k, const std::uint16_t* a, const std::
     if (q->key == k) p = q.get();
   if (!p) {
     if (plans.size() >= max_plans) plans.erase(plans.begin(), plans.begin() + max_plans / 2);  // oldest first
-    at_threads(k.threads, [&] { plans.push_back(std::make_unique<matmul_plan>(build_matmul(k))); });
+    plans.push_back(std::make_unique<matmul_plan>(build_matmul(k)));
     p = plans.back().get();
   }
   p->a.set_data_handle(const_cast<std::uint16_t*>(a));
   p->b.set_data_handle(const_cast<std::uint16_t*>(b));
   p->c.set_data_handle(c);
-  at_threads(k.threads, [&] {
-    p->prim.execute(p->stream, {{DNNL_ARG_SRC, p->a},
-                                {DNNL_ARG_WEIGHTS, p->b},
-                                {DNNL_ARG_DST, p->c},
-                                {DNNL_ARG_SCRATCHPAD, p->scratchpad}});
-    p->stream.wait();
-  });
+  p->prim.execute(p->stream, {{DNNL_ARG_SRC, p->a},
+                              {DNNL_ARG_WEIGHTS, p->b},
+                              {DNNL_ARG_DST, p->c},
+                              {DNNL_ARG_SCRATCHPAD, p->scratchpad}});
+  p->stream.wait();
 }
-
 }  // namespace gradus::cpu_dnnl
 
 #else
@@ -140,8 +128,11 @@ struct matmul_key {
   index_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
   bool ta = false, tb = false;
   float alpha = 1, beta = 0;
-  int threads = 1;
 };
+template <class F>
+void on_team(int slices, F&& run_slice) {
+  for (int i = 0; i < slices; ++i) run_slice(i);
+}
 inline void matmul_bf16(const matmul_key&, const std::uint16_t*, const std::uint16_t*, float*) {}
 }  // namespace gradus::cpu_dnnl
 #endif

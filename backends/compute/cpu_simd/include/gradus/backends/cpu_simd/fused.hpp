@@ -1,7 +1,7 @@
 #pragma once
 // cpu_simd: fused passes. assign() evaluates one elementwise plan (exec/plan.hpp) with
 // xsimd batches; for_each() runs an optimizer's rule in place over its arrays.
-#include "gradus/backends/cpu_simd/intrinsics.hpp"  // first: see there (and streaming stores)
+#include "gradus/core/intrinsics.hpp"  // first: see there (and streaming stores)
 #include "gradus/backends/cpu_simd/memory.hpp"
 
 namespace gradus::cpu_simd_sections {

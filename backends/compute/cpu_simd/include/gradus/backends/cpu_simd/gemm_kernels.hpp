@@ -47,7 +47,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "gradus/backends/cpu_simd/intrinsics.hpp"
+#include "gradus/core/intrinsics.hpp"
 
 namespace gradus::cpu_gemm {
 

@@ -3,13 +3,15 @@
 // (exec/compute_kernels.hpp): float operands, rounded to the compute type, summed in fp32 into
 // a float result.
 //   bf16 on a CPU with AVX512_BF16 (or AMX): both operands converted once per call to bf16,
-//        then one oneDNN bf16 matmul on threads() threads (cpu_simd/dnnl_matmul.hpp);
+//        then oneDNN bf16 matmuls, one per slice of threads() slices, on the team
+//        (cpu_simd/dnnl_matmul.hpp);
 //   bf16 elsewhere: fp32 GEMM, after one warning naming the missing instruction (oneDNN's
 //        emulation of bf16 is 3-4x slower than fp32: never taken silently);
 //   f16: no x86 CPU before AVX512_FP16 multiplies fp16, so the operands are rounded to fp16
 //        and multiplied in fp32 (fp16's numbers for the loss scaler to act on, not its speed),
 //        after one warning.
 // Convolutions take exec/compute_kernels.hpp's rounding path.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <vector>
@@ -84,15 +86,30 @@ struct low_precision_section : random_section {
       cpu_dnnl::to_bf16(src + i0, dst + i0, static_cast<std::size_t>(i1 - i0));
     }
   }
-  /// The product of bf16 operands, item by item, each one oneDNN call on threads() threads
-  /// (one inside a parallel region; items sharing an output in order).
+  /// The product of bf16 operands, item by item (items sharing an output in order), each cut
+  /// into threads() slices along its larger operand (rows of A, or columns of B; whole blocks of
+  /// 16) and run as one-thread oneDNN calls on the team (cpu_dnnl::on_team): the bits follow
+  /// threads() and the shape alone. One slice inside a parallel region.
   static void gemm_bf16(bool ta, bool tb, index_t m, index_t n, index_t k, float alpha, const std::uint16_t* a,
                         index_t lda, index_t stride_a, const std::uint16_t* b, index_t ldb, index_t stride_b, float beta,
                         float* c, index_t ldc, index_t stride_c, index_t batch) {
-    const int nt = omp_in_parallel() ? 1 : threads();
-    for (index_t i = 0; i < batch; ++i)
-      cpu_dnnl::matmul_bf16({m, n, k, lda, ldb, ldc, ta, tb, alpha, beta, nt}, a + i * stride_a, b + i * stride_b,
-                            c + i * stride_c);
+    const bool by_rows = m * k >= k * n;
+    const index_t len = by_rows ? m : n, blocks = std::max<index_t>(1, len / 16);
+    const int slices = omp_in_parallel() ? 1 : static_cast<int>(std::min<index_t>(threads(), blocks));
+    const auto lo = [&](int i) { return i == slices ? len : blocks * i / slices * 16; };
+    for (index_t item = 0; item < batch; ++item) {
+      const std::uint16_t *ai = a + item * stride_a, *bi = b + item * stride_b;
+      float* ci = c + item * stride_c;
+      cpu_dnnl::on_team(slices, [&](int i) {
+        const index_t from = lo(i), size = lo(i + 1) - from;
+        if (by_rows)
+          cpu_dnnl::matmul_bf16({size, n, k, lda, ldb, ldc, ta, tb, alpha, beta}, ai + (ta ? from : from * lda), bi,
+                                ci + from * ldc);
+        else
+          cpu_dnnl::matmul_bf16({m, size, k, lda, ldb, ldc, ta, tb, alpha, beta}, ai, bi + (tb ? from * ldb : from),
+                                ci + from);
+      });
+    }
   }
 };
 

@@ -11,7 +11,11 @@
 #include <map>
 #include <memory>
 
+#include "gradus/backends/cuda/device_pool.hpp"
 #include "gradus/backends/cuda/layout.hpp"
+#include "gradus/core/dtype.hpp"
+#include "gradus/core/half.hpp"
+#include "gradus/exec/compute_kernels.hpp"
 #include "gradus/graph/ops/conv_geometry.hpp"
 
 #if GRADUS_CUDA_GPU
@@ -143,11 +147,37 @@ struct pool_grad_fn {
   }
 };
 
+/// dst[i] = src[i] rounded to bf16 (or fp16), back in float (core/half.hpp's bits).
+struct round_half_fn {
+  const float* src;
+  float* dst;
+  bool bf16;
+  GRADUS_HD void operator()(index_t i) const {
+    dst[i] = bf16 ? half_bits::bf16_to_float(half_bits::bf16_from_float(src[i]))
+                  : half_bits::f16_to_float(half_bits::f16_from_float(src[i]));
+  }
+};
+
 }  // namespace cuda_kernels
 
 namespace cuda_sections {
 
 struct images_section : layout_section {
+  /// A convolution pass of a mixed-precision session (exec/compute_kernels.hpp): both float
+  /// operands rounded to bf16 or fp16 in device scratch, then the fp32 pass (cuDNN on a GPU,
+  /// cpu_simd's in the cuda-omp build): the low-precision numbers (rounded operands, fp32
+  /// sums), not yet cuDNN's bf16 / fp16 tensor-core kernels.
+  static void conv2d_low(element_type compute, conv_pass_kind pass, const float* a, const float* b,
+                         const conv_geometry& g, float* out) {
+    if (compute == element_type::f32) return run_pass(pass, a, b, g, out);
+    const auto [na, nb] = conv_operand_sizes(pass, g);
+    const bool bf = compute == element_type::bf16;
+    cuda_detail::device_scratch<float> ar(static_cast<std::size_t>(na)), br(static_cast<std::size_t>(nb));
+    for_n(na, cuda_kernels::round_half_fn{a, ar.get(), bf});
+    for_n(nb, cuda_kernels::round_half_fn{b, br.get(), bf});
+    run_pass(pass, ar.get(), br.get(), g, out);
+  }
+
   template <class T>
   static void conv2d(const T* x, const T* wt, const conv_geometry& g, T* y) {
 #if GRADUS_CUDA_GPU
@@ -171,6 +201,13 @@ struct images_section : layout_section {
 #else
     cpu_simd::conv2d_backward_weights(x, dy, g, dw);
 #endif
+  }
+
+  template <class T>
+  static void run_pass(conv_pass_kind pass, const T* a, const T* b, const conv_geometry& g, T* out) {
+    if (pass == conv_pass_kind::forward) conv2d(a, b, g, out);
+    else if (pass == conv_pass_kind::data) conv2d_backward_data(a, b, g, out);
+    else conv2d_backward_weights(a, b, g, out);
   }
 
   template <class T>
