@@ -326,13 +326,15 @@ class zmq_ring final : public control {
     return comm_error(text, peer, state);
   }
 
-  zmq::socket_t data_socket(zmq::socket_type type) {
+  /// `heartbeats`: ZMTP heartbeats (net::set_heartbeats); the point-to-point socket goes
+  /// without them (zmq_ring::setup says why).
+  zmq::socket_t data_socket(zmq::socket_type type, bool heartbeats = true) {
     zmq::socket_t s(*ctx_, type);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::sndhwm, 0);  // a collective's messages are bounded by its size
     s.set(zmq::sockopt::rcvhwm, 0);
     s.set(zmq::sockopt::ipv6, 1);
-    net::set_heartbeats(s, std::chrono::milliseconds(heartbeat_timeout_ms_), /*ask_peer_too=*/true);
+    if (heartbeats) net::set_heartbeats(s, std::chrono::milliseconds(heartbeat_timeout_ms_), /*ask_peer_too=*/true);
     return s;
   }
 

@@ -201,7 +201,14 @@ inline void zmq_ring::setup(const ring_options& o) {
   // ---- this rank's data socket: bound before registering ----
   pull_.emplace(data_socket(zmq::socket_type::pull));
   if (scheme != "inproc") pull_mon_ = monitor(*pull_);
-  p2p_pull_.emplace(data_socket(zmq::socket_type::pull));
+  // The point-to-point socket pings no one. Every peer's messages land here, the last of
+  // them (its leave) often after this rank closed it: libzmq 4.3.4 then refuses it
+  // (_input_stopped), the peer's close marks the connection _io_error, and a heartbeat tick
+  // before the connection is torn down calls out_event() unchecked: "Assertion failed:
+  // !_io_error (src/stream_engine_base.cpp:331)", an abort. Nothing watches this socket's
+  // connections: a peer's liveness is its link's PUSH socket's (point_to_point.hpp), whose
+  // own heartbeats time the peer out.
+  p2p_pull_.emplace(data_socket(zmq::socket_type::pull, /*heartbeats=*/false));
   std::vector<std::string> mine, p2p;
   if (scheme == "inproc") {
     const std::string ep = rdv + ".rank" + std::to_string(rank_) + "-" + net::unique_suffix();
