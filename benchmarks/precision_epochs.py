@@ -7,10 +7,14 @@ fp32's median in the same run, the median test accuracy and its difference from 
 points, the loss scale and skipped steps at the end, and the peak RSS.
 
   benchmarks/precision_epochs.py --data DIR [--seeds 3] [--precisions bf16,fp16]
-                                 [--threads 2] EXAMPLE_BINARY...
+                                 [--threads 2] [--max-drop POINTS] [--library-path DIRS]
+                                 EXAMPLE_BINARY...
 
 Every run: --data DIR --epochs 1 --seed S --threads T --quiet --json --precision P, with
-OPENBLAS_CORETYPE unset and OMP_NUM_THREADS=T. Exits 1 when a run fails."""
+OPENBLAS_CORETYPE unset, OMP_NUM_THREADS=T and (--library-path: a GPU bundle's) LD_LIBRARY_PATH
+for the examples only. Exits 1 when a run fails or (--max-drop) a
+precision's median test accuracy is more than POINTS below fp32's; 77 when a program says it
+has no device (exit 77: the GPU check's rehearsal)."""
 import argparse
 import json
 import os
@@ -37,11 +41,15 @@ def main():
     ap.add_argument('--seeds', type=int, default=3)
     ap.add_argument('--precisions', default='bf16,fp16')
     ap.add_argument('--threads', type=int, default=2)
+    ap.add_argument('--max-drop', type=float, default=None)
+    ap.add_argument('--library-path', default=None)
     ap.add_argument('examples', nargs='+')
     a = ap.parse_args()
     env = dict(os.environ)
     env.pop('OPENBLAS_CORETYPE', None)
     env['OMP_NUM_THREADS'] = str(a.threads)
+    if a.library_path:
+        env['LD_LIBRARY_PATH'] = a.library_path
     precisions = ['fp32'] + [p for p in a.precisions.split(',') if p and p != 'fp32']
     failed = False
     print(f'CPU: {cpu_model()}, {os.cpu_count()} cores; {a.threads} threads; seeds 1..{a.seeds}; medians\n')
@@ -57,6 +65,9 @@ def main():
             cmd = [exe, '--data', a.data, '--epochs', '1', '--seed', str(s), '--threads', str(a.threads), '--quiet',
                    '--json', '--precision', p]
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1800)
+            if res.returncode == 77:
+                print(f'skipped: {exe} has no device (exit 77)')
+                return 77
             if res.returncode != 0:
                 print(f'{exe} --precision {p} --seed {s}: exit {res.returncode}: {res.stderr[-400:]}', file=sys.stderr)
                 failed = True
@@ -73,6 +84,10 @@ def main():
                 continue
             t = statistics.median(j['epoch_seconds'] for j in js)
             acc = statistics.median(j['test_accuracy'] for j in js)
+            if a.max_drop is not None and 100 * (a0 - acc) > a.max_drop:
+                print(f"{js[0]['example']} --precision {p}: accuracy {acc:.4f} is more than {a.max_drop} points below "
+                      f"fp32's {a0:.4f}", file=sys.stderr)
+                failed = True
             print(f"| {js[0]['example']} | {p} | {t:.3f} | {t / t0:.2f} | {acc:.4f} | {100 * (acc - a0):+.2f} | "
                   f"{js[-1].get('loss_scale', 1):g} | {max(j.get('skipped_steps', 0) for j in js)} | "
                   f"{statistics.median(j['peak_rss_mb'] for j in js):.0f} |")

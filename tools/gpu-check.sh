@@ -36,11 +36,14 @@
 #               convolution vs cuDNN
 #   mnist       benchmarks/mnist_vs_pytorch.py --cuda: the three MNIST twins, one epoch
 #               each, against the same models in PyTorch on the same GPU
+#   precision   benchmarks/precision_epochs.py: the three twins one epoch each with
+#               --precision fp32, bf16 and fp16 (cuBLAS's bf16 / fp16 tensor-core GEMMs,
+#               loss scaling): epoch ratios to fp32, accuracy within 0.5 points of fp32's
 #
 # Writes gpu-check.md (the table to publish), gpu-check.json and gpu-check-logs.tar.gz
 # (every step's output) into $OUT (the device tool's folder), else into build/gpu-check,
 # after each phase: a run cut short still brings back what it did. The timeouts (120 s for
-# each side-by-side step, 60 s bench, 170 s mnist) bound the whole at about 6 minutes.
+# each side-by-side step, 60 s bench, 170 s mnist, 150 s precision) bound the whole at about 8 minutes.
 # Exit status: 0 every step passed or was skipped (no device: the rehearsal); 1 a step
 # failed; 2 the bundle cannot be used (missing, incomplete, another architecture, a missing
 # data file, a library that resolves nowhere or outside the bundle).
@@ -305,6 +308,7 @@ summary() {
     ring2|ps2) line=$(grep -E 'check_data_parallel:|gradus: |error' "$log" | tail -n 2 | sed 's/^-- //') ;;
     bench) line=$(grep -E '^device:' "$log" | head -n 1) ;;
     mnist) line=$(grep -E '^\| (mlp|cnn|lstm) \| s / epoch' "$log" | awk -F'|' '{printf "%s %s%s; ", $2, $6, $8}') ;;
+    precision) line=$(grep -E '^\| [a-z_]+ \| (bf16|fp16) \|' "$log" | awk -F'|' '{printf "%s%s x%s; ", $2, $3, $5}') ;;
   esac
   [[ -n $line ]] || line=$(grep -v '^[[:space:]]*$' "$log" | tail -n 1)
   # (Boost.Test colours its verdict: the escapes are dropped)
@@ -363,7 +367,7 @@ EOF
 
 gpu_steps=(suite:cuda_gpu suite:cuda_omp suite:cuda_omp_graph suite:cuda_omp_dist
   memcheck:mnist_mlp memcheck:mnist_cnn memcheck:seq_mnist_lstm memcheck:linear_regression memcheck:logistic_regression
-  racecheck:mnist_cnn ring2 ps2 bench mnist)
+  racecheck:mnist_cnn ring2 ps2 bench mnist precision)
 
 t_start=$(date +%s)
 # ---- the device, as nvidia-smi sees it (before the bundle: its code must match the GPU's
@@ -470,6 +474,9 @@ seeds=$(seq -s, 1 "$nseeds")
 run_step mnist $((170 * nseeds)) env PYTHONUNBUFFERED=1 python3 "$root/benchmarks/mnist_vs_pytorch.py" --cuda --exe-dir "$bin" \
   --data "$data/mnist" --models mlp,cnn,lstm --seeds "$seeds" --epochs 1 --idle-wait 0 --json-out "$work/mnist.json" \
   --gradus-library-path "$libpath"
+write_report >/dev/null
+run_step precision 150 env PYTHONUNBUFFERED=1 python3 "$root/benchmarks/precision_epochs.py" --data "$data/mnist" \
+  --seeds 1 --threads 2 --max-drop 0.5 --library-path "$libpath" "$bin/mnist_mlp_cuda" "$bin/mnist_cnn_cuda" "$bin/seq_mnist_lstm_cuda"
 
 write_report
 failed=$(awk -F'\t' '$2 ~ /^failed/' "$results" | wc -l)

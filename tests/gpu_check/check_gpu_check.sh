@@ -64,7 +64,7 @@ assert steps.get("device") == "skipped: no CUDA device", steps
 gpu = [k for k in steps if k not in ("bundle", "device")]
 expected = {"suite:cuda_gpu", "suite:cuda_omp", "suite:cuda_omp_graph", "suite:cuda_omp_dist", "memcheck:mnist_mlp",
             "memcheck:mnist_cnn", "memcheck:seq_mnist_lstm", "memcheck:linear_regression", "memcheck:logistic_regression",
-            "racecheck:mnist_cnn", "ring2", "ps2", "bench", "mnist"}
+            "racecheck:mnist_cnn", "ring2", "ps2", "bench", "mnist", "precision"}
 assert set(gpu) == expected, sorted(set(gpu) ^ expected)
 assert all(steps[k] == "skipped: no CUDA device" for k in gpu), steps
 assert doc["failed"] == [], doc["failed"]
@@ -81,7 +81,7 @@ python3 - "$work/out-assumed/gpu-check.json" <<'PY' || { cat "$work/assumed.out"
 import json, sys
 doc = json.load(open(sys.argv[1]))
 steps = {s["step"]: s for s in doc["steps"]}
-assert len(steps) == 16, sorted(steps)
+assert len(steps) == 17, sorted(steps)
 assert steps["device"]["status"] == "ok", steps["device"]
 # the programs ran and said why they could not: the CUDA runtime's words reach the table
 for k in ("ring2", "ps2"):
