@@ -115,11 +115,13 @@ BOOST_AUTO_TEST_CASE(compression_bounds_the_error_and_keeps_replicas_identical) 
   temp_dir dir;
   int job = 0;
   // significant bits after rounding: fp16 11, bf16 8
-  for (const auto& [compress, bits] : {std::pair<std::string, int>{"fp16", 11}, {"bf16", 8}})
+  for (const auto& wire : {std::pair<std::string, int>{"fp16", 11}, {"bf16", 8}})
     for (const bool average : {false, true})
       for (int world : {2, 3})
         for (const std::size_t n : {std::size_t{100003}, std::size_t{1001}}) {
           // 100003: a SIMD tail, chunks of several segments (the ring); 1001: the all-gather path
+          const std::string& compress = wire.first;
+          const int bits = wire.second;
           const std::string rdv = dir.ipc("wire-" + std::to_string(job++));
           std::vector<std::vector<float>> got(world);
           auto res = on_threads(world, [&](int r) {
