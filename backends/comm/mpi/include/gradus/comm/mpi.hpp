@@ -196,7 +196,8 @@ class mpi_allreduce {
     const bool pre = wire == element_type::f16;
     if (pre)
       for (auto& v : x) v *= inv_n;
-    std::vector<std::uint16_t> w(x.size());
+    auto& w = wire_;  // kept between calls: a bucket's wire buffer, every step
+    w.resize(x.size());
     parallel::half_wire::compress(wire, x.data(), reinterpret_cast<std::byte*>(w.data()), x.size());
     MPI_Op op = MPI_OP_NULL;
     check(MPI_Op_create(wire == element_type::bf16 ? &sum_wire<element_type::bf16> : &sum_wire<element_type::f16>, 1, &op),
@@ -471,6 +472,7 @@ class mpi_allreduce {
   int rank_ = -1, world_ = 0;
   bool owns_ = true;  ///< counted in process_state (not a moved-from one)
   std::deque<pending_send> sends_;
+  std::vector<std::uint16_t> wire_;  ///< allreduce_average(x, wire): x as it travels
 };
 static_assert(parallel::communicator<mpi_allreduce>);
 static_assert(parallel::splittable<mpi_allreduce>);

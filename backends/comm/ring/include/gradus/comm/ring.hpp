@@ -26,7 +26,7 @@
 // all-reduce thread), but two collectives, or a collective and a send or recv, or calls on
 // it and on one of its sub-groups, must never run at once.
 //
-// About 590 lines with its doc comments, one concept: the communicator's face (collectives, point-to-point,
+// About 610 lines with its doc comments, one concept: the communicator's face (collectives, point-to-point,
 // split) and the ring's algorithms, which share its state; the transports, the mesh and the
 // sub-groups are headers of their own (ring/).
 #include <algorithm>
