@@ -99,11 +99,11 @@ void decompress(element_type wire, T* dst, const std::byte* src, std::size_t n) 
 /// x[i] = float(wire(x[i])): what every other rank will receive of x.
 template <class T>
 void round_trip(element_type wire, T* x, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float f = static_cast<float>(x[i]);
-    x[i] = static_cast<T>(wire == element_type::bf16 ? half_bits::bf16_to_float(half_bits::bf16_from_float(f))
-                                                     : half_bits::f16_to_float(half_bits::f16_from_float(f)));
-  }
+  const auto round = [&](auto to_float, auto from_float) {
+    for (std::size_t i = 0; i < n; ++i) x[i] = static_cast<T>(to_float(from_float(static_cast<float>(x[i]))));
+  };
+  if (wire == element_type::bf16) round(half_bits::bf16_to_float, half_bits::bf16_from_float);
+  else round(half_bits::f16_to_float, half_bits::f16_from_float);
 }
 
 }  // namespace gradus::parallel::half_wire

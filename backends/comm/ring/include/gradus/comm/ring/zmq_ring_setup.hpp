@@ -4,7 +4,7 @@
 // other ranks dial, each rank's registration, rank 0's checks and its choice of data path
 // (shared memory, direct TCP or ZeroMQ), and the data paths' own set-up. Included at the
 // end of zmq_ring.hpp (the class and its running half); not a header to include alone.
-// (About 570 lines: one concept, the forming of the ring, whose steps share the addresses
+// (About 580 lines: one concept, the forming of the ring, whose steps share the addresses
 // and rules described here.)
 //
 // Rendezvous: rank 0 binds a ROUTER at the rendezvous address; every other rank connects a
