@@ -135,7 +135,17 @@ inline void bind_arg(conv_arg& arg, const dnnl::memory::desc& plain, const dnnl:
   arg.reordered = true;
 }
 
-inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass) {
+/// Whether oneDNN runs a bf16 pass with one of its direct jit kernels. Where it has none it
+/// takes its gemm-based bf16 convolution, which for LeNet's conv1 weight gradient (one input
+/// channel) took 4x the fp32 pass's time: such a shape takes the caller's path instead.
+inline bool direct_kernel(const dnnl::primitive_desc_base& pd) {
+  return std::string_view(pd.impl_info_str()).find("gemm") == std::string_view::npos;
+}
+
+/// `bf16`: the primitive reads its two inputs as bf16 (the reorders from the tensors' float
+/// round them to nearest even) and writes its float output with fp32 sums. Returns false
+/// (nothing built) for a bf16 pass oneDNN has no direct kernel for.
+inline bool build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass, bool bf16) {
   using tag = dnnl::memory::format_tag;
   using dt = dnnl::memory::data_type;
   const dim nb = sl.n1 - sl.n0;
@@ -147,7 +157,12 @@ inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass)
   // layouts oneDNN runs its gemm-based convolution; in its own, its direct jit kernels,
   // 1.6-2.2x faster on LeNet's two layers' three passes even with the reorders
   // (single-threaded on 32-image slices, AMD EPYC Zen 4; benchmarks/README.md).
-  auto pick = [](const dnnl::memory::desc& md) { return dnnl::memory::desc(md.dims(), dt::f32, tag::any); };
+  const dt in = bf16 ? dt::bf16 : dt::f32;
+  auto pick = [](const dnnl::memory::desc& md, dt type) { return dnnl::memory::desc(md.dims(), type, tag::any); };
+  // what each pass reads in `in` and writes in f32: forward x, w -> y; data dy, w -> dx;
+  // weights x, dy -> dw
+  const dt x_t = pass == conv_pass::data ? dt::f32 : in, w_t = pass == conv_pass::weights ? dt::f32 : in,
+           y_t = pass == conv_pass::forward ? dt::f32 : in;
   // oneDNN checks (h - kh + pad_l + pad_r) / s + 1 == oh with the same floor division as
   // gradus' window2d, so the right padding is p too.
   const dnnl::memory::dims strides{sh.window.stride, sh.window.stride}, pad{sh.window.pad, sh.window.pad};
@@ -159,11 +174,12 @@ inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass)
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   const dnnl::convolution_forward::primitive_desc fwd(
       dnnl::convolution_forward::desc(dnnl::prop_kind::forward_training, dnnl::algorithm::convolution_direct,
-                                      pick(x_md), pick(w_md), pick(y_md), strides, pad, pad),
+                                      pick(x_md, in), pick(w_md, in), pick(y_md, y_t), strides, pad, pad),
       attr, eng);
   dnnl::memory::desc scratch_md;
   switch (pass) {
     case conv_pass::forward:
+      if (bf16 && !direct_kernel(fwd)) return false;
       sl.prim = dnnl::convolution_forward(fwd);
       scratch_md = fwd.scratchpad_desc();
       bind_arg(sl.a, x_md, fwd.src_desc(), true);
@@ -173,9 +189,10 @@ inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass)
       break;
     case conv_pass::data: {
       const dnnl::convolution_backward_data::primitive_desc pd(
-          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, pick(x_md), pick(w_md),
-                                                pick(y_md), strides, pad, pad),
+          dnnl::convolution_backward_data::desc(dnnl::algorithm::convolution_direct, pick(x_md, x_t),
+                                                pick(w_md, w_t), pick(y_md, y_t), strides, pad, pad),
           attr, eng, fwd);
+      if (bf16 && !direct_kernel(pd)) return false;
       sl.prim = dnnl::convolution_backward_data(pd);
       scratch_md = pd.scratchpad_desc();
       bind_arg(sl.a, y_md, pd.diff_dst_desc(), true);
@@ -186,9 +203,10 @@ inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass)
     }
     case conv_pass::weights: {
       const dnnl::convolution_backward_weights::primitive_desc pd(
-          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, pick(x_md), pick(w_md),
-                                                   pick(y_md), strides, pad, pad),
+          dnnl::convolution_backward_weights::desc(dnnl::algorithm::convolution_direct, pick(x_md, x_t),
+                                                   pick(w_md, w_t), pick(y_md, y_t), strides, pad, pad),
           attr, eng, fwd);
+      if (bf16 && !direct_kernel(pd)) return false;
       sl.prim = dnnl::convolution_backward_weights(pd);
       scratch_md = pd.scratchpad_desc();
       bind_arg(sl.a, x_md, pd.src_desc(), true);
@@ -201,37 +219,41 @@ inline void build_slice(conv_slice& sl, const conv_geometry& sh, conv_pass pass)
   sl.scratchpad = dnnl::memory(scratch_md, eng);  // oneDNN allocates it (size 0: none)
   sl.args.emplace(DNNL_ARG_SCRATCHPAD, sl.scratchpad);
   sl.stream = dnnl::stream(eng);
+  return true;
 }
 
 struct conv_plan {
   conv_geometry shape{};
   conv_pass pass{};
   int slices = 0;
-  bool usable = false;  ///< false: oneDNN refused the shape; the caller takes its own path
+  bool bf16 = false;    ///< bf16 inputs (build_slice)
+  bool usable = false;  ///< false: oneDNN refused the shape (or has no direct bf16 kernel): the caller's path
   std::vector<conv_slice> slice;
   std::vector<float> partial;  ///< weights: slices 1.. write their sums here, [slices - 1][o*c*kh*kw]
 };
 
-/// The calling thread's plans, made on first use of a (shape, pass, slice count).
-inline conv_plan& plan_for(const conv_geometry& sh, conv_pass pass, int slices) {
+/// The calling thread's plans, made on first use of a (shape, pass, slice count, input type).
+inline conv_plan& plan_for(const conv_geometry& sh, conv_pass pass, int slices, bool bf16) {
   thread_local std::vector<std::unique_ptr<conv_plan>> plans;
   for (auto& p : plans)
-    if (p->shape == sh && p->pass == pass && p->slices == slices) return *p;
+    if (p->shape == sh && p->pass == pass && p->slices == slices && p->bf16 == bf16) return *p;
   auto p = std::make_unique<conv_plan>();
-  p->shape = sh, p->pass = pass, p->slices = slices;
+  p->shape = sh, p->pass = pass, p->slices = slices, p->bf16 = bf16;
   p->slice.resize(static_cast<std::size_t>(slices));
   try {
     // created at one OpenMP thread: each slice runs single-threaded (see the top)
+    bool built = true;
     cpu_threads::blas_on_one_thread([&] {
-      for (int i = 0; i < slices; ++i) {
+      for (int i = 0; i < slices && built; ++i) {
         conv_slice& sl = p->slice[static_cast<std::size_t>(i)];
         sl.n0 = sh.n * i / slices, sl.n1 = sh.n * (i + 1) / slices;
-        build_slice(sl, sh, pass);
+        built = build_slice(sl, sh, pass, bf16);
       }
     });
     if (pass == conv_pass::weights)
       p->partial.assign(static_cast<std::size_t>((slices - 1) * sh.o * sh.patch()), 0.f);
-    p->usable = true;
+    p->usable = built;
+    if (!built) p->slice.clear();
   } catch (const dnnl::error&) {
     p->slice.clear();  // oneDNN has no primitive for this shape in these layouts
   }
@@ -270,11 +292,14 @@ void on_team(int slices, F&& run_slice) {
 /// the caller's own path must run: oneDNN switched off, or no primitive for the shape.
 ///   forward  a = x, b = w, out = y      data  a = dy, b = w, out = dx
 ///   weights  a = x, b = dy, out = dw
-inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const float* b, float* out) {
+/// `bf16`: a and b are read as bf16 (rounded to nearest even), the products summed in fp32
+/// (the caller checks that the CPU has bf16 instructions: cpu_dnnl::bf16_native).
+inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const float* b, float* out,
+                 bool bf16 = false) {
   if (!enabled() || sh.n <= 0) return false;
   if (pass == conv_pass::data && sh.c == 1) return false;  // see the top
   const int slices = static_cast<int>(std::min<dim>(std::max(1, cpu_threads::threads()), sh.n));
-  conv_plan& pl = plan_for(sh, pass, slices);
+  conv_plan& pl = plan_for(sh, pass, slices, bf16);
   if (!pl.usable) return false;
   const dim x_img = sh.c * sh.h * sh.w, y_img = sh.o * sh.pixels(), w_size = sh.o * sh.patch();
   const dim a_img = pass == conv_pass::data ? y_img : x_img;
@@ -305,6 +330,6 @@ inline bool conv(conv_pass pass, const conv_geometry& sh, const float* a, const 
 namespace gradus::cpu_dnnl {
 inline bool enabled() { return false; }
 inline void set_enabled(bool) {}
-inline bool conv(conv_pass, const conv_geometry&, const float*, const float*, float*) { return false; }
+inline bool conv(conv_pass, const conv_geometry&, const float*, const float*, float*, bool = false) { return false; }
 }  // namespace gradus::cpu_dnnl
 #endif

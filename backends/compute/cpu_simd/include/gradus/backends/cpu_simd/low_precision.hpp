@@ -10,7 +10,9 @@
 //   f16: no x86 CPU before AVX512_FP16 multiplies fp16, so the operands are rounded to fp16
 //        and multiplied in fp32 (fp16's numbers for the loss scaler to act on, not its speed),
 //        after one warning.
-// Convolutions take exec/compute_kernels.hpp's rounding path.
+// And the three convolution passes the same way: bf16 through oneDNN's bf16 convolutions
+// (cpu_simd/dnnl.hpp: the reorders into its layouts round the inputs), else the inputs
+// rounded into scratch and the fp32 convolution, after the same warnings.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "gradus/backends/cpu_simd/dnnl_matmul.hpp"
 #include "gradus/backends/cpu_simd/random.hpp"
 #include "gradus/core/dtype.hpp"
+#include "gradus/exec/compute_kernels.hpp"
 
 namespace gradus::cpu_simd_sections {
 
@@ -36,9 +39,7 @@ struct low_precision_section : random_section {
     const std::size_t b_span = gradus::detail::span_of(batch, stride_b, tb ? n : k, tb ? k : n, ldb);
     if (compute == element_type::bf16) {
       if (!cpu_dnnl::bf16_native()) {
-        warn_once(0, "gradus: precision bf16: this CPU has no AVX512_BF16 (nor AMX) instructions, or gradus was built "
-                     "without oneDNN; matmuls and convolutions run in fp32 instead (oneDNN's bf16 emulation is 3-4x "
-                     "slower than fp32)");
+        warn_once(0, no_bf16_text);
         return gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
       }
       thread_local std::vector<std::uint16_t> ab, bb;
@@ -50,8 +51,7 @@ struct low_precision_section : random_section {
                 batch);
       return;
     }
-    warn_once(1, "gradus: precision fp16: x86 CPUs before AVX512_FP16 have no fp16 multiply; matmuls and "
-                 "convolutions round their operands to fp16 and multiply in fp32 (fp16's numbers, fp32's speed)");
+    warn_once(1, no_f16_text);
     thread_local std::vector<float> ar, br;
     ar.resize(a_span);
     br.resize(b_span);
@@ -60,7 +60,53 @@ struct low_precision_section : random_section {
     gemm(ta, tb, m, n, k, alpha, ar.data(), lda, stride_a, br.data(), ldb, stride_b, beta, c, ldc, stride_c, batch);
   }
 
+  /// ---- low-precision convolutions --------------------------------------------------------
+  /// conv2d's, conv2d_backward_data's or conv2d_backward_weights' contract (pass) in float,
+  /// with the inputs a and b rounded to `compute` and the products summed in fp32.
+  static void conv2d_low(element_type compute, conv_pass_kind pass, const float* a, const float* b,
+                         const conv_geometry& g, float* out) {
+    const auto fp32 = [&](const float* x, const float* y) {
+      if (pass == conv_pass_kind::forward) conv2d(x, y, g, out);
+      else if (pass == conv_pass_kind::data) conv2d_backward_data(x, y, g, out);
+      else conv2d_backward_weights(x, y, g, out);
+    };
+    if (compute == element_type::f32) return fp32(a, b);
+    if (compute == element_type::bf16) {
+      if (!cpu_dnnl::bf16_native()) {
+        warn_once(0, no_bf16_text);
+        return fp32(a, b);
+      }
+      if (cpu_dnnl::conv(dnnl_pass(pass), g, a, b, out, true)) return;
+    } else {
+      warn_once(1, no_f16_text);
+    }
+    // a shape oneDNN has no bf16 primitive for, or f16: rounded inputs, the fp32 convolution
+    const auto [a_size, b_size] = conv_operand_sizes(pass, g);
+    thread_local std::vector<float> ar, br;
+    ar.resize(static_cast<std::size_t>(a_size));
+    br.resize(static_cast<std::size_t>(b_size));
+    round_to(compute, a, ar.data(), ar.size());
+    round_to(compute, b, br.data(), br.size());
+    fp32(ar.data(), br.data());
+  }
+
  private:
+  static constexpr const char* no_bf16_text =
+      "gradus: precision bf16: this CPU has no AVX512_BF16 (nor AMX) instructions, or gradus was built without "
+      "oneDNN; matmuls and convolutions run in fp32 instead (oneDNN's bf16 emulation is 3-4x slower than fp32)";
+  static constexpr const char* no_f16_text =
+      "gradus: precision fp16: x86 CPUs before AVX512_FP16 have no fp16 multiply; matmuls and convolutions round "
+      "their operands to fp16 and multiply in fp32 (fp16's numbers, fp32's speed)";
+  static cpu_dnnl::conv_pass dnnl_pass(conv_pass_kind pass) {
+    return pass == conv_pass_kind::forward ? cpu_dnnl::conv_pass::forward
+           : pass == conv_pass_kind::data  ? cpu_dnnl::conv_pass::data
+                                           : cpu_dnnl::conv_pass::weights;
+  }
+  /// dst[i] = float(compute(src[i])), compute bf16 or f16.
+  static void round_to(element_type compute, const float* src, float* dst, std::size_t n) {
+    if (compute == element_type::f16) return round_to_f16(src, dst, n);
+    for (std::size_t i = 0; i < n; ++i) dst[i] = gradus::detail::round_to<bf16>(src[i]);
+  }
   /// dst[i] = float(f16(src[i])): F16C's conversions, 8 per instruction, where compiled for them
   /// (the same bits as half_bits': both round to nearest even).
   static void round_to_f16(const float* src, float* dst, std::size_t n) {
