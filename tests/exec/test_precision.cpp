@@ -216,9 +216,11 @@ void low_precision_convolutions_within_their_bound(g::element_type compute) {
   const double u = std::is_same_v<H, g::bf16> ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
   const std::pair<const char*, g::conv_pass_kind> passes[] = {
       {"forward", g::conv_pass_kind::forward}, {"data", g::conv_pass_kind::data}, {"weights", g::conv_pass_kind::weights}};
-  // LeNet's two layers (a one-channel input: oneDNN's data pass is not taken, see dnnl.hpp)
-  // and a strided, padded one; odd batches so the slices differ in size
-  const g::conv_geometry shapes[] = {{37, 1, 28, 28, 6, {5, 5, 1, 2}}, {37, 6, 14, 14, 16, {5, 5, 1, 0}},
+  // LeNet's two layers as mnist_cnn trains them (a one-channel input: oneDNN's data pass is
+  // not taken, see dnnl.hpp), padded and on odd batches (slices of unequal size), and a
+  // strided, padded one
+  const g::conv_geometry shapes[] = {{32, 1, 28, 28, 6, {5, 5, 1, 0}}, {32, 6, 12, 12, 16, {5, 5, 1, 0}},
+                                     {37, 1, 28, 28, 6, {5, 5, 1, 2}}, {37, 6, 14, 14, 16, {5, 5, 1, 0}},
                                      {9, 3, 11, 11, 8, {3, 3, 2, 1}}};
   for (const auto& geo : shapes)
     for (const auto& [pass_name, pass] : passes) {
