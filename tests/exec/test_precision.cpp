@@ -271,3 +271,42 @@ BOOST_AUTO_TEST_CASE(bf16_convolutions_are_the_convolutions_of_rounded_operands)
 BOOST_AUTO_TEST_CASE(fp16_convolutions_are_the_convolutions_of_rounded_operands) {
   low_precision_convolutions_within_their_bound<g::f16>(g::element_type::f16);
 }
+
+BOOST_AUTO_TEST_CASE(a_held_operand_is_converted_once_and_read_from_its_copy) {
+  // core/held_operand.hpp: while a hold on W lives, cpu_simd's bf16 GEMM reads W's bf16 bits
+  // converted when the hold was made: the same bits as converting at each call, and (the
+  // proof that the copy is read) unchanged by a write to W inside the scope, which the
+  // contract forbids and this test makes on purpose. Parts of W (the RNN cells' W_h_k) too.
+  if (!g::cpu_dnnl::bf16_native()) {
+    BOOST_TEST_MESSAGE("no AVX512_BF16 on this CPU: nothing is held");
+    return;
+  }
+  g::cpu_simd::set_threads(2);
+  const g::index_t m = 48, k = 64, n = 4 * 64;
+  const auto a = uniform<float>(static_cast<std::size_t>(m * k), -1, 1);
+  auto w = uniform<float>(static_cast<std::size_t>(k * n), -1, 1);
+  using kernels = g::compute_kernels<g::with_precision<g::cpu_simd, g::mixed_bf16>, g::bf16>;
+  auto product = [&](const float* b, g::index_t cols) {
+    std::vector<float> c(static_cast<std::size_t>(m * cols));
+    kernels::gemm(false, false, m, cols, k, 1.0f, a.data(), k, 0, b, n, 0, 0.0f, c.data(), cols, 0, g::index_t(1));
+    return c;
+  };
+  const auto plain = product(w.data(), n), part = product(w.data() + 64, 64);
+  {
+    const auto held = g::hold_operand<kernels>(w.data(), w.size());
+    static_assert(!std::is_same_v<std::remove_cvref_t<decltype(held)>, g::nothing_held>);
+    const auto whole = product(w.data(), n), second = product(w.data() + 64, 64);
+    BOOST_TEST(std::memcmp(whole.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+    BOOST_TEST(std::memcmp(second.data(), part.data(), part.size() * sizeof(float)) == 0);
+    for (auto& v : w) v = -v;  // read from the copy: no effect while held
+    const auto after = product(w.data(), n);
+    BOOST_TEST(std::memcmp(after.data(), plain.data(), plain.size() * sizeof(float)) == 0);
+  }
+  // the hold ended: W is converted again, its new values read
+  const auto negated = product(w.data(), n);
+  std::size_t flipped = 0;
+  for (std::size_t i = 0; i < negated.size(); ++i) flipped += negated[i] == -plain[i];
+  BOOST_TEST(flipped == negated.size());
+  // an fp32 session's backend holds nothing
+  static_assert(std::is_same_v<decltype(g::hold_operand<g::cpu_simd>(w.data(), w.size())), g::nothing_held>);
+}

@@ -9,6 +9,8 @@
 //   gemm_low(compute, ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
 //            stride_c, batch)                        float in, float out, `compute` inside
 //   conv2d_low(compute, pass, a, b, geometry, out)   the three convolution passes, the same
+//   hold_low(compute, p, n)                          a token: the n floats at p converted once
+//                                                    for the GEMMs while it lives (core/held_operand.hpp)
 // (cpu_simd: oneDNN's bf16 GEMM where the CPU has AVX512_BF16; cuda: cuBLAS on tensor
 // cores). Without them, a host-memory backend rounds the operands into scratch buffers and
 // runs its fp32 kernels: the numbers of a low-precision kernel (rounded operands, fp32 sums),
@@ -18,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradus/core/held_operand.hpp"
 #include "gradus/core/precision.hpp"
 #include "gradus/exec/backend.hpp"
 
@@ -30,6 +33,8 @@ template <class B>
 concept backend_gemm_low = requires(const float* a, float* c, index_t n, float s) {
   B::gemm_low(element_type::bf16, true, false, n, n, n, s, a, n, n, a, n, n, s, c, n, n, n);
 };
+template <class B>
+concept backend_hold_low = requires(const float* a, std::size_t n) { B::hold_low(element_type::bf16, a, n); };
 template <class B>
 concept backend_conv_low = requires(const float* a, float* c, const conv_geometry& g) {
   B::conv2d_low(element_type::bf16, conv_pass_kind::forward, a, a, g, c);
@@ -90,6 +95,13 @@ struct compute_kernels : Backend {
           b, detail::span_of(batch, stride_b, tb ? n : k, tb ? k : n, ldb), 1);
       Backend::gemm(ta, tb, m, n, k, alpha, ar, lda, stride_a, br, ldb, stride_b, beta, c, ldc, stride_c, batch);
     }
+  }
+  /// core/held_operand.hpp: the n floats at p converted once to Compute for the GEMMs that
+  /// read them while the token lives, where Backend can hold them (hold_low).
+  template <class T>
+  static auto hold_operand(const T* p, std::size_t n) {
+    if constexpr (std::is_same_v<T, float> && backend_hold_low<Backend>) return Backend::hold_low(element_type_of<Compute>, p, n);
+    else return nothing_held{};
   }
   /// Backend::conv2d's contract, x and w rounded to Compute.
   template <class T>

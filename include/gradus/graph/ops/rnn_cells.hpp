@@ -9,6 +9,7 @@
 #include <cstddef>
 
 #include "gradus/core/device.hpp"
+#include "gradus/core/held_operand.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/elementwise.hpp"
 #include "gradus/graph/ops/reduce.hpp"
@@ -152,6 +153,7 @@ struct lstm_cell {
     T* cs = out + TBH;
     T* gates = out + 2 * TBH;
     detail::rnn_input_projection<Backend>(gates, out + 6 * TBH, e, x, wx, b, 4);
+    [[maybe_unused]] const auto held = hold_operand<Backend>(wh, static_cast<std::size_t>(e.h * G));
     for (index_t t = 0; t < e.t; ++t) {
       T* a = gates + t * n;
       if (t == 0) {
@@ -178,6 +180,7 @@ struct lstm_cell {
     const T* cs = fwd + TBH;
     const T* gates = fwd + 2 * TBH;
     Backend::for_each(2 * n, detail::rnn_set<T>{T(0)}, carry);
+    [[maybe_unused]] const auto held = hold_operand<Backend>(wh, static_cast<std::size_t>(e.h * G));
     for (index_t t = e.t - 1; t >= 0; --t) {
       const T* a = gates + t * n;
       T* d = dG + t * n;
@@ -306,6 +309,7 @@ struct gru_cell {
     T* ones = out + 7 * TBH;
     detail::rnn_input_projection<Backend>(gates, ones, e, x, wx, bx, 3);
     Backend::gemm(false, false, rows, e.h, 1, T(1), ones, 1, 0, bh, G, e.h, T(0), hp, e.h, TBH, 3);
+    [[maybe_unused]] const auto held = hold_operand<Backend>(wh, static_cast<std::size_t>(e.h * G));
     for (index_t t = 0; t < e.t; ++t) {
       T* a = gates + t * n;
       T* p = hp + t * n;
@@ -335,6 +339,7 @@ struct gru_cell {
     const T* gates = fwd + TBH;
     const T* hpn = fwd + 6 * TBH;  // h Wh_n + bh_n
     Backend::for_each(n, detail::rnn_set<T>{T(0)}, carry);
+    [[maybe_unused]] const auto held = hold_operand<Backend>(wh, static_cast<std::size_t>(e.h * G));
     for (index_t t = e.t - 1; t >= 0; --t) {
       const T* a = gates + t * n;
       T* d = dG + t * n;

@@ -10,11 +10,14 @@
 //   f16: no x86 CPU before AVX512_FP16 multiplies fp16, so the operands are rounded to fp16
 //        and multiplied in fp32 (fp16's numbers for the loss scaler to act on, not its speed),
 //        after one warning.
+// A region held by an op (core/held_operand.hpp: the RNN cells' W_h over their time loops) is
+// converted once, and the GEMMs in its scope read those bits.
 // And the three convolution passes the same way: bf16 through oneDNN's bf16 convolutions
 // (cpu_simd/dnnl.hpp: the reorders into its layouts round the inputs), else the inputs
 // rounded into scratch and the fp32 convolution, after the same warnings.
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <vector>
 
@@ -43,12 +46,19 @@ struct low_precision_section : random_section {
         return gemm(ta, tb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, batch);
       }
       thread_local std::vector<std::uint16_t> ab, bb;
-      ab.resize(a_span);
-      bb.resize(b_span);
-      convert(a, ab.data(), a_span);
-      convert(b, bb.data(), b_span);
-      gemm_bf16(ta, tb, m, n, k, alpha, ab.data(), lda, stride_a, bb.data(), ldb, stride_b, beta, c, ldc, stride_c,
-                batch);
+      const std::uint16_t* a16 = held_bits_of(a, a_span);
+      const std::uint16_t* b16 = held_bits_of(b, b_span);
+      if (!a16) {
+        ab.resize(a_span);
+        convert(a, ab.data(), a_span);
+        a16 = ab.data();
+      }
+      if (!b16) {
+        bb.resize(b_span);
+        convert(b, bb.data(), b_span);
+        b16 = bb.data();
+      }
+      gemm_bf16(ta, tb, m, n, k, alpha, a16, lda, stride_a, b16, ldb, stride_b, beta, c, ldc, stride_c, batch);
       return;
     }
     warn_once(1, no_f16_text);
@@ -59,6 +69,33 @@ struct low_precision_section : random_section {
     round_to_f16(b, br.data(), b_span);
     gemm(ta, tb, m, n, k, alpha, ar.data(), lda, stride_a, br.data(), ldb, stride_b, beta, c, ldc, stride_c, batch);
   }
+
+  /// ---- held operands (core/held_operand.hpp) -------------------------------------------
+  /// While a bf16_hold lives, gemm_low reads the bf16 bits of its region converted once
+  /// instead of converting them again at every call. One region per thread: a hold made while
+  /// another is active does nothing.
+  class bf16_hold {
+   public:
+    bf16_hold(element_type compute, const float* p, std::size_t n) {
+      held_bits& h = held();
+      if (compute != element_type::bf16 || n == 0 || h.p || !cpu_dnnl::bf16_native()) return;
+      h.bits.resize(n);
+      convert(p, h.bits.data(), n);
+      h.p = p, h.n = n;
+      active_ = true;
+    }
+    ~bf16_hold() {
+      if (active_) held().p = nullptr;
+    }
+    bf16_hold(const bf16_hold&) = delete;
+    bf16_hold& operator=(const bf16_hold&) = delete;
+
+   private:
+    bool active_ = false;
+  };
+  /// A token keeping the n floats at p converted to `compute` for gemm_low while it lives
+  /// (bf16 on a CPU with bf16 instructions; otherwise it does nothing).
+  static bf16_hold hold_low(element_type compute, const float* p, std::size_t n) { return bf16_hold(compute, p, n); }
 
   /// ---- low-precision convolutions --------------------------------------------------------
   /// conv2d's, conv2d_backward_data's or conv2d_backward_weights' contract (pass) in float,
@@ -116,6 +153,26 @@ struct low_precision_section : random_section {
       _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT)));
 #endif
     for (; i < n; ++i) dst[i] = static_cast<float>(f16(src[i]));
+  }
+  /// The thread's held region: its first float, its length, its bf16 bits (p null: none).
+  struct held_bits {
+    const float* p = nullptr;
+    std::size_t n = 0;
+    std::vector<std::uint16_t> bits;
+  };
+  static held_bits& held() {
+    thread_local held_bits h;
+    return h;
+  }
+  /// The held bf16 bits of the `span` floats from q, or null where they are not all held.
+  static const std::uint16_t* held_bits_of(const float* q, std::size_t span) {
+    const held_bits& h = held();
+    if (!h.p) return nullptr;
+    const auto from = reinterpret_cast<std::uintptr_t>(h.p), at = reinterpret_cast<std::uintptr_t>(q);
+    if (at < from || (at - from) % sizeof(float) != 0) return nullptr;
+    const std::size_t offset = (at - from) / sizeof(float);
+    if (offset > h.n || span > h.n - offset) return nullptr;
+    return h.bits.data() + offset;
   }
   static void warn_once(int which, const char* text) {
     static std::atomic<bool> said[2] = {false, false};
