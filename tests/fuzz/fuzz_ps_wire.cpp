@@ -83,6 +83,8 @@ void check_accepted(std::span<const std::span<const std::byte>> frames, const wi
     std::uint64_t bytes = 0;
     return elem != 0 && !__builtin_mul_overflow(h.count, elem, &bytes) && bytes == payload.size();
   };
+  // two-byte floats (bfloat16, float16) travel in pushes only
+  PS_WIRE_CHECK(!wire::half_width(static_cast<gradus::element_type>(h.dtype)) || t == wire::type::push);
   if (t == wire::type::push) PS_WIRE_CHECK(h.count > 0 && carries_count_elements());
   if (t == wire::type::pull) PS_WIRE_CHECK(h.count > 0);
   if (t == wire::type::push_rows || t == wire::type::pull_rows) PS_WIRE_CHECK(elem != 0 && h.offset > 0);

@@ -101,6 +101,8 @@ std::vector<seed> seeds() {
   ok("init-worker-f64", msg(from(make(type::init, 1, 2, 3, element_type::f64), 1, 3, 0, 5), init_payload("dense/b")));
   ok("push-f32", msg(from(make(type::push, 0, 0, 4, element_type::f32), 1, 4, 3, 0.05), of<float>({0.1f, 0.2f, -0.3f, 0.f})));
   ok("push-f64", msg(from(make(type::push, 1, 2, 3, element_type::f64), 0, 5, 3, 0.05), of<double>({1e-3, -2e-3, 3.5})));
+  ok("push-bf16", msg(from(make(type::push, 0, 0, 4, element_type::bf16), 1, 4, 3, 0.05), bytes{0x80, 0x3f, 0x00, 0xc0, 0x49, 0x40, 0, 0}));
+  ok("push-f16", msg(from(make(type::push, 0, 0, 2, element_type::f16), 1, 4, 3, 0.05), bytes{0x00, 0x3c, 0x55, 0x35}));
   ok("push-f32-80", msg(from(make(type::push, 0, 0, 80, element_type::f32), 0, 6, 3, 0.05), bytes(320, 0x3f)));  // over the small limits
   ok("pull", msg(from(make(type::pull, 0, 1, 3, element_type::f32), 1, 7, 3)));
   ok("pull-empty-payload-frame", {of(from(make(type::pull, 1, 2, 3, element_type::f64), 0, 8, 4)), {}});
@@ -152,6 +154,7 @@ std::vector<seed> seeds() {
   h.payload_bytes = 20;
   bad("payload-bytes-mismatch", {of(h), bytes(16, 0)});
   bad("push-count-mismatch", msg(make(type::push, 0, 0, 5, element_type::f32), bytes(16, 0)));
+  bad("pull-bf16", msg(make(type::pull, 0, 0, 4, element_type::bf16)));  // only a push carries two-byte floats
   bad("push-rows-short", msg(make(type::push_rows, 0, 3, 2, element_type::f32), bytes(39, 0)));
   bad("push-rows-row-of-0", msg(make(type::push_rows, 0, 0, 1, element_type::f32), bytes(8, 0)));
   bad("pull-rows-without-dtype", msg(make(type::pull_rows, 0, 3, 0)));

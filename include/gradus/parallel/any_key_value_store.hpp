@@ -4,7 +4,7 @@
 // them. It offers the optional parts of the concept whether or not the store has them: a
 // store without state initialization takes the variable alone (its optimizer starts fresh),
 // one without snapshot is pulled, set_optimizer / set_learning_rate do nothing where the store
-// has neither, the sparse-row calls throw "gradus: <name> does not move sparse rows
+// has neither (set_push_type answers false for any type but float32), the sparse-row calls throw "gradus: <name> does not move sparse rows
 // (...)" where has_rows() is false, and a store that takes no restarted worker back is never
 // restarted() and its join_point() is a barrier.
 //
@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
 #include "gradus/parallel/key_value_store.hpp"
 
@@ -50,6 +51,7 @@ class any_key_value_store {
     virtual void step_done() = 0;
     virtual void set_optimizer(std::string, std::map<std::string, std::string>) = 0;
     virtual void set_learning_rate(double) = 0;
+    virtual bool set_push_type(element_type) = 0;
     virtual bool has_rows() = 0;
     virtual void set_rows(std::string_view, std::size_t) = 0;
     virtual void push_rows(std::string_view, std::span<const std::int64_t>, std::span<const float>) = 0;
@@ -93,6 +95,10 @@ class any_key_value_store {
     std::int64_t snapshot(std::string_view k, std::span<double> x, std::vector<std::span<double>> sl) override { return snap(k, x, std::move(sl)); }
     void set_optimizer(std::string n, std::map<std::string, std::string> s) override {
       if constexpr (requires { c->set_optimizer(std::move(n), std::move(s)); }) c->set_optimizer(std::move(n), std::move(s));
+    }
+    bool set_push_type(element_type t) override {
+      if constexpr (requires { c->set_push_type(t); }) return c->set_push_type(t);
+      else return t == element_type::f32;
     }
     void set_learning_rate(double lr) override {
       if constexpr (requires { c->set_learning_rate(lr); }) c->set_learning_rate(lr);
@@ -189,6 +195,9 @@ class any_key_value_store {
   /// The learning rate of the pushes that follow (the worker's schedule at its step). Does
   /// nothing where the store takes none.
   void set_learning_rate(double lr) { p_->set_learning_rate(lr); }
+  /// What float gradients travel as in pushes (float32, bfloat16, float16); false where the
+  /// store cannot carry that type (its pushes stay float32).
+  bool set_push_type(element_type t) { return p_->set_push_type(t); }
   /// Whether the store moves sparse rows (`row_store`: set_rows, push_rows, pull_rows).
   bool has_rows() const { return p_->has_rows(); }
   /// Declares variable `key` a table of rows of row_elements elements (after initialize,

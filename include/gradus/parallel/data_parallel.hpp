@@ -40,7 +40,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <exception>
 #include <mutex>
 #include <span>
@@ -279,11 +278,6 @@ class data_parallel_step {
   /// join point, compares the run fingerprint with them (they do at once after the join
   /// point: pull_state), then takes the servers' whole state at their step.
   void start_store() {
-    constexpr element_type wire = precision_of_backend_t<typename std::remove_cvref_t<decltype(step_.owner())>::backend_type>::comm_type;
-    if constexpr (wire != element_type::f32)
-      if (comm_.rank() == 0)
-        std::fprintf(stderr, "gradus: data_parallel: the parameter server's pushes and pulls carry float32: the precision "
-                     "policy's %s gradients are the all-reduce's (ring)\n", std::string(name_of(wire)).c_str());
     if (ps_.restarted()) {
       const auto at = ps_.rejoin();
       if (!at)

@@ -18,6 +18,8 @@
 //   initialize(key, values, slots, step) / snapshot(key, values, slots)   the optimizer's
 //       state and the global step with the variable (resuming a checkpoint; pull_state)
 //   set_optimizer(name, settings) / set_learning_rate(lr)   what the store applies
+//   set_push_type(element_type) -> bool   what float gradients travel as (the precision
+//       policy's comm type: bf16 or f16 halves the pushes' bytes); false: not carried
 //   set_rows / push_rows / pull_rows (`row_store`)   an embedding's gradient as its rows only
 //   restarted / rejoin_job / join_point (`rejoin_store`)   a lost worker's restart taken back
 //       at the workers' next join point (async and ssp parameter servers)

@@ -3,7 +3,8 @@
 // through a key-value store that holds the variables (key_value_store.hpp: a parameter
 // server). (The first: averaged through the collectives, gradient_buckets.hpp.)
 //
-//   start()       the first step: the optimizer's name and settings to the store, this
+//   start()       the first step: the optimizer's name and settings and the precision
+//                 policy's comm type (what pushes travel as) to the store, this
 //                 rank's variables, optimizer state and global step offered (the store
 //                 keeps the first it gets: rank 0's), every variable pulled
 //   arrived(i, g) gradient i is final: copied out of the device and pushed under its
@@ -21,6 +22,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <span>
@@ -31,6 +33,7 @@
 
 #include "gradus/core/dtype.hpp"
 #include "gradus/core/error.hpp"
+#include "gradus/core/precision.hpp"
 #include "gradus/exec/backend.hpp"
 #include "gradus/parallel/agree.hpp"
 #include "gradus/parallel/comm_worker.hpp"
@@ -76,6 +79,15 @@ class ps_worker {
       for (const auto& f : optimizer_fields)
         if (f.name.rfind("optimizer.", 0) == 0) settings[f.name.substr(10)] = f.value;
       store_->set_optimizer(optimizer_fields.front().value, std::move(settings));
+    }
+    // the precision policy's comm type for the pushes, where the store carries it
+    constexpr element_type wire = precision_of_backend_t<backend>::comm_type;
+    bool carried = wire == element_type::f32;
+    if constexpr (requires { store_->set_push_type(wire); }) carried = store_->set_push_type(wire);
+    if (!carried && comm_.rank() == 0 && !warned_push_type_) {
+      warned_push_type_ = true;
+      std::fprintf(stderr, "gradus: data_parallel: this key-value store's pushes carry float32, not the precision policy's %s\n",
+                   std::string(name_of(wire)).c_str());
     }
     locate_storage();
     const std::int64_t at = s.global_step();
@@ -298,6 +310,7 @@ class ps_worker {
   double& wait_seconds_;
   bool on_server_ = false;
   std::vector<std::string> slot_names_;  ///< the optimizer's state tensors: "<variable>/<slot>" in the session
+  bool warned_push_type_ = false;        ///< start() said that the store's pushes stay float32
   /// each variable's storage, its host copy and its gradient's
   std::array<void*, n> storage_{};
   std::array<std::vector<std::byte>, n> host_{};

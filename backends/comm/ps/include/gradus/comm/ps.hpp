@@ -59,6 +59,7 @@
 #include "gradus/comm/ps/server.hpp"
 #include "gradus/comm/ps/wire.hpp"
 #include "gradus/core/error.hpp"
+#include "gradus/parallel/half_wire.hpp"
 #include "gradus/parallel/communicator.hpp"
 
 namespace gradus {
@@ -246,6 +247,16 @@ class parameter_server {
   }
   /// The learning rate of the pushes that follow (the worker's schedule at its step).
   void set_learning_rate(double lr) { lr_ = lr; }
+  /// What float gradients travel as in the pushes that follow: float32, bfloat16 or float16
+  /// (a precision policy's comm type: data_parallel sets it), converted here, widened back to
+  /// float32 by the servers before they are summed or applied. Pulls carry the servers'
+  /// float32 values; sparse rows travel as float32. Returns true: the type is carried.
+  bool set_push_type(element_type t) {
+    if (t != element_type::f32 && !ps::wire::half_width(t))
+      throw error("gradus: parameter_server: pushes travel as float32, bfloat16 or float16, not " + std::string(name_of(t)));
+    push_type_ = t;
+    return true;
+  }
 
   /// Declares a variable and offers its first value (the chief's is kept). Every variable
   /// must be declared, in the same order on every worker, before the first push or pull.
@@ -392,12 +403,21 @@ class parameter_server {
     flush();
     const std::size_t v = var_of(key, grad.size(), parallel::element_of<T>, "push");
     handle hd{next_id_, next_id_};
+    const bool half = std::is_same_v<T, float> && push_type_ != element_type::f32;
     for_each_chunk(shards_of_[v], sizeof(T), [&](std::size_t s, std::size_t first, std::size_t n) {
-      auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), first, n, parallel::element_of<T>);
+      auto h = ps::wire::make(ps::wire::type::push, static_cast<std::uint32_t>(s), first, n,
+                              half ? push_type_ : parallel::element_of<T>);
       h.clock = clock_;
       h.scalar = lr_;
-      request(shards_[s].server, h, std::as_bytes(grad.subspan(first, n)), req_kind::ack);
-      stats_.bytes_pushed += n * sizeof(T);
+      if (half) {  // converted into a copy the request keeps
+        std::vector<std::byte> narrow(n * size_of(push_type_));
+        parallel::half_wire::compress(push_type_, grad.data() + first, narrow.data(), n);
+        request(shards_[s].server, h, narrow, req_kind::ack, /*copy=*/true);
+        stats_.bytes_pushed += narrow.size();
+      } else {
+        request(shards_[s].server, h, std::as_bytes(grad.subspan(first, n)), req_kind::ack);
+        stats_.bytes_pushed += n * sizeof(T);
+      }
     });
     ++stats_.pushes;
     hd.last = next_id_;
@@ -665,6 +685,7 @@ class parameter_server {
   std::string opt_name_ = "sgd";
   std::map<std::string, std::string> opt_settings_;
   double lr_ = 0.01;
+  element_type push_type_ = element_type::f32;  ///< set_push_type
   std::vector<ps::variable_info> vars_;
   std::vector<element_type> dtypes_;
   std::vector<std::vector<std::vector<std::byte>>> first_values_;  ///< per variable: values, then optimizer state

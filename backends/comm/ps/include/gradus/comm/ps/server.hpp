@@ -323,6 +323,7 @@ class server {
   std::map<std::uint64_t, collective> colls_;
   std::map<std::uint64_t, std::string> failed_colls_;
   server_stats stats_;
+  std::vector<std::byte> widened_;  ///< a half-width push widened to float32 (push)
 };
 
 }  // namespace gradus::ps

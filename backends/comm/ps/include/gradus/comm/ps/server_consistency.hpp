@@ -17,6 +17,7 @@
 #include "gradus/comm/ps/server_optimizer.hpp"
 #include "gradus/comm/ps/wire.hpp"
 #include "gradus/core/error.hpp"
+#include "gradus/parallel/half_wire.hpp"
 
 namespace gradus::ps {
 
@@ -74,9 +75,16 @@ bool server<Compute>::late_push(int rank, const std::string& id, const wire::hea
 template <class Compute>
 void server<Compute>::push(int rank, const std::string& id, const wire::header& h, std::span<const std::byte> payload) {
   auto& s = find(h);
-  if (static_cast<element_type>(h.dtype) != s.dt)
-    throw error(prefix() + "push of " + wire::dtype_name(static_cast<element_type>(h.dtype)) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
+  const auto dt = static_cast<element_type>(h.dtype);
+  if (dt != s.dt && !(wire::half_width(dt) && s.dt == element_type::f32))
+    throw error(prefix() + "push of " + wire::dtype_name(dt) + " to '" + s.name + "' (" + wire::dtype_name(s.dt) + ")");
   if (!s.ready) throw error(prefix() + "push to '" + s.name + "' before the chief initialised it");
+  if (dt != s.dt) {  // a float32 shard's gradient pushed as bfloat16 or float16: widened first
+    widened_.resize(static_cast<std::size_t>(h.count) * sizeof(float));
+    parallel::half_wire::decompress<false>(dt, reinterpret_cast<float*>(widened_.data()), payload.data(),
+                                           static_cast<std::size_t>(h.count));
+    payload = widened_;
+  }
   ++stats_.pushes;
   const std::size_t elem = size_of(s.dt);
   const std::uint64_t first = h.offset - s.offset;

@@ -57,9 +57,16 @@ enum class type : std::uint8_t {
 };
 inline constexpr std::uint8_t last_type = 16;
 
-/// The element types a header's dtype names: f32 and f64 (values, gradients), or none: no
-/// values, except that a collective's none is raw bytes (parallel::element_of<std::byte>).
-constexpr bool carried(element_type t) { return t == element_type::none || t == element_type::f32 || t == element_type::f64; }
+/// The element types a header's dtype names: f32 and f64 (values, gradients), bf16 and f16
+/// (a push's float gradient in the precision policy's comm type: the server widens it to
+/// float32), or none: no values, except that a collective's none is raw bytes
+/// (parallel::element_of<std::byte>).
+constexpr bool carried(element_type t) {
+  return t == element_type::none || t == element_type::f32 || t == element_type::f64 || t == element_type::bf16 ||
+         t == element_type::f16;
+}
+/// Whether t is a two-byte float type, which only a push carries.
+constexpr bool half_width(element_type t) { return t == element_type::bf16 || t == element_type::f16; }
 /// Bytes per element of a message of type t carrying dt: size_of(dt), and 1 for a
 /// collective's raw bytes; 0 where the message carries no values.
 constexpr std::size_t element_size(type t, element_type dt) {
@@ -178,6 +185,8 @@ inline decode_result decode(std::span<const std::span<const std::byte>> frames, 
   if (h.offset > lim.max_elements || h.count > lim.max_elements - h.offset) return bad("range past the element limit");
   const auto t = static_cast<type>(h.type);
   const auto dt = static_cast<element_type>(h.dtype);
+  if (half_width(dt) && t != type::push)
+    return bad(std::string(type_name(t)) + " of " + dtype_name(dt) + " elements (only a push carries bfloat16 or float16)");
   const std::size_t elem = element_size(t, dt);
   // Messages whose payload is a value range must carry exactly count elements.
   if (t == type::push || (t == type::coll && static_cast<coll_op>(h.key) != coll_op::barrier)) {
