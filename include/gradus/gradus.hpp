@@ -22,6 +22,7 @@
 #include "gradus/graph/ops/index.hpp"
 #include "gradus/graph/ops/matmul.hpp"
 #include "gradus/graph/ops/placement.hpp"
+#include "gradus/graph/ops/precision_scope.hpp"
 #include "gradus/graph/ops/random.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/rnn.hpp"

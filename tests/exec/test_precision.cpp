@@ -310,3 +310,83 @@ BOOST_AUTO_TEST_CASE(a_held_operand_is_converted_once_and_read_from_its_copy) {
   // an fp32 session's backend holds nothing
   static_assert(std::is_same_v<decltype(g::hold_operand<g::cpu_simd>(w.data(), w.size())), g::nothing_held>);
 }
+
+BOOST_AUTO_TEST_CASE(in_precision_runs_its_subexpression_in_its_own_type) {
+  // graph/ops/precision_scope.hpp: the same matmul in an fp32 session and a bf16 one, with and
+  // without a scope; a node planned under two precisions is two steps
+  g::placeholder<"x", float, g::dyn, 64> x;
+  g::placeholder<"w", float, 64, 48> w;
+  g::placeholder<"w2", float, 48, 24> w2;
+  const auto xv = uniform<float>(37 * 64, -1, 1), wv = uniform<float>(64 * 48, -1, 1), w2v = uniform<float>(48 * 24, -1, 1);
+  const auto X = tensor<float, 2>({37, 64}, xv), W = tensor<float, 2>({64, 48}, wv), W2 = tensor<float, 2>({48, 24}, w2v);
+  const auto bits_of = [](const auto& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
+  g::session<g::cpu_simd> full;
+  g::session<g::cpu_simd, g::mixed_bf16> mixed;
+  const auto mm = g::matmul(x, w);
+  const auto [f_plain, f_bf16] = full.run(mm, g::in_precision<g::bf16>(mm), x = X, w = W);
+  const auto [m_plain, m_fp32] = mixed.run(mm, g::in_precision<float>(mm), x = X, w = W);
+  const auto fp32 = bits_of(f_plain), bf16 = bits_of(m_plain);
+  BOOST_TEST(fp32 != bf16, "the policies differ");
+  BOOST_TEST(bits_of(f_bf16) == bf16, "in_precision<bf16> in an fp32 session: the bf16 session's bits");
+  BOOST_TEST(bits_of(m_fp32) == fp32, "in_precision<float> in a bf16 session: the fp32 session's bits");
+  // nested: the outer matmul in fp32, the inner one back in bf16
+  const auto nested = g::in_precision<float>(g::matmul(g::in_precision<g::bf16>(mm), w2));
+  const auto got = full.run(nested, x = X, w = W, w2 = W2);
+  g::placeholder<"h", float, g::dyn, 48> h;
+  const auto nested_bits = bits_of(got);
+  const auto want = full.run(g::matmul(h, w2), h = tensor<float, 2>({37, 48}, bf16), w2 = W2);
+  BOOST_TEST(nested_bits == bits_of(want), "nested scopes");
+}
+
+BOOST_AUTO_TEST_CASE(the_gradients_of_a_scope_run_in_its_type_and_the_adjoint_from_above_in_its_own) {
+  // loss = sum(in_precision<float>(x w1) w2) in a bf16 session: h = x w1 and the gradient
+  // GEMM below it, dW1 = x^T (G w2^T), run in fp32; the GEMMs outside it (G w2^T, dW2 = h^T G,
+  // G = ones) in bf16. Checked against double references of exactly those roundings.
+  g::placeholder<"x", float, g::dyn, 64> x;
+  g::variable<"w1", float, 64, 48> w1;
+  g::variable<"w2", float, 48, 24> w2;
+  const auto xv = uniform<float>(37 * 64, -1, 1), w1v = uniform<float>(64 * 48, -1, 1), w2v = uniform<float>(48 * 24, -1, 1);
+  g::session<g::cpu_simd, g::mixed_bf16> s;
+  g::assign(s, w1, tensor<float, 2>({64, 48}, w1v));
+  g::assign(s, w2, tensor<float, 2>({48, 24}, w2v));
+  const auto h = g::in_precision<float>(g::matmul(x, w1));
+  const auto loss = g::sum(g::matmul(h, w2));
+  const auto [dw1, dw2] = g::grad(loss, w1, w2);
+  const auto [hv, d1, d2] = s.run(h, dw1, dw2, x = tensor<float, 2>({37, 64}, xv));
+  const std::vector<float> hf(hv.data(), hv.data() + hv.size());
+  // h: the fp32 product (an fp32 session's bits)
+  g::session<g::cpu_simd> full;
+  g::placeholder<"w1p", float, 64, 48> w1p;
+  const auto h32 = full.run(g::matmul(x, w1p), x = tensor<float, 2>({37, 64}, xv), w1p = tensor<float, 2>({64, 48}, w1v));
+  BOOST_TEST(hf == std::vector<float>(h32.data(), h32.data() + h32.size()));
+  // dW2[k][j] = sum_i bf16(h[i][k]) (G = ones): bf16 operands, fp32 sums
+  std::size_t off2 = 0, rounded_only = 0;
+  for (int k = 0; k < 48; ++k)
+    for (int j = 0; j < 24; ++j) {
+      double ref = 0, unrounded = 0, scale = 0;
+      for (int i = 0; i < 37; ++i) {
+        ref += static_cast<float>(g::bf16(hf[static_cast<std::size_t>(i * 48 + k)]));
+        unrounded += hf[static_cast<std::size_t>(i * 48 + k)];
+        scale += std::abs(hf[static_cast<std::size_t>(i * 48 + k)]);
+      }
+      const double got = d2.data()[k * 24 + j];
+      off2 += !(std::abs(got - ref) <= 4 * rtol<float>() * scale);
+      rounded_only += std::abs(got - unrounded) > 8 * rtol<float>() * scale;
+    }
+  BOOST_TEST(off2 == 0u, off2 << " elements of dW2 off bf16(h)^T G");
+  BOOST_TEST(rounded_only > 0u, "dW2 is not fp32's h^T G");
+  // dW1[p][k] = sum_i x[i][p] A[i][k], A[i][k] = sum_j bf16(w2[k][j]) (G w2^T in bf16), in fp32
+  std::size_t off1 = 0;
+  for (int p = 0; p < 64; ++p)
+    for (int k = 0; k < 48; ++k) {
+      double a = 0;
+      for (int j = 0; j < 24; ++j) a += static_cast<float>(g::bf16(w2v[static_cast<std::size_t>(k * 24 + j)]));
+      double ref = 0, scale = 0;
+      for (int i = 0; i < 37; ++i) {
+        ref += double(xv[static_cast<std::size_t>(i * 64 + p)]) * a;
+        scale += std::abs(double(xv[static_cast<std::size_t>(i * 64 + p)]) * a);
+      }
+      off1 += !(std::abs(d1.data()[p * 48 + k] - ref) <= 4 * rtol<float>() * scale + 1e-30);
+    }
+  BOOST_TEST(off1 == 0u, off1 << " elements of dW1 off x^T (G bf16(w2)^T) summed in fp32");
+}

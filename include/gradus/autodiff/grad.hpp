@@ -17,6 +17,7 @@
 #include "gradus/graph/ops/expand.hpp"
 #include "gradus/graph/ops/matmul.hpp"
 #include "gradus/graph/ops/placement.hpp"
+#include "gradus/graph/ops/precision_scope.hpp"
 #include "gradus/graph/ops/reduce.hpp"
 #include "gradus/graph/ops/shape_ops.hpp"
 
@@ -187,6 +188,12 @@ auto backprop_within(const V& v, const E& e, const G& g) {
                          else return false;
                        }()) {
     return no_grad{};
+  } else if constexpr (is_precision_scope_v<E>) {
+    // in_precision<C>(x) (graph/ops/precision_scope.hpp): the adjoints made below it in C, the
+    // adjoint flowing in from above in the precision of where it came from
+    const auto inner = backprop_within<Cut>(v, e.e, precision_scope<outer_precision, G>{{}, g});
+    if constexpr (std::is_same_v<std::remove_cvref_t<decltype(inner)>, no_grad>) return no_grad{};
+    else return precision_scope<typename E::compute, std::remove_cvref_t<decltype(inner)>>{{}, inner};
   } else {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return ad::sum_all(backprop_child<Cut, I>(v, e, g)...);

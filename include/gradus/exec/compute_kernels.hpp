@@ -23,6 +23,7 @@
 #include "gradus/core/held_operand.hpp"
 #include "gradus/core/precision.hpp"
 #include "gradus/exec/backend.hpp"
+#include "gradus/graph/ops/precision_scope.hpp"
 
 namespace gradus {
 
@@ -141,12 +142,53 @@ struct compute_kernels : Backend {
   }
 };
 
-/// The backend node N's kernels run on under Backend's policy: compute_kernels where N runs
-/// in compute precision and the policy computes in bf16 or f16, else Backend itself.
-template <class Backend, class N>
+/// The precision scopes (graph/ops/precision_scope.hpp) the planner is inside, innermost
+/// first; empty: the session's policy alone.
+template <class... Cs>
+struct precision_stack {};
+/// The stack under a precision_scope<C, E>: C pushed, or (outer_precision) the innermost popped.
+template <class Stack, class C>
+struct enter_scope;
+/// (C pushed)
+template <class... Cs, class C>
+struct enter_scope<precision_stack<Cs...>, C> {
+  using type = precision_stack<C, Cs...>;  ///< C innermost
+};
+/// (outer_precision: the innermost popped)
+template <class Top, class... Rest>
+struct enter_scope<precision_stack<Top, Rest...>, outer_precision> {
+  using type = precision_stack<Rest...>;  ///< the scope around it
+};
+/// (outer_precision outside every scope: the policy)
+template <>
+struct enter_scope<precision_stack<>, outer_precision> {
+  using type = precision_stack<>;  ///< still the policy
+};
+/// enter_scope<Stack, C>::type.
+template <class Stack, class C>
+using enter_scope_t = typename enter_scope<Stack, C>::type;
+
+/// What compute-precision ops run in under Backend's policy inside the scopes Stack: the
+/// innermost scope's type, else the policy's compute type.
+template <class Backend, class Stack>
+struct scope_compute {
+  using type = typename precision_of_backend_t<Backend>::compute;  ///< the policy's
+};
+/// (inside a scope: its type)
+template <class Backend, class Top, class... Rest>
+struct scope_compute<Backend, precision_stack<Top, Rest...>> {
+  using type = Top;  ///< the innermost scope's
+};
+/// scope_compute<Backend, Stack>::type.
+template <class Backend, class Stack>
+using scope_compute_t = typename scope_compute<Backend, Stack>::type;
+
+/// The backend node N's kernels run on under Backend's policy, inside the precision scopes
+/// Stack: compute_kernels where N runs in compute precision and that precision is bf16 or
+/// f16, else Backend itself (whose kernels are fp32's).
+template <class Backend, class N, class Stack = precision_stack<>>
 using kernel_backend_t =
-    std::conditional_t<op_precision_of<N> == op_precision::compute &&
-                           !std::is_same_v<typename precision_of_backend_t<Backend>::compute, float>,
-                       compute_kernels<Backend, typename precision_of_backend_t<Backend>::compute>, Backend>;
+    std::conditional_t<op_precision_of<N> == op_precision::compute && !std::is_same_v<scope_compute_t<Backend, Stack>, float>,
+                       compute_kernels<Backend, scope_compute_t<Backend, Stack>>, Backend>;
 
 }  // namespace gradus

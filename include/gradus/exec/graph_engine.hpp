@@ -240,12 +240,12 @@ class graph_engine : public graph_base {
 
   // ---- planning -----------------------------------------------------------------------
 
-  /// A new slot for n, registered (for its twins) and labelled for errors.
+  /// A new slot for n, registered (for its twins, in `context`: scope_key) and labelled for errors.
   template <class N>
-  int new_slot(const N& n) {
+  int new_slot(const N& n, int context = 0) {
     slots_.push_back({});
     const int s = static_cast<int>(slots_.size()) - 1;
-    registry_.add(n, s);
+    registry_.add(n, s, context);
     if constexpr (N::kind == node_kind::placeholder) slot_labels_.push_back(detail::quoted("placeholder ", N::name.view()));
     else if constexpr (N::kind == node_kind::variable) slot_labels_.push_back(detail::quoted("variable ", N::name.view()));
     else slot_labels_.push_back(detail::quoted("", N::op_name));
@@ -268,22 +268,31 @@ class graph_engine : public graph_base {
     return s;
   }
 
-  /// A node whose value must be in a buffer: give it a slot (or find its twin's).
-  template <class N>
+  /// The registry context of nodes planned inside the precision scopes Stack: the element
+  /// type their compute-precision ops run in (a node under two precisions is two steps).
+  template <class Stack>
+  static constexpr int scope_key = static_cast<int>(element_type_of<scope_compute_t<Backend, Stack>>);
+
+  /// A node whose value must be in a buffer: give it a slot (or find its twin's). Stack: the
+  /// precision scopes (graph/ops/precision_scope.hpp) it is planned inside.
+  template <class Stack = precision_stack<>, class N>
   int plan_root(const N& n) {
     constexpr node_kind k = N::kind;
+    constexpr int key = scope_key<Stack>;
     if constexpr (is_stage_placed_v<N>) {
       if (cut_stage_ >= 0 && N::placement::index != cut_stage_) return plan_boundary(n);
     }
-    if constexpr (k == node_kind::placeholder) {
+    if constexpr (is_precision_scope_v<N>) {
+      return plan_root<enter_scope_t<Stack, typename N::compute>>(n.e);  // the same buffer: a scope only picks kernels
+    } else if constexpr (k == node_kind::placeholder) {
       return named(placeholders_, n, "placeholder");
     } else if constexpr (k == node_kind::variable) {
       return named(variables_, n, "variable");
     } else {
-      if (int s = registry_.find(n); s >= 0) return s;
+      if (int s = registry_.find(n, key); s >= 0) return s;
       std::vector<int> reads;
       if constexpr (k == node_kind::constant) {
-        const int s = new_slot(n);
+        const int s = new_slot(n, key);
         using T = typename N::value_type;
         if constexpr (host_memory) {
           slots_[s].data = const_cast<T*>(n.values->data());
@@ -294,14 +303,14 @@ class graph_engine : public graph_base {
         }
         return s;
       } else if constexpr (k == node_kind::scalar || k == node_kind::elementwise || k == node_kind::shape_scalar) {
-        plan_fused(n, reads);
-        const int s = add_step(n, reads, &run_elementwise<N>);
+        plan_fused<Stack>(n, reads);
+        const int s = add_step(n, reads, &run_elementwise<N>, key);
         slot_labels_[static_cast<std::size_t>(s)] = "the fused pass " + fused_label(n);
         return s;
       } else {
-        std::apply([&](const auto&... op) { (reads.push_back(plan_root(op)), ...); }, n.operands());
-        if constexpr (k == node_kind::view) return add_step(n, reads, &run_view<N>);
-        else return add_step(n, reads, &run_kernel<N>);
+        std::apply([&](const auto&... op) { (reads.push_back(plan_root<Stack>(op)), ...); }, n.operands());
+        if constexpr (k == node_kind::view) return add_step(n, reads, &run_view<N>, key);
+        else return add_step(n, reads, &run_kernel<N, Stack>, key);
       }
     }
   }
@@ -314,10 +323,11 @@ class graph_engine : public graph_base {
     boundaries_.push_back({s, static_dims<shape_t<N>>(), element_type_of<value_t<N>>});
     return s;
   }
-  /// A step that runs fn on n, reading the slots reads, into a new slot; counted in stats_.
+  /// A step that runs fn on n, reading the slots reads, into a new slot (registered in
+  /// `context`); counted in stats_.
   template <class N>
-  int add_step(const N& n, const std::vector<int>& reads, void (*fn)(graph_engine&, const step&)) {
-    const int s = new_slot(n);
+  int add_step(const N& n, const std::vector<int>& reads, void (*fn)(graph_engine&, const step&), int context) {
+    const int s = new_slot(n, context);
     steps_.push_back({fn, &n, s, inputs_.size(), N::kind == node_kind::view ? nullptr : &scan<value_t<N>>,
                       element_type_of<value_t<N>>});
     stats_.trace.push_back(N::op_name);
@@ -348,15 +358,15 @@ class graph_engine : public graph_base {
   }
 
   /// Walk a fused subtree; every node with storage under it is read through a slot.
-  template <class N>
+  template <class Stack, class N>
   void plan_fused(const N& n, std::vector<int>& reads) {
     if constexpr (N::kind == node_kind::scalar) {
     } else if constexpr (N::kind == node_kind::shape_scalar) {
-      reads.push_back(plan_root(std::get<0>(n.operands())));
+      reads.push_back(plan_root<Stack>(std::get<0>(n.operands())));
     } else if constexpr (N::kind == node_kind::elementwise) {
-      std::apply([&](const auto&... c) { (plan_fused(c, reads), ...); }, n.children());
+      std::apply([&](const auto&... c) { (plan_fused<Stack>(c, reads), ...); }, n.children());
     } else {
-      reads.push_back(plan_root(n));
+      reads.push_back(plan_root<Stack>(n));
     }
   }
 
@@ -528,8 +538,8 @@ class graph_engine : public graph_base {
   }
 
   /// A kernel node's step: dims from infer over its operands' dims, the buffer ensured, then
-  /// N::compute on Backend (skipped for an empty result).
-  template <class N>
+  /// N::compute on Backend (skipped for an empty result), in the precision of the scopes Stack.
+  template <class N, class Stack>
   static void run_kernel(graph_engine& g, const step& st) {
     const N& n = *static_cast<const N*>(st.node);
     using T = value_t<N>;
@@ -539,7 +549,7 @@ class graph_engine : public graph_base {
       T* out = g.template ensure<T>(st.slot, d);
       if (d.numel() == 0) return;
       // in the policy's compute type where N runs in compute precision (exec/compute_kernels.hpp)
-      n.template compute<kernel_backend_t<Backend, N>>(
+      n.template compute<kernel_backend_t<Backend, N, Stack>>(
           out, d, g.template view_of<value_t<std::tuple_element_t<I, ops>>>(g.inputs_[st.first + I])...);
     }(std::make_index_sequence<std::tuple_size_v<decltype(n.operands())>>{});
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gradus/exec/graph.hpp"
+#include "gradus/graph/ops/precision_scope.hpp"
 
 namespace gradus {
 
@@ -84,6 +85,9 @@ class session : private variable_source {
   /// (one view, or a tuple of views), valid until the next run of the same outputs.
   template <class... Args>
   auto run(const Args&... args) {
+    static_assert(precision_of_backend_t<Backend>::scales_loss || !(has_f16_scope<Args>() || ...),
+                  "gradus: session::run: in_precision<g::f16>(e) needs a session whose policy scales the loss (small "
+                  "gradients underflow fp16's 2^-24): g::session<B, g::mixed_fp16>");
     return run_hooked(no_output_hook{}, args...);
   }
 

@@ -120,6 +120,9 @@ class train_step {
   static_assert(sizeof...(Vs) > 0, "gradus: minimize: name the variables to train");
   static_assert((is_variable_v<Vs> && ...), "gradus: minimize: only variables can be trained (not placeholders)");
   static_assert(detail::distinct_names<Vs...>(), "gradus: minimize: a variable is named twice");
+  static_assert(precision_of_backend_t<Backend>::scales_loss || !has_f16_scope<Loss>(),
+                "gradus: minimize: in_precision<g::f16>(e) needs a session whose policy scales the loss (small "
+                "gradients underflow fp16's 2^-24): g::session<B, g::mixed_fp16>");
   /// Whether the session's precision policy scales the loss (core/precision.hpp: fp16): the
   /// gradients are then those of loss * "loss_scaler/scale", unscaled before the update.
   static constexpr bool scales_loss =
@@ -599,6 +602,10 @@ using variables_of_t = typename detail::collect_variables<std::tuple<>, E>::type
 template <class Backend, class Opt, expression Loss, class... Vs>
   requires(sizeof...(Vs) > 0)
 auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs) {
+  static_assert(!is_precision_scope_v<Loss> || std::is_same_v<typename Loss::compute, float>,
+                "gradus: minimize: a loss is computed in fp32 whatever the precision (core/precision.hpp), so it "
+                "cannot be put in g::in_precision<g::f16 or g::bf16>: put the scope around the layers, or choose "
+                "the session's policy (g::session<B, g::mixed_fp16>)");
   return train_step<Backend, Opt, Loss, Vs...>(s, loss, opt, vs...);
 }
 
@@ -609,7 +616,7 @@ template <class Backend, class Opt, expression Loss>
 auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt) {
   return [&]<class... Vs>(std::tuple<Vs...>*) {
     static_assert(sizeof...(Vs) > 0, "gradus: minimize: the loss reads no variable");
-    return train_step<Backend, Opt, Loss, Vs...>(s, loss, opt, Vs{}...);
+    return minimize(s, loss, opt, Vs{}...);
   }(static_cast<variables_of_t<Loss>*>(nullptr));
 }
 
