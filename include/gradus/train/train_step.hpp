@@ -602,7 +602,7 @@ using variables_of_t = typename detail::collect_variables<std::tuple<>, E>::type
 template <class Backend, class Opt, expression Loss, class... Vs>
   requires(sizeof...(Vs) > 0)
 auto minimize(session<Backend>& s, const Loss& loss, const Opt& opt, const Vs&... vs) {
-  static_assert(!is_precision_scope_v<Loss> || std::is_same_v<typename Loss::compute, float>,
+  static_assert(!is_low_precision_scope_v<Loss>,
                 "gradus: minimize: a loss is computed in fp32 whatever the precision (core/precision.hpp), so it "
                 "cannot be put in g::in_precision<g::f16 or g::bf16>: put the scope around the layers, or choose "
                 "the session's policy (g::session<B, g::mixed_fp16>)");

@@ -52,6 +52,13 @@ inline constexpr bool is_precision_scope_v = false;
 template <class C, class E>
 inline constexpr bool is_precision_scope_v<precision_scope<C, E>> = true;
 
+/// Whether N is a scope of bf16 or f16 (a loss cannot be one: train/train_step.hpp).
+template <class N>
+inline constexpr bool is_low_precision_scope_v = false;
+/// (precision_scope<C, E>: C is bf16 or f16)
+template <class C, class E>
+inline constexpr bool is_low_precision_scope_v<precision_scope<C, E>> = std::is_same_v<C, bf16> || std::is_same_v<C, f16>;
+
 /// Whether E's tree holds a scope of fp16 (in_precision<g::f16>): a session whose policy
 /// does not scale the loss refuses to run it (exec/session.hpp, train/train_step.hpp).
 template <class E>
