@@ -191,9 +191,9 @@ auto backprop_within(const V& v, const E& e, const G& g) {
   } else if constexpr (is_precision_scope_v<E>) {
     // in_precision<C>(x) (graph/ops/precision_scope.hpp): the adjoints made below it in C, the
     // adjoint flowing in from above in the precision of where it came from
-    const auto inner = backprop_within<Cut>(v, e.e, precision_scope<outer_precision, G>{{}, g});
+    const auto inner = backprop_within<Cut>(v, e.e, precision_scope_node<outer_precision, G>{{}, g});
     if constexpr (std::is_same_v<std::remove_cvref_t<decltype(inner)>, no_grad>) return no_grad{};
-    else return precision_scope<typename E::compute, std::remove_cvref_t<decltype(inner)>>{{}, inner};
+    else return precision_scope_node<typename E::compute, std::remove_cvref_t<decltype(inner)>>{{}, inner};
   } else {
     return [&]<std::size_t... I>(std::index_sequence<I...>) {
       return ad::sum_all(backprop_child<Cut, I>(v, e, g)...);

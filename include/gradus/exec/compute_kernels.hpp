@@ -146,7 +146,7 @@ struct compute_kernels : Backend {
 /// first; empty: the session's policy alone.
 template <class... Cs>
 struct precision_stack {};
-/// The stack under a precision_scope<C, E>: C pushed, or (outer_precision) the innermost popped.
+/// The stack under a precision_scope_node<C, E>: C pushed, or (outer_precision) the innermost popped.
 template <class Stack, class C>
 struct enter_scope;
 /// (C pushed)

@@ -10,7 +10,7 @@
 // picks under it (exec/graph_engine.hpp keeps a stack of the scopes it is inside, and a node
 // planned under two different scopes is two steps). Its gradient: backprop wraps the adjoints
 // made inside e in the same scope, with the adjoint that flows in from above marked
-// precision_scope<outer_precision, G>: that part keeps the precision of where it came from.
+// precision_scope_node<outer_precision, G>: that part keeps the precision of where it came from.
 // Ops kept in fp32 stay fp32 under any scope, and a scope of f16 needs a session whose policy
 // scales the loss (session::run and minimize refuse it otherwise, as g::precision<g::f16>
 // without a scaler does not compile), and a loss cannot be put in a low-precision scope.
@@ -25,11 +25,11 @@
 namespace gradus {
 
 /// The scope marker of an adjoint flowing into a scope from outside it: the precision of the
-/// scope around the precision_scope node it entered (exec/graph_engine.hpp pops one scope).
+/// scope around the precision_scope_node it entered (exec/graph_engine.hpp pops one scope).
 struct outer_precision {};
 
 template <class C, class E>
-struct precision_scope : expr_base {
+struct precision_scope_node : expr_base {
   static_assert(std::is_same_v<C, float> || std::is_same_v<C, bf16> || std::is_same_v<C, f16> ||
                     std::is_same_v<C, outer_precision>,
                 "gradus: in_precision<C>(e): C is float, g::bf16 or g::f16");
@@ -42,22 +42,22 @@ struct precision_scope : expr_base {
   auto operands() const { return std::tie(e); }
   auto children() const { return std::tie(e); }
   dims infer(const dims& d) const { return d; }
-  bool operator==(const precision_scope&) const = default;
+  bool operator==(const precision_scope_node&) const = default;
 };
 
-/// Whether N is a precision_scope (what in_precision returns).
+/// Whether N is a precision_scope_node (what in_precision returns).
 template <class N>
 inline constexpr bool is_precision_scope_v = false;
-/// (precision_scope<C, E>: true)
+/// (precision_scope_node<C, E>: true)
 template <class C, class E>
-inline constexpr bool is_precision_scope_v<precision_scope<C, E>> = true;
+inline constexpr bool is_precision_scope_v<precision_scope_node<C, E>> = true;
 
 /// Whether N is a scope of bf16 or f16 (a loss cannot be one: train/train_step.hpp).
 template <class N>
 inline constexpr bool is_low_precision_scope_v = false;
-/// (precision_scope<C, E>: C is bf16 or f16)
+/// (precision_scope_node<C, E>: C is bf16 or f16)
 template <class C, class E>
-inline constexpr bool is_low_precision_scope_v<precision_scope<C, E>> = std::is_same_v<C, bf16> || std::is_same_v<C, f16>;
+inline constexpr bool is_low_precision_scope_v<precision_scope_node<C, E>> = std::is_same_v<C, bf16> || std::is_same_v<C, f16>;
 
 /// Whether E's tree holds a scope of fp16 (in_precision<g::f16>): a session whose policy
 /// does not scale the loss refuses to run it (exec/session.hpp, train/train_step.hpp).
@@ -85,7 +85,7 @@ auto in_precision(const E& e) {
                 "gradus: in_precision<C>(e): C is float, g::bf16 or g::f16");
   static_assert(std::is_same_v<value_t<E>, float>,
                 "gradus: in_precision<C>(e): a precision applies to float expressions (e's dtype is above)");
-  return precision_scope<C, std::remove_cvref_t<E>>{{}, e};
+  return precision_scope_node<C, std::remove_cvref_t<E>>{{}, e};
 }
 
 }  // namespace gradus
