@@ -25,7 +25,7 @@
 // scatters them into a dense gradient instead (for a communicator that all-reduces dense
 // buffers, as Horovod's sparse_as_dense).
 //
-// About 580 lines with its doc comments, one concept: the training step (train_step and its minimize factories),
+// About 620 lines with its doc comments, one concept: the training step (train_step and its minimize factories),
 // whose dense and sparse gradient paths share its buffers and hooks and are not split.
 #include <algorithm>
 #include <array>

@@ -25,7 +25,7 @@
 // and so does the join point where a lost worker's restart comes back (restarted(),
 // rejoin_job(), join_point(): ps/server_rejoin.hpp says how).
 // The worker's links to its servers (connect, send, wait, rejoin) are ps/client_links.hpp;
-// its modes and options ps/options.hpp. What is left here (about 710 lines with its doc comments) is one concept:
+// its modes and options ps/options.hpp. What is left here (about 740 lines with its doc comments) is one concept:
 // the worker's API, and the variable table and request bookkeeping it keeps for it (its
 // goodbye included, which tells the servers whether it leaves after a failure), plus
 // ps::serve, the server's entry point that turns the job's verdict into an exit status.
@@ -409,11 +409,11 @@ class parameter_server {
                               half ? push_type_ : parallel::element_of<T>);
       h.clock = clock_;
       h.scalar = lr_;
-      if (half) {  // converted into a copy the request keeps
-        std::vector<std::byte> narrow(n * size_of(push_type_));
-        parallel::half_wire::compress(push_type_, grad.data() + first, narrow.data(), n);
-        request(shards_[s].server, h, narrow, req_kind::ack, /*copy=*/true);
-        stats_.bytes_pushed += narrow.size();
+      if (half) {  // converted into this worker's wire buffer, which the request copies
+        narrow_.resize(n * size_of(push_type_));
+        parallel::half_wire::compress(push_type_, grad.data() + first, narrow_.data(), n);
+        request(shards_[s].server, h, narrow_, req_kind::ack, /*copy=*/true);
+        stats_.bytes_pushed += narrow_.size();
       } else {
         request(shards_[s].server, h, std::as_bytes(grad.subspan(first, n)), req_kind::ack);
         stats_.bytes_pushed += n * sizeof(T);
@@ -686,6 +686,7 @@ class parameter_server {
   std::map<std::string, std::string> opt_settings_;
   double lr_ = 0.01;
   element_type push_type_ = element_type::f32;  ///< set_push_type
+  std::vector<std::byte> narrow_;               ///< a half-width push's chunk, reused
   std::vector<ps::variable_info> vars_;
   std::vector<element_type> dtypes_;
   std::vector<std::vector<std::vector<std::byte>>> first_values_;  ///< per variable: values, then optimizer state

@@ -17,6 +17,7 @@
 // rounded into scratch and the fp32 convolution, after the same warnings.
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
@@ -139,10 +140,16 @@ struct low_precision_section : random_section {
            : pass == conv_pass_kind::data  ? cpu_dnnl::conv_pass::data
                                            : cpu_dnnl::conv_pass::weights;
   }
-  /// dst[i] = float(compute(src[i])), compute bf16 or f16.
+  /// dst[i] = float(compute(src[i])), compute bf16 or f16: bf16 through cpu_dnnl::to_bf16's
+  /// vector conversion, widened back (a bf16 is a float's top 16 bits).
   static void round_to(element_type compute, const float* src, float* dst, std::size_t n) {
     if (compute == element_type::f16) return round_to_f16(src, dst, n);
-    for (std::size_t i = 0; i < n; ++i) dst[i] = gradus::detail::round_to<bf16>(src[i]);
+    std::uint16_t part[256];
+    for (std::size_t i = 0; i < n; i += 256) {
+      const std::size_t m = std::min<std::size_t>(256, n - i);
+      cpu_dnnl::to_bf16(src + i, part, m);
+      for (std::size_t j = 0; j < m; ++j) dst[i + j] = std::bit_cast<float>(static_cast<std::uint32_t>(part[j]) << 16);
+    }
   }
   /// dst[i] = float(f16(src[i])): F16C's conversions, 8 per instruction, where compiled for them
   /// (the same bits as half_bits': both round to nearest even).
