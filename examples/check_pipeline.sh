@@ -9,6 +9,7 @@
 #    where and the bytes across the cut every step;
 # 2. 2 stages x 2 replicas (gradus-run -np 4): the accuracy of 2 data-parallel ranks (the
 #    same 2 x 64 images a step), within 2 points;
+#    under --precision bf16, the same accuracy and the policy in the JSON line (fp16 refused);
 # 3. -np 3 with --stages 2: refused, naming both numbers;
 # 4. ranks started with different --micro-batches: both refuse, naming both values; with
 #    different --max-loss-ratio: both refuse at the first step (the run fingerprint);
@@ -64,6 +65,22 @@ assert 0 < j["bubble_fraction"] < 1, "bubble %s" % j["bubble_fraction"]
 PY
   echo "2 stages, $sched: accuracy $acc, bubble $(field "$out" bubble_fraction) (ideal $(field "$out" ideal_bubble_fraction)), $(field "$out" bytes_per_step) bytes per step"
 done
+
+# under --precision bf16 (the stages' GEMMs, deferred weight gradients among them, in bf16):
+# the one-process fp32 accuracy within 2 points, the policy in the JSON line; fp16 pipelines
+# are not built into the example (tests/parallel/test_pipeline_precision.cpp trains them)
+out=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --stages 2 --micro-batches 4 --precision bf16 \
+      2>"$work/err" | json0) || { cat "$work/err" >&2; fail "2 stages, bf16 failed"; }
+python3 - "$out" "$acc1" <<'PY' || fail "2 stages, bf16: $out"
+import json, sys
+j, acc1 = json.loads(sys.argv[1]), float(sys.argv[2])
+assert j["stages"] == 2 and j["precision"] == "bf16" and j["loss_scale"] == 1 and j["skipped_steps"] == 0, "fields"
+assert abs(j["test_accuracy"] - acc1) <= 0.02, "accuracy %s vs one process (fp32) %s" % (j["test_accuracy"], acc1)
+PY
+echo "2 stages, bf16: accuracy $(field "$out" test_accuracy)"
+OMP_NUM_THREADS=1 timeout 60 "$exe" "${common[@]}" --stages 2 --precision fp16 2>"$work/err" >/dev/null &&
+  fail "--stages 2 --precision fp16 was accepted"
+grep -q -- "--precision fp16 is built for the unpipelined model only" "$work/err" || { cat "$work/err" >&2; fail "fp16 pipeline: no refusal"; }
 
 # 2 replicas take 2 x 64 images a step: the yardstick is the same data-parallel run without stages
 dp=$(OMP_NUM_THREADS=1 timeout 180 "$run" -np 2 "$exe" "${common[@]}" --comm ring 2>"$work/err" | json0) ||

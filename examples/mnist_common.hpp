@@ -185,20 +185,21 @@ class epoch_records {
 };
 
 // f.template operator()<P>() for the precision policy --precision names: g::full_precision,
-// g::mixed_bf16 or g::mixed_fp16. The mixed ones are instantiated only where Mixed is true (a
+// g::mixed_bf16 or g::mixed_fp16. A mixed one is instantiated only where its flag is true (a
 // policy is a session type: each one compiles the training loop again), so an example offers
 // them on the paths it names and refuses them elsewhere, naming the option.
 [[noreturn]] inline void refuse_precision(const std::string& example, const mnist_options& o) {
   throw g::error("gradus: " + example + ": --precision " + o.precision + " is built for the unpipelined model only " +
-                 "(no --stages or --micro-batches); use --precision fp32 with a pipeline");
+                 "in this example (no --stages or --micro-batches); pipelines run in fp32, and in bf16 over the " +
+                 "stages of mnist_deep_mlp");
 }
-template <bool Mixed, class F>
+template <bool Bf16, bool Fp16 = Bf16, class F>
 int with_precision(const std::string& example, const mnist_options& o, F&& f) {
   if (o.precision == "fp32") return f.template operator()<g::full_precision>();
-  if constexpr (Mixed) {
+  if constexpr (Bf16)
     if (o.precision == "bf16") return f.template operator()<g::mixed_bf16>();
+  if constexpr (Fp16)
     if (o.precision == "fp16") return f.template operator()<g::mixed_fp16>();
-  }
   refuse_precision(example, o);
 }
 

@@ -74,14 +74,14 @@ int main(int argc, char** argv) {
     const g::sgd opt{.lr = lr, .momentum = momentum};
     const auto uncut = m.logits<1>(x);  // what is evaluated, for every S (examples/mnist_pipeline.hpp)
     return gx::with_stages<1, 2>("mnist_deep_mlp", o.stages, [&]<int S>() {
-      // --precision bf16 / fp16: the unpipelined model (S = 1) only
-      return gx::with_precision<S == 1>("mnist_deep_mlp", o, [&]<class P>() {
+      // --precision bf16: pipelined too (S stages); fp16: the unpipelined model (S = 1) only
+      return gx::with_precision<true, S == 1>("mnist_deep_mlp", o, [&]<class P>() {
         const auto logits = m.logits<S>(x);
         const auto loss = g::nn::softmax_cross_entropy_loss(logits, y);
         g::session_of<gx::backend, P> s;  // session<gx::backend, P> (spelled for nvcc too)
         s.set_check_numerics(o.check_numerics);
         m.initialize(s, o.seed);
-        return gx::train_mnist_staged<S>("mnist_deep_mlp", o, data, s, loss, uncut, x, y, opt, m.cut<S>());
+        return gx::train_mnist_staged<S, S == 2>("mnist_deep_mlp", o, data, s, loss, uncut, x, y, opt, m.cut<S>());
       });
     });
   });

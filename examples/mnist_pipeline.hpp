@@ -63,13 +63,16 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
 
 // An S-stage model trained as --stages and --micro-batches ask: as a pipeline, or (one stage,
 // one micro-batch) by the data-parallel step of every other example (train_mnist).
-template <int S, class Session, class Loss, class Logits, class X, class Y, class Opt>
+// MixedPipelines: whether a pipeline is built under a mixed precision policy too (each policy
+// compiles the pipeline again: an example offers it where it names it, and refuses it
+// elsewhere by name).
+template <int S, bool MixedPipelines = false, class Session, class Loss, class Logits, class X, class Y, class Opt>
 int train_mnist_staged(const std::string& example, const mnist_options& o, const mnist_data& d, Session& s,
                        const Loss& loss, const Logits& logits, const X& x, const Y& y, const Opt& opt,
                        const std::string& cut) {
-  if constexpr (std::is_same_v<g::precision_of_backend_t<typename Session::backend_type>, g::full_precision>) {
+  if constexpr (MixedPipelines || std::is_same_v<g::precision_of_backend_t<typename Session::backend_type>, g::full_precision>) {
     if (o.pipelined()) return train_mnist_pipelined<S>(example, o, d, s, loss, logits, x, y, opt, cut);
-  } else if (o.pipelined()) {  // not instantiated for the mixed policies (examples/mnist_common.hpp: with_precision)
+  } else if (o.pipelined()) {
     refuse_precision(example, o);
   }
   if constexpr (S == 1) {
@@ -170,7 +173,8 @@ int train_mnist_pipelined(const std::string& example, const mnist_options& o, co
     print_json(example, o,
                {.first_epoch = first, .train_examples = static_cast<std::size_t>(d.train.size()), .test_accuracy = acc,
                 .train_seconds = train_seconds, .final_loss = last_loss, .world_size = world, .comm = comm.name(),
-                .comm_wait_seconds = 0, .peak_device_mb = peak_device_mb(), .stages = S, .micro_batches = o.micro_batches,
+                .comm_wait_seconds = 0, .peak_device_mb = peak_device_mb(), .loss_scale = step.stats().loss_scale,
+                .skipped_steps = step.stats().skipped_steps, .stages = S, .micro_batches = o.micro_batches,
                 .schedule = o.schedule, .bubble_fraction = bubble / static_cast<double>(report.size()),
                 .ideal_bubble = gp::ideal_bubble(S, o.micro_batches), .bytes_per_step = bytes / replicas,
                 .peak_activation_mb = activation_mb, .deferred_mb = deferred_mb});

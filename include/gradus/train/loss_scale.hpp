@@ -128,13 +128,22 @@ class step_loss_scaling {
   /// sparse rows) are final: whether the update may be applied (loss_scaler::update).
   template <class Buffers>
   bool after_backward(std::int64_t step, const Buffers& buffers) {
-    std::string_view bad;
+    return record(step, first_nonfinite(buffers));
+  }
+  /// The name of the first buffer (name, float data on Backend, size) holding Inf or NaN;
+  /// empty when every one is finite.
+  template <class Buffers>
+  static std::string_view first_nonfinite(const Buffers& buffers) {
     for (const auto& b : buffers)
-      if (b.size > 0 && Backend::first_nonfinite(static_cast<const float*>(b.data), b.size) >= 0) {
-        bad = b.name;
-        break;
-      }
-    const bool apply = scaler_.update(step, bad);
+      if (b.size > 0 && Backend::first_nonfinite(static_cast<const float*>(b.data), b.size) >= 0) return b.name;
+    return {};
+  }
+  /// The verdict on global step `step`'s gradients, found by the caller (empty: all finite;
+  /// else the first non-finite gradient's variable, as a pipeline agrees on it across its
+  /// stages): the schedule advanced and stored; whether the update may be applied
+  /// (loss_scaler::update, whose floor error names `first_nonfinite`).
+  bool record(std::int64_t step, std::string_view first_nonfinite) {
+    const bool apply = scaler_.update(step, first_nonfinite);
     write();
     return apply;
   }

@@ -10,14 +10,20 @@
 // backend's product goes on from C's values for that shape: cpu_simd's register-blocked
 // kernels on float (gemm_continues_sums). Elsewhere nothing is computed ahead, and a piece
 // whose continuation would not continue is summed again from its first row.
+//
+// Under a low-precision policy (core/precision.hpp) the products run on the policy's compute
+// kernels, as the matmuls they stand for would (exec/compute_kernels.hpp): a matmul inside an
+// in_precision scope is never deferred (its gradient is the scope's node, not a bare X^T G).
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "gradus/core/shape.hpp"
 #include "gradus/exec/backend.hpp"
+#include "gradus/exec/compute_kernels.hpp"
 
 namespace gradus::parallel::detail {
 
@@ -116,15 +122,19 @@ class deferred_gradients {
   std::pair<index_t, index_t> cols(std::size_t i) const { return cols_[i]; }
 
  private:
+  using compute_t = typename precision_of_backend_t<Backend>::compute;
+  /// The products' kernels: the policy's compute precision (Backend's own for fp32).
+  using kernels = std::conditional_t<std::is_same_v<compute_t, float>, Backend, compute_kernels<Backend, compute_t>>;
   /// acc's rows [r0, r0 + r) += X[from:to, r0:r0+r]^T G[from:to, :] (from 0: =).
   void product(std::size_t i, index_t r0, index_t r, index_t from, index_t to, T* acc) const {
     const auto [m, n] = cols_[i];
-    Backend::gemm(true, false, r, n, to - from, T(1), static_cast<const T*>(x_[i].data) + from * m + r0, m, 0,
+    kernels::gemm(true, false, r, n, to - from, T(1), static_cast<const T*>(x_[i].data) + from * m + r0, m, 0,
                   static_cast<const T*>(g_[i].data) + from * n, n, 0, from > 0 ? T(1) : T(0), acc + r0 * n, n, r * n, 1);
   }
-  /// Whether the backend's X^T G of this shape goes on from C's values (cpu_simd's kernels).
+  /// Whether the backend's X^T G of this shape goes on from C's values (cpu_simd's fp32 kernels;
+  /// never the low-precision ones, whose products are not summed in place).
   static bool continues_sums(index_t m, index_t n, index_t k) {
-    if constexpr (requires { Backend::template gemm_continues_sums<T>(true, false, m, n, k); })
+    if constexpr (std::is_same_v<kernels, Backend> && requires { Backend::template gemm_continues_sums<T>(true, false, m, n, k); })
       return Backend::template gemm_continues_sums<T>(true, false, m, n, k);
     else
       return false;

@@ -5,9 +5,9 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 600 lines, one concept: a stage's step — its passes, gradient sums, deferred and
-// tied gradients, clipping, update, checkpoint file and placement log — all over the same
-// per-stage state. The deferred weight gradients' stash and products are
+// (About 640 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// tied gradients, clipping, loss scaling, update, checkpoint file and placement log — all
+// over the same per-stage state. The deferred weight gradients' stash and products are
 // deferred_gradients.hpp's.)
 #include <algorithm>
 #include <array>
@@ -79,6 +79,10 @@ class pipeline_stage final : public pipeline_base<Comm> {
   using placeholders_t = stage_placeholders_t<K, S, Loss>;
   using sub_t = typename detail::sub_group<Comm>::type;
   using device_t = stage_device_t<K, Loss>;
+  /// Whether the session's precision policy scales the loss (fp16): the last stage's backward
+  /// pass starts from the scale (stage_graph.hpp), and every stage unscales, checks and skips
+  /// alike (gradients_finite_everywhere).
+  static constexpr bool scales_loss = precision_of_backend_t<Backend>::scales_loss && std::is_same_v<T, float>;
   static_assert([]<class... Vs>(std::tuple<Vs...>*) { return (std::is_same_v<value_t<Vs>, T> && ...); }(static_cast<vars_t*>(nullptr)),
                 "gradus: pipeline: a stage's variables must have its output's dtype");
 
@@ -90,7 +94,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   /// backend cannot run the stage's device, replicas need a split Comm lacks, or a neighbour
   /// runs another shape; the optimizer's validate() error for bad hyper-parameters.
   pipeline_stage(Comm& comm, const pipeline_options& o, session<Backend>& s, const Loss& loss, const Opt& opt)
-      : base(comm, S, o, optimizer_fields(opt)), s_(s), g_(loss), opt_(opt) {
+      : base(comm, S, o, fingerprint_fields(s, opt)), s_(s), g_(loss), opt_(opt), scaling_(s) {
     opt_.validate();
     // across processes each rank runs the stage it is given at run time: a session that
     // cannot run that stage's device is refused here (pipeline_in_process: at compile time)
@@ -163,6 +167,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->stats_.activation_bytes_sent = this->stats_.gradient_bytes_sent = 0;
     const auto bound = s_.bind();
     if constexpr (has_before_run<Backend>) Backend::before_run();  // as session::run does
+    if constexpr (scales_loss) scaling_.before_backward();
     this->check_run_fingerprint();
     const long batch = feeds.empty() ? 0 : feeds[0].d.d[0];
     for (const auto& f : feeds)
@@ -263,7 +268,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
       // with nothing to do between a gradient and its update (no replicas to average with,
       // no tied variables, no clipping by the norm over every gradient), each deferred
       // gradient is computed and applied piece by piece while the piece is in cache
-      const bool fused = !replicas_ && tied_order.empty() && !(opt_.clip_global_norm > 0);
+      const bool fused = !replicas_ && tied_order.empty() && !(opt_.clip_global_norm > 0) && !scales_loss;
       if (!fused) {
         deferred_gradients();
         if (replicas_)
@@ -271,7 +276,16 @@ class pipeline_stage final : public pipeline_base<Comm> {
         for (const std::size_t i : tied_order)  // in an order every stage agrees on
           tie(i);
       }
-      update(clip_scale(), fused);
+      double unscale = 1;  // what undoes the loss scale
+      bool apply = true;
+      if constexpr (scales_loss) {
+        apply = gradients_finite_everywhere(s_.global_step());
+        unscale = scaling_.unscale();
+        this->stats_.loss_scale = scaling_.scaler().scale();
+        this->stats_.skipped_steps = scaling_.scaler().skipped_steps();
+      }
+      if (apply) update(unscale * clip_scale(unscale), fused);
+      else s_.set_global_step(s_.global_step() + 1);  // skipped: nothing changes but the step
     });
     if (this->o_.placement_log) log_placement(*this->o_.placement_log);
     ++this->step_;
@@ -281,6 +295,27 @@ class pipeline_stage final : public pipeline_base<Comm> {
   }
 
  private:
+  /// What the ranks compare besides the pipeline's shape: the session's precision policy
+  /// (ranks of different policies are refused, naming both), the optimizer.
+  static std::vector<run_field> fingerprint_fields(const session<Backend>& s, const Opt& opt) {
+    std::vector<run_field> f{precision_field(s)};
+    for (auto& x : optimizer_fields(opt)) f.push_back(std::move(x));
+    return f;
+  }
+  /// Loss scaling: whether the gradients of every stage of this pipeline are finite. Each
+  /// stage sends the index of its first non-finite gradient (or -1) to the others, so all
+  /// agree, and each advances its scaler alike: a skipped step is skipped by every stage, and
+  /// the floor's error names the first such variable in stage order.
+  bool gradients_finite_everywhere(std::int64_t step) {
+    int mine = -1;
+    for (std::size_t i = 0; i < nv && mine < 0; ++i)
+      if (Backend::first_nonfinite(static_cast<const T*>(acc_[i].data), sizes_[i]) >= 0) mine = static_cast<int>(i);
+    const auto all = this->from_every_stage(detail::pipe_msg::finite, mine);
+    for (int k = 0; k < S; ++k)
+      if (all[static_cast<std::size_t>(k)] >= 0)
+        return scaling_.record(step, stage_variable_name<S, Loss>(k, static_cast<int>(all[static_cast<std::size_t>(k)])));
+    return scaling_.record(step, {});
+  }
   void forward(typename graph_t::graph_t& gr, std::span<const detail::raw_feed> feeds, int m, long offset, long rows) {
     const std::size_t um = static_cast<std::size_t>(m);
     [&]<class... P>(std::tuple<P...>*) {
@@ -322,6 +357,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
        }()),
        ...);
     }(static_cast<vars_t*>(nullptr));
+    if constexpr (scales_loss)  // the scaler's state: every stage holds the same
+      for (const auto* n : {"loss_scaler/scale", "loss_scaler/good_steps"}) c.only.emplace_back(n);
     return c;
   }
 
@@ -460,12 +497,17 @@ class pipeline_stage final : public pipeline_base<Comm> {
   }
   void average(std::size_t i) {
     if constexpr (splittable<Comm>) {
+      // float gradients travel as the policy's comm type (parallel/collectives.hpp average_as)
+      const auto avg = [&](std::span<T> x) {
+        if constexpr (std::is_same_v<T, float>) average_as(*replicas_, x, precision_of_backend_t<Backend>::comm_type);
+        else replicas_->allreduce_average(x);
+      };
       if constexpr (backend_host_memory<Backend>) {
-        replicas_->allreduce_average(std::span<T>(static_cast<T*>(acc_[i].data), sizes_[i]));
+        avg(std::span<T>(static_cast<T*>(acc_[i].data), sizes_[i]));
       } else {
         scaled_.resize(sizes_[i]);
         Backend::copy_to_host(scaled_.data(), static_cast<T*>(acc_[i].data), sizes_[i] * sizeof(T));
-        replicas_->allreduce_average(std::span<T>(scaled_));
+        avg(std::span<T>(scaled_));
         Backend::copy_to_device(static_cast<T*>(acc_[i].data), scaled_.data(), sizes_[i] * sizeof(T));
       }
     }
@@ -495,23 +537,17 @@ class pipeline_stage final : public pipeline_base<Comm> {
     Backend::copy_to_device(acc_[i].data, tied_sum_.data(), n * sizeof(T));
   }
   /// clip_global_norm: the norm over every stage's gradients (each stage's sum of squares
-  /// sent to the others of its pipeline, summed in stage order, so every stage scales alike).
-  double clip_scale() {
+  /// sent to the others of its pipeline, summed in stage order, so every stage scales alike),
+  /// of the unscaled gradients (the sums hold them times 1 / unscale).
+  double clip_scale(double unscale) {
     if (opt_.clip_global_norm <= 0) return 1;
     double mine = 0;
     for (std::size_t i = 0; i < nv; ++i)  // a tied variable counted once: by the first stage that reads it
       if ((graph_t::sharers[i] & ((1u << K) - 1u)) == 0)
         mine += static_cast<double>(Backend::sum_squares(static_cast<const T*>(acc_[i].data), static_cast<index_t>(sizes_[i])));
-    const int first = this->comm_.rank() - K;
-    for (int k = 0; k < S; ++k)
-      if (k != K) this->send_values(detail::pipe_msg::norm, -1, std::span<const double>(&mine, 1), first + k, {});
     double sq = 0;
-    for (int k = 0; k < S; ++k) {
-      double theirs = mine;
-      if (k != K) this->recv_values(detail::pipe_msg::norm, -1, std::span<double>(&theirs, 1), first + k);
-      sq += theirs;
-    }
-    this->stats_.gradient_norm = std::sqrt(sq);
+    for (const double theirs : this->from_every_stage(detail::pipe_msg::norm, mine)) sq += theirs;
+    this->stats_.gradient_norm = std::sqrt(sq) * unscale;
     return this->stats_.gradient_norm > opt_.clip_global_norm ? opt_.clip_global_norm / this->stats_.gradient_norm : 1.0;
   }
   /// The optimizer's step on every variable; `fused`: each deferred gradient computed here,
@@ -580,6 +616,11 @@ class pipeline_stage final : public pipeline_base<Comm> {
   session<Backend>& s_;
   graph_t g_;
   Opt opt_;
+  struct no_scaling {
+    explicit no_scaling(session<Backend>&) {}
+  };
+  /// the loss scaler (train/loss_scale.hpp) where the policy scales the loss
+  std::conditional_t<scales_loss, step_loss_scaling<Backend>, no_scaling> scaling_;
   static constexpr std::array<std::size_t, nv> sizes_ = []<class... Vs>(std::tuple<Vs...>*) {
     return std::array<std::size_t, nv>{static_cast<std::size_t>(static_dims<shape_t<Vs>>().numel())...};
   }(static_cast<vars_t*>(nullptr));

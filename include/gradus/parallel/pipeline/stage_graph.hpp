@@ -35,6 +35,7 @@
 #include "gradus/autodiff/autodiff.hpp"
 #include "gradus/exec/session.hpp"
 #include "gradus/graph/ops/placement.hpp"
+#include "gradus/train/loss_scale.hpp"
 #include "gradus/train/train_step.hpp"
 
 namespace gradus::parallel {
@@ -192,6 +193,20 @@ using stage_placeholders_t =
     typename detail::as_tuple_of<typename detail::stage_nodes<K, detail::pick_placeholder, detail::type_list<>,
                                                               stage_output_t<K, S, Loss>>::type>::type;
 
+/// The name of variable i of stage `stage` (stage_variables_t's order); empty when out of range.
+template <int S, class Loss>
+std::string_view stage_variable_name(int stage, int i) {
+  std::string_view r;
+  [&]<int... J>(std::integer_sequence<int, J...>) {
+    const auto pick = [&]<class... Vs>(std::tuple<Vs...>*) {
+      const std::array<std::string_view, sizeof...(Vs)> names{Vs::name.view()...};
+      if (i >= 0 && static_cast<std::size_t>(i) < names.size()) r = names[static_cast<std::size_t>(i)];
+    };
+    ((stage == J ? pick(static_cast<stage_variables_t<J, S, Loss>*>(nullptr)) : void()), ...);
+  }(std::make_integer_sequence<int, S>{});
+  return r;
+}
+
 namespace detail {
 template <class V, class Tuple>
 inline constexpr bool has_type_v = false;
@@ -249,9 +264,16 @@ class stage_graph {
   using value_type = value_t<output_t>;  ///< the output's element type (the stage's variables have it too)
   using variables = stage_variables_t<K, S, Loss>;  ///< a std::tuple of the variables this stage reads
   static constexpr bool last = K == S - 1;  ///< whether this stage computes the loss
-  /// The adjoint this stage's output receives: 1 for the loss, else what the next stage sent.
-  using adjoint_t = std::conditional_t<last, scalar<value_type>,
-                                       typename detail::placeholder_of_shape<"pipeline_dy", value_type, shape_t<output_t>>::type>;
+  /// Whether the session's precision policy scales the loss (core/precision.hpp: fp16): the
+  /// last stage's backward pass then starts from the loss scale ("loss_scaler/scale", the
+  /// session's state) instead of 1, so every stage's gradients are those of the scaled loss,
+  /// while its forward output stays the loss itself.
+  static constexpr bool scales_loss = last && precision_of_backend_t<Backend>::scales_loss && std::is_same_v<value_type, float>;
+  /// The adjoint this stage's output receives: 1 (or the loss scale) for the loss, else what
+  /// the next stage sent.
+  using adjoint_t = std::conditional_t<
+      last, std::conditional_t<scales_loss, loss_scale_variable, scalar<value_type>>,
+      typename detail::placeholder_of_shape<"pipeline_dy", value_type, shape_t<output_t>>::type>;
 
  private:
   template <class V>
@@ -269,7 +291,7 @@ class stage_graph {
     else return std::tuple<>{};
   }
   static adjoint_t adjoint() {
-    if constexpr (last) return adjoint_t{{}, value_type(1)};
+    if constexpr (last && !scales_loss) return adjoint_t{{}, value_type(1)};
     else return adjoint_t{};
   }
   static auto outputs(const output_t& out) {

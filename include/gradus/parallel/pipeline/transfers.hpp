@@ -84,6 +84,10 @@ struct pipeline_stats {
   int early_gradients = 0;
   double early_seconds = 0;  ///< (see early_gradients)
   double gradient_norm = 0;        ///< with clip_global_norm: the last step's norm over every stage's gradients
+  /// Under a policy that scales the loss (fp16): the scale the next step's backward pass
+  /// uses, and the steps skipped for Inf or NaN gradients (every stage skips the same ones).
+  double loss_scale = 1;
+  std::int64_t skipped_steps = 0;  ///< (see loss_scale)
 };
 
 
@@ -99,7 +103,7 @@ struct raw_feed {
 
 
 /// The header of every pipeline message: what it is, for which step and micro-batch, its dims.
-enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6, norm = 7, tied = 8 };
+enum class pipe_msg : std::int64_t { config = 1, activation = 2, gradient = 3, loss = 4, variables = 5, report = 6, norm = 7, tied = 8, finite = 9 };
 struct pipe_header {
   std::int64_t magic = 0x67726164504950LL;  ///< "gradPIP"
   std::int64_t kind = 0;
@@ -120,6 +124,7 @@ inline std::string msg_name(pipe_msg k) {
     case pipe_msg::report: return "a rank's measurements";
     case pipe_msg::norm: return "a stage's sum of squared gradients";
     case pipe_msg::tied: return "a tied variable's gradient part";
+    case pipe_msg::finite: return "a stage's verdict on its gradients (loss scaling)";
   }
   return "a message";
 }
@@ -239,6 +244,19 @@ class pipeline_base {
       rethrow(e, where(-1) + "comparing the run fingerprint before the first step", e.peer);
     }
     fingerprint_checked_ = true;
+  }
+
+  /// One number from every stage of this rank's pipeline replica, in stage order (this
+  /// stage's `mine` in its place): each stage sends its own to the others and receives theirs,
+  /// so every stage sees the same list. Every stage of the replica calls it together.
+  std::vector<double> from_every_stage(pipe_msg kind, double mine) {
+    const int S = stats_.stages, K = stats_.stage, first = comm_.rank() - K;
+    for (int k = 0; k < S; ++k)
+      if (k != K) send_values(kind, -1, std::span<const double>(&mine, 1), first + k, {});
+    std::vector<double> all(static_cast<std::size_t>(S), mine);
+    for (int k = 0; k < S; ++k)
+      if (k != K) recv_values(kind, -1, std::span<double>(&all[static_cast<std::size_t>(k)], 1), first + k);
+    return all;
   }
 
   /// The neighbours agree on the pipeline's shape (every rank calls it once).
