@@ -279,7 +279,7 @@ BOOST_AUTO_TEST_CASE(fp16_convolutions_are_the_convolutions_of_rounded_operands)
 
 BOOST_AUTO_TEST_CASE(a_held_operand_is_converted_once_and_read_from_its_copy) {
   // core/held_operand.hpp: while a hold on W lives, cpu_simd's bf16 GEMM reads W's bf16 bits
-  // converted when the hold was made: the same bits as converting at each call, and (the
+  // converted at the first GEMM that read them: the same bits as converting at each call, and (the
   // proof that the copy is read) unchanged by a write to W inside the scope, which the
   // contract forbids and this test makes on purpose. Parts of W (the RNN cells' W_h_k) too.
   if (!g::cpu_dnnl::bf16_native()) {
@@ -314,6 +314,88 @@ BOOST_AUTO_TEST_CASE(a_held_operand_is_converted_once_and_read_from_its_copy) {
   BOOST_TEST(flipped == negated.size());
   // an fp32 session's backend holds nothing
   static_assert(std::is_same_v<decltype(g::hold_operand<g::cpu_simd>(w.data(), w.size())), g::nothing_held>);
+}
+
+BOOST_AUTO_TEST_CASE(holds_nest_and_release_only_what_they_added) {
+  // Several regions in one hold; an inner hold adds only what no outer hold covers and, when it
+  // ends, releases only that. Writes made on purpose show which regions are read from a copy.
+  if (!g::cpu_dnnl::bf16_native()) {
+    BOOST_TEST_MESSAGE("no AVX512_BF16 on this CPU: nothing is held");
+    return;
+  }
+  const g::index_t m = 16, k = 32, n = 32;
+  const auto a = uniform<float>(static_cast<std::size_t>(m * k), -1, 1);
+  auto w1 = uniform<float>(static_cast<std::size_t>(k * n), -1, 1), w2 = w1, w3 = w1;
+  using kernels = g::compute_kernels<g::with_precision<g::cpu_simd, g::mixed_bf16>, g::bf16>;
+  auto product = [&](const std::vector<float>& b) {
+    std::vector<float> c(static_cast<std::size_t>(m * n));
+    kernels::gemm(false, false, m, n, k, 1.0f, a.data(), k, 0, b.data(), n, 0, 0.0f, c.data(), n, 0, g::index_t(1));
+    return c;
+  };
+  const auto plain = product(w1);
+  const auto negate = [](std::vector<float>& v) {
+    for (auto& x : v) x = -x;
+  };
+  const std::size_t before = g::cpu_simd::held_conversions();
+  {
+    auto outer = kernels::hold_operands();
+    outer.add(w1.data(), w1.size());
+    outer.add(w2.data(), w2.size());
+    BOOST_TEST(product(w1) == plain);
+    BOOST_TEST(product(w2) == plain);
+    {
+      auto inner = kernels::hold_operands();
+      inner.add(w1.data(), w1.size());  // covered: not held again
+      inner.add(w3.data(), w3.size());
+      BOOST_TEST(product(w3) == plain);
+      negate(w1), negate(w3);
+      BOOST_TEST(product(w1) == plain, "w1 read from the outer hold's copy");
+      BOOST_TEST(product(w3) == plain, "w3 read from the inner hold's copy");
+    }
+    BOOST_TEST(product(w1) == plain, "w1 still held by the outer hold");
+    BOOST_TEST(product(w3) != plain, "w3 released with the inner hold");
+    negate(w2);
+    BOOST_TEST(product(w2) == plain, "w2 still held");
+  }
+  BOOST_TEST(product(w2) != plain, "every hold ended");
+  BOOST_TEST(g::cpu_simd::held_conversions() - before == 3u, "w1, w2 and w3 each converted once");
+}
+
+BOOST_AUTO_TEST_CASE(a_run_converts_each_weight_once_and_reads_its_new_values_next_run) {
+  // exec/graph_engine.hpp: a run under a bf16 policy holds its variables. w2 is read by two
+  // GEMMs (h w2, and G w2^T for dW1), w1 by one: two conversions a run, the same bits as the
+  // same products of unheld operands (placeholders), and after an assign the next run reads
+  // the new values.
+  if (!g::cpu_dnnl::bf16_native()) {
+    BOOST_TEST_MESSAGE("no AVX512_BF16 on this CPU: nothing is held");
+    return;
+  }
+  g::placeholder<"x", float, g::dyn, 64> x;
+  g::variable<"w1", float, 64, 48> w1;
+  g::variable<"w2", float, 48, 24> w2;
+  g::placeholder<"p1", float, 64, 48> p1;
+  g::placeholder<"p2", float, 48, 24> p2;
+  const auto xv = uniform<float>(37 * 64, -1, 1), w1v = uniform<float>(64 * 48, -1, 1);
+  auto w2v = uniform<float>(48 * 24, -1, 1);
+  const auto X = tensor<float, 2>({37, 64}, xv);
+  const auto vec = [](const auto& t) { return std::vector<float>(t.data(), t.data() + t.size()); };
+  g::session<g::cpu_simd, g::mixed_bf16> s;
+  g::assign(s, w1, tensor<float, 2>({64, 48}, w1v));
+  const auto y = g::matmul(g::matmul(x, w1), w2);
+  const auto dw1 = g::grad(g::sum(y), w1);
+  const auto yp = g::matmul(g::matmul(x, p1), p2);
+  const auto dp1 = g::grad(g::sum(yp), p1);
+  for (int round = 0; round < 2; ++round) {
+    g::assign(s, w2, tensor<float, 2>({48, 24}, w2v));
+    const std::size_t before = g::cpu_simd::held_conversions();
+    const auto [yv, d1] = s.run(y, dw1, x = X);
+    BOOST_TEST(g::cpu_simd::held_conversions() - before == 2u, "w1 and w2 converted once each");
+    const auto want_y = vec(yv), want_d1 = vec(d1);
+    const auto [yr, dr] = s.run(yp, dp1, x = X, p1 = tensor<float, 2>({64, 48}, w1v), p2 = tensor<float, 2>({48, 24}, w2v));
+    BOOST_TEST(want_y == vec(yr), "round " << round << ": y");
+    BOOST_TEST(want_d1 == vec(dr), "round " << round << ": dW1");
+    for (auto& v : w2v) v *= -0.5f;
+  }
 }
 
 BOOST_AUTO_TEST_CASE(in_precision_runs_its_subexpression_in_its_own_type) {

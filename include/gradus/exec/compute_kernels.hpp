@@ -35,7 +35,10 @@ concept backend_gemm_low = requires(const float* a, float* c, index_t n, float s
   B::gemm_low(element_type::bf16, true, false, n, n, n, s, a, n, n, a, n, n, s, c, n, n, n);
 };
 template <class B>
-concept backend_hold_low = requires(const float* a, std::size_t n) { B::hold_low(element_type::bf16, a, n); };
+concept backend_hold_low = requires(const float* a, std::size_t n) {
+  B::hold_low(element_type::bf16, a, n);
+  B::hold_low(element_type::bf16).add(a, n);
+};
 template <class B>
 concept backend_conv_low = requires(const float* a, float* c, const conv_geometry& g) {
   B::conv2d_low(element_type::bf16, conv_pass_kind::forward, a, a, g, c);
@@ -102,6 +105,12 @@ struct compute_kernels : Backend {
   template <class T>
   static auto hold_operand(const T* p, std::size_t n) {
     if constexpr (std::is_same_v<T, float> && backend_hold_low<Backend>) return Backend::hold_low(element_type_of<Compute>, p, n);
+    else return nothing_held{};
+  }
+  /// A token holding nothing yet, whose add(p, n) holds regions as hold_operand(p, n) does
+  /// (a run's variables: exec/graph_engine.hpp).
+  static auto hold_operands() {
+    if constexpr (backend_hold_low<Backend>) return Backend::hold_low(element_type_of<Compute>);
     else return nothing_held{};
   }
   /// Backend::conv2d's contract, x and w rounded to Compute.

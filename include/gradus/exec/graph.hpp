@@ -75,6 +75,7 @@ class compiled_graph final : public graph_engine<Backend> {
     this->unbind_feeds();
     (this->bind(feeds), ...);
     this->check_fed(vars);
+    [[maybe_unused]] const auto held = this->hold_variables();  // each weight converted once (mixed policies)
     if constexpr (std::is_same_v<std::remove_cvref_t<Hook>, no_output_hook>) {
       this->run_steps(vars);
     } else {

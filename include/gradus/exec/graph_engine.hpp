@@ -12,7 +12,7 @@
 // once per backend per translation unit. In a test unit of 78 graphs that halved its object
 // code (5.07 MB to 2.30 MB; docs/compile-time.md).
 //
-// About 670 lines, as one concept: the planner, the step functions and the checks all read and
+// About 690 lines, as one concept: the planner, the step functions and the checks all read and
 // write the same private slot and step tables; split across files, each part would have to
 // expose those tables to the others.
 #include <algorithm>
@@ -227,6 +227,7 @@ class graph_engine : public graph_base {
         throw feed_error("gradus: " + slot_labels_[static_cast<std::size_t>(b.slot)] + " " + to_string(b.expected) +
                          " was not fed (stage_input)");
     if (part == 0) bind_variables(vars);
+    [[maybe_unused]] const auto held = hold_variables();
     if (vars.check_numerics()) {
       if (part == 0) check_leaves(vars.global_step());
       for (std::size_t k = from; k < to; ++k) {
@@ -448,6 +449,25 @@ class graph_engine : public graph_base {
                          std::string(name_of(st->dtype)) + " in the session");
       slots_[v.slot].data = st->data;
       slots_[v.slot].d = st->d;
+    }
+  }
+
+  /// Under a mixed policy whose backend converts its GEMMs' operands (compute_kernels::
+  /// hold_operands): a token holding every bound float variable for as long as it lives, each
+  /// converted at the first GEMM that reads it and then read by every other (forward and
+  /// backward alike). No step writes a variable during a run. Otherwise a token that does nothing.
+  auto hold_variables() const {
+    using compute = typename precision_of_backend_t<Backend>::compute;
+    if constexpr (!std::is_same_v<compute, float>) {
+      auto held = compute_kernels<Backend, compute>::hold_operands();
+      for (const auto& v : variables_) {
+        const slot& sl = slots_[static_cast<std::size_t>(v.slot)];
+        if (v.dtype == element_type::f32 && sl.data)
+          held.add(static_cast<const float*>(sl.data), static_cast<std::size_t>(sl.d.numel()));
+      }
+      return held;
+    } else {
+      return nothing_held{};
     }
   }
 

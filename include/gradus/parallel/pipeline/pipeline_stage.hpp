@@ -5,7 +5,7 @@
 // stage's replicas in their sub-group), the one optimizer update per batch, and the
 // activations it held. The transfers and the agreement with its neighbours are
 // transfers.hpp's.
-// (About 640 lines, one concept: a stage's step — its passes, gradient sums, deferred and
+// (About 660 lines, one concept: a stage's step — its passes, gradient sums, deferred and
 // tied gradients, clipping, loss scaling, update, checkpoint file and placement log — all
 // over the same per-stage state. The deferred weight gradients' stash and products are
 // deferred_gradients.hpp's.)
@@ -166,6 +166,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     this->stats_.bytes_sent = this->stats_.bytes_received = 0;
     this->stats_.activation_bytes_sent = this->stats_.gradient_bytes_sent = 0;
     const auto bound = s_.bind();
+    // over every micro-batch's passes, until the update: each weight converted once a step
+    std::optional<decltype(hold_variables())> held(std::in_place, hold_variables());
     if constexpr (has_before_run<Backend>) Backend::before_run();  // as session::run does
     if constexpr (scales_loss) scaling_.before_backward();
     this->check_run_fingerprint();
@@ -264,6 +266,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
       this->recv_values(detail::pipe_msg::loss, -1, std::span<double>(&loss, 1), this->comm_.rank() - K + (S - 1));
     }
     this->stats_.early_gradients = d_.begun();
+    held.reset();  // the update writes the weights
     timed([&] {
       // with nothing to do between a gradient and its update (no replicas to average with,
       // no tied variables, no clipping by the norm over every gradient), each deferred
@@ -549,6 +552,22 @@ class pipeline_stage final : public pipeline_base<Comm> {
     for (const double theirs : this->from_every_stage(detail::pipe_msg::norm, mine)) sq += theirs;
     this->stats_.gradient_norm = std::sqrt(sq) * unscale;
     return this->stats_.gradient_norm > opt_.clip_global_norm ? opt_.clip_global_norm / this->stats_.gradient_norm : 1.0;
+  }
+  /// Under a mixed policy whose backend converts its GEMMs' operands: a token holding the
+  /// stage's float variables (compute_kernels::hold_operands; each converted at the first GEMM
+  /// that reads it); otherwise one that does nothing.
+  auto hold_variables() {
+    using compute = typename precision_of_backend_t<Backend>::compute;
+    if constexpr (std::is_same_v<T, float> && !std::is_same_v<compute, float>) {
+      auto held = compute_kernels<Backend, compute>::hold_operands();
+      [&]<class... Vs>(std::tuple<Vs...>*) {
+        std::size_t i = 0;
+        ((held.add(s_.template data<T>(Vs::name.view()), sizes_[i]), ++i), ...);
+      }(static_cast<vars_t*>(nullptr));
+      return held;
+    } else {
+      return nothing_held{};
+    }
   }
   /// The optimizer's step on every variable; `fused`: each deferred gradient computed here,
   /// in pieces of about 128 KiB of rows, each piece applied right after it (the optimizers'

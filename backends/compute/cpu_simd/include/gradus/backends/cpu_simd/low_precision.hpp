@@ -10,8 +10,10 @@
 //   f16: no x86 CPU before AVX512_FP16 multiplies fp16, so the operands are rounded to fp16
 //        and multiplied in fp32 (fp16's numbers for the loss scaler to act on, not its speed),
 //        after one warning.
-// A region held by an op (core/held_operand.hpp: the RNN cells' W_h over their time loops) is
-// converted once, and the GEMMs in its scope read those bits.
+// A region held (core/held_operand.hpp: a run's variables, a pipeline stage's over its step's
+// micro-batches, the RNN cells' W_h over their time loops) is converted once, at the first GEMM
+// that reads it, and the GEMMs in its scope read those bits: a weight matrix is converted once
+// per step rather than once per product (forward, backward data, every micro-batch).
 // And the three convolution passes the same way: bf16 through oneDNN's bf16 convolutions
 // (cpu_simd/dnnl.hpp: the reorders into its layouts round the inputs), else the inputs
 // rounded into scratch and the fp32 convolution, after the same warnings.
@@ -20,6 +22,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 #include <vector>
 
 #include "gradus/backends/cpu_simd/dnnl_matmul.hpp"
@@ -72,31 +75,48 @@ struct low_precision_section : random_section {
   }
 
   /// ---- held operands (core/held_operand.hpp) -------------------------------------------
-  /// While a bf16_hold lives, gemm_low reads the bf16 bits of its region converted once
-  /// instead of converting them again at every call. One region per thread: a hold made while
-  /// another is active does nothing.
+  /// While a bf16_hold lives, gemm_low reads the bf16 bits of its regions, each converted at
+  /// the first GEMM that reads it, instead of converting them again at every call. Holds nest
+  /// (a region already held by an enclosing hold is not held again) and are the thread's: each
+  /// ends by releasing what it added, so they must end in the reverse order they began (scoped
+  /// objects do). A hold for anything but bf16 on a CPU with bf16 instructions does nothing.
   class bf16_hold {
    public:
-    bf16_hold(element_type compute, const float* p, std::size_t n) {
-      held_bits& h = held();
-      if (compute != element_type::bf16 || n == 0 || h.p || !cpu_dnnl::bf16_native()) return;
-      h.bits.resize(n);
-      convert(p, h.bits.data(), n);
-      h.p = p, h.n = n;
-      active_ = true;
-    }
-    ~bf16_hold() {
-      if (active_) held().p = nullptr;
-    }
+    /// A hold of nothing yet (add() holds regions).
+    explicit bf16_hold(element_type compute)
+        : base_(held().count), on_(compute == element_type::bf16 && cpu_dnnl::bf16_native()) {}
+    /// A hold of the n floats at p.
+    bf16_hold(element_type compute, const float* p, std::size_t n) : bf16_hold(compute) { add(p, n); }
+    bf16_hold(bf16_hold&& o) noexcept : base_(o.base_), on_(std::exchange(o.on_, false)) {}
     bf16_hold(const bf16_hold&) = delete;
     bf16_hold& operator=(const bf16_hold&) = delete;
+    bf16_hold& operator=(bf16_hold&&) = delete;
+    ~bf16_hold() {
+      if (on_) held().count = base_;
+    }
+    /// Holds the n floats at p as well, unless an active hold already covers them. The
+    /// region's buffer is reused from an earlier hold at the same depth: a step that holds the
+    /// same variables every time allocates nothing after the first.
+    void add(const float* p, std::size_t n) {
+      if (!on_ || n == 0 || held_region_of(p, n)) return;
+      held_bits& h = held();
+      if (h.count == h.regions.size()) h.regions.emplace_back();
+      region& r = h.regions[h.count++];
+      r.p = p, r.n = n, r.converted = false;
+    }
 
    private:
-    bool active_ = false;
+    std::size_t base_;  ///< how many regions were held before this hold
+    bool on_;
   };
   /// A token keeping the n floats at p converted to `compute` for gemm_low while it lives
   /// (bf16 on a CPU with bf16 instructions; otherwise it does nothing).
   static bf16_hold hold_low(element_type compute, const float* p, std::size_t n) { return bf16_hold(compute, p, n); }
+  /// A token holding nothing yet, whose add(p, n) holds regions as hold_low(compute, p, n) does.
+  static bf16_hold hold_low(element_type compute) { return bf16_hold(compute); }
+  /// How many held regions this thread has converted so far (each once per hold): what a
+  /// test or a profile reads to see that a step converts each weight matrix once.
+  static std::size_t held_conversions() { return held().conversions; }
 
   /// ---- low-precision convolutions --------------------------------------------------------
   /// conv2d's, conv2d_backward_data's or conv2d_backward_weights' contract (pass) in float,
@@ -161,25 +181,48 @@ struct low_precision_section : random_section {
 #endif
     for (; i < n; ++i) dst[i] = static_cast<float>(f16(src[i]));
   }
-  /// The thread's held region: its first float, its length, its bf16 bits (p null: none).
-  struct held_bits {
+  /// A held region: its first float, its length, its bf16 bits once a GEMM has read it.
+  struct region {
     const float* p = nullptr;
     std::size_t n = 0;
+    bool converted = false;
     std::vector<std::uint16_t> bits;
+  };
+  /// The thread's held regions: the first `count` of `regions` (the rest keep their buffers).
+  struct held_bits {
+    std::vector<region> regions;
+    std::size_t count = 0;
+    std::size_t conversions = 0;  ///< regions converted, ever
   };
   static held_bits& held() {
     thread_local held_bits h;
     return h;
   }
-  /// The held bf16 bits of the `span` floats from q, or null where they are not all held.
+  /// The held region holding all `span` floats from q, or null.
+  static region* held_region_of(const float* q, std::size_t span) {
+    held_bits& h = held();
+    const auto at = reinterpret_cast<std::uintptr_t>(q);
+    for (std::size_t i = 0; i < h.count; ++i) {
+      region& r = h.regions[i];
+      const auto from = reinterpret_cast<std::uintptr_t>(r.p);
+      if (at < from || (at - from) % sizeof(float) != 0) continue;
+      const std::size_t offset = (at - from) / sizeof(float);
+      if (offset <= r.n && span <= r.n - offset) return &r;
+    }
+    return nullptr;
+  }
+  /// The held bf16 bits of the `span` floats from q (their region converted now if no GEMM
+  /// has read it yet), or null where they are not all held.
   static const std::uint16_t* held_bits_of(const float* q, std::size_t span) {
-    const held_bits& h = held();
-    if (!h.p) return nullptr;
-    const auto from = reinterpret_cast<std::uintptr_t>(h.p), at = reinterpret_cast<std::uintptr_t>(q);
-    if (at < from || (at - from) % sizeof(float) != 0) return nullptr;
-    const std::size_t offset = (at - from) / sizeof(float);
-    if (offset > h.n || span > h.n - offset) return nullptr;
-    return h.bits.data() + offset;
+    region* r = held_region_of(q, span);
+    if (!r) return nullptr;
+    if (!r->converted) {
+      r->bits.resize(r->n);
+      convert(r->p, r->bits.data(), r->n);
+      r->converted = true;
+      ++held().conversions;
+    }
+    return r->bits.data() + (q - r->p);
   }
   static void warn_once(int which, const char* text) {
     static std::atomic<bool> said[2] = {false, false};
