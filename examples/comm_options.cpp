@@ -7,13 +7,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdlib>
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include <gradus/comm/ring.hpp>
 #include <gradus/comm/net/heartbeat.hpp>
 #include <gradus/comm/ps.hpp>
 #include <gradus/comm/ps/restore.hpp>
 #include <gradus/parallel/cluster.hpp>
+#include <gradus/util/trace.hpp>
 #ifdef GRADUS_HAVE_MPI
 #include <gradus/comm/mpi.hpp>
 #endif
@@ -31,7 +35,14 @@ void add_comm_options(CLI::App& app, comm_options& o) {
       ->check(CLI::IsMember({"auto", "local", "ring", "ps", "mpi"}));
   // --comm auto becomes the communicator it stands for once the command line is read, so that
   // everything after (serve_if_ps, a pipeline's checks, the JSON's "comm") sees the real one.
-  app.parse_complete_callback([&o] { resolve_comm(o); });
+  app.parse_complete_callback([&o] {
+    resolve_comm(o);
+    try {
+      start_trace(o);
+    } catch (const g::error& e) {
+      throw CLI::ValidationError("--trace", e.what());
+    }
+  });
   app.add_option("--consistency", o.consistency,
                  "--comm ps: async (apply each push on arrival), bsp (average every worker's step), or ssp:S "
                  "(stale-synchronous: read no parameters missing an update older than S steps)")
@@ -66,9 +77,41 @@ void add_comm_options(CLI::App& app, comm_options& o) {
                  "data-parallel: compare every replica's variables and optimizer state with rank 0's every N steps "
                  "(they are always compared at the end; 0: only then)")
       ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
+  app.add_option("--trace", o.trace,
+                 "write this process's timeline to FILE: a Chrome Trace Event file that Perfetto "
+                 "(ui.perfetto.dev) and chrome://tracing open, with the graph's kernels, the forward and "
+                 "backward pass, the optimizer update and the all-reduces of the last --trace-steps steps")
+      ->type_name("FILE");
+  app.add_option("--trace-steps", o.trace_steps, "the steps --trace keeps (a ring buffer; default 100)")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
   app.add_flag("--check-numerics", o.check_numerics,
                "stop at the first NaN or infinity in any node, naming the node, the variable or gradient it reaches "
                "and the global step (tf.debugging.check_numerics; costs a pass over every buffer)");
+}
+
+void start_trace(const comm_options& o) {
+  // one recorder for the process, installed until static destruction (its last flush)
+  static std::unique_ptr<g::util::trace_recorder> recorder;
+  static std::optional<g::util::trace_install> installed;
+  // --trace, else GRADUS_TRACE (gradus-run --trace DIR gives each process its file there)
+  const char* env = std::getenv("GRADUS_TRACE");
+  const std::string path = !o.trace.empty() ? o.trace : env ? env : "";
+  if (path.empty() || recorder) return;
+  int pid = 0;
+  std::string name = "rank 0";
+  try {
+    const g::cluster::spec c = g::cluster::from_env();
+    pid = c.is_worker() ? c.rank : 1000 + c.task_index;
+    name = c.is_worker() ? "rank " + std::to_string(c.rank) : c.task_type + " " + std::to_string(c.task_index);
+  } catch (const g::error&) {
+    // a spec that does not parse: make_communicator reports it; the trace says rank 0
+  }
+  auto r = std::make_unique<g::util::trace_recorder>(g::util::trace_options{
+      .path = path, .rank = pid, .process_name = name, .keep_steps = static_cast<std::size_t>(o.trace_steps)});
+  r->name_thread("main");
+  r->flush();  // a file that cannot be written fails now, not at the first step
+  recorder = std::move(r);
+  installed.emplace(*recorder);
 }
 
 namespace {

@@ -19,6 +19,10 @@
 //   --check-replicas N     compare the replicas' bits every N steps (and always at the end)
 //   --check-numerics       stop at the first NaN or infinity, naming the node, the
 //                          variable or gradient and the step (session::set_check_numerics)
+//   --trace FILE           this process's timeline, a Chrome Trace Event file (util/trace.hpp):
+//                          the graph's kernels, the step's parts, the all-reduces; the last
+//                          --trace-steps steps (default: GRADUS_TRACE, which gradus-run --trace
+//                          DIR sets to a file per process there)
 // An example builds its step with g::parallel::minimize(comm, data_parallel_options(o), ...),
 // trains on its rank's share of the data, and lets rank 0 report.
 //
@@ -63,6 +67,8 @@ struct comm_options {
   double slow_ms = 0;
   double slow_prob = 1;             // ... in a step with this probability (transient stragglers)
   mutable std::uint64_t slow_draws = 0;
+  std::string trace;                // --trace: the timeline's file (empty: no timeline)
+  std::int64_t trace_steps = 100;   // --trace-steps: the steps the timeline keeps
 
   // The straggler's pause, once per step (a no-op on every other rank). With slow_prob < 1
   // a step pauses at random (a splitmix64 draw of rank and step: reproducible, and
@@ -82,6 +88,13 @@ struct comm_options {
 
 // --comm and the options after it (above), with their checks.
 void add_comm_options(CLI::App& app, comm_options& o);
+
+// --trace FILE: starts this process's timeline (a recorder installed until the program
+// ends, its file written once now, so that a directory that is not there fails at once, then
+// every two seconds at a step boundary and at the end). The events' pid is the worker's rank
+// (a parameter-server task's: 1000 + its index). add_comm_options calls it once the command
+// line is read; a file that cannot be written is a usage error naming it.
+void start_trace(const comm_options& o);
 
 // --comm auto (the default) made concrete from the environment's cluster spec: local outside a
 // cluster (no spec, or a world of one), ps where the spec has ps tasks, mpi under mpirun in a

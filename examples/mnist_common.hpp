@@ -388,9 +388,15 @@ int train_mnist(const std::string& example, const mnist_options& o, const mnist_
     // one consistent step (between two barriers), so that the chief evaluates and saves them
     if (o.comm == "ps") step.pull_state();
     if (!chief) continue;  // the replicas are identical: rank 0 evaluates, saves and reports
-    acc = mnist_test_accuracy(s, logits, x, d);
+    {
+      const g::util::trace_span span("evaluate", "train");
+      acc = mnist_test_accuracy(s, logits, x, d);
+    }
     if (!quiet) bar.end_epoch({{"test_accuracy", acc}});
-    if (!o.checkpoint.empty()) save_session(s, o.checkpoint, world);
+    if (!o.checkpoint.empty()) {
+      const g::util::trace_span span("checkpoint", "io");
+      save_session(s, o.checkpoint, world);
+    }
     records.add({static_cast<double>(e + 1), static_cast<double>(s.global_step()), last_loss, acc, secs,
                  static_cast<double>(d.train.size()) / secs, wait});
   }

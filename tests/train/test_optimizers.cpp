@@ -7,12 +7,17 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include <gradus/backends/cpu_simd.hpp>
 #include <gradus/gradus.hpp>
+#include <gradus/util/trace.hpp>
 
 namespace g = gradus;
 
@@ -289,4 +294,41 @@ BOOST_AUTO_TEST_CASE(compute_then_apply) {
   step.apply_gradients();
   BOOST_TEST(g::value(s, b)[0] == 1 - 0.01 * 100, boost::test_tools::tolerance(1e-12));
   BOOST_TEST(s.global_step() == 1);
+}
+
+// A training step under a trace recorder (util/trace.hpp): each step begins a step of the
+// ring buffer, and its forward and backward pass, its kernels (named after their nodes) and
+// its update are spans; no recorder installed, the same step records nothing.
+BOOST_AUTO_TEST_CASE(a_traced_step_records_its_passes_kernels_and_update) {
+  g::placeholder<"x", float, g::dyn, 3> x;
+  g::variable<"w", float, 3, 2> w;
+  g::session<g::cpu_simd> s;
+  const std::vector<float> w0{1, -1, 0.5f, 2, -2, 1}, xs{1, 2, 3, -1, 0, 4};
+  g::assign(s, w, g::view(w0.data(), {3, 2}));
+  auto step = g::minimize(s, g::sum(g::square(g::matmul(x, w))), g::sgd{.lr = 0.01}, w);
+  step.run(x = g::view(xs.data(), {2, 3}));  // untraced
+  const auto dir = std::filesystem::temp_directory_path() / ("gradus_step_trace_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string text;
+  {
+    g::util::trace_recorder rec({.path = dir / "t.json", .keep_steps = 10});
+    {
+      const g::util::trace_install on(rec);
+      for (int i = 0; i < 3; ++i) step.run(x = g::view(xs.data(), {2, 3}));
+    }
+    step.run(x = g::view(xs.data(), {2, 3}));  // uninstalled again: not recorded
+    text = rec.json();
+  }
+  std::filesystem::remove_all(dir);
+  auto count = [&](const std::string& needle) {
+    std::size_t n = 0;
+    for (std::size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+    return n;
+  };
+  BOOST_TEST(count("\"name\":\"forward and backward\"") == 3u);
+  BOOST_TEST(count("\"name\":\"optimizer update\"") == 3u);
+  BOOST_TEST(count("\"cat\":\"compute\"") >= 3u * 3);  // the product, its two gradients' products...
+  BOOST_TEST(count("matmul") >= 3u);                    // ...named after their nodes
+  BOOST_TEST(text.find("\"steps_seen\":3,") != std::string::npos);
+  BOOST_TEST(text.find("\"last_step\":3,") != std::string::npos);  // global steps 1, 2, 3 (step 0 untraced)
 }

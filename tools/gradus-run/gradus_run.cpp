@@ -18,6 +18,7 @@
 //   job.hpp         a job: plan_job (torchrun's environment), run_job (the first failure
 //                   stops the rest; --max-restarts per process with --ps, as a group without)
 //   sweep.hpp       a sweep: its runs, at most --parallel at a time, and their table
+//   trace_merge.hpp --trace DIR: a timeline file per process, merged when the job ends
 // gradus-run stays one program and one translation unit: only this file includes the headers.
 // They define everything in namespace gradus_run, the functions inline, as the examples'
 // shared headers do (namespace gradus_examples): that is what a header may hold whoever
@@ -32,7 +33,9 @@
 #include <exception>
 #include <filesystem>
 #include <set>
+#include <stdexcept>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -137,6 +140,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--restart-delay", o.restart_delay, "seconds between a process's failure and its restart (default 1)")
       ->check(seconds_check(3600));
+  app.add_option("--trace", o.trace_dir,
+                 "each process writes its timeline to DIR/rank-N.json (ps tasks: DIR/ps-N.json; GRADUS_TRACE, which "
+                 "the examples' --trace reads), merged into DIR/trace.json when the job ends (Perfetto, chrome://tracing)")
+      ->type_name("DIR");
   app.add_flag("--dry-run", o.dry_run, "print each process's environment and command instead of starting it");
   app.prefix_command();
   const auto args = normalise_args(argc, argv);
@@ -156,6 +163,8 @@ int main(int argc, char** argv) {
     if (o.command.empty()) throw CLI::ValidationError("program", "no program to run (gradus-run -np N program args...)");
     if (!o.sweeps.empty() && (o.np != 1 || o.ps != 0 || !o.hosts.empty()))
       throw CLI::ValidationError("--sweep", "a sweep runs single-process trainings: no -np, --ps or --hosts with it");
+    if (!o.sweeps.empty() && !o.trace_dir.empty())
+      throw CLI::ValidationError("--trace", "traces a job's processes; a sweep's runs take their own --trace FILE");
     if (!o.sweeps.empty() && o.max_restarts > 0)
       throw CLI::ValidationError("--max-restarts", "restarts a job's processes; a sweep's runs are not restarted");
     if (o.node_rank >= 0 && o.hosts.empty()) throw CLI::ValidationError("--node-rank", "needs --hosts");
@@ -211,8 +220,15 @@ int main(int argc, char** argv) {
     const job_directory job;
     for (auto& c : cs)
       c.env_set["GRADUS_FAULT_FILE"] = job.fault_file.string();
+    if (!o.trace_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o.trace_dir, ec);
+      if (ec) throw std::runtime_error("--trace: cannot make the directory '" + o.trace_dir + "': " + ec.message());
+    }
     install_signal_handlers();
-    return run_job(cs, o, job.fault_file);
+    const int rc = run_job(cs, o, job.fault_file);
+    if (!o.trace_dir.empty()) say(merge_traces(o.trace_dir));  // a failed job's timelines too
+    return rc;
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

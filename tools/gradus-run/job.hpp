@@ -45,6 +45,7 @@
 #include "output.hpp"
 #include "ports.hpp"
 #include "process.hpp"
+#include "trace_merge.hpp"
 
 namespace gradus_run {
 
@@ -103,6 +104,7 @@ inline std::vector<child> plan_job(const options& o) {
                  {"MASTER_PORT", std::to_string(port)},
                  {"GRADUS_ROLE", "worker"}};
     if (o.ps > 0) c.env_set["GRADUS_PS"] = ps_list;
+    if (!o.trace_dir.empty()) c.env_set["GRADUS_TRACE"] = trace_file_of(o.trace_dir, first_rank + i, false);
     // One job's ranks carry one id (this gradus-run's), so that the ring's rendezvous refuses
     // a rank of another job sent to the same port; ranks of several hosts' gradus-runs
     // (--node-rank) cannot share one, and a GRADUS_JOB_ID the user set is kept.
@@ -117,6 +119,7 @@ inline std::vector<child> plan_job(const options& o) {
     c.env_set = {{"WORLD_SIZE", std::to_string(o.np)},     {"MASTER_ADDR", master},
                  {"MASTER_PORT", std::to_string(port)},    {"GRADUS_ROLE", "ps"},
                  {"GRADUS_PS_INDEX", std::to_string(i)},   {"GRADUS_PS", ps_list}};
+    if (!o.trace_dir.empty()) c.env_set["GRADUS_TRACE"] = trace_file_of(o.trace_dir, i, true);
     cs.push_back(std::move(c));
   }
   return cs;

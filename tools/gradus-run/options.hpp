@@ -21,6 +21,7 @@ struct options {
   bool dry_run = false;
   int max_restarts = 0;
   double restart_delay = 1;
+  std::string trace_dir;  // --trace DIR: each process's timeline there, merged at the end
   std::vector<std::string> command;
 };
 

@@ -104,7 +104,8 @@ struct child {
 inline const std::set<std::string> managed_vars = {"RANK",        "WORLD_SIZE", "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
                                                    "MASTER_ADDR", "MASTER_PORT", "GRADUS_ROLE",    "GRADUS_PS",
                                                    "GRADUS_PS_INDEX", "GRADUS_SWEEP_INDEX", "GRADUS_SWEEP", "TF_CONFIG",
-                                                   "GRADUS_FAULT_FILE", "GRADUS_RESTART_COUNT", "GRADUS_RESTART_SCOPE"};
+                                                   "GRADUS_FAULT_FILE", "GRADUS_RESTART_COUNT", "GRADUS_RESTART_SCOPE",
+                                                   "GRADUS_TRACE"};
 
 inline std::vector<std::string> child_environment(const child& c) {
   std::vector<std::string> env;

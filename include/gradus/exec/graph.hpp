@@ -85,9 +85,10 @@ class compiled_graph final : public graph_engine<Backend> {
       };
       const bool checked = vars.check_numerics();  // the same run, each result scanned before anyone sees it
       if (checked) this->check_leaves(vars.global_step());
+      util::trace_recorder* const trace = util::active_trace();
       ready(this->ready_first_);
       for (std::size_t k = 0; k < steps.size(); ++k) {
-        steps[k].fn(*this, steps[k]);
+        this->run_step(k, trace);
         if (checked) this->check_step(k, vars.global_step());
         ready(this->ready_after_[k]);
       }

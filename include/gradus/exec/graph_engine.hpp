@@ -35,6 +35,7 @@
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/placement.hpp"
+#include "gradus/util/trace.hpp"
 
 namespace gradus {
 
@@ -198,14 +199,32 @@ class graph_engine : public graph_base {
   }
   /// Every step, each result scanned where vars asks for check_numerics.
   void run_steps(const variable_source& vars) {
-    if (vars.check_numerics()) {
-      check_leaves(vars.global_step());
-      for (std::size_t k = 0; k < steps_.size(); ++k) {
-        steps_[k].fn(*this, steps_[k]);
-        check_step(k, vars.global_step());
-      }
+    if (vars.check_numerics()) check_leaves(vars.global_step());
+    run_range(vars, 0, steps_.size());
+  }
+  /// Steps [from, to), each result scanned where vars asks for check_numerics, and each
+  /// kernel's step a span named after its node where a trace is recorded (util/trace.hpp).
+  void run_range(const variable_source& vars, std::size_t from, std::size_t to) {
+    util::trace_recorder* const trace = util::active_trace();
+    if (!trace && !vars.check_numerics()) {
+      for (std::size_t k = from; k < to; ++k) steps_[k].fn(*this, steps_[k]);
+      return;
+    }
+    for (std::size_t k = from; k < to; ++k) {
+      run_step(k, trace);
+      if (vars.check_numerics()) check_step(k, vars.global_step());
+    }
+  }
+  /// Step k, a span named after its node where `trace` is a recorder (a kernel's step: views
+  /// cost nothing to trace).
+  void run_step(std::size_t k, util::trace_recorder* trace) {
+    const step& st = steps_[k];
+    if (trace && st.scan) {
+      const std::int64_t t0 = trace->now_ns();
+      st.fn(*this, st);
+      trace->complete(slot_labels_[static_cast<std::size_t>(st.slot)], "compute", t0, trace->now_ns() - t0);
     } else {
-      for (const auto& s : steps_) s.fn(*this, s);
+      st.fn(*this, st);
     }
   }
   /// run_part's halves (compiled_graph::run_part): before part 0's feeds are bound, and the
@@ -228,15 +247,8 @@ class graph_engine : public graph_base {
                          " was not fed (stage_input)");
     if (part == 0) bind_variables(vars);
     [[maybe_unused]] const auto held = hold_variables();
-    if (vars.check_numerics()) {
-      if (part == 0) check_leaves(vars.global_step());
-      for (std::size_t k = from; k < to; ++k) {
-        steps_[k].fn(*this, steps_[k]);
-        check_step(k, vars.global_step());
-      }
-    } else {
-      for (std::size_t k = from; k < to; ++k) steps_[k].fn(*this, steps_[k]);
-    }
+    if (part == 0 && vars.check_numerics()) check_leaves(vars.global_step());
+    run_range(vars, from, to);
   }
 
   // ---- planning -----------------------------------------------------------------------

@@ -59,6 +59,7 @@
 #include "gradus/parallel/gradient_buckets.hpp"
 #include "gradus/parallel/ps_worker.hpp"
 #include "gradus/train/train_step.hpp"
+#include "gradus/util/trace.hpp"
 
 namespace gradus::parallel {
 
@@ -150,6 +151,7 @@ class data_parallel_step {
     if (!store) {
       if (!opts_.overlap)
         for (std::size_t b = 0; b < buckets_.size(); ++b) worker_.submit([this, b] { average(b); });
+      const util::trace_span span("wait for the all-reduces", "wait");
       worker_.wait(stats_.wait_seconds);  // rethrows a collective's error (a dead peer, a mismatch)
     }
     if (hook_error) {
@@ -304,8 +306,11 @@ class data_parallel_step {
 
   /// On the background thread: bucket k averaged over the world.
   void average(std::size_t k) {
+    util::trace_span span("all-reduce", "comm");
+    if (span.on()) util::active_trace()->name_thread("all-reduce worker");
     const auto t0 = std::chrono::steady_clock::now();
     const std::size_t bytes = buckets_.average(comm_, k);
+    span.arg("bucket", k).arg("bytes", bytes);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::lock_guard lk(stats_m_);
     stats_.reduce_seconds += dt;

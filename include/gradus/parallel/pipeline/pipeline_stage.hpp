@@ -34,6 +34,7 @@
 #include "gradus/parallel/pipeline/stage_graph.hpp"
 #include "gradus/parallel/pipeline/transfers.hpp"
 #include "gradus/train/optimizer.hpp"
+#include "gradus/util/trace.hpp"
 
 namespace gradus::parallel {
 
@@ -165,6 +166,8 @@ class pipeline_stage final : public pipeline_base<Comm> {
     };
     this->stats_.bytes_sent = this->stats_.bytes_received = 0;
     this->stats_.activation_bytes_sent = this->stats_.gradient_bytes_sent = 0;
+    if (util::trace_recorder* const trace = util::active_trace()) trace->begin_step(s_.global_step());
+    const util::trace_span span("pipeline step", "train");
     const auto bound = s_.bind();
     // over every micro-batch's passes, until the update: each weight converted once a step
     std::optional<decltype(hold_variables())> held(std::in_place, hold_variables());
@@ -475,6 +478,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   }
   /// The deferred gradients, each over the step's stashed rows: X^T G.
   void deferred_gradients() {
+    const util::trace_span span("deferred weight gradients", "compute");
     for (std::size_t i = 0; i < nv; ++i)
       if (graph_t::deferred[i]) deferred_gradient(i, 0, d_.rows() ? d_.cols(i).first : 0);
   }
@@ -573,6 +577,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
   /// in pieces of about 128 KiB of rows, each piece applied right after it (the optimizers'
   /// rules are elementwise, so the pieces give the whole pass's bits).
   void update(double scale, bool fused) {
+    const util::trace_span span("optimizer update", "train");
     const std::int64_t step = s_.global_step();
     [&]<class... Vs>(std::tuple<Vs...>*) {
       std::size_t i = 0;

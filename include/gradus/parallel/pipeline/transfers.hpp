@@ -22,6 +22,7 @@
 #include "gradus/parallel/agree.hpp"
 #include "gradus/parallel/point_to_point.hpp"
 #include "gradus/parallel/pipeline/schedule.hpp"
+#include "gradus/util/trace.hpp"
 
 namespace gradus::parallel {
 
@@ -303,11 +304,19 @@ class pipeline_base {
     const dims shape = d.rank ? d : dims{static_cast<index_t>(x.size())};  // plain values: their count
     h.nd = static_cast<std::int64_t>(shape.rank);
     for (std::size_t i = 0; i < shape.rank; ++i) h.d[i] = shape.d[i];
+    util::trace_recorder* const trace = traced(kind) ? util::active_trace() : nullptr;
+    const std::int64_t t0 = trace ? trace->now_ns() : 0;
     try {
       comm_.send(std::span<const std::byte>(reinterpret_cast<const std::byte*>(&h), sizeof h), to);
       comm_.send(std::span<const std::byte>(reinterpret_cast<const std::byte*>(x.data()), x.size_bytes()), to);
     } catch (const std::exception& e) {
       rethrow(e, where(micro) + "sending " + detail::msg_name(kind) + " to rank " + std::to_string(to), to);
+    }
+    if (trace) {
+      const std::int64_t dur = trace->now_ns() - t0;
+      trace->complete(kind == pipe_msg::activation ? "send activations" : "send gradients", "transfer", t0, dur,
+                      util::trace_args{}.add("micro_batch", micro).add("to", to).add("bytes", x.size_bytes()));
+      trace->flow_start("transfer", "transfer", flow_id(step_, kind, micro, comm_.rank(), to), t0 + dur / 2);
     }
     if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_sent += x.size_bytes();
     if (kind == pipe_msg::activation) stats_.activation_bytes_sent += x.size_bytes();
@@ -318,6 +327,8 @@ class pipeline_base {
   template <class T>
   dims recv_into(pipe_msg kind, int micro, std::vector<T>& into, int from) {
     detail::pipe_header h;
+    util::trace_recorder* const trace = traced(kind) ? util::active_trace() : nullptr;
+    const std::int64_t t0 = trace ? trace->now_ns() : 0;
     try {
       comm_.recv(std::span<std::byte>(reinterpret_cast<std::byte*>(&h), sizeof h), from);
     } catch (const std::exception& e) {
@@ -334,7 +345,26 @@ class pipeline_base {
       rethrow(e, where(micro) + "receiving " + detail::msg_name(kind) + " from rank " + std::to_string(from), from);
     }
     if (kind == pipe_msg::activation || kind == pipe_msg::gradient) stats_.bytes_received += into.size() * sizeof(T);
+    if (trace) {  // the wait for the message and its copy
+      const std::int64_t dur = trace->now_ns() - t0;
+      trace->complete(kind == pipe_msg::activation ? "receive activations" : "receive gradients", "transfer", t0, dur,
+                      util::trace_args{}.add("micro_batch", micro).add("from", from).add("bytes", into.size() * sizeof(T)));
+      trace->flow_end("transfer", "transfer", flow_id(h.step, kind, micro, from, comm_.rank()), t0 + dur / 2);
+    }
     return d;
+  }
+  /// Whether a timeline shows messages of `kind`: the activations and gradients between
+  /// stages (the other kinds are a step's few small agreements).
+  static bool traced(pipe_msg kind) { return kind == pipe_msg::activation || kind == pipe_msg::gradient; }
+  /// The id joining a message's send to its receive in a timeline (both sides compute it
+  /// from the header's fields: step, kind, micro-batch, sender and receiver).
+  static std::uint64_t flow_id(std::int64_t step, pipe_msg kind, int micro, int from, int to) {
+    std::uint64_t z = 0x9E3779B97F4A7C15ull;
+    for (const std::int64_t v : {step, static_cast<std::int64_t>(kind), std::int64_t{micro}, std::int64_t{from}, std::int64_t{to}}) {
+      z ^= static_cast<std::uint64_t>(v) + 0x9E3779B97F4A7C15ull + (z << 6) + (z >> 2);
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    }
+    return z >> 11;  // 53 bits: exact in the JSON readers' doubles
   }
   /// Whether the communicator can tell a message has arrived without waiting for it
   /// (parallel::probing; any_communicator: where its policy can).
