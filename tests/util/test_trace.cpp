@@ -7,6 +7,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -179,10 +180,13 @@ BOOST_AUTO_TEST_CASE(the_file_is_whole_after_every_flush_while_another_thread_re
   gu::trace_recorder rec({.path = file, .keep_steps = 5, .flush_interval_s = 0});
   const gu::trace_install on(rec);
   std::atomic<bool> stop{false};
-  std::thread worker([&] {
-    for (int i = 0; i < 200000 && !stop.load(); ++i) {
-      gu::trace_span s("work", "compute");
-      s.arg("i", i);
+  std::thread worker([&] {  // a span every 20 us at most: a file of a few hundred events a step
+    for (int i = 0; i < 100000 && !stop.load(); ++i) {
+      {
+        gu::trace_span s("work", "compute");
+        s.arg("i", i);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
     }
   });
   std::size_t most = 0;

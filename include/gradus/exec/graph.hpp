@@ -85,7 +85,7 @@ class compiled_graph final : public graph_engine<Backend> {
       };
       const bool checked = vars.check_numerics();  // the same run, each result scanned before anyone sees it
       if (checked) this->check_leaves(vars.global_step());
-      util::trace_recorder* const trace = util::active_trace();
+      util::trace_sink* const trace = util::active_trace();
       ready(this->ready_first_);
       for (std::size_t k = 0; k < steps.size(); ++k) {
         this->run_step(k, trace);

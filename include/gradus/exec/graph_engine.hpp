@@ -35,7 +35,7 @@
 #include "gradus/graph/leaves.hpp"
 #include "gradus/graph/node.hpp"
 #include "gradus/graph/ops/placement.hpp"
-#include "gradus/util/trace.hpp"
+#include "gradus/util/trace_span.hpp"
 
 namespace gradus {
 
@@ -203,9 +203,9 @@ class graph_engine : public graph_base {
     run_range(vars, 0, steps_.size());
   }
   /// Steps [from, to), each result scanned where vars asks for check_numerics, and each
-  /// kernel's step a span named after its node where a trace is recorded (util/trace.hpp).
+  /// kernel's step a span named after its node where a trace is recorded (util/trace_span.hpp).
   void run_range(const variable_source& vars, std::size_t from, std::size_t to) {
-    util::trace_recorder* const trace = util::active_trace();
+    util::trace_sink* const trace = util::active_trace();
     if (!trace && !vars.check_numerics()) {
       for (std::size_t k = from; k < to; ++k) steps_[k].fn(*this, steps_[k]);
       return;
@@ -217,12 +217,12 @@ class graph_engine : public graph_base {
   }
   /// Step k, a span named after its node where `trace` is a recorder (a kernel's step: views
   /// cost nothing to trace).
-  void run_step(std::size_t k, util::trace_recorder* trace) {
+  void run_step(std::size_t k, util::trace_sink* trace) {
     const step& st = steps_[k];
     if (trace && st.scan) {
       const std::int64_t t0 = trace->now_ns();
       st.fn(*this, st);
-      trace->complete(slot_labels_[static_cast<std::size_t>(st.slot)], "compute", t0, trace->now_ns() - t0);
+      trace->complete(slot_labels_[static_cast<std::size_t>(st.slot)], "compute", t0, trace->now_ns() - t0, {});
     } else {
       st.fn(*this, st);
     }

@@ -59,7 +59,7 @@
 #include "gradus/parallel/gradient_buckets.hpp"
 #include "gradus/parallel/ps_worker.hpp"
 #include "gradus/train/train_step.hpp"
-#include "gradus/util/trace.hpp"
+#include "gradus/util/trace_span.hpp"
 
 namespace gradus::parallel {
 

@@ -42,7 +42,7 @@
 #include "gradus/graph/ops/index.hpp"
 #include "gradus/train/loss_scale.hpp"
 #include "gradus/train/optimizer.hpp"
-#include "gradus/util/trace.hpp"
+#include "gradus/util/trace_span.hpp"
 
 namespace gradus {
 
@@ -226,7 +226,7 @@ class train_step {
   template <class Hook, class... Feeds>
   loss_type compute_gradients_hooked(Hook&& on_ready, const Feeds&... feeds) {
     constexpr bool hooked = !std::is_same_v<std::remove_cvref_t<Hook>, no_gradient_hook>;
-    if (util::trace_recorder* const trace = util::active_trace()) trace->begin_step(s_.global_step());
+    if (util::trace_sink* const trace = util::active_trace()) trace->begin_step(s_.global_step());
     const util::trace_span span("forward and backward", "train");
     const auto bound = s_.bind();  // the gradients' sparse coalescing goes on the session's stream too
     auto fetch_ready = [&](std::size_t out, void* data) {

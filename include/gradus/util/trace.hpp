@@ -18,18 +18,16 @@
 // boundary once `flush_interval_s` has passed since the last flush, and at the end, so it
 // is valid JSON at every moment, never half written. Cheap: a span reads the clock twice and
 // appends one event under a mutex no other thread holds for long; when no recorder is
-// installed a span costs one atomic load. Defining GRADUS_NO_TRACE before including
-// this header makes trace_span an empty type: the spans compile away.
+// installed a span costs one atomic load. The spans, the sink interface they record into and
+// trace_install are util/trace_span.hpp's (what the library's headers include); this header
+// adds the recorder.
 //
 // Timestamps are microseconds on the steady clock since the recorder was made; the file's
 // "otherData" holds the Unix time of that origin (microseconds) so that traces of several
 // ranks can be put on one clock.
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
-#include <cmath>
-#include <concepts>
 #include <cstdint>
 #include <cstdio>
 #include <deque>
@@ -43,68 +41,9 @@
 #include <vector>
 
 #include "gradus/core/error.hpp"
-#include "gradus/core/text.hpp"  // shortest_text
+#include "gradus/util/trace_span.hpp"
 
 namespace gradus::util {
-
-/// `s` as a JSON string literal, quotes included (control characters as JSON's six-character escapes).
-inline std::string json_quoted(std::string_view s) {
-  std::string r;
-  r.reserve(s.size() + 2);
-  r += '"';
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      r += '\\';
-      r += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      r += buf;
-    } else {
-      r += c;
-    }
-  }
-  r += '"';
-  return r;
-}
-
-/// The arguments of an event, a JSON object built a member at a time:
-/// `trace_args{}.add("bytes", 4096).add("peer", "rank 1")`.
-class trace_args {
- public:
-  /// Adds `key` with a string value.
-  trace_args& add(std::string_view key, std::string_view value) { return member(key, json_quoted(value)); }
-  /// Adds `key` with a string value.
-  trace_args& add(std::string_view key, const char* value) { return add(key, std::string_view(value)); }
-  /// Adds `key` with a string value.
-  trace_args& add(std::string_view key, const std::string& value) { return add(key, std::string_view(value)); }
-  /// Adds `key` with true or false.
-  trace_args& add(std::string_view key, bool value) { return member(key, value ? "true" : "false"); }
-  /// Adds `key` with an integer.
-  template <std::integral I>
-  trace_args& add(std::string_view key, I value) {
-    return member(key, std::to_string(value));
-  }
-  /// Adds `key` with a number (a NaN or an infinity, which JSON cannot hold, is written as null).
-  template <std::floating_point F>
-  trace_args& add(std::string_view key, F value) {
-    return member(key, std::isfinite(value) ? shortest_text(value) : "null");
-  }
-  /// Whether no argument has been added.
-  bool empty() const { return text_.empty(); }
-  /// the object's text, "{...}"
-  std::string json() const { return "{" + text_ + "}"; }
-
- private:
-  trace_args& member(std::string_view key, const std::string& value) {
-    if (!text_.empty()) text_ += ',';
-    text_ += json_quoted(key);
-    text_ += ':';
-    text_ += value;
-    return *this;
-  }
-  std::string text_;
-};
 
 /// What a recorder writes and keeps.
 struct trace_options {
@@ -116,21 +55,13 @@ struct trace_options {
   std::size_t max_events = 1'000'000;  ///< a bound for programs that never begin a step: the oldest go first
 };
 
-/// A small number for the calling thread, the same in every recorder: its trace tid.
-inline int trace_thread_id() {
-  static std::atomic<int> next{1};
-  thread_local const int id = next.fetch_add(1, std::memory_order_relaxed);
-  return id;
-}
-
 /// The events of one process and the file they are written to (the header says how).
-class trace_recorder {
+class trace_recorder final : public trace_sink {
  public:
   /// A recorder writing to `o.path`; throws `error` where the options cannot work (no path,
   /// keep_steps or max_events 0). Nothing is written before the first flush.
   explicit trace_recorder(trace_options o)
       : o_(std::move(o)),
-        origin_(std::chrono::steady_clock::now()),
         origin_unix_us_(std::chrono::duration_cast<std::chrono::microseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count()),
@@ -140,11 +71,9 @@ class trace_recorder {
     if (o_.max_events == 0) throw error("gradus: trace: max_events is 0; keep at least one event");
     if (o_.process_name.empty()) o_.process_name = "rank " + std::to_string(o_.rank);
   }
-  trace_recorder(const trace_recorder&) = delete;
-  trace_recorder& operator=(const trace_recorder&) = delete;
   /// Writes the last flush; an error there is reported on stderr (a destructor cannot throw).
   /// Not after a flush that failed: its error has been thrown already.
-  ~trace_recorder() {
+  ~trace_recorder() override {
     if (failed_) return;
     try {
       flush();
@@ -153,26 +82,21 @@ class trace_recorder {
     }
   }
 
-  /// Nanoseconds since the recorder was made (the file writes microseconds, to the
-  /// nanosecond: Chrome's `ts` and `dur` may have fractions).
-  std::int64_t now_ns() const {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - origin_).count();
-  }
-
-  /// A complete event: `name` of category `cat` on the calling thread, from `ts` for `dur`
-  /// nanoseconds (now_ns()'s clock).
+  /// A complete event (trace_sink::complete), with its arguments or none.
   void complete(std::string_view name, std::string_view cat, std::int64_t ts, std::int64_t dur,
-                const trace_args& args = {}) {
+                const trace_args& args) override {
     add({'X', std::string(name), std::string(cat), ts, dur, trace_thread_id(), 0, args.empty() ? "" : args.json()});
   }
-  /// A flow's start (`flow_end` its finish, with the same id and category): drawn as an arrow
-  /// from the slice enclosing `ts` on this thread to the slice enclosing the end's time on its
-  /// thread (a send to its receive). Ids are the caller's, unique within the category.
-  void flow_start(std::string_view name, std::string_view cat, std::uint64_t id, std::int64_t ts) {
+  /// A complete event without arguments.
+  void complete(std::string_view name, std::string_view cat, std::int64_t ts, std::int64_t dur) {
+    complete(name, cat, ts, dur, trace_args{});
+  }
+  /// A flow's start (trace_sink::flow_start).
+  void flow_start(std::string_view name, std::string_view cat, std::uint64_t id, std::int64_t ts) override {
     add({'s', std::string(name), std::string(cat), ts, 0, trace_thread_id(), id, ""});
   }
-  /// A flow's finish: drawn into the slice enclosing `ts` on the calling thread.
-  void flow_end(std::string_view name, std::string_view cat, std::uint64_t id, std::int64_t ts) {
+  /// A flow's finish (trace_sink::flow_end).
+  void flow_end(std::string_view name, std::string_view cat, std::uint64_t id, std::int64_t ts) override {
     add({'f', std::string(name), std::string(cat), ts, 0, trace_thread_id(), id, ""});
   }
   /// An instant event (a marker at one time: a membership change, a skipped step).
@@ -180,7 +104,7 @@ class trace_recorder {
     add({'i', std::string(name), std::string(cat), now_ns(), 0, trace_thread_id(), 0, args.empty() ? "" : args.json()});
   }
   /// Names the calling thread in the viewer ("main", "ring sender", "stage 1").
-  void name_thread(std::string_view name) {
+  void name_thread(std::string_view name) override {
     const int tid = trace_thread_id();
     const std::lock_guard lock(m_);
     for (auto& [t, n] : thread_names_)
@@ -194,7 +118,7 @@ class trace_recorder {
   /// Step `step` begins: events that ended before the step `keep_steps` back began are
   /// dropped, and the file is flushed when `flush_interval_s` has passed since the last flush.
   /// The step the last call began, named again, begins nothing new.
-  void begin_step(std::int64_t step) {
+  void begin_step(std::int64_t step) override {
     bool due = false;
     {
       const std::lock_guard lock(m_);
@@ -307,7 +231,6 @@ class trace_recorder {
   }
 
   trace_options o_;
-  std::chrono::steady_clock::time_point origin_;
   std::int64_t origin_unix_us_;
   mutable std::mutex m_;   ///< the events, the steps, the thread names
   std::mutex flush_m_;     ///< one flush at a time (they share the temporary's name)
@@ -318,80 +241,5 @@ class trace_recorder {
   std::int64_t step_count_ = 0, last_step_ = -1;
   std::chrono::steady_clock::time_point last_flush_;
 };
-
-namespace detail {
-inline std::atomic<trace_recorder*>& active_trace_slot() {
-  static std::atomic<trace_recorder*> slot{nullptr};
-  return slot;
-}
-}  // namespace detail
-
-/// The recorder spans record into, or null when none is installed (tracing off; always null
-/// where GRADUS_NO_TRACE is defined, so that code testing it compiles away).
-inline trace_recorder* active_trace() {
-#ifndef GRADUS_NO_TRACE
-  return detail::active_trace_slot().load(std::memory_order_acquire);
-#else
-  return nullptr;
-#endif
-}
-
-/// Installs a recorder for the whole process while it lives (spans on every thread record
-/// into it), and restores the one installed before.
-class trace_install {
- public:
-  /// Installs `r`, which must outlive this object.
-  explicit trace_install(trace_recorder& r)
-      : previous_(detail::active_trace_slot().exchange(&r, std::memory_order_acq_rel)) {}
-  trace_install(const trace_install&) = delete;
-  trace_install& operator=(const trace_install&) = delete;
-  /// Installs the recorder installed before (or none).
-  ~trace_install() { detail::active_trace_slot().store(previous_, std::memory_order_release); }
-
- private:
-  trace_recorder* previous_;
-};
-
-#ifndef GRADUS_NO_TRACE
-/// A span of the calling thread, recorded as a complete event into the installed recorder
-/// when it ends (nothing when none is installed). `name` and `cat` must outlive the span
-/// (string literals, or a graph node's name).
-class trace_span {
- public:
-  /// Starts the span (the clock read only where a recorder is installed).
-  explicit trace_span(std::string_view name, std::string_view cat = "step")
-      : r_(active_trace()), name_(name), cat_(cat), t0_(r_ ? r_->now_ns() : 0) {}
-  trace_span(const trace_span&) = delete;
-  trace_span& operator=(const trace_span&) = delete;
-  /// Ends the span: one complete event with its arguments.
-  ~trace_span() {
-    if (r_) r_->complete(name_, cat_, t0_, r_->now_ns() - t0_, args_);
-  }
-  /// Adds an argument shown with the span (bytes, peer, micro-batch).
-  template <class V>
-  trace_span& arg(std::string_view key, const V& value) {
-    if (r_) args_.add(key, value);
-    return *this;
-  }
-  /// Whether the span records (a recorder is installed).
-  bool on() const { return r_ != nullptr; }
-
- private:
-  trace_recorder* r_;
-  std::string_view name_, cat_;
-  std::int64_t t0_;
-  trace_args args_;
-};
-#else
-class trace_span {
- public:
-  explicit trace_span(std::string_view, std::string_view = "step") {}
-  template <class V>
-  trace_span& arg(std::string_view, const V&) {
-    return *this;
-  }
-  bool on() const { return false; }
-};
-#endif
 
 }  // namespace gradus::util

@@ -34,7 +34,7 @@
 #include "gradus/parallel/pipeline/stage_graph.hpp"
 #include "gradus/parallel/pipeline/transfers.hpp"
 #include "gradus/train/optimizer.hpp"
-#include "gradus/util/trace.hpp"
+#include "gradus/util/trace_span.hpp"
 
 namespace gradus::parallel {
 
@@ -166,7 +166,7 @@ class pipeline_stage final : public pipeline_base<Comm> {
     };
     this->stats_.bytes_sent = this->stats_.bytes_received = 0;
     this->stats_.activation_bytes_sent = this->stats_.gradient_bytes_sent = 0;
-    if (util::trace_recorder* const trace = util::active_trace()) trace->begin_step(s_.global_step());
+    if (util::trace_sink* const trace = util::active_trace()) trace->begin_step(s_.global_step());
     const util::trace_span span("pipeline step", "train");
     const auto bound = s_.bind();
     // over every micro-batch's passes, until the update: each weight converted once a step

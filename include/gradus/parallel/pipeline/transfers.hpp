@@ -22,7 +22,7 @@
 #include "gradus/parallel/agree.hpp"
 #include "gradus/parallel/point_to_point.hpp"
 #include "gradus/parallel/pipeline/schedule.hpp"
-#include "gradus/util/trace.hpp"
+#include "gradus/util/trace_span.hpp"
 
 namespace gradus::parallel {
 
@@ -304,7 +304,7 @@ class pipeline_base {
     const dims shape = d.rank ? d : dims{static_cast<index_t>(x.size())};  // plain values: their count
     h.nd = static_cast<std::int64_t>(shape.rank);
     for (std::size_t i = 0; i < shape.rank; ++i) h.d[i] = shape.d[i];
-    util::trace_recorder* const trace = traced(kind) ? util::active_trace() : nullptr;
+    util::trace_sink* const trace = traced(kind) ? util::active_trace() : nullptr;
     const std::int64_t t0 = trace ? trace->now_ns() : 0;
     try {
       comm_.send(std::span<const std::byte>(reinterpret_cast<const std::byte*>(&h), sizeof h), to);
@@ -327,7 +327,7 @@ class pipeline_base {
   template <class T>
   dims recv_into(pipe_msg kind, int micro, std::vector<T>& into, int from) {
     detail::pipe_header h;
-    util::trace_recorder* const trace = traced(kind) ? util::active_trace() : nullptr;
+    util::trace_sink* const trace = traced(kind) ? util::active_trace() : nullptr;
     const std::int64_t t0 = trace ? trace->now_ns() : 0;
     try {
       comm_.recv(std::span<std::byte>(reinterpret_cast<std::byte*>(&h), sizeof h), from);
