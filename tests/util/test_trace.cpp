@@ -180,17 +180,22 @@ BOOST_AUTO_TEST_CASE(the_file_is_whole_after_every_flush_while_another_thread_re
   gu::trace_recorder rec({.path = file, .keep_steps = 5, .flush_interval_s = 0});
   const gu::trace_install on(rec);
   std::atomic<bool> stop{false};
-  std::thread worker([&] {  // a span every 20 us at most: a file of a few hundred events a step
-    for (int i = 0; i < 100000 && !stop.load(); ++i) {
-      {
-        gu::trace_span s("work", "compute");
-        s.arg("i", i);
+  std::atomic<int> credits{0};  // spans the worker may record: 50 a step, so files stay small
+  std::thread worker([&] {      // (under ASan with full unwinding at every malloc, as CI runs it)
+    for (int i = 0; i < 100000 && !stop.load();) {
+      if (credits.load() <= 0) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+        continue;
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
+      --credits;
+      gu::trace_span s("work", "compute");
+      s.arg("i", i++);
     }
   });
   std::size_t most = 0;
   for (int step = 0; step < 30; ++step) {
+    credits += 50;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));  // the worker records meanwhile
     rec.begin_step(step);  // flush_interval_s 0: every step boundary writes the file
     const json t = read_json(file);
     BOOST_TEST(t.at("otherData").at("last_step") == step);
